@@ -1,0 +1,480 @@
+"""The environment contract: AgentEnv, a Gymnasium env for LLM agents that can be snapshotted and forked mid-episode.
+
+An :class:`AgentEnv` is a :class:`gymnasium.Env` whose actions are model text and whose
+observations are ``{"text": str}`` (plus ``"image"``, an H×W×3 uint8 screenshot, for envs with
+a screen). What sets it apart is branching:
+
+* :meth:`AgentEnv.snapshot` captures the whole state at a turn boundary as a
+  :class:`Snapshot` — an opaque, reference-counted handle;
+* :meth:`AgentEnv.restore` puts this env back into a snapshot's state;
+* :meth:`AgentEnv.fork` returns an *independent* env at that state while the original goes on.
+
+A forked continuation is indistinguishable from an env that reached the same state by
+replaying the same actions from :meth:`reset`; each env kind has a test for this equality.
+
+Bad model output is normal input. :meth:`step` never raises for what the model wrote: a
+malformed or unknown tool call yields ``info["error"]`` and an observation that says what was
+wrong and what is allowed. A failure of the environment itself (a dead sandbox) ends the
+episode as truncated with ``info["env_error"]`` set, so a trainer can drop the sample.
+
+``info`` always carries ``task_id``, ``turn``, ``success``, ``error`` and ``tools`` (the
+available tools in OpenAI function-calling JSON schema).
+
+Writing an env: subclass, set ``kind`` if the class path is not a good name, and implement
+
+* :meth:`task_ids` — the tasks this env can run;
+* :meth:`tools` — the :class:`~agentgym.actions.ToolSpec` list offered to the model;
+* :meth:`_begin` — set the task up and return the first observation;
+* :meth:`_call_tool` — run one validated call (or override :meth:`_act` for the whole reply);
+* :meth:`_capture` / :meth:`_load` — state in and out of snapshots;
+* :meth:`_teardown` — free resources.
+
+Environments are used from one thread at a time; the async twins (``areset``, ``astep``,
+``afork``, ``aclose``, ...) run the sync methods in a worker thread unless a subclass has a
+native async implementation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import string
+import threading
+import time
+import uuid
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Sequence
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from agentgym.actions import ParsedAction, ToolCall, ToolSpec, format_error, parse_action
+
+__all__ = [
+    "AgentEnv",
+    "AgentText",
+    "Outcome",
+    "Snapshot",
+    "SnapshotError",
+    "SnapshotMismatchError",
+    "SnapshotReleasedError",
+]
+
+Observation = dict[str, Any]
+
+
+class AgentText(spaces.Text):
+    """A Text space for natural language: any Unicode string up to ``max_length`` characters.
+
+    Gymnasium's :class:`~gymnasium.spaces.Text` only contains strings over its charset; model
+    text and observations use all of Unicode, so membership checks only the length. Samples
+    are drawn from printable ASCII (what ``check_env`` and random baselines need).
+    """
+
+    def __init__(self, max_length: int = 1 << 20, *, min_length: int = 0, seed: int | None = None):
+        super().__init__(max_length, min_length=min_length, charset=string.printable, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+
+class SnapshotError(RuntimeError):
+    """A snapshot cannot be used as asked."""
+
+
+class SnapshotReleasedError(SnapshotError):
+    """The snapshot's last reference was released; its resources are gone."""
+
+
+class SnapshotMismatchError(SnapshotError):
+    """The snapshot belongs to another env kind or task than the env it is restored into."""
+
+
+class Snapshot:
+    """An opaque, reference-counted handle to an env's state at a turn boundary.
+
+    The creator holds one reference. :meth:`retain` adds one (e.g. for each branch that will
+    fork from it), :meth:`release` drops one; at zero the backing resources (a committed
+    container image, a database copy) are freed and the snapshot can no longer be used. A
+    snapshot that is garbage-collected while still referenced frees its resources too.
+    ``with env.snapshot() as snap:`` releases the creator's reference on exit.
+
+    :attr:`metadata` is JSON-serialisable (id, kind, task, turn, backend details) for logs and
+    trajectory stores; the state itself stays in this process.
+    """
+
+    def __init__(self, *, kind: str, task_id: str, turn: int, payload: Any,
+                 release: Callable[[], None] | None = None, metadata: dict | None = None):
+        self.id = uuid.uuid4().hex
+        self.kind = kind
+        self.task_id = task_id
+        self.turn = turn
+        self.created_at = time.time()
+        self._payload = payload
+        self._refs = 1
+        self._lock = threading.Lock()
+        self._extra_metadata = dict(metadata or {})
+        # finalize() runs the release at most once, whether from release() or from GC.
+        self._finalizer = weakref.finalize(self, release or (lambda: None))
+
+    @property
+    def refcount(self) -> int:
+        return self._refs
+
+    @property
+    def released(self) -> bool:
+        return self._refs == 0
+
+    @property
+    def payload(self) -> Any:
+        if self.released:
+            raise SnapshotReleasedError(f"snapshot {self.id[:8]} (turn {self.turn}) was released")
+        return self._payload
+
+    @property
+    def metadata(self) -> dict:
+        return {"id": self.id, "kind": self.kind, "task_id": self.task_id, "turn": self.turn,
+                "created_at": self.created_at, **self._extra_metadata}
+
+    def retain(self) -> "Snapshot":
+        with self._lock:
+            if self._refs == 0:
+                raise SnapshotReleasedError(f"snapshot {self.id[:8]} was released; it cannot be retained")
+            self._refs += 1
+        return self
+
+    def release(self) -> None:
+        """Drop one reference; releasing an already released snapshot does nothing."""
+        with self._lock:
+            if self._refs == 0:
+                return
+            self._refs -= 1
+            last = self._refs == 0
+        if last:
+            self._payload = None
+            self._finalizer()
+
+    def __enter__(self) -> "Snapshot":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        state = "released" if self.released else f"refs={self._refs}"
+        return f"Snapshot({self.kind}, task={self.task_id!r}, turn={self.turn}, {state})"
+
+
+@dataclass
+class Outcome:
+    """What one tool call (or one whole reply) did to the env.
+
+    ``success`` is the task verdict when the reply ended the task (``None`` otherwise);
+    ``info`` is merged into the step's info dict.
+    """
+
+    text: str
+    reward: float = 0.0
+    terminated: bool = False
+    success: bool | None = None
+    error: str | None = None
+    image: np.ndarray | None = None
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class _EpisodeState:
+    """The base class's part of a snapshot: the episode bookkeeping every env has."""
+
+    task_id: str
+    turn: int
+    terminated: bool
+    truncated: bool
+    success: bool
+    last_observation: Observation
+
+
+class AgentEnv(gym.Env[Observation, str]):
+    """Base class of every agentgym environment (see the module docstring for the contract)."""
+
+    metadata: ClassVar[dict] = {"render_modes": ["ansi"]}
+    #: A stable name for the kind of env; snapshots restore only into envs of the same kind.
+    kind: ClassVar[str] = ""
+    #: Fenced-code language → (tool, argument), e.g. {"python": ("python", "code")}.
+    code_block_tools: ClassVar[dict[str, tuple[str, str]]] = {}
+    #: Whether a reply without any tool call is acceptable (otherwise it is an error).
+    allow_text_replies: ClassVar[bool] = False
+    _spawn_args: tuple[tuple, dict]
+
+    def __new__(cls, *args, **kwargs):
+        # Remember the constructor arguments so that fork() can build a sibling env with the
+        # same configuration, without every subclass having to implement cloning.
+        self = super().__new__(cls)
+        self._spawn_args = (args, dict(kwargs))
+        return self
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if not cls.__dict__.get("kind"):
+            cls.kind = f"{cls.__module__}.{cls.__qualname__}"
+
+    def __init__(self, *, max_turns: int = 30, render_mode: str | None = None,
+                 image_shape: tuple[int, int] | None = None, max_text_length: int = 1 << 20):
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.max_turns = max_turns
+        self.render_mode = render_mode
+        obs_spaces: dict[str, spaces.Space] = {"text": AgentText(max_text_length)}
+        if image_shape is not None:
+            height, width = image_shape
+            obs_spaces["image"] = spaces.Box(0, 255, (height, width, 3), np.uint8)
+        self.observation_space = spaces.Dict(obs_spaces)
+        self.action_space = AgentText(max_text_length)
+        self._episode: _EpisodeState | None = None
+        self._task_set: frozenset[str] | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ hooks for subclasses
+    def task_ids(self) -> Sequence[str]:
+        """The ids of the tasks this env can run (``reset(options={"task_id": ...})``)."""
+        raise NotImplementedError
+
+    def tools(self) -> list[ToolSpec]:
+        """The tools offered to the model in the current state."""
+        return []
+
+    def _begin(self, task_id: str) -> str | Observation:
+        """Set up ``task_id`` from scratch and return the first observation (text or dict)."""
+        raise NotImplementedError
+
+    def _call_tool(self, call: ToolCall) -> Outcome:
+        """Run one validated tool call."""
+        raise NotImplementedError
+
+    def _capture(self) -> tuple[Any, Callable[[], None] | None]:
+        """Capture env-specific state; return ``(payload, release)`` (release frees backing resources)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support snapshots")
+
+    def _load(self, payload: Any) -> None:
+        """Put env-specific state back from a payload made by :meth:`_capture` (of any env of this kind)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support snapshots")
+
+    def _teardown(self) -> None:
+        """Free every resource (containers, processes, browsers). Called once by :meth:`close`."""
+
+    # ------------------------------------------------------------------ the Gymnasium face
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Observation, dict]:
+        """Start an episode on ``options["task_id"]``, or on a task drawn with the env's seeded RNG."""
+        super().reset(seed=seed)
+        self._check_open()
+        task_id = (options or {}).get("task_id")
+        if task_id is None:
+            ids = self.task_ids()
+            task_id = ids[int(self.np_random.integers(len(ids)))]
+        elif task_id not in self._known_tasks():
+            raise ValueError(f"unknown task_id {task_id!r} for {self.kind}; see env.task_ids()")
+        observation = self._as_observation(self._begin(task_id))
+        self._episode = _EpisodeState(task_id, 0, False, False, False, observation)
+        return observation, self._info()
+
+    def step(self, action: Any) -> tuple[Observation, float, bool, bool, dict]:
+        """Apply one model reply: parse its tool calls, run them in order, observe."""
+        self._check_open()
+        episode = self._episode
+        if episode is None:
+            raise gym.error.ResetNeeded("call reset() before step()")
+        if episode.terminated or episode.truncated:
+            text = "Error: the episode is over; call reset() to start a new one."
+            return (self._as_observation(text), 0.0, episode.terminated, episode.truncated,
+                    self._info(error="episode is over"))
+        episode.turn += 1
+        try:
+            parsed = self.parse(action)
+            outcome = self._act(parsed)
+        except Exception as exc:  # the env broke, not the model: end the episode, keep the process
+            outcome = Outcome(f"Environment error: {type(exc).__name__}: {exc}", error=str(exc),
+                              info={"env_error": f"{type(exc).__name__}: {exc}"})
+            episode.truncated = True
+        if outcome.success is not None:
+            episode.success = bool(outcome.success)
+        episode.terminated = episode.terminated or outcome.terminated
+        episode.truncated = episode.truncated or (not episode.terminated and episode.turn >= self.max_turns)
+        observation = self._as_observation(outcome.text, outcome.image)
+        episode.last_observation = observation
+        info = self._info(error=outcome.error)
+        info.update(outcome.info)
+        return observation, float(outcome.reward), episode.terminated, episode.truncated, info
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi" and self._episode is not None:
+            return self._episode.last_observation["text"]
+        return None
+
+    def close(self) -> None:
+        """Free every resource; idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._teardown()
+        super().close()
+
+    # ------------------------------------------------------------------ replies and tools
+    def parse(self, action: Any) -> ParsedAction:
+        """Parse a reply with this env's tools; never raises (see :func:`agentgym.actions.parse_action`)."""
+        return parse_action(action, self.tools(), code_block_tools=self.code_block_tools,
+                            allow_text=self.allow_text_replies)
+
+    def _act(self, parsed: ParsedAction) -> Outcome:
+        """Run the reply's calls in order; invalid calls report their error, valid ones run.
+
+        Execution stops after a call that terminates the episode. A reply with no usable call
+        costs the turn and explains the allowed format.
+        """
+        if not parsed.calls:
+            if self.allow_text_replies:
+                return self._reply_without_calls(parsed.text)
+            return Outcome(format_error(parsed.error or "no tool call found", self.tools()), error=parsed.error)
+        parts, reward, terminated, success, images = [], 0.0, False, None, None
+        for call in parsed.calls:
+            if call.ok:
+                result = self._call_tool(call)
+            else:
+                result = Outcome(format_error(call.error, self.tools()), error=call.error)
+            parts.append(result.text if len(parsed.calls) == 1 else f"[{call.name}] {result.text}")
+            reward += result.reward
+            images = result.image if result.image is not None else images
+            if result.success is not None:
+                success = result.success
+            if result.terminated:
+                terminated = True
+                break
+        return Outcome("\n\n".join(parts), reward, terminated, success, parsed.error, images)
+
+    def _reply_without_calls(self, text: str) -> Outcome:
+        """What a plain-text reply does in envs that allow them (``allow_text_replies``)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ branching
+    def snapshot(self) -> Snapshot:
+        """Capture the current state; the caller owns one reference (release it when done)."""
+        self._check_open()
+        episode = self._require_episode()
+        payload, release = self._capture()
+        state = _EpisodeState(**vars(episode))
+        return Snapshot(kind=self.kind, task_id=episode.task_id, turn=episode.turn,
+                        payload=(state, payload), release=release,
+                        metadata=self._snapshot_metadata(payload))
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Put this env into ``snapshot``'s state (the snapshot stays valid and owned by the caller)."""
+        self._check_open()
+        state, payload = self._check_restorable(snapshot)
+        self._load(payload)
+        self._episode = _EpisodeState(**vars(state))
+
+    def fork(self, snapshot: Snapshot | None = None) -> "AgentEnv":
+        """A new, independent env at ``snapshot``'s state (default: the current state).
+
+        The returned env is not wrapped; it has the same configuration as this one and must be
+        closed by the caller.
+        """
+        own = snapshot is None
+        snapshot = self.snapshot() if own else snapshot
+        try:
+            self._check_restorable(snapshot)
+            args, kwargs = self._spawn_args
+            child = type(self)(*args, **kwargs)
+            try:
+                child.restore(snapshot)
+            except BaseException:
+                child.close()
+                raise
+        finally:
+            if own:
+                snapshot.release()
+        return child
+
+    def _check_restorable(self, snapshot: Snapshot) -> tuple[_EpisodeState, Any]:
+        if snapshot.kind != self.kind:
+            raise SnapshotMismatchError(f"snapshot of a {snapshot.kind} cannot restore into a {self.kind}")
+        if self._episode is not None and self._episode.task_id != snapshot.task_id:
+            raise SnapshotMismatchError(
+                f"snapshot of task {snapshot.task_id!r} cannot restore into an env on task "
+                f"{self._episode.task_id!r}; fork() it or reset to that task first")
+        return snapshot.payload
+
+    def _snapshot_metadata(self, payload: Any) -> dict:
+        """Serialisable backend details for :attr:`Snapshot.metadata` (e.g. an image id)."""
+        return {}
+
+    # ------------------------------------------------------------------ async twins
+    async def areset(self, *, seed: int | None = None, options: dict | None = None):
+        return await asyncio.to_thread(self.reset, seed=seed, options=options)
+
+    async def astep(self, action: Any):
+        return await asyncio.to_thread(self.step, action)
+
+    async def asnapshot(self) -> Snapshot:
+        return await asyncio.to_thread(self.snapshot)
+
+    async def arestore(self, snapshot: Snapshot) -> None:
+        await asyncio.to_thread(self.restore, snapshot)
+
+    async def afork(self, snapshot: Snapshot | None = None) -> "AgentEnv":
+        return await asyncio.to_thread(self.fork, snapshot)
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def task_id(self) -> str | None:
+        return self._episode.task_id if self._episode else None
+
+    @property
+    def turn(self) -> int:
+        return self._episode.turn if self._episode else 0
+
+    def _known_tasks(self) -> frozenset[str]:
+        if self._task_set is None:
+            self._task_set = frozenset(self.task_ids())
+        return self._task_set
+
+    def _require_episode(self) -> _EpisodeState:
+        if self._episode is None:
+            raise gym.error.ResetNeeded("call reset() first")
+        return self._episode
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise gym.error.ClosedEnvironmentError(f"{type(self).__name__} is closed")
+
+    def _as_observation(self, value: str | Observation, image: np.ndarray | None = None) -> Observation:
+        observation = dict(value) if isinstance(value, dict) else {"text": value}
+        if image is not None:
+            observation["image"] = image
+        if "image" in self.observation_space.spaces and "image" not in observation:
+            # Keep the last screenshot when a step did not take a new one (the space requires it).
+            previous = self._episode.last_observation.get("image") if self._episode else None
+            observation["image"] = previous if previous is not None else np.zeros(
+                self.observation_space["image"].shape, np.uint8)
+        return observation
+
+    def _info(self, error: str | None = None) -> dict:
+        episode = self._episode
+        return {
+            "task_id": episode.task_id if episode else None,
+            "turn": episode.turn if episode else 0,
+            "success": episode.success if episode else False,
+            "error": error,
+            "tools": [tool.to_openai() for tool in self.tools()],
+        }
+
+    def __del__(self):
+        # Best effort only: envs own containers and processes, which close() frees promptly.
+        try:
+            if not getattr(self, "_closed", True):
+                self.close()
+        except Exception:
+            pass
+

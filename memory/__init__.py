@@ -1,0 +1,1 @@
+"""agentgym.memory: durable memory and skill banks for agents; see the memory issue."""

@@ -1,0 +1,1 @@
+"""agentgym.trainers: RL trainers on TRL and Accelerate (tree GRPO, SAO); see the trainers issue."""

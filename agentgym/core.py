@@ -334,21 +334,24 @@ class AgentEnv(gym.Env[Observation, str]):
             if self.allow_text_replies:
                 return self._reply_without_calls(parsed.text)
             return Outcome(format_error(parsed.error or "no tool call found", self.tools()), error=parsed.error)
-        parts, reward, terminated, success, images = [], 0.0, False, None, None
+        parts, errors, info, reward, terminated, success, image = [], [], {}, 0.0, False, None, None
         for call in parsed.calls:
             if call.ok:
                 result = self._call_tool(call)
             else:
                 result = Outcome(format_error(call.error, self.tools()), error=call.error)
             parts.append(result.text if len(parsed.calls) == 1 else f"[{call.name}] {result.text}")
+            if result.error:
+                errors.append(result.error)
+            info.update(result.info)
             reward += result.reward
-            images = result.image if result.image is not None else images
+            image = result.image if result.image is not None else image
             if result.success is not None:
                 success = result.success
             if result.terminated:
                 terminated = True
                 break
-        return Outcome("\n\n".join(parts), reward, terminated, success, parsed.error, images)
+        return Outcome("\n\n".join(parts), reward, terminated, success, "; ".join(errors) or None, image, info)
 
     def _reply_without_calls(self, text: str) -> Outcome:
         """What a plain-text reply does in envs that allow them (``allow_text_replies``)."""

@@ -68,8 +68,8 @@ class Sandbox(Protocol):
 
     def exec(self, command: str, *, timeout: float | None = None, workdir: str | None = None,
              env: dict[str, str] | None = None, stdin: str | None = None) -> ExecResult:
-        """Run a shell command (bash -lc semantics) with a wall-clock timeout; never raises for a
-        failing or hanging command, only for a dead sandbox."""
+        """Run a shell command in bash with a wall-clock timeout; ``cd`` and exported variables carry
+        over to later commands. Never raises for a failing or hanging command, only for a dead sandbox."""
 
     def read_file(self, path: str) -> bytes: ...
 

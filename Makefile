@@ -1,0 +1,17 @@
+# The two commands: `make demo` (the main job) and `make test`. Both set everything up first.
+.PHONY: setup demo test bench clean-sandboxes
+
+setup:
+	./scripts/setup.sh
+
+demo: setup
+	.venv/bin/python examples/scripted_code_eval.py
+
+test: setup
+	.venv/bin/python -m pytest -q -p no:cacheprovider
+
+bench: setup
+	.venv/bin/python benchmarks/sandbox.py
+
+clean-sandboxes:
+	.venv/bin/agentgym sandbox gc --all

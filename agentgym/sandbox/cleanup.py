@@ -1,0 +1,253 @@
+"""Lifetime of what this process makes in the Docker engine: tracking, deferred image release, removal at exit
+or on SIGTERM/SIGINT, and reaping (``gc``) of what dead processes left behind."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import threading
+import weakref
+from typing import Callable, TypedDict
+
+import docker.errors
+
+from agentgym.sandbox import engine, labels
+
+_lock = threading.RLock()
+
+
+class _Tracked:
+    """Containers and snapshot images this process made, with the users that keep each image alive."""
+
+    def __init__(self):
+        self.containers: dict[str, str] = {}  # container id -> image it runs
+        self.images: dict[str, str] = {}  # snapshot image id -> the image it was committed on top of
+        self.users: dict[str, int] = {}  # snapshot image id -> our containers and child snapshots using it
+        self.released: set[str] = set()
+
+
+_tracked = _Tracked()
+_tracked_pid = os.getpid()
+_shutdown_hooks: "weakref.WeakSet" = weakref.WeakSet()  # objects with .shutdown(), e.g. warm pools
+_cleaning = False
+
+
+def _state() -> _Tracked:
+    """This process's records; a forked child starts empty rather than inheriting (and deleting) its parent's."""
+    global _tracked, _tracked_pid
+    if _tracked_pid != os.getpid():
+        _tracked, _tracked_pid = _Tracked(), os.getpid()
+    return _tracked
+
+
+def track_container(container_id: str, image: str) -> None:
+    with _lock:
+        state = _state()
+        state.containers[container_id] = image
+        if image in state.users:
+            state.users[image] += 1
+
+
+def track_snapshot(image_id: str, parent: str) -> None:
+    with _lock:
+        state = _state()
+        state.images[image_id] = parent
+        state.users[image_id] = 0
+        if parent in state.users:
+            state.users[parent] += 1  # the engine refuses to delete an image that has children
+
+
+def remove_container(container_id: str) -> None:
+    """Force-remove a container (gone already is fine) and then free the images it alone kept alive."""
+    try:
+        engine.api().remove_container(container_id, force=True)
+    except docker.errors.NotFound:
+        pass
+    with _lock:
+        image = _state().containers.pop(container_id, None)
+    if image is not None:
+        _drop_user(image)
+
+
+def release_image(image_id: str) -> None:
+    """Remove a snapshot image now, or as soon as the last container or child snapshot using it is gone."""
+    with _lock:
+        state = _state()
+        if image_id not in state.images:
+            return
+        state.released.add(image_id)
+    _remove_if_unused(image_id)
+
+
+def _drop_user(image_id: str) -> None:
+    with _lock:
+        users = _state().users
+        if image_id not in users:
+            return
+        users[image_id] -= 1
+    _remove_if_unused(image_id)
+
+
+def _remove_if_unused(image_id: str) -> None:
+    with _lock:
+        state = _state()
+        if image_id not in state.released or state.users.get(image_id, 1) > 0:
+            return
+        parent = state.images.pop(image_id)
+        state.users.pop(image_id)
+        state.released.discard(image_id)
+    if _remove_image(image_id):
+        _drop_user(parent)
+    else:  # still in use by something we do not track; the exit sweep tries again
+        with _lock:
+            state.images[image_id], state.users[image_id] = parent, 0
+
+
+def _remove_image(image_id: str) -> bool:
+    try:
+        # noprune: an untagged parent may be a snapshot someone still holds.
+        engine.api().remove_image(image_id, noprune=True)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError:
+        return False
+    return True
+
+
+def on_shutdown(obj) -> None:
+    """Call ``obj.shutdown()`` before the exit sweep, so that nothing (a pool refill) makes containers after it."""
+    _shutdown_hooks.add(obj)
+
+
+def cleanup_process() -> None:
+    """Remove every container and image this process made: tracked ones, then anything else with its session label."""
+    global _cleaning
+    with _lock:
+        if _cleaning or _tracked_pid != os.getpid() or not engine.started():
+            return
+        _cleaning = True
+    try:
+        for obj in list(_shutdown_hooks):
+            obj.shutdown()
+        state = _state()
+        _parallel(remove_container, list(state.containers))
+        client = engine.api()
+        leftovers = [c["Id"] for c in client.containers(all=True, filters=labels.session_filter())]
+        _parallel(remove_container, leftovers)
+        images = list(reversed(state.images))  # children before parents
+        images += [i["Id"] for i in client.images(filters=labels.session_filter()) if i["Id"] not in state.images]
+        for image_id in images:
+            _remove_image(image_id)
+        state.images.clear()
+        state.users.clear()
+    except Exception:  # noqa: BLE001 - an exit path must not raise; `agentgym sandbox gc` catches the rest
+        pass
+    finally:
+        _cleaning = False
+
+
+def _parallel(fn: Callable[[str], None], items: list[str]) -> None:
+    """Run engine removals side by side; plain threads, because executors refuse work during interpreter exit."""
+    threads = [threading.Thread(target=_quietly, args=(fn, item)) for item in items]
+    try:
+        for thread in threads:
+            thread.start()
+    except RuntimeError:  # newer Pythons refuse new threads late in shutdown
+        for thread, item in zip(threads, items):
+            if thread.ident is None:
+                _quietly(fn, item)
+    for thread in threads:
+        if thread.ident is not None:
+            thread.join()
+
+
+def _quietly(fn: Callable[[str], None], item: str) -> None:
+    try:
+        fn(item)
+    except Exception:  # noqa: BLE001 - one failed removal must not stop the others
+        pass
+
+
+_installed_pid: int | None = None
+_signals_installed = False
+
+
+def ensure_installed() -> None:
+    """Arm the exit handlers and reap dead owners' leftovers, once per process (cheap after the first call)."""
+    global _installed_pid, _signals_installed
+    if _installed_pid != os.getpid():
+        with _lock:
+            if _installed_pid != os.getpid():
+                atexit.register(cleanup_process)
+                threading.Thread(target=_reap, daemon=True, name="agentgym-reap").start()
+                _installed_pid, _signals_installed = os.getpid(), False
+    if not _signals_installed and threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            _chain_signal(signum)
+        _signals_installed = True
+
+
+def _reap() -> None:
+    try:
+        gc()
+    except Exception:  # noqa: BLE001 - reaping is a courtesy; `agentgym sandbox gc` reports failures
+        pass
+
+
+def _chain_signal(signum: int) -> None:
+    previous = signal.getsignal(signum)
+    if previous in (signal.SIG_IGN, None):  # ignored (or set outside Python): the process does not die of it
+        return
+
+    def handler(num, frame):
+        if previous is signal.default_int_handler:
+            # Plain Ctrl-C raises KeyboardInterrupt: a program may catch it and go on using its
+            # sandboxes, and if it does not, the interpreter exits and atexit cleans up.
+            return previous(num, frame)
+        cleanup_process()
+        if callable(previous):
+            return previous(num, frame)
+        if previous == signal.SIG_DFL:
+            signal.signal(num, signal.SIG_DFL)
+            os.kill(os.getpid(), num)
+        return None
+
+    signal.signal(signum, handler)
+
+
+class GcReport(TypedDict):
+    containers: list[str]
+    images: list[str]
+    errors: list[str]
+
+
+def gc(all: bool = False) -> GcReport:  # noqa: A002 - mirrors `agentgym sandbox gc --all`
+    """Remove managed containers and snapshot images whose owner process is dead on this host.
+
+    ``all=True`` removes every managed container and snapshot image, whoever owns it (base
+    images are never touched).
+    """
+    client = engine.api()
+    report: GcReport = {"containers": [], "images": [], "errors": []}
+    for container in client.containers(all=True, filters=labels.MANAGED_FILTER):
+        if all or labels.owner_is_dead(container["Labels"]):
+            _collect(report, "containers", container["Id"], lambda cid: client.remove_container(cid, force=True))
+    images = client.images(filters=labels.MANAGED_FILTER)
+    for image in sorted(images, key=lambda i: i["Created"], reverse=True):  # children before parents
+        image_labels = image.get("Labels") or {}
+        if image_labels.get(labels.KIND) == labels.KIND_BASE:
+            continue
+        if all or labels.owner_is_dead(image_labels):
+            _collect(report, "images", image["Id"], lambda iid: client.remove_image(iid, noprune=True))
+    return report
+
+
+def _collect(report: GcReport, key: str, item_id: str, remove: Callable[[str], None]) -> None:
+    try:
+        remove(item_id)
+        report[key].append(item_id)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as exc:
+        report["errors"].append(f"{item_id[:19]}: {engine.explain(exc)}")

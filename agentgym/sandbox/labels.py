@@ -1,0 +1,82 @@
+"""Labels that mark what agentgym made in the Docker engine and which process owns it, so leftovers can be reaped."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+
+MANAGED = "agentgym.managed"
+KIND = "agentgym.kind"
+OWNER_PID = "agentgym.owner-pid"
+OWNER_HOST = "agentgym.owner-host"
+# The owner's start time tells a dead owner from a new process that reuses its pid.
+OWNER_START = "agentgym.owner-start"
+SESSION = "agentgym.session"
+CONTENT_HASH = "agentgym.content-hash"
+
+KIND_BASE = "base"
+KIND_SANDBOX = "sandbox"
+KIND_SNAPSHOT = "snapshot"
+KIND_POOL = "pool"
+
+MANAGED_FILTER = {"label": [f"{MANAGED}=true"]}
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The process that owns containers and images: pid, host, start time and a per-process session id."""
+
+    pid: int
+    host: str
+    start: str
+    session: str
+
+
+def process_start_time(pid: int) -> str | None:
+    """The start time of ``pid`` in clock ticks since boot, or None where the process (or /proc) is absent."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            # The command name (field 2) may contain spaces; the fields after its closing paren do not.
+            return stat.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+_owner: Owner | None = None
+
+
+def current_owner() -> Owner:
+    """This process as an owner; a forked child has another pid, so it gets an owner (and session) of its own."""
+    global _owner
+    if _owner is None or _owner.pid != os.getpid():
+        pid = os.getpid()
+        _owner = Owner(pid, socket.gethostname(), process_start_time(pid) or "", uuid.uuid4().hex)
+    return _owner
+
+
+def owner_labels(kind: str) -> dict[str, str]:
+    owner = current_owner()
+    return {MANAGED: "true", KIND: kind, OWNER_PID: str(owner.pid), OWNER_HOST: owner.host,
+            OWNER_START: owner.start, SESSION: owner.session}
+
+
+def session_filter() -> dict[str, list[str]]:
+    return {"label": [f"{MANAGED}=true", f"{SESSION}={current_owner().session}"]}
+
+
+def owner_is_dead(labels: dict[str, str] | None) -> bool:
+    """True only when the labels name an owner on this host that no longer runs; unknown owners count as alive."""
+    labels = labels or {}
+    if labels.get(OWNER_HOST) != socket.gethostname() or not labels.get(OWNER_PID, "").isdigit():
+        return False
+    pid = int(labels[OWNER_PID])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # alive, owned by another user
+    start = process_start_time(pid)
+    return bool(labels.get(OWNER_START)) and start is not None and start != labels[OWNER_START]

@@ -1,0 +1,160 @@
+"""WarmPool: pre-started sandbox containers per image, so that an environment reset does not wait for a cold start."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter, OrderedDict, deque
+
+from agentgym.sandbox import cleanup, engine, labels
+from agentgym.sandbox.docker import DockerSandbox, SandboxConfig, create_container, start_container
+from agentgym.sandbox.images import require_base_image
+
+__all__ = ["WarmPool", "default_pool"]
+
+DEFAULT_SIZE = 4
+# Per-task images (SWE-bench style) would otherwise each keep `size` idle containers forever.
+DEFAULT_MAX_IMAGES = 4
+_Key = tuple[str, SandboxConfig]
+
+
+class WarmPool:
+    """Keeps ``size`` started, hardened containers ready for each (image, config) it has been asked for.
+
+    :meth:`acquire` hands out a ready container at once and a background thread starts a
+    replacement; when none is ready it starts one cold. Only the ``max_images`` most recently
+    used (image, config) pairs are kept warm. Idle containers carry the same owner labels as
+    every sandbox, so the exit sweep and ``agentgym sandbox gc`` remove them too.
+    """
+
+    def __init__(self, size: int = DEFAULT_SIZE, *, max_images: int = DEFAULT_MAX_IMAGES):
+        self.size = size
+        self.max_images = max_images
+        self._ready: OrderedDict[_Key, deque[str]] = OrderedDict()  # least recently used first
+        self._starting: Counter = Counter()
+        self._cond = threading.Condition()
+        self._worker: threading.Thread | None = None
+        self._closed = False
+        cleanup.on_shutdown(self)
+
+    def acquire(self, image: str | None = None, *, config: SandboxConfig | None = None) -> DockerSandbox:
+        """A sandbox from ``image`` (default: the base image); warm when one is ready, else a cold start."""
+        key = self._key(image, config)
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the warm pool is shut down")
+            ready = self._use(key)
+            container_id = ready.popleft() if ready else None
+            self._wake()
+        if container_id is None:
+            return DockerSandbox.launch(*key)
+        return DockerSandbox(container_id, *key)
+
+    def prewarm(self, image: str | None = None, *, config: SandboxConfig | None = None,
+                wait: bool = False, timeout: float = 120.0) -> None:
+        """Start filling the pool for ``image``; with ``wait``, block until ``size`` containers are ready."""
+        key = self._key(image, config)
+        with self._cond:
+            self._use(key)
+            self._wake()
+            if wait:
+                self._cond.wait_for(lambda: len(self._ready.get(key, ())) >= self.size or self._closed, timeout)
+
+    def available(self, image: str | None = None, *, config: SandboxConfig | None = None) -> int:
+        """How many started containers are ready for ``image`` now."""
+        with self._cond:
+            return len(self._ready.get(self._key(image, config), ()))
+
+    def shutdown(self) -> None:
+        """Stop refilling and remove the idle containers (sandboxes already handed out stay)."""
+        with self._cond:
+            self._closed = True
+            idle = [cid for ready in self._ready.values() for cid in ready]
+            self._ready.clear()
+            self._cond.notify_all()
+            worker = self._worker
+        if worker is not None and worker is not threading.current_thread():
+            worker.join(timeout=60)
+        for container_id in idle:
+            cleanup.remove_container(container_id)
+
+    def __enter__(self) -> "WarmPool":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.shutdown()
+
+    @staticmethod
+    def _key(image: str | None, config: SandboxConfig | None) -> _Key:
+        return image or require_base_image(), config or SandboxConfig()
+
+    def _use(self, key: _Key) -> deque[str]:
+        """The ready queue for ``key``, now the most recently used; the least recent beyond max_images go."""
+        ready = self._ready.setdefault(key, deque())
+        self._ready.move_to_end(key)
+        while len(self._ready) > self.max_images:
+            for container_id in self._ready.popitem(last=False)[1]:
+                engine.submit(cleanup.remove_container, container_id)
+        return ready
+
+    def _wake(self) -> None:
+        if self._worker is None or not self._worker.is_alive():
+            self._worker = threading.Thread(target=self._refill, daemon=True, name="agentgym-pool")
+            self._worker.start()
+        self._cond.notify_all()
+
+    def _next_key(self) -> _Key | None:
+        for key, ready in self._ready.items():
+            if len(ready) + self._starting[key] < self.size:
+                return key
+        return None
+
+    def _refill(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._closed or self._next_key() is not None)
+                if self._closed:
+                    return
+                key = self._next_key()
+                self._starting[key] += 1
+            container_id = self._start(key)
+            with self._cond:
+                self._starting[key] -= 1
+                if container_id is None:
+                    self._ready.pop(key, None)  # stop retrying a failing image until it is asked for again
+                elif self._closed:
+                    cleanup.remove_container(container_id)  # at exit the executor takes no more work
+                elif key not in self._ready:  # evicted while it started
+                    engine.submit(cleanup.remove_container, container_id)
+                else:
+                    self._ready[key].append(container_id)
+                self._cond.notify_all()
+
+    @staticmethod
+    def _start(key: _Key) -> str | None:
+        container_id = None
+        try:
+            container_id = create_container(*key, labels.KIND_POOL)
+            start_container(container_id)
+            return container_id
+        except Exception:  # noqa: BLE001 - acquire() falls back to a cold start, which reports the error
+            if container_id is not None:
+                cleanup.remove_container(container_id)
+            time.sleep(1.0)  # do not spin on an engine that keeps failing
+            return None
+
+
+_default: WarmPool | None = None
+_default_pid: int | None = None
+_default_lock = threading.Lock()
+
+
+def default_pool() -> WarmPool:
+    """The process-wide pool (size from $AGENTGYM_POOL_SIZE, default 4); a forked child gets its own."""
+    global _default, _default_pid
+    with _default_lock:
+        if _default is None or _default_pid != os.getpid():
+            _default = WarmPool(int(os.environ.get("AGENTGYM_POOL_SIZE", DEFAULT_SIZE)))
+            _default_pid = os.getpid()
+        return _default

@@ -1,0 +1,217 @@
+"""CodeEnv: the base of the code environments — an agent with shell, Python and file tools in a hardened Docker sandbox.
+
+A code env owns one :class:`~agentgym.sandbox.docker.DockerSandbox` per episode. ``reset``
+takes a pre-started container from the warm pool and lays the task's workspace into it;
+``snapshot`` commits the container (the filesystem plus the tracked shell cwd/env) and
+``fork`` starts an independent container from that commit. Grading never trusts the agent's
+container: subclasses re-run the hidden tests in a fresh sandbox.
+
+Tools (subclasses add to or trim :meth:`tools`):
+
+* ``bash(command, timeout?)`` — run a shell command; ``cd``/``export`` persist between calls;
+* ``python(code, timeout?)`` — run a Python program;
+* ``read_file(path, start_line?, end_line?)``, ``write_file(path, content)``,
+  ``str_replace(path, old, new)`` — file editing, with errors the model can act on;
+* ``submit()`` — end the episode and get graded.
+
+Fenced ```` ```python ```` and ```` ```bash ```` blocks in a reply run as ``python``/``bash`` calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from agentgym.actions import ToolCall, ToolSpec
+from agentgym.core import AgentEnv, Outcome
+from agentgym.sandbox.base import ExecResult
+from agentgym.sandbox.docker import DockerSandbox, SandboxConfig
+
+
+def _tool(name: str, description: str, required: list[str], **properties: dict) -> ToolSpec:
+    return ToolSpec(name, description, {"type": "object", "properties": properties, "required": required})
+
+
+_TIMEOUT = {"type": "integer", "description": "seconds before the command is killed (default: the env's exec timeout)"}
+
+BASH = _tool("bash", "Run a bash command in the sandbox. The working directory and exported variables persist.",
+             ["command"], command={"type": "string"}, timeout=_TIMEOUT)
+PYTHON = _tool("python", "Run a Python 3 program in the sandbox and show its output.",
+               ["code"], code={"type": "string"}, timeout=_TIMEOUT)
+READ_FILE = _tool("read_file", "Show a text file with line numbers (optionally a 1-based inclusive line range).",
+                  ["path"], path={"type": "string"}, start_line={"type": "integer"}, end_line={"type": "integer"})
+WRITE_FILE = _tool("write_file", "Create or overwrite a file with the given content.",
+                   ["path", "content"], path={"type": "string"}, content={"type": "string"})
+STR_REPLACE = _tool("str_replace", "Replace the exactly-once occurrence of `old` in a file with `new`.",
+                    ["path", "old", "new"], path={"type": "string"}, old={"type": "string"}, new={"type": "string"})
+SUBMIT = _tool("submit", "Finish the task and have your work graded. This ends the episode.", [])
+
+#: How much of a file read_file shows at most, so one call cannot flood the context.
+MAX_READ_CHARS = 20_000
+
+
+@dataclass
+class CodePayload:
+    """A code env's part of a snapshot: the committed sandbox and the env fields that are not on disk."""
+
+    sandbox_snapshot: Any
+    extra: dict
+
+
+class CodeEnv(AgentEnv):
+    """Base class of sandboxed code environments (see the module docstring)."""
+
+    code_block_tools = {"python": ("python", "code"), "py": ("python", "code"),
+                        "bash": ("bash", "command"), "sh": ("bash", "command"), "shell": ("bash", "command")}
+
+    def __init__(self, *, image: str | None = None, exec_timeout: float = 30.0, max_turns: int = 30,
+                 sandbox_config: SandboxConfig | None = None, warm_pool: bool = True,
+                 render_mode: str | None = None):
+        super().__init__(max_turns=max_turns, render_mode=render_mode)
+        self.image = image
+        self.exec_timeout = exec_timeout
+        self.sandbox_config = sandbox_config
+        self.warm_pool = warm_pool
+        self.sandbox: DockerSandbox | None = None
+        self._handlers: dict[str, Callable[[dict], Outcome]] = {
+            "bash": self._bash, "python": self._python, "read_file": self._read_file,
+            "write_file": self._write_file, "str_replace": self._str_replace, "submit": self._submit,
+        }
+
+    # ------------------------------------------------------------------ subclass hooks
+    def _prepare(self, sandbox: DockerSandbox, task_id: str) -> str:
+        """Lay the task's files into a fresh sandbox and return the task description."""
+        raise NotImplementedError
+
+    def _grade(self) -> Outcome:
+        """Grade the current work in a fresh sandbox; the outcome must set ``success``."""
+        raise NotImplementedError
+
+    def _extra_state(self) -> dict:
+        """Env fields beyond the sandbox that snapshots must carry."""
+        return {}
+
+    def _load_extra_state(self, extra: dict) -> None:
+        pass
+
+    def task_image(self, task_id: str) -> str | None:
+        """The image a task's sandbox starts from (default: the env's image, else the base image)."""
+        return self.image
+
+    # ------------------------------------------------------------------ AgentEnv hooks
+    def tools(self) -> list[ToolSpec]:
+        return [BASH, PYTHON, READ_FILE, WRITE_FILE, STR_REPLACE, SUBMIT]
+
+    def _begin(self, task_id: str) -> str:
+        self._close_sandbox()
+        self.sandbox = DockerSandbox.create(image=self.task_image(task_id), config=self.sandbox_config,
+                                            warm=self.warm_pool)
+        return self._prepare(self.sandbox, task_id)
+
+    def _call_tool(self, call: ToolCall) -> Outcome:
+        return self._handlers[call.name](call.arguments)
+
+    def _capture(self):
+        sandbox_snapshot = self._live_sandbox().snapshot()
+        return CodePayload(sandbox_snapshot, self._extra_state()), sandbox_snapshot.release
+
+    def _load(self, payload: CodePayload) -> None:
+        if self.sandbox is None:
+            self.sandbox = DockerSandbox.from_snapshot(payload.sandbox_snapshot, config=self.sandbox_config)
+        else:
+            self.sandbox.restore(payload.sandbox_snapshot)
+        self._load_extra_state(dict(payload.extra))
+
+    def _snapshot_metadata(self, payload: CodePayload) -> dict:
+        return {"image": payload.sandbox_snapshot.ref}
+
+    def _teardown(self) -> None:
+        self._close_sandbox()
+
+    # ------------------------------------------------------------------ tools
+    def _bash(self, args: dict) -> Outcome:
+        return self._exec_outcome(self._live_sandbox().exec(args["command"], timeout=self._timeout(args)))
+
+    def _python(self, args: dict) -> Outcome:
+        sandbox = self._live_sandbox()
+        return self._exec_outcome(sandbox.exec("python3 -", stdin=args["code"], timeout=self._timeout(args)))
+
+    def _read_file(self, args: dict) -> Outcome:
+        text, error = self._read_text(args["path"])
+        if error:
+            return Outcome(f"Error: {error}", error=error)
+        lines = text.splitlines()
+        start = max(1, args.get("start_line") or 1)
+        end = min(len(lines), args.get("end_line") or len(lines))
+        if lines and start > end:
+            error = f"empty line range {start}..{end}; the file has {len(lines)} lines"
+            return Outcome(f"Error: {error}", error=error)
+        shown = "\n".join(f"{n:6}\t{lines[n - 1]}" for n in range(start, end + 1))
+        if len(shown) > MAX_READ_CHARS:
+            shown = shown[:MAX_READ_CHARS] + (f"\n[... truncated: showing {MAX_READ_CHARS} characters; "
+                                              "use start_line/end_line to read the rest ...]")
+        return Outcome(shown if lines else "(empty file)")
+
+    def _write_file(self, args: dict) -> Outcome:
+        path = self._resolve(args["path"])
+        try:
+            self._live_sandbox().write_file(path, args["content"])
+        except (OSError, ValueError) as exc:
+            return Outcome(f"Error: cannot write {path}: {exc}", error=str(exc))
+        return Outcome(f"Wrote {len(args['content'])} characters to {path}.")
+
+    def _str_replace(self, args: dict) -> Outcome:
+        path = self._resolve(args["path"])
+        text, error = self._read_text(path)
+        if error is None:
+            count = text.count(args["old"]) if args["old"] else 0
+            if count != 1:
+                error = (f"`old` must occur exactly once in {path}; it occurs {count} times"
+                         + (" (it is empty)" if not args["old"] else ""))
+        if error:
+            return Outcome(f"Error: {error}", error=error)
+        self._live_sandbox().write_file(path, text.replace(args["old"], args["new"], 1))
+        return Outcome(f"Replaced 1 occurrence in {path}.")
+
+    def _submit(self, args: dict) -> Outcome:
+        return self._grade()
+
+    # ------------------------------------------------------------------ helpers
+    def _live_sandbox(self) -> DockerSandbox:
+        if self.sandbox is None:
+            raise RuntimeError("no sandbox: call reset() first")
+        return self.sandbox
+
+    def _close_sandbox(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
+            self.sandbox = None
+
+    def _timeout(self, args: dict) -> float:
+        requested = args.get("timeout")
+        return float(requested) if requested and requested > 0 else self.exec_timeout
+
+    def _resolve(self, path: str) -> str:
+        if path.startswith("/"):
+            return path
+        return f"{self._live_sandbox().cwd.rstrip('/')}/{path}"
+
+    def _read_text(self, path: str) -> tuple[str, str | None]:
+        path = self._resolve(path)
+        try:
+            data = self._live_sandbox().read_file(path)
+        except FileNotFoundError:
+            return "", f"{path}: no such file"
+        except IsADirectoryError:
+            return "", f"{path} is a directory"
+        return data.decode("utf-8", errors="replace"), None
+
+    @staticmethod
+    def _exec_outcome(result: ExecResult) -> Outcome:
+        text = result.output.rstrip("\n") or "(no output)"
+        notes = []
+        if result.timed_out:
+            notes.append(f"[the command was killed after its timeout; exit code {result.exit_code}]")
+        elif result.exit_code != 0:
+            notes.append(f"[exit code {result.exit_code}]")
+        return Outcome("\n".join([text, *notes]), info={"exit_code": result.exit_code})

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# One idempotent set-up for `make test` and `make demo` on a fresh Debian machine: system packages,
+# a running Docker engine, the .venv with agentgym installed, and the offline-built base image.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(docker.io debootstrap chromium xvfb xdotool git patch)
+PYTHON=${PYTHON:-python3}
+EXTRAS=${AGENTGYM_EXTRAS:-dev}
+
+missing_packages() {
+  local missing=()
+  for pkg in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
+  done
+  echo "${missing[@]:-}"
+}
+
+need_root() {
+  echo "agentgym setup needs root for: $1. Run these as root, then re-run make:" >&2
+  shift
+  printf '  %s\n' "$@" >&2
+  exit 1
+}
+
+# 1. System packages.
+missing=$(missing_packages)
+if [ -n "$missing" ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    need_root "installing Debian packages" "apt-get update" "apt-get install -y $missing"
+  fi
+  echo "== installing Debian packages: $missing"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+# 2. A Docker engine that answers.
+if ! docker info >/dev/null 2>&1; then
+  if [ "$(id -u)" -ne 0 ]; then
+    need_root "starting the Docker engine" "nohup dockerd >/var/log/dockerd.log 2>&1 &"
+  fi
+  echo "== starting dockerd"
+  nohup dockerd >/var/log/agentgym-dockerd.log 2>&1 &
+  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  docker info >/dev/null 2>&1 || { echo "dockerd did not start; see /var/log/agentgym-dockerd.log" >&2; exit 1; }
+fi
+
+# 3. The virtual environment (reinstalled only when the project metadata changes).
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+stamp=".venv/.agentgym-installed-$(cat pyproject.toml setup.py | sha256sum | cut -c1-16)-$EXTRAS"
+if [ ! -f "$stamp" ]; then
+  echo "== installing agentgym[$EXTRAS] into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e ".[$EXTRAS]"
+  rm -f .venv/.agentgym-installed-*
+  touch "$stamp"
+fi
+
+# 4. The sandbox base image, built offline from Debian packages and cached by content hash.
+.venv/bin/agentgym images build

@@ -1,0 +1,85 @@
+"""HumanEval-v0 against the real Docker engine: tools, grading with the official tests, and known answers."""
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import gymnasium
+import pytest
+
+import agentgym  # noqa: F401  (registers the envs)
+from agentgym.envs.code.humaneval import SOLUTION_PATH, load_problems, run_official_tests
+
+pytestmark = pytest.mark.docker
+
+
+def call(name, **arguments):
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+@pytest.fixture
+def env(docker_ready):
+    env = gymnasium.make("agentgym/HumanEval-v0")
+    yield env
+    env.close()
+
+
+def solve(env, task_id, body):
+    problem = load_problems()[task_id]
+    obs, info = env.reset(options={"task_id": task_id})
+    assert problem["entry_point"] in obs["text"] and info["task_id"] == task_id
+    env.step(call("write_file", path=SOLUTION_PATH, content=problem["prompt"] + body))
+    return env.step(call("submit"))
+
+
+def test_tools_run_in_the_sandbox(env):
+    env.reset(options={"task_id": "HumanEval/0"})
+    obs, *_ = env.step(call("bash", command="cd /tmp && export GREETING=hi"))
+    obs, *_ = env.step(call("bash", command="echo $GREETING from $(pwd); exit 3"))
+    assert obs["text"] == "hi from /tmp\n[exit code 3]"
+    obs, *_ = env.step("Let me check:\n```python\nimport sys\nprint(sys.version_info[:2])\n```")
+    assert obs["text"] == "(3, 11)"
+    obs, *_ = env.step(call("read_file", path=SOLUTION_PATH, start_line=1, end_line=2))
+    assert obs["text"].startswith("     1\tfrom typing import List")
+    obs, *_, info = env.step(call("str_replace", path=SOLUTION_PATH, old="List", new="list"))
+    assert "exactly once" in info["error"]
+    obs, *_, info = env.step(call("read_file", path="/nope.txt"))
+    assert "no such file" in info["error"]
+    obs, *_, info = env.step(call("bash", command="sleep 60", timeout=1))
+    assert "killed after its timeout" in obs["text"] and info["exit_code"] == 124
+
+
+def test_canonical_solutions_score_164_of_164(docker_ready):
+    problems = load_problems()
+    assert len(problems) == 164
+
+    def run(task_ids):
+        env = gymnasium.make("agentgym/HumanEval-v0")
+        try:
+            return [solve(env, t, problems[t]["canonical_solution"])[1] for t in task_ids]
+        finally:
+            env.close()
+
+    ids = list(problems)
+    with ThreadPoolExecutor(4) as pool:
+        rewards = [r for chunk in pool.map(run, [ids[i::4] for i in range(4)]) for r in chunk]
+    assert sum(rewards) == 164
+
+
+def test_empty_bodies_score_0_of_164(docker_ready):
+    problems = load_problems()
+    with ThreadPoolExecutor(4) as pool:
+        verdicts = list(pool.map(lambda p: run_official_tests(p, p["prompt"] + "    pass\n")[0], problems.values()))
+    assert sum(verdicts) == 0
+
+
+def test_failed_submission_reports_why(env):
+    obs, reward, terminated, _, info = solve(env, "HumanEval/2", "    return 0.0\n")
+    assert (reward, terminated, info["success"]) == (0.0, True, False)
+    assert "AssertionError" in info["test_detail"]
+
+
+def test_deleted_solution_scores_zero(env):
+    env.reset(options={"task_id": "HumanEval/1"})
+    env.step(call("bash", command=f"rm {SOLUTION_PATH}"))
+    obs, reward, terminated, *_ = env.step(call("submit"))
+    assert reward == 0.0 and terminated and "does not exist" in obs["text"]

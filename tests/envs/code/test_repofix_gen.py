@@ -1,0 +1,320 @@
+"""Tests for the RepoFix-v0 task generator: mutation operators, diff helpers, the shipped tasks.jsonl,
+host-side re-verification of a few tasks, and determinism of the candidate plan."""
+
+import dataclasses
+import json
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "envs" / "code"))
+
+import repofix_gen as gen  # noqa: E402
+import repofix_mutate as mutate  # noqa: E402
+
+REQUIRED_FIELDS = {
+    "instance_id": str,
+    "repo": str,
+    "version": str,
+    "base_commit": str,
+    "problem_statement": str,
+    "hints_text": str,
+    "patch": str,
+    "test_patch": str,
+    "bug_patch": str,
+    "FAIL_TO_PASS": list,
+    "PASS_TO_PASS": list,
+    "test_command": str,
+    "difficulty": dict,
+    "created_by": str,
+}
+
+
+def mutants(source: str, operator: str) -> list[str]:
+    """Every applicable mutant of `source` produced by one operator."""
+    found = []
+    for m in mutate.find_mutations(source):
+        if m.operator == operator:
+            mutated = mutate.apply_mutation(source, m)
+            if mutated is not None:
+                found.append(mutated)
+    return sorted(found)
+
+
+def body(*lines: str) -> str:
+    return "".join(line + "\n" for line in lines)
+
+
+# --- operators ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "operator, source, expected",
+    [
+        ("flip_comparison", body("def f(a, b):", "    return a < b"), [body("def f(a, b):", "    return a <= b")]),
+        ("flip_comparison", body("def f(a):", "    return a is not None"), [body("def f(a):", "    return a is None")]),
+        ("flip_comparison", body("def f(a, b):", "    return a not in b"), [body("def f(a, b):", "    return a in b")]),
+        (
+            "off_by_one",
+            body("def f(xs):", "    return xs[0]"),
+            [body("def f(xs):", "    return xs[-1]"), body("def f(xs):", "    return xs[1]")],
+        ),
+        (
+            "off_by_one",
+            body("def f(n):", "    return list(range(1, n))"),
+            sorted(
+                body("def f(n):", f"    return list(range({a}, {b}))")
+                for a, b in [("2", "n"), ("0", "n"), ("1", "n + 1"), ("1", "n - 1")]
+            ),
+        ),
+        ("off_by_one", body("def f(i):", "    return i + 1"), [body("def f(i):", "    return i")]),
+        (
+            "wrong_slice_bound",
+            body("def f(s, n):", "    return s[:n]"),
+            [body("def f(s, n):", "    return s[:n + 1]"), body("def f(s, n):", "    return s[:n - 1]")],
+        ),
+        ("swap_and_or", body("def f(a, b):", "    return a and b"), [body("def f(a, b):", "    return a or b")]),
+        # `a and b or c`: swapping the inner `and` needs parentheses to keep its grouping; swapping
+        # the outer `or` cannot be written without regrouping and is rejected by the AST check.
+        ("swap_and_or", body("def f(a, b, c):", "    return a and b or c"), [body("def f(a, b, c):", "    return (a or b) or c")]),
+        ("drop_not", body("def f(a, b, c):", "    return c and not (a or b)"), [body("def f(a, b, c):", "    return c and (a or b)")]),
+        ("wrong_arith", body("def f(a, b):", "    return a * b"), [body("def f(a, b):", "    return a / b")]),
+        ("wrong_arith", body("def f(a, b):", "    a //= b", "    return a"), [body("def f(a, b):", "    a /= b", "    return a")]),
+        ("wrong_arith", body("def f(a):", "    return 'x' + a"), []),
+        (
+            "wrong_return",
+            body("def f(a):", "    b = a * 2", "    return b"),
+            [body("def f(a):", "    b = a * 2", "    return a")],
+        ),
+        ("wrong_return", body("def f():", "    return True"), [body("def f():", "    return False")]),
+        ("swap_args", body("def f(a, b):", "    return g(a, b)"), [body("def f(a, b):", "    return g(b, a)")]),
+        ("swap_args", body("def f(a, b):", "    return isinstance(a, b)"), []),
+        (
+            "delete_statement",
+            body("def f(xs):", "    out = []", "    for x in xs:", "        if x is None:", "            continue",
+                 "        out.append(x)", "    return out"),
+            sorted([
+                body("def f(xs):", "    out = []", "    for x in xs:", "        out.append(x)", "    return out"),
+                body("def f(xs):", "    out = []", "    for x in xs:", "        if x is None:", "            continue",
+                     "    return out"),
+            ]),
+        ),
+        (
+            "delete_statement",
+            body("def f(xs):", "    if xs:", "        xs.sort()  # in place", "    return xs"),
+            [body("def f(xs):", "    if xs:", "        pass", "    return xs")],
+        ),
+        (
+            "wrong_default",
+            body("def f(a, strict=True, *, n=0):", "    return a"),
+            sorted([body("def f(a, strict=False, *, n=0):", "    return a"), body("def f(a, strict=True, *, n=1):", "    return a")]),
+        ),
+    ],
+)
+def test_operator_gives_expected_source(operator, source, expected):
+    assert mutants(source, operator) == expected
+
+
+def test_mutations_skip_docstrings_and_attribute_nested_functions():
+    source = body(
+        "class A:",
+        "    @decorate(1 + 1)",
+        "    def m(self, x):",
+        '        """Return x < 1."""',
+        "        def inner(y):",
+        "            return y < x",
+        "        return inner",
+    )
+    found = mutate.find_mutations(source)
+    assert {m.function for m in found} == {"A.m", "A.m.<locals>.inner"}
+    comparisons = [m for m in found if m.operator == "flip_comparison"]
+    assert [m.function for m in comparisons] == ["A.m.<locals>.inner"]  # not the docstring, not the decorator
+    assert mutate.apply_mutation(source, comparisons[0]) == source.replace("y < x", "y <= x")
+
+
+def test_offsets_are_bytes_so_non_ascii_source_works():
+    source = body("def f(s):", "    return s == 'é' and len(s) > 1")
+    assert mutants(source, "flip_comparison") == sorted(
+        [source.replace("==", "!="), source.replace("> 1", ">= 1")]
+    )
+
+
+def test_apply_mutation_rejects_edits_that_do_not_produce_the_intended_tree():
+    source = body("def f(a, b):", "    return a < b")
+    (m,) = [m for m in mutate.find_mutations(source) if m.operator == "flip_comparison"]
+    (edits,) = m.alternatives
+    start, end, _ = edits[0]
+    assert mutate.apply_mutation(source, dataclasses.replace(m, alternatives=(((start, end, ">"),),))) is None
+
+
+def test_find_mutations_is_stable():
+    source = (gen.REPOS_DIR / "inflection" / "inflection" / "__init__.py").read_text()
+    assert mutate.find_mutations(source) == mutate.find_mutations(source)
+
+
+# --- diffs, patches, reports ---------------------------------------------------------------------------
+
+
+def test_file_diff_round_trips_through_git_apply_and_patch(tmp_path):
+    for tool in ("git", "patch"):
+        work = tmp_path / tool
+        work.mkdir()
+        (work / "mod.py").write_text("a = 1\nb = 2\nc = 3")  # no newline at end of file
+        (work / "gone.py").write_text("x = 1\n")
+        diff = (
+            gen.file_diff("mod.py", "a = 1\nb = 2\nc = 3", "a = 1\nb = 20\nc = 3")
+            + gen.file_diff("gone.py", "x = 1\n", None)
+            + gen.file_diff("sub/new.py", None, "y = 2\n")
+        )
+        if tool == "git":
+            gen.apply_patch(diff, work)
+        else:
+            subprocess.run(["patch", "-p1", "--batch", "--quiet"], cwd=work, input=diff.encode(), check=True)
+        assert (work / "mod.py").read_text() == "a = 1\nb = 20\nc = 3"
+        assert not (work / "gone.py").exists()
+        assert (work / "sub" / "new.py").read_text() == "y = 2\n"
+
+
+def test_apply_patch_raises_when_the_patch_does_not_fit(tmp_path):
+    (tmp_path / "mod.py").write_text("a = 1\n")
+    with pytest.raises(gen.PatchError):
+        gen.apply_patch(gen.file_diff("mod.py", "a = 2\n", "a = 3\n"), tmp_path)
+
+
+def test_parse_pytest_report():
+    output = "\n".join([
+        "..F",
+        "=========================== short test summary info ============================",
+        "PASSED tests/test_a.py::test_one",
+        "PASSED tests/test_a.py::test_p[a - b]",
+        "PASSED tests/test_a.py::test_teardown",
+        "ERROR tests/test_a.py::test_teardown - RuntimeError: boom",
+        "FAILED tests/test_a.py::test_two - assert 1 == 2",
+        "SKIPPED [1] tests/test_a.py:9: no numpy",
+        "ERROR tests/test_b.py - ImportError: nope",
+    ])
+    assert gen.parse_pytest_report(output) == {
+        "tests/test_a.py::test_one": True,
+        "tests/test_a.py::test_p[a": True,  # why the generator never ships ids containing " - "
+        "tests/test_a.py::test_teardown": False,
+        "tests/test_a.py::test_two": False,
+    }
+
+
+def test_load_tasks_decodes_swe_bench_string_lists(tmp_path):
+    path = tmp_path / "swe.jsonl"
+    path.write_text(json.dumps({"instance_id": "x", "FAIL_TO_PASS": '["t::a"]', "PASS_TO_PASS": "[]"}) + "\n\n")
+    assert gen.load_tasks(path) == [{"instance_id": "x", "FAIL_TO_PASS": ["t::a"], "PASS_TO_PASS": []}]
+
+
+def test_grade_results():
+    task = {"FAIL_TO_PASS": ["a", "b"], "PASS_TO_PASS": ["c"]}
+    assert gen.grade_results(task, {"a": True, "b": True, "c": True})["resolved"]
+    verdict = gen.grade_results(task, {"a": True, "c": True})
+    assert not verdict["resolved"] and verdict["fail_to_pass"] == {"passed": 1, "total": 2}
+
+
+# --- the shipped tasks ------------------------------------------------------------------------------------
+
+TASKS = gen.load_tasks()
+
+
+def test_shipped_tasks_are_plentiful_unique_and_spread():
+    assert len(TASKS) >= 30
+    assert len({t["instance_id"] for t in TASKS}) == len(TASKS)
+    by_repo = Counter(t["repo"] for t in TASKS)
+    assert set(by_repo) == set(gen.SPECS)
+    assert max(by_repo.values()) <= 0.4 * 50  # the generator's cap for its default --count
+    assert len({t["difficulty"]["operator"] for t in TASKS}) >= 6
+
+
+@pytest.mark.parametrize("task", TASKS, ids=[t["instance_id"] for t in TASKS])
+def test_shipped_task_is_well_formed(task):
+    for name, kind in REQUIRED_FIELDS.items():
+        assert isinstance(task[name], kind), name
+    assert task["created_by"] == gen.CREATED_BY
+    assert task["base_commit"] == gen.tree_digest(gen.REPOS_DIR / task["repo"])
+    f2p, p2p = task["FAIL_TO_PASS"], task["PASS_TO_PASS"]
+    assert 1 <= len(f2p) <= 10 and not set(f2p) & set(p2p)
+    hidden = gen.patched_files(task["test_patch"])
+    assert hidden == gen.task_test_files(task)
+    assert task["test_command"] == "python3 -m pytest -rA -p no:cacheprovider " + " ".join(hidden)
+    (source,) = gen.patched_files(task["patch"])
+    assert gen.patched_files(task["bug_patch"]) == sorted([source, *hidden])
+    assert "deleted file mode" in task["bug_patch"] and "new file mode" in task["test_patch"]
+    assert {"operator", "changed_lines"} <= set(task["difficulty"]) and task["difficulty"]["changed_lines"] >= 1
+    statement = task["problem_statement"].lower()
+    assert not any(word in statement for word in ("inject", "mutat", "mutant"))
+    assert not any(path.lower() in statement for path in hidden + [source])
+
+
+@pytest.mark.parametrize("task", TASKS, ids=[t["instance_id"] for t in TASKS])
+def test_shipped_patches_apply(task, tmp_path):
+    work = gen.materialize_workspace(task, tmp_path / "ws")
+    for path in gen.patched_files(task["test_patch"]):
+        assert not (work / path).exists()
+    gen.apply_patch(task["test_patch"], work)
+    gen.apply_patch(task["patch"], work)
+    assert gen.tree_digest(work) == task["base_commit"]
+    # The same three diffs also apply with GNU patch, as a sandbox without git would use them.
+    with_patch = gen.copy_repo(gen.REPOS_DIR / task["repo"], tmp_path / "patch")
+    for diff in (task["bug_patch"], task["test_patch"], task["patch"]):
+        subprocess.run(["patch", "-p1", "--batch", "--quiet"], cwd=with_patch, input=diff.encode(), check=True)
+    assert gen.tree_digest(with_patch) == task["base_commit"]
+
+
+def _one_per_repo():
+    seen, picked = set(), []
+    for task in TASKS:
+        if task["repo"] not in seen:
+            seen.add(task["repo"])
+            picked.append(task)
+    return picked
+
+
+@pytest.mark.parametrize("task", _one_per_repo(), ids=lambda t: t["instance_id"])
+def test_shipped_task_verifies_on_the_host(task):
+    problems = gen.verify_task(task, gen.REPOS_DIR / task["repo"], gen.pytest_runner())
+    assert problems == []
+
+
+def test_verify_task_reports_a_task_whose_tests_do_not_fail():
+    # A "bug" that breaks nothing: its FAIL_TO_PASS test passes on the buggy code too.
+    task = dict(TASKS[0], FAIL_TO_PASS=TASKS[0]["PASS_TO_PASS"][:1], PASS_TO_PASS=[])
+    fake_results = {n: True for n in task["FAIL_TO_PASS"]}
+    problems = gen.verify_task(task, gen.REPOS_DIR / task["repo"], lambda _dir, _files: fake_results)
+    assert problems and all(p.startswith("buggy:") for p in problems)
+
+
+# --- determinism ----------------------------------------------------------------------------------------
+
+
+def _plan(seed):
+    specs = [gen.SPECS["inflection"], gen.SPECS["semver"]]
+    return [
+        (c.repo, c.path, c.mutation.function, c.mutation.operator, c.mutation.description, c.mutated)
+        for c in gen.plan_candidates(seed, specs, per_repo=40)
+    ]
+
+
+def test_candidate_plan_is_deterministic_for_a_seed():
+    first = _plan(0)
+    assert len(first) > 40 and first == _plan(0)
+    assert first != _plan(1)
+
+
+def test_vendored_repos_carry_licenses_and_no_build_litter():
+    for spec in gen.REPOS:
+        root = gen.REPOS_DIR / spec.name
+        assert any(root.glob("LICENSE*")), spec.name
+        assert (root / "pytest.ini").exists()
+        assert not list(root.rglob("__pycache__"))
+        assert spec.source_files(root) and spec.test_files(root)
+        assert not set(spec.source_files(root)) & set(spec.test_files(root))
+    assert sum(f.stat().st_size for f in gen.REPOS_DIR.rglob("*") if f.is_file()) < 4 * 2**20
+    assert shutil.which("git") and shutil.which("patch")

@@ -1,0 +1,59 @@
+"""Every registered env passes Gymnasium's check_env and survives arbitrary model output (hypothesis)."""
+
+import json
+
+import gymnasium
+import pytest
+from gymnasium.utils.env_checker import check_env
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import agentgym
+from agentgym.registration import BUILTIN_ENVS
+
+ENV_IDS = [f"agentgym/{name}" for name in BUILTIN_ENVS]
+NEEDS_DOCKER = {"agentgym/HumanEval-v0", "agentgym/RepoFix-v0"}
+
+
+@pytest.fixture(params=ENV_IDS)
+def env(request):
+    if request.param in NEEDS_DOCKER:
+        request.getfixturevalue("docker_ready")
+    env = gymnasium.make(request.param)
+    yield env
+    env.close()
+
+
+def test_registry_holds_every_builtin():
+    assert set(ENV_IDS) <= set(agentgym.registered_env_ids())
+
+
+def test_check_env(env):
+    check_env(env, skip_render_check=False, skip_close_check=True)
+
+
+def replies(tool_names):
+    """Arbitrary text, plus tool calls with the env's real tool names and junk arguments."""
+    junk = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=30),
+                        lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
+                        max_leaves=6)
+    tool_call = st.builds(lambda name, args: f"<tool_call>{json.dumps({'name': name, 'arguments': args})}</tool_call>",
+                          st.sampled_from(tool_names + ["not_a_tool"]),
+                          st.dictionaries(st.sampled_from(["path", "command", "code", "x", "content"]), junk, max_size=3))
+    return st.one_of(st.text(max_size=200), tool_call, st.builds("{}({})".format, st.sampled_from(tool_names), st.text(max_size=40)))
+
+
+def test_arbitrary_replies_never_raise(env):
+    env.reset(seed=0)
+    tool_names = [t["function"]["name"] for t in env.reset(seed=0)[1]["tools"] if t["function"]["name"] != "submit"]
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    @given(replies(tool_names))
+    def check(reply):
+        obs, reward, terminated, truncated, info = env.step(reply)
+        assert isinstance(obs["text"], str) and obs["text"]
+        assert {"task_id", "turn", "success", "error", "tools"} <= info.keys()
+        assert "env_error" not in info, info["env_error"]
+        if terminated or truncated:
+            env.reset(seed=0)
+
+    check()

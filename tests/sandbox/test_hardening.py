@@ -1,0 +1,56 @@
+"""The default confinement, checked from inside the sandbox: no network, no privileges, bounded processes and memory."""
+
+import pytest
+
+from agentgym.sandbox.docker import DockerSandbox, SandboxConfig
+
+pytestmark = pytest.mark.docker
+
+
+def _status(sandbox, field: str) -> str:
+    return sandbox.exec(f"grep '^{field}:' /proc/self/status | cut -f2").stdout.strip()
+
+
+def test_no_network(sandbox):
+    probe = ("import socket\n"
+             "s = socket.socket(); s.settimeout(3)\n"
+             "try:\n    s.connect(('1.1.1.1', 53)); print('connected')\n"
+             "except OSError as e:\n    print('refused', e.errno)\n")
+    sandbox.write_file("/tmp/probe.py", probe)
+    assert sandbox.exec("python3 /tmp/probe.py").stdout.startswith("refused")
+    assert sandbox.exec("ls /sys/class/net").stdout.split() == ["lo"]
+
+
+def test_runs_as_uid_1000_without_capabilities(sandbox):
+    assert sandbox.exec("id -u; id -g").stdout == "1000\n1000\n"
+    assert int(_status(sandbox, "CapEff"), 16) == 0
+    assert int(_status(sandbox, "CapBnd"), 16) == 0  # dropped, not merely unused by a non-root user
+
+
+def test_no_new_privileges(sandbox):
+    assert _status(sandbox, "NoNewPrivs") == "1"
+    # even a setuid-root binary stays uid 1000
+    assert sandbox.exec("su -c id root </dev/null").exit_code != 0
+
+
+def test_root_filesystem_is_not_writable_by_the_agent(sandbox):
+    assert sandbox.exec("touch /etc/agentgym-probe").exit_code != 0
+    assert sandbox.exec("touch /workspace/f /home/agent/f /tmp/f").ok
+
+
+def test_pids_limit_stops_a_fork_flood(docker_ready):
+    with DockerSandbox.create(docker_ready, config=SandboxConfig(pids_limit=64), warm=False) as box:
+        # bash retries a failed fork with back-off, so the loop outlives the timeout; its log shows why.
+        flood = box.exec("for i in $(seq 200); do sleep 30 & done 2>/tmp/flood.log; wait", timeout=5)
+        assert flood.timed_out
+        assert "Resource temporarily unavailable" in box.read_file("/tmp/flood.log").decode()
+        assert box.exec("echo still here").stdout == "still here\n"
+
+
+def test_memory_and_cpu_limits_are_set(sandbox):
+    limit = sandbox.exec("cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null "
+                         "|| cat /sys/fs/cgroup/memory.max").stdout.strip()
+    assert int(limit) == 1024 ** 3
+    hog = sandbox.exec("python3 -c 'b = bytearray(2 * 1024 ** 3)'", timeout=30)
+    assert hog.exit_code != 0
+    assert sandbox.exec("echo survived").stdout == "survived\n"

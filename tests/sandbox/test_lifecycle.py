@@ -1,0 +1,129 @@
+"""Who removes containers and images: the owner at exit or on SIGTERM, gc after a crash; and the warm pool."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from agentgym.sandbox import cleanup, engine, images
+from agentgym.sandbox.docker import DockerSandbox, SandboxConfig
+from agentgym.sandbox.pool import WarmPool, default_pool
+
+pytestmark = pytest.mark.docker
+
+# Makes a sandbox and a snapshot, reports their ids, then exits or waits to be killed.
+OWNER = textwrap.dedent("""
+    import sys, time
+    from agentgym.sandbox.docker import DockerSandbox
+    box = DockerSandbox.create(sys.argv[1], warm=False)
+    box.exec("echo hi > /workspace/x")
+    snap = box.snapshot()
+    print(box.id, snap.ref, flush=True)
+    if sys.argv[2] == "wait":
+        time.sleep(120)
+""")
+
+
+def _spawn_owner(image: str, mode: str) -> tuple[subprocess.Popen, str, str]:
+    process = subprocess.Popen([sys.executable, "-c", OWNER, image, mode], stdout=subprocess.PIPE, text=True,
+                               cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    container_id, image_id = process.stdout.readline().split()
+    return process, container_id, image_id
+
+
+def _owned_by(pid: int) -> tuple[list, list]:
+    label = {"label": [f"agentgym.owner-pid={pid}"]}
+    client = engine.api()
+    return client.containers(all=True, filters=label), client.images(filters=label)
+
+
+def test_normal_exit_removes_everything_the_process_made(docker_ready):
+    process, _, _ = _spawn_owner(docker_ready, "exit")
+    assert process.wait(timeout=60) == 0
+    assert _owned_by(process.pid) == ([], [])
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_removes_everything_and_still_terminates(docker_ready, signum):
+    process, _, _ = _spawn_owner(docker_ready, "wait")
+    process.send_signal(signum)
+    assert process.wait(timeout=60) == -signum
+    assert _owned_by(process.pid) == ([], [])
+
+
+def test_gc_reaps_what_a_killed_process_left(docker_ready):
+    process, container_id, image_id = _spawn_owner(docker_ready, "wait")
+    process.kill()
+    process.wait(timeout=30)
+    containers, images = _owned_by(process.pid)
+    assert [c["Id"] for c in containers] == [container_id] and [i["Id"] for i in images] == [image_id]
+    report = cleanup.gc()
+    assert container_id in report["containers"] and image_id in report["images"]
+    assert _owned_by(process.pid) == ([], [])
+
+
+def test_gc_leaves_live_owners_and_base_images_alone(sandbox, docker_ready):
+    report = cleanup.gc()
+    assert sandbox.id not in report["containers"]
+    assert sandbox.exec("true").ok
+    assert engine.api().inspect_image(docker_ready)
+
+
+def test_containers_carry_owner_labels(sandbox):
+    container_labels = engine.api().inspect_container(sandbox.id)["Config"]["Labels"]
+    assert container_labels["agentgym.managed"] == "true"
+    assert container_labels["agentgym.kind"] == "sandbox"
+    assert container_labels["agentgym.owner-pid"] == str(os.getpid())
+    assert container_labels["agentgym.session"]
+
+
+def _wait_for(predicate, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_warm_pool_acquire_is_fast_and_refills(docker_ready):
+    with WarmPool(size=2) as pool:
+        pool.prewarm(docker_ready, wait=True)
+        assert pool.available(docker_ready) == 2
+        started = time.monotonic()
+        box = pool.acquire(docker_ready)
+        assert time.monotonic() - started < 0.15
+        assert box.exec("echo warm; id -u").stdout == "warm\n1000\n"
+        assert engine.api().inspect_container(box.id)["Config"]["Labels"]["agentgym.kind"] == "pool"
+        assert _wait_for(lambda: pool.available(docker_ready) == 2)
+        box.close()
+        idle = {cid for ready in pool._ready.values() for cid in ready}
+    assert len(idle) == 2
+    assert not [c for c in engine.api().containers(all=True) if c["Id"] in idle]  # shutdown removed them
+
+
+def test_create_uses_the_default_pool(docker_ready):
+    DockerSandbox.create(docker_ready).close()  # first use: cold, and the pool starts filling
+    assert _wait_for(lambda: default_pool().available(docker_ready) >= 1)
+    started = time.monotonic()
+    box = DockerSandbox.create(docker_ready)
+    elapsed = time.monotonic() - started
+    box.close()
+    assert elapsed < 0.15
+
+
+def test_pool_keeps_only_the_most_recently_used_images_warm(docker_ready):
+    with DockerSandbox.create(docker_ready, warm=False) as box:
+        other = box.snapshot()  # any second image
+    with WarmPool(size=1, max_images=1) as pool:
+        pool.prewarm(docker_ready, wait=True)
+        first = set(pool._ready[(docker_ready, SandboxConfig())])
+        pool.prewarm(other.ref, wait=True)
+        assert pool.available(docker_ready) == 0 and pool.available(other.ref) == 1
+        assert _wait_for(lambda: not [c for c in engine.api().containers(all=True) if c["Id"] in first])
+    other.release()
+    assert not images.image_exists(other.ref)

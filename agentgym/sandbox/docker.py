@@ -21,7 +21,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 import docker.errors
 
@@ -29,6 +29,9 @@ from agentgym.sandbox import cleanup, engine, labels, shell
 from agentgym.sandbox.base import ExecResult, SandboxError, SandboxSnapshot, SandboxUnavailableError
 from agentgym.sandbox.cleanup import GcReport, gc
 from agentgym.sandbox.images import require_base_image
+
+if TYPE_CHECKING:
+    from agentgym.sandbox.pool import WarmPool
 
 __all__ = ["DockerSandbox", "DockerSnapshot", "SandboxConfig", "GcReport", "gc"]
 
@@ -138,7 +141,7 @@ class DockerSandbox:
 
     @classmethod
     def create(cls, image: str | None = None, *, config: SandboxConfig | None = None,
-               pool=None, warm: bool = True) -> "DockerSandbox":
+               pool: WarmPool | None = None, warm: bool = True) -> "DockerSandbox":
         """A sandbox from ``image`` (default: the base image), taken from a warm pool unless ``warm=False``.
 
         ``pool`` defaults to :func:`agentgym.sandbox.pool.default_pool`.

@@ -55,6 +55,7 @@ class CodePayload:
     """A code env's part of a snapshot: the committed sandbox and the env fields that are not on disk."""
 
     sandbox_snapshot: Any
+    config: SandboxConfig
     extra: dict
 
 
@@ -98,13 +99,17 @@ class CodeEnv(AgentEnv):
         """The image a task's sandbox starts from (default: the env's image, else the base image)."""
         return self.image
 
+    def task_sandbox_config(self, task_id: str) -> SandboxConfig | None:
+        """How a task's sandbox is confined (default: the env's config, else the hardened defaults)."""
+        return self.sandbox_config
+
     # ------------------------------------------------------------------ AgentEnv hooks
     def tools(self) -> list[ToolSpec]:
         return [BASH, PYTHON, READ_FILE, WRITE_FILE, STR_REPLACE, SUBMIT]
 
     def _begin(self, task_id: str) -> str:
         self._close_sandbox()
-        self.sandbox = DockerSandbox.create(image=self.task_image(task_id), config=self.sandbox_config,
+        self.sandbox = DockerSandbox.create(image=self.task_image(task_id), config=self.task_sandbox_config(task_id),
                                             warm=self.warm_pool)
         return self._prepare(self.sandbox, task_id)
 
@@ -112,12 +117,13 @@ class CodeEnv(AgentEnv):
         return self._handlers[call.name](call.arguments)
 
     def _capture(self):
-        sandbox_snapshot = self._live_sandbox().snapshot()
-        return CodePayload(sandbox_snapshot, self._extra_state()), sandbox_snapshot.release
+        sandbox = self._live_sandbox()
+        sandbox_snapshot = sandbox.snapshot()
+        return CodePayload(sandbox_snapshot, sandbox.config, self._extra_state()), sandbox_snapshot.release
 
     def _load(self, payload: CodePayload) -> None:
         if self.sandbox is None:
-            self.sandbox = DockerSandbox.from_snapshot(payload.sandbox_snapshot, config=self.sandbox_config)
+            self.sandbox = DockerSandbox.from_snapshot(payload.sandbox_snapshot, config=payload.config)
         else:
             self.sandbox.restore(payload.sandbox_snapshot)
         self._load_extra_state(dict(payload.extra))

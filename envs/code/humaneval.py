@@ -14,7 +14,7 @@ import json
 from importlib import resources
 
 from agentgym.core import Outcome
-from agentgym.sandbox.docker import DockerSandbox
+from agentgym.sandbox.docker import DockerSandbox, SandboxConfig
 
 from agentgym.envs.code.env import CodeEnv
 
@@ -62,15 +62,17 @@ class HumanEvalEnv(CodeEnv):
         except FileNotFoundError:
             return Outcome(f"Submitted, but {SOLUTION_PATH} does not exist: 0 tests passed.",
                            terminated=True, success=False)
-        passed, detail = run_official_tests(problem, solution, image=self.task_image(self.task_id))
+        passed, detail = run_official_tests(problem, solution, image=self.task_image(self.task_id),
+                                            config=self.task_sandbox_config(self.task_id))
         verdict = "passed" if passed else f"failed ({detail})"
         return Outcome(f"Submitted. Hidden tests {verdict}.", reward=float(passed), terminated=True,
                        success=passed, info={"test_detail": detail})
 
 
-def run_official_tests(problem: dict, solution_source: str, *, image: str | None = None) -> tuple[bool, str]:
+def run_official_tests(problem: dict, solution_source: str, *, image: str | None = None,
+                       config: SandboxConfig | None = None) -> tuple[bool, str]:
     """Run HumanEval's check program on a solution in a fresh sandbox; returns (passed, detail)."""
-    sandbox = DockerSandbox.create(image=image)
+    sandbox = DockerSandbox.create(image=image, config=config)
     try:
         sandbox.write_file("/tmp/check.py", check_program(problem, solution_source))
         result = sandbox.exec("python3 /tmp/check.py", timeout=TEST_TIMEOUT_S)

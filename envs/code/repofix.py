@@ -14,20 +14,19 @@ reward 1.0, only when every one of them passes.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import json
-import re
 import shlex
 import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Iterable
 
 from agentgym.actions import ToolSpec
 from agentgym.core import Outcome
-from agentgym.sandbox.docker import DockerSandbox
+from agentgym.sandbox.docker import DockerSandbox, SandboxConfig
 
 from agentgym.envs.code import repofix_gen
 from agentgym.envs.code.env import BASH, CodeEnv, _tool
@@ -38,53 +37,39 @@ TEST_TIMEOUT_S = 300.0
 RUN_TESTS = _tool("run_tests", "Run the repository's visible tests with pytest (optionally only the given paths or node ids).",
                   [], paths={"type": "string", "description": "space-separated test paths or node ids"},
                   timeout=BASH.properties["timeout"])
-_SUMMARY_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED)\s+(\S+)")
+# What the generator ran the tests with, so verdicts here match the verified ones.
+TEST_ENV = "PYTHONDONTWRITEBYTECODE=1 PYTHONHASHSEED=0 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1"
 
 
 def load_swebench_instances(path: str | Path) -> list[dict]:
-    """Read SWE-bench instances from a JSON list or a JSONL file.
+    """Read SWE-bench instances from a JSONL file or a JSON list (the published dataset's format).
 
-    Each instance needs ``instance_id``, ``patch``, ``test_patch``, ``FAIL_TO_PASS`` and
-    ``PASS_TO_PASS`` (lists, or JSON strings of lists as in the published dataset files), and
-    either ``image`` (a Docker image with the repository checked out at ``/testbed``) or
-    ``repo`` naming a repository vendored with agentgym.
+    Each instance needs ``instance_id``, ``test_patch``, ``FAIL_TO_PASS`` and ``PASS_TO_PASS``
+    and either ``image`` (a Docker image with the repository checked out at ``/testbed``) or
+    ``repo`` naming a repository vendored with agentgym. ``test_command`` (default: pytest with
+    ``-rA`` on the files that ``test_patch`` touches) must print pytest's ``-rA`` summary.
     """
-    text = Path(path).read_text()
-    instances = json.loads(text) if text.lstrip().startswith("[") else [
-        json.loads(line) for line in text.splitlines() if line.strip()]
+    text = Path(path).read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", encoding="utf-8") as jsonl:
+            jsonl.write("\n".join(json.dumps(item) for item in json.loads(text)))
+            jsonl.flush()
+            instances = repofix_gen.load_tasks(jsonl.name)
+    else:
+        instances = repofix_gen.load_tasks(path)
     for instance in instances:
-        for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
-            if isinstance(instance.get(key), str):
-                instance[key] = json.loads(instance[key])
         missing = {"instance_id", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS"} - instance.keys()
         if missing or not ({"image", "repo"} & instance.keys()):
             raise ValueError(f"instance {instance.get('instance_id')!r} lacks {sorted(missing) or 'image or repo'}")
     return instances
 
 
-def parse_pytest_summary(log: str) -> dict[str, str]:
-    """Test id → outcome from pytest's ``-rA`` short summary (the SWE-bench log parser's input)."""
-    outcomes = {}
-    for line in log.splitlines():
-        match = _SUMMARY_LINE.match(line)
-        if match:
-            outcomes[match.group(2)] = match.group(1)
-    return outcomes
-
-
-def patched_paths(diff: str) -> list[str]:
-    """The repository paths a unified diff touches (old and new sides)."""
-    paths = set()
-    for line in diff.splitlines():
-        if line.startswith(("--- ", "+++ ")):
-            path = line[4:].split("\t")[0].strip()
-            if path != "/dev/null":
-                paths.add(path[2:] if path[:2] in ("a/", "b/") else path)
-    return sorted(paths)
-
-
-def tests_command(test_ids: Iterable[str], base: str = "python3 -m pytest -p no:cacheprovider") -> str:
-    return f"{base} -rA --tb=short {' '.join(shlex.quote(t) for t in test_ids)}"
+def grading_command(task: dict) -> str:
+    """The task's test command (SWE-bench instances may omit it: then pytest on the test_patch files)."""
+    if task.get("test_command"):
+        return task["test_command"]
+    files = " ".join(shlex.quote(f) for f in repofix_gen.patched_files(task["test_patch"]))
+    return f"python3 -m pytest -rA -p no:cacheprovider {files}"
 
 
 class RepoFixEnv(CodeEnv):
@@ -109,6 +94,14 @@ class RepoFixEnv(CodeEnv):
     def task_image(self, task_id: str) -> str | None:
         return self._tasks[task_id].get("image") or self.image
 
+    def task_sandbox_config(self, task_id: str) -> SandboxConfig | None:
+        if not self._tasks[task_id].get("image"):
+            return self.sandbox_config
+        # SWE-bench images keep the repository root-owned at /testbed, so their sandboxes run as
+        # root — still without network, capabilities or new privileges.
+        return dataclasses.replace(self.sandbox_config or SandboxConfig(), user="0:0", working_dir=SWEBENCH_WORKDIR,
+                                   state_file="/root/.agentgym_shell")
+
     def workdir(self, task_id: str | None = None) -> str:
         return SWEBENCH_WORKDIR if self.task(task_id).get("image") else WORKSPACE
 
@@ -126,14 +119,13 @@ class RepoFixEnv(CodeEnv):
         )
 
     def _run_tests(self, args: dict) -> Outcome:
-        paths = shlex.split(args.get("paths") or "")
-        command = f"cd {self.workdir()} && {tests_command(paths, self.task().get('test_command') or 'python3 -m pytest -p no:cacheprovider')} -q"
-        return self._exec_outcome(self._live_sandbox().exec(command, timeout=self._timeout({"timeout": args.get("timeout") or TEST_TIMEOUT_S})))
+        paths = " ".join(shlex.quote(p) for p in shlex.split(args.get("paths") or ""))
+        command = f"cd {self.workdir()} && {TEST_ENV} python3 -m pytest -q -p no:cacheprovider {paths}"
+        return self._exec_outcome(self._live_sandbox().exec(command, timeout=args.get("timeout") or TEST_TIMEOUT_S))
 
     def agent_diff(self) -> str:
-        """The agent's change to the repository as a binary-safe git diff against the start."""
-        hidden = patched_paths(self.task()["test_patch"])
-        excludes = " ".join(shlex.quote(f":(exclude){p}") for p in hidden)
+        """The agent's change to the repository as a binary-safe git diff, minus the hidden test files."""
+        excludes = " ".join(shlex.quote(f":(exclude){p}") for p in repofix_gen.patched_files(self.task()["test_patch"]))
         result = self._live_sandbox().exec(
             f"cd {self.workdir()} && git add -A >/dev/null && git diff --cached --binary HEAD -- . {excludes}",
             timeout=60)
@@ -143,52 +135,50 @@ class RepoFixEnv(CodeEnv):
 
     def _grade(self) -> Outcome:
         task = self.task()
-        verdict = grade_diff(task, self.agent_diff(), image=self.task_image(self.task_id), workdir=self.workdir())
-        passed = verdict["success"]
-        summary = (f"FAIL_TO_PASS {verdict['fail_to_pass_passed']}/{len(task['FAIL_TO_PASS'])}, "
-                   f"PASS_TO_PASS {verdict['pass_to_pass_passed']}/{len(task['PASS_TO_PASS'])}")
-        text = f"Submitted. Hidden tests {'passed' if passed else 'failed'}: {summary}."
-        if verdict.get("error"):
+        verdict = grade_diff(task, self.agent_diff(), image=self.task_image(self.task_id), workdir=self.workdir(),
+                             config=self.task_sandbox_config(self.task_id))
+        f2p, p2p = verdict["fail_to_pass"], verdict["pass_to_pass"]
+        text = (f"Submitted. Hidden tests {'passed' if verdict['resolved'] else 'failed'}: "
+                f"FAIL_TO_PASS {f2p['passed']}/{f2p['total']}, PASS_TO_PASS {p2p['passed']}/{p2p['total']}.")
+        if verdict["error"]:
             text += f"\n{verdict['error']}"
-        return Outcome(text, reward=float(passed), terminated=True, success=passed, info={"grade": verdict})
+        return Outcome(text, reward=float(verdict["resolved"]), terminated=True, success=verdict["resolved"],
+                       info={"grade": verdict})
 
 
-def grade_diff(task: dict, diff: str, *, image: str | None = None, workdir: str = WORKSPACE) -> dict:
+def grade_diff(task: dict, diff: str, *, image: str | None = None, workdir: str = WORKSPACE,
+               config: SandboxConfig | None = None) -> dict:
     """Apply a diff and the hidden tests to a fresh copy of the task's workspace and run the tests.
 
-    Returns a verdict dict: ``success``, per-test ``outcomes``, counts of passing FAIL_TO_PASS
-    and PASS_TO_PASS tests, and ``error`` when the diff does not apply.
+    Returns :func:`~agentgym.envs.code.repofix_gen.grade_results`'s verdict (``resolved`` and
+    FAIL_TO_PASS/PASS_TO_PASS counts) plus the per-test ``results`` and an ``error`` when a
+    patch does not apply or the tests do not run.
     """
-    sandbox = DockerSandbox.create(image=image)
+    sandbox = DockerSandbox.create(image=image, config=config)
     try:
         lay_out_workspace(sandbox, task, workdir)
         sandbox.write_file("/tmp/agent.diff", diff)
         sandbox.write_file("/tmp/test.diff", task["test_patch"])
-        if diff.strip():
-            applied = sandbox.exec(f"cd {workdir} && git apply --whitespace=nowarn /tmp/agent.diff", timeout=60)
+        for name, patch in (("your diff", "/tmp/agent.diff"), ("the hidden tests", "/tmp/test.diff")):
+            if patch == "/tmp/agent.diff" and not diff.strip():
+                continue
+            applied = sandbox.exec(f"cd {workdir} && git apply --whitespace=nowarn {patch}", timeout=60)
             if applied.exit_code != 0:
-                return _verdict(task, {}, error=f"your diff does not apply: {applied.output.strip()[:500]}")
-        applied = sandbox.exec(f"cd {workdir} && git apply --whitespace=nowarn /tmp/test.diff", timeout=60)
-        if applied.exit_code != 0:
-            return _verdict(task, {}, error=f"the hidden tests do not apply: {applied.output.strip()[:500]}")
-        test_ids = [*task["FAIL_TO_PASS"], *task["PASS_TO_PASS"]]
-        base = task.get("test_command") or "python3 -m pytest -p no:cacheprovider"
-        sandbox.exec(f"cd {workdir} && {tests_command(test_ids, base)} > /tmp/test.log 2>&1", timeout=TEST_TIMEOUT_S)
+                return _verdict(task, {}, f"{name} does not apply: {applied.output.strip()[:500]}")
+        run = sandbox.exec(f"cd {workdir} && {TEST_ENV} {grading_command(task)} > /tmp/test.log 2>&1",
+                           timeout=TEST_TIMEOUT_S)
         log = sandbox.read_file("/tmp/test.log").decode("utf-8", errors="replace")
     finally:
         sandbox.close()
-    return _verdict(task, parse_pytest_summary(log))
+    results = repofix_gen.parse_pytest_report(log)
+    error = None if results else f"the tests did not run (exit code {run.exit_code}): {log.strip()[-500:]}"
+    return _verdict(task, results, error)
 
 
-def _verdict(task: dict, outcomes: dict[str, str], error: str | None = None) -> dict:
-    def passed(test_id: str) -> bool:
-        return outcomes.get(test_id) in ("PASSED", "XFAIL")
-
-    f2p = sum(map(passed, task["FAIL_TO_PASS"]))
-    p2p = sum(map(passed, task["PASS_TO_PASS"]))
-    success = error is None and f2p == len(task["FAIL_TO_PASS"]) and p2p == len(task["PASS_TO_PASS"])
-    return {"success": success, "fail_to_pass_passed": f2p, "pass_to_pass_passed": p2p,
-            "outcomes": outcomes, "error": error}
+def _verdict(task: dict, results: dict[str, bool], error: str | None) -> dict:
+    verdict = repofix_gen.grade_results(task, results)
+    verdict["resolved"] = verdict["resolved"] and error is None
+    return {**verdict, "results": results, "error": error}
 
 
 def lay_out_workspace(sandbox: DockerSandbox, task: dict, workdir: str) -> None:

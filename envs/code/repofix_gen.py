@@ -50,8 +50,12 @@ DEFAULT_TASKS_PATH = TASKS_DIR / "tasks.jsonl"
 PLUGIN_PATH = HERE / "repofix_pytest_plugin.py"
 CREATED_BY = "agentgym.repofix_gen"
 
-# Files that are build or run by-products, never part of a repo's identity.
+# Build and run by-products, never part of a repo's identity.
 _IGNORED = ("__pycache__", "*.pyc", ".pytest_cache")
+
+
+def _is_litter(relpath: str) -> bool:
+    return any(part in ("__pycache__", ".pytest_cache") for part in relpath.split("/")) or relpath.endswith(".pyc")
 
 RunTests = Callable[[Path, list[str]], dict[str, bool]]
 """(repo directory, test files relative to it) -> {pytest node id: passed}. A missing id counts as failed."""
@@ -114,7 +118,7 @@ def tree_digest(root: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(p for p in Path(root).rglob("*") if p.is_file()):
         rel = path.relative_to(root).as_posix()
-        if "__pycache__" in rel.split("/") or rel.endswith(".pyc") or ".pytest_cache" in rel.split("/"):
+        if _is_litter(rel):
             continue
         digest.update(rel.encode() + b"\0" + hashlib.sha256(path.read_bytes()).hexdigest().encode() + b"\n")
     return digest.hexdigest()
@@ -241,7 +245,9 @@ class Candidate:
     mutated: str  # the file's full mutated source
 
 
-def _pick(mutations: list[mutate.Mutation], source: str, rng: random.Random, limit: int) -> list[tuple]:
+def _pick(
+    mutations: list[mutate.Mutation], source: str, rng: random.Random, limit: int
+) -> list[tuple[mutate.Mutation, str]]:
     """Up to `limit` applicable mutations of one function, cycling through operators so one
     kind of bug does not crowd out the others."""
     by_operator = defaultdict(list)
@@ -473,7 +479,7 @@ def problem_statement(repo: str, failing: list[str], failures: dict, api: set[st
         intro = f"With {repo}, {subject} does not raise an error for input that it should refuse:"
     elif first["exc_type"] == "AssertionError" and (first["exception"] != "AssertionError" or first["raised_in_test"]):
         title = f"{subject} returns a wrong result"
-        intro = f"With {repo}, {subject} gives a result that differs from the documented behaviour:"
+        intro = f"With {repo}, {subject} gives the wrong result here:"
     else:
         title = f"{subject} raises {first['exc_type']}"
         intro = f"With {repo}, {subject} raises `{first['exc_type']}` on input it should handle:"

@@ -108,7 +108,7 @@ class CodeEnv(AgentEnv):
         return [BASH, PYTHON, READ_FILE, WRITE_FILE, STR_REPLACE, SUBMIT]
 
     def _begin(self, task_id: str) -> str:
-        self._close_sandbox()
+        self._close_sandbox(wait=False)  # the old container goes away in the background
         self.sandbox = DockerSandbox.create(image=self.task_image(task_id), config=self.task_sandbox_config(task_id),
                                             warm=self.warm_pool)
         return self._prepare(self.sandbox, task_id)
@@ -188,9 +188,9 @@ class CodeEnv(AgentEnv):
             raise RuntimeError("no sandbox: call reset() first")
         return self.sandbox
 
-    def _close_sandbox(self) -> None:
+    def _close_sandbox(self, wait: bool = True) -> None:
         if self.sandbox is not None:
-            self.sandbox.close()
+            self.sandbox.close(wait=wait)
             self.sandbox = None
 
     def _timeout(self, args: dict) -> float:

@@ -182,12 +182,9 @@ def _verdict(task: dict, results: dict[str, bool], error: str | None) -> dict:
 
 
 def lay_out_workspace(sandbox: DockerSandbox, task: dict, workdir: str) -> None:
-    """Put the task's starting repository into the sandbox (SWE-bench images already hold it)."""
-    if task.get("image"):
-        sandbox.exec(f"cd {workdir}", timeout=10)
-        return
-    sandbox.put_tree(workdir, workspace_tarball(task["instance_id"], json.dumps(task, sort_keys=True)))
-    sandbox.exec(f"cd {workdir}", timeout=10)
+    """Put the task's starting repository into the sandbox (SWE-bench images already hold it at /testbed)."""
+    if not task.get("image"):
+        sandbox.put_tree(workdir, workspace_tarball(task["instance_id"], json.dumps(task, sort_keys=True)))
 
 
 def _owned_by_agent(info: tarfile.TarInfo) -> tarfile.TarInfo:

@@ -386,11 +386,11 @@ def _reproduction(failure: dict, max_lines: int = 25) -> str:
     or just the failing statement when the test is long."""
     params = {k: v for k, v in failure["params"].items() if _is_literal(v)}
     try:
-        func = ast.parse(failure["test_source"]).body[0]
-        assert isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef))
-    except (SyntaxError, IndexError, AssertionError):
-        func = None
-    if func is not None:
+        body = ast.parse(failure["test_source"]).body
+    except SyntaxError:
+        body = []
+    func = body[0] if body else None
+    if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
         values = {k: v for k, v in params.items() if k not in _stored_names(func)}
         func = _Substitute(values).visit(func)
         func.decorator_list = []
@@ -474,6 +474,9 @@ def problem_statement(repo: str, failing: list[str], failures: dict, api: set[st
     name = _api_name(first, api, function)
     subject = f"`{name}`" if name else f"`{repo}`"
     exception = _truncate(first["exception"])
+    # "zlib.error" says more than the bare class name "error".
+    qualified = first["exception"].split(":", 1)[0].strip()
+    exc_name = qualified if re.fullmatch(r"[\w.]+", qualified) else first["exc_type"]
     if first["exception"].startswith("Failed: DID NOT RAISE"):
         title = f"{subject} accepts input it should reject"
         intro = f"With {repo}, {subject} does not raise an error for input that it should refuse:"
@@ -481,8 +484,8 @@ def problem_statement(repo: str, failing: list[str], failures: dict, api: set[st
         title = f"{subject} returns a wrong result"
         intro = f"With {repo}, {subject} gives the wrong result here:"
     else:
-        title = f"{subject} raises {first['exc_type']}"
-        intro = f"With {repo}, {subject} raises `{first['exc_type']}` on input it should handle:"
+        title = f"{subject} raises {exc_name}"
+        intro = f"With {repo}, {subject} raises `{exc_name}` on input it should handle:"
     parts = [title, "", intro, "", "```python", _reproduction(first), "```", "", "What happens:", "", "```", exception, "```"]
     if first["exception"].strip() == "AssertionError" and first.get("stdout"):
         parts += ["", "Printed output:", "", "```", _truncate(first["stdout"]), "```"]
@@ -503,6 +506,14 @@ def _file_of(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
+def _portable(nodeid: str) -> bool:
+    """Whether a node id reads the same to every pytest and to `parse_pytest_report`.
+    pytest 8+ names parameters whose string value exceeds 100 characters by argument name
+    and index instead, and the -rA summary separates a failure message with " - "."""
+    params = nodeid.partition("[")[2]
+    return " - " not in nodeid and len(params) <= 100
+
+
 def task_test_files(task: dict) -> list[str]:
     """The test files a task is graded on: those holding its FAIL_TO_PASS and PASS_TO_PASS tests."""
     return sorted({_file_of(n) for n in task["FAIL_TO_PASS"] + task["PASS_TO_PASS"]})
@@ -519,7 +530,7 @@ def build_task(spec: RepoSpec, screened: Screened, baseline: frozenset[str], roo
     candidate = screened.candidate
     f2p = sorted(screened.failing)
     hidden = sorted({_file_of(n) for n in f2p})
-    p2p = sorted(n for n in baseline - screened.failing if _file_of(n) in hidden and " - " not in n)
+    p2p = sorted(n for n in baseline - screened.failing if _file_of(n) in hidden and _portable(n))
     pristine = (root / candidate.path).read_text(encoding="utf-8")
     fix = file_diff(candidate.path, candidate.mutated, pristine)
     tests = {path: (root / path).read_text(encoding="utf-8") for path in hidden}
@@ -637,8 +648,8 @@ def _qualified(screened: list[Screened], max_failing: int, per_function: int) ->
         behaviour = (c.path, c.mutation.function, s.failing)
         if not 1 <= len(s.failing) <= max_failing or per[key] >= per_function:
             continue
-        if any(" - " in n for n in s.failing) or not all(n in s.failures for n in s.failing):
-            continue  # ids the -rA parser could misread, or failures we cannot describe
+        if not all(_portable(n) and n in s.failures for n in s.failing):
+            continue  # ids another pytest or the -rA parser could misread, or failures we cannot describe
         if behaviour in seen or c.mutated in seen:
             continue
         seen.update({behaviour, c.mutated})

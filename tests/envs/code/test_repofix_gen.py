@@ -206,6 +206,41 @@ def test_parse_pytest_report():
     }
 
 
+def _failure(**overrides):
+    failure = {
+        "exc_type": "AssertionError",
+        "exception": "AssertionError: assert 'CamelCase' == 'Camelcase'",
+        "raised_in_test": True,
+        "statement": "assert camel == inflection.camelize(underscore)",
+        "locals": {"camel": "'CamelCase'", "underscore": "'camel_case'"},
+        "params": {"camel": "'CamelCase'", "underscore": "'camel_case'"},
+        "test_source": (
+            "@pytest.mark.parametrize(('camel', 'underscore'), CASES)\n"
+            "def test_camelize(camel, underscore):\n"
+            '    """Camel case."""\n'
+            "    assert camel == inflection.camelize(underscore)\n"
+        ),
+        "stdout": "",
+    }
+    return dict(failure, **overrides)
+
+
+def test_problem_statement_reads_like_a_bug_report():
+    node = "test_inflection.py::test_camelize[camel_case-CamelCase]"
+    text = gen.problem_statement("inflection", [node], {node: _failure()}, {"camelize", "_helper"}, "_helper")
+    assert text.splitlines()[0] == "`camelize` returns a wrong result"  # the public call, not the broken helper
+    assert "assert 'CamelCase' == inflection.camelize('camel_case')" in text  # parameters filled in
+    assert "AssertionError: assert 'CamelCase' == 'Camelcase'" in text
+    assert "test_" not in text and "Camel case." not in text and "_helper" not in text
+
+
+def test_problem_statement_for_an_exception_hides_object_addresses():
+    failure = _failure(exc_type="error", exception="zlib.error: bad stream <Obj at 0x7f00deadbeef>", raised_in_test=False)
+    text = gen.problem_statement("inflection", ["t.py::t"], {"t.py::t": failure}, {"camelize"}, "camelize")
+    assert text.splitlines()[0] == "`camelize` raises zlib.error"
+    assert "0x..." in text and "deadbeef" not in text
+
+
 def test_load_tasks_decodes_swe_bench_string_lists(tmp_path):
     path = tmp_path / "swe.jsonl"
     path.write_text(json.dumps({"instance_id": "x", "FAIL_TO_PASS": '["t::a"]', "PASS_TO_PASS": "[]"}) + "\n\n")
@@ -241,6 +276,7 @@ def test_shipped_task_is_well_formed(task):
     assert task["base_commit"] == gen.tree_digest(gen.REPOS_DIR / task["repo"])
     f2p, p2p = task["FAIL_TO_PASS"], task["PASS_TO_PASS"]
     assert 1 <= len(f2p) <= 10 and not set(f2p) & set(p2p)
+    assert all(gen._portable(n) for n in f2p + p2p)
     hidden = gen.patched_files(task["test_patch"])
     assert hidden == gen.task_test_files(task)
     assert task["test_command"] == "python3 -m pytest -rA -p no:cacheprovider " + " ".join(hidden)
@@ -250,7 +286,7 @@ def test_shipped_task_is_well_formed(task):
     assert {"operator", "changed_lines"} <= set(task["difficulty"]) and task["difficulty"]["changed_lines"] >= 1
     statement = task["problem_statement"].lower()
     assert not any(word in statement for word in ("inject", "mutat", "mutant"))
-    assert not any(path.lower() in statement for path in hidden + [source])
+    assert not any(path.lower() in statement for path in hidden)  # the hidden tests stay unnamed
 
 
 @pytest.mark.parametrize("task", TASKS, ids=[t["instance_id"] for t in TASKS])

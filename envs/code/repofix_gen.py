@@ -31,6 +31,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from collections import Counter, defaultdict, deque
 from concurrent.futures import ThreadPoolExecutor
@@ -496,7 +497,13 @@ def problem_statement(repo: str, failing: list[str], failures: dict, api: set[st
             others.append(snippet)
     if others:
         parts += ["", "The same goes wrong here:", "", "```python", "\n\n".join(others[:2]), "```"]
-    return "\n".join(parts) + "\n"
+    return _sandbox_paths("\n".join(parts) + "\n")
+
+
+def _sandbox_paths(text: str) -> str:
+    """Show the host's standard-library paths in failure output as the sandbox's (Debian's) own."""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    return text.replace(stdlib, f"/usr/lib/python{sys.version_info[0]}.{sys.version_info[1]}")
 
 
 # --- tasks ----------------------------------------------------------------------------------------------

@@ -5,17 +5,12 @@ import dataclasses
 import json
 import shutil
 import subprocess
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT / "envs" / "code"))
-
-import repofix_gen as gen  # noqa: E402
-import repofix_mutate as mutate  # noqa: E402
+from agentgym.envs.code import repofix_gen as gen
+from agentgym.envs.code import repofix_mutate as mutate
 
 REQUIRED_FIELDS = {
     "instance_id": str,

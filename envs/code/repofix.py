@@ -34,6 +34,7 @@ from agentgym.envs.code.env import BASH, CodeEnv, _tool
 WORKSPACE = "/workspace"
 SWEBENCH_WORKDIR = "/testbed"
 TEST_TIMEOUT_S = 300.0
+PYTEST_NO_TESTS = 5  # pytest's exit code when it collected nothing
 RUN_TESTS = _tool("run_tests", "Run the repository's visible tests with pytest (optionally only the given paths or node ids).",
                   [], paths={"type": "string", "description": "space-separated test paths or node ids"},
                   timeout=BASH.properties["timeout"])
@@ -121,7 +122,10 @@ class RepoFixEnv(CodeEnv):
     def _run_tests(self, args: dict) -> Outcome:
         paths = " ".join(shlex.quote(p) for p in shlex.split(args.get("paths") or ""))
         command = f"cd {self.workdir()} && {TEST_ENV} python3 -m pytest -q -p no:cacheprovider {paths}"
-        return self._exec_outcome(self._live_sandbox().exec(command, timeout=args.get("timeout") or TEST_TIMEOUT_S))
+        outcome = self._exec_outcome(self._live_sandbox().exec(command, timeout=args.get("timeout") or TEST_TIMEOUT_S))
+        if outcome.info["exit_code"] == PYTEST_NO_TESTS:
+            outcome.text += "\n[pytest found no visible tests here; the hidden tests run when you submit]"
+        return outcome
 
     def agent_diff(self) -> str:
         """The agent's change to the repository as a binary-safe git diff, minus the hidden test files."""

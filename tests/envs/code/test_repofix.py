@@ -74,6 +74,9 @@ def test_run_tests_runs_pytest_in_the_repository(env):
     assert "1 failed, 1 passed" in obs["text"] and info["exit_code"] == 1
     obs, *_ = env.step(call("run_tests", paths="no_such_dir_xyz"))
     assert "no_such_dir_xyz" in obs["text"]
+    env.step(call("bash", command="rm test_mine.py"))
+    obs, *_ = env.step(call("run_tests", paths="-k no_test_matches_this"))
+    assert "the hidden tests run when you submit" in obs["text"]
 
 
 def test_workspace_is_identical_across_resets(env):

@@ -91,7 +91,8 @@ def branching_demo() -> None:
                         _, reward, terminated, truncated, info = branch.step(action)
                         if terminated or truncated:
                             break
-                    print(f"  branch {name:10} fork {fork_ms:6.0f} ms -> reward {reward}, turn {info['turn']}")
+                    print(f"  branch {name:10} fork() returned in {fork_ms:4.0f} ms (its container starts in the "
+                          f"background) -> reward {reward}, turn {info['turn']}")
                 finally:
                     branch.close()
     finally:

@@ -34,6 +34,7 @@ from agentgym.envs.code.env import BASH, CodeEnv, _tool
 WORKSPACE = "/workspace"
 SWEBENCH_WORKDIR = "/testbed"
 TEST_TIMEOUT_S = 300.0
+UNTRUSTED_TEST_CONFIG = (":(exclude,glob)**/conftest.py", ":(exclude)pytest.ini", ":(exclude)tox.ini")
 PYTEST_NO_TESTS = 5  # pytest's exit code when it collected nothing
 RUN_TESTS = _tool("run_tests", "Run the repository's visible tests with pytest (optionally only the given paths or node ids).",
                   [], paths={"type": "string", "description": "space-separated test paths or node ids"},
@@ -128,8 +129,14 @@ class RepoFixEnv(CodeEnv):
         return outcome
 
     def agent_diff(self) -> str:
-        """The agent's change to the repository as a binary-safe git diff, minus the hidden test files."""
-        excludes = " ".join(shlex.quote(f":(exclude){p}") for p in repofix_gen.patched_files(self.task()["test_patch"]))
+        """The agent's change to the repository as a binary-safe git diff, minus what grading must not trust.
+
+        Left out: the hidden test files, and pytest's own configuration (``conftest.py`` anywhere,
+        ``pytest.ini``, ``tox.ini``), through which a policy could rewrite test outcomes instead of
+        fixing the bug — the first reward hack RL finds.
+        """
+        hidden = [f":(exclude){p}" for p in repofix_gen.patched_files(self.task()["test_patch"])]
+        excludes = " ".join(shlex.quote(p) for p in [*hidden, *UNTRUSTED_TEST_CONFIG])
         result = self._live_sandbox().exec(
             f"cd {self.workdir()} && git add -A >/dev/null && git diff --cached --binary HEAD -- . {excludes}",
             timeout=60)

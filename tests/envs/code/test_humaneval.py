@@ -83,3 +83,15 @@ def test_deleted_solution_scores_zero(env):
     env.step(call("bash", command=f"rm {SOLUTION_PATH}"))
     obs, reward, terminated, *_ = env.step(call("submit"))
     assert reward == 0.0 and terminated and "does not exist" in obs["text"]
+
+
+def test_a_killed_container_ends_the_episode_cleanly_and_reset_recovers(env):
+    from agentgym.sandbox import engine
+
+    env.reset(options={"task_id": "HumanEval/4"})
+    engine.api().remove_container(env.sandbox.id, force=True)  # as if the engine lost it (OOM, restart)
+    obs, reward, terminated, truncated, info = env.step(call("bash", command="ls"))
+    assert truncated and not terminated and reward == 0.0
+    assert "Environment error" in obs["text"] and "SandboxError" in info["env_error"]
+    obs, info = env.reset(options={"task_id": "HumanEval/4"})
+    assert env.step(call("bash", command="ls /workspace"))[0]["text"] == "solution.py"

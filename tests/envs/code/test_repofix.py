@@ -67,6 +67,20 @@ def test_planting_fake_hidden_tests_does_not_help(env):
     assert reward == 0.0 and info["grade"]["error"] is None
 
 
+def test_a_conftest_that_forces_passes_is_not_graded(env):
+    task = TASKS[4]
+    env.reset(options={"task_id": task["instance_id"]})
+    hack = ("import pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+            "    outcome = yield\n    report = outcome.get_result()\n    report.outcome = 'passed'\n")
+    env.step(call("write_file", path="conftest.py", content=hack))
+    env.step(call("write_file", path="sub/conftest.py", content=hack))
+    obs, *_ = env.step(call("run_tests", paths="-k no_test_matches_this"))
+    diff = env.unwrapped.agent_diff()
+    assert "conftest" not in diff
+    obs, reward, *_, info = env.step(call("submit"))
+    assert reward == 0.0 and info["grade"]["fail_to_pass"]["passed"] < len(task["FAIL_TO_PASS"])
+
+
 def test_run_tests_runs_pytest_in_the_repository(env):
     env.reset(options={"task_id": TASKS[0]["instance_id"]})
     env.step(call("write_file", path="test_mine.py", content="def test_ok():\n    pass\n\ndef test_bad():\n    assert 1 == 2\n"))

@@ -30,7 +30,7 @@ def reference_actions(env, task_id: str) -> list[str]:
     if env.spec.id == "agentgym/HumanEval-v0":
         problem = load_problems()[task_id]
         return [call("write_file", path=SOLUTION_PATH, content=problem["prompt"] + problem["canonical_solution"]),
-                call("python", code=f"import sys; sys.path.insert(0, '/workspace')\nimport solution\nprint('imports fine')"),
+                call("python", code="import sys; sys.path.insert(0, '/workspace')\nimport solution\nprint('imports fine')"),
                 call("submit")]
     task = env.task(task_id)
     return [call("write_file", path="/tmp/fix.diff", content=task["patch"]),

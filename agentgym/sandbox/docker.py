@@ -305,7 +305,7 @@ class DockerSandbox:
     def put_tree(self, dest_dir: str, source: str | Path | bytes) -> None:
         """Copy a host directory into ``dest_dir`` in one archive call (owned by the sandbox user),
         or extract tar bytes there as they are."""
-        data = source if isinstance(source, bytes) else _tar_directory(Path(source), self.config)
+        data = source if isinstance(source, bytes) else tar_directory(Path(source), self.config)
         with self._lock:
             container_id = self._running_id()
             self._put_archive(container_id, self._absolute(dest_dir), data)
@@ -449,7 +449,8 @@ def _tar_files(files: list[tuple[str, bytes, int]], config: SandboxConfig) -> by
     return buffer.getvalue()
 
 
-def _tar_directory(root: Path, config: SandboxConfig) -> bytes:
+def tar_directory(root: Path, config: SandboxConfig) -> bytes:
+    """A directory's contents as a tar archive owned by the sandbox user, ready for :meth:`DockerSandbox.put_tree`."""
     if not root.is_dir():
         raise NotADirectoryError(str(root))
     buffer = io.BytesIO()

@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import io
 import json
 import shlex
 import subprocess
-import tarfile
 import tempfile
 from pathlib import Path
 
 from agentgym.actions import ToolSpec
 from agentgym.core import Outcome
-from agentgym.sandbox.docker import DockerSandbox, SandboxConfig
+from agentgym.sandbox.docker import DockerSandbox, SandboxConfig, tar_directory
 
 from agentgym.envs.code import repofix_gen
 from agentgym.envs.code.env import BASH, CodeEnv, _tool
@@ -51,14 +49,7 @@ def load_swebench_instances(path: str | Path) -> list[dict]:
     ``repo`` naming a repository vendored with agentgym. ``test_command`` (default: pytest with
     ``-rA`` on the files that ``test_patch`` touches) must print pytest's ``-rA`` summary.
     """
-    text = Path(path).read_text(encoding="utf-8")
-    if text.lstrip().startswith("["):
-        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", encoding="utf-8") as jsonl:
-            jsonl.write("\n".join(json.dumps(item) for item in json.loads(text)))
-            jsonl.flush()
-            instances = repofix_gen.load_tasks(jsonl.name)
-    else:
-        instances = repofix_gen.load_tasks(path)
+    instances = repofix_gen.load_tasks(path)
     for instance in instances:
         missing = {"instance_id", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS"} - instance.keys()
         if missing or not ({"image", "repo"} & instance.keys()):
@@ -165,15 +156,14 @@ def grade_diff(task: dict, diff: str, *, image: str | None = None, workdir: str 
     FAIL_TO_PASS/PASS_TO_PASS counts) plus the per-test ``results`` and an ``error`` when a
     patch does not apply or the tests do not run.
     """
+    patches = [("your diff", diff)] if diff.strip() else []
+    patches.append(("the hidden tests", task["test_patch"]))
     sandbox = DockerSandbox.create(image=image, config=config)
     try:
         lay_out_workspace(sandbox, task, workdir)
-        sandbox.write_file("/tmp/agent.diff", diff)
-        sandbox.write_file("/tmp/test.diff", task["test_patch"])
-        for name, patch in (("your diff", "/tmp/agent.diff"), ("the hidden tests", "/tmp/test.diff")):
-            if patch == "/tmp/agent.diff" and not diff.strip():
-                continue
-            applied = sandbox.exec(f"cd {workdir} && git apply --whitespace=nowarn {patch}", timeout=60)
+        for name, patch in patches:
+            sandbox.write_file("/tmp/grading.diff", patch)
+            applied = sandbox.exec(f"cd {workdir} && git apply --whitespace=nowarn /tmp/grading.diff", timeout=60)
             if applied.exit_code != 0:
                 return _verdict(task, {}, f"{name} does not apply: {applied.output.strip()[:500]}")
         run = sandbox.exec(f"cd {workdir} && {TEST_ENV} {grading_command(task)} > /tmp/test.log 2>&1",
@@ -195,18 +185,14 @@ def _verdict(task: dict, results: dict[str, bool], error: str | None) -> dict:
 def lay_out_workspace(sandbox: DockerSandbox, task: dict, workdir: str) -> None:
     """Put the task's starting repository into the sandbox (SWE-bench images already hold it at /testbed)."""
     if not task.get("image"):
-        sandbox.put_tree(workdir, workspace_tarball(task["instance_id"], json.dumps(task, sort_keys=True)))
-
-
-def _owned_by_agent(info: tarfile.TarInfo) -> tarfile.TarInfo:
-    info.uid = info.gid = 1000
-    info.uname = info.gname = "agent"
-    return info
+        sandbox.put_tree(workdir, workspace_tarball(task["instance_id"], json.dumps(task, sort_keys=True),
+                                                    sandbox.config))
 
 
 @functools.lru_cache(maxsize=64)
-def workspace_tarball(instance_id: str, task_json: str) -> bytes:
-    """The starting workspace as a tar archive (a git repository with one commit), built once per task."""
+def workspace_tarball(instance_id: str, task_json: str, config: SandboxConfig) -> bytes:
+    """The starting workspace as a tar archive (a git repository with one commit) owned by the
+    sandbox user, built once per task and config."""
     task = json.loads(task_json)
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "repo"
@@ -218,7 +204,4 @@ def workspace_tarball(instance_id: str, task_json: str) -> bytes:
         subprocess.run([*git, "commit", "-q", "-m", f"{instance_id}: starting state"], check=True,
                        env={"GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
                             "PATH": "/usr/bin:/bin"})
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as tar:
-            tar.add(repo, arcname=".", filter=_owned_by_agent)
-        return buffer.getvalue()
+        return tar_directory(repo, config)

@@ -571,17 +571,17 @@ def _leaks(task: dict) -> bool:
 
 
 def load_tasks(path: str | Path | None = None) -> list[dict]:
-    """Tasks from a JSONL file (ours by default). SWE-bench files store the test lists as
-    JSON strings; they are decoded so every task has real lists."""
-    tasks = []
-    with open(path or DEFAULT_TASKS_PATH, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                task = json.loads(line)
-                for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
-                    if isinstance(task.get(key), str):
-                        task[key] = json.loads(task[key])
-                tasks.append(task)
+    """Tasks from a JSONL file (ours by default) or a JSON list (SWE-bench's published files). SWE-bench
+    stores the test lists as JSON strings; they are decoded so every task has real lists."""
+    text = Path(path or DEFAULT_TASKS_PATH).read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        tasks = json.loads(text)
+    else:
+        tasks = [json.loads(line) for line in text.splitlines() if line.strip()]
+    for task in tasks:
+        for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
+            if isinstance(task.get(key), str):
+                task[key] = json.loads(task[key])
     return tasks
 
 

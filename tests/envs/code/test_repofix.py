@@ -111,7 +111,7 @@ def test_swebench_instance_file_with_an_image_at_testbed(docker_ready, tmp_path)
     builder = DockerSandbox.create(config=SandboxConfig(user="0:0", cap_drop=()), warm=False)
     try:
         builder.exec("mkdir /testbed")
-        builder.put_tree("/testbed", workspace_tarball(task["instance_id"], json.dumps(task, sort_keys=True)))
+        builder.put_tree("/testbed", workspace_tarball(task["instance_id"], json.dumps(task, sort_keys=True), builder.config))
         builder.exec("chown -R root:root /testbed")  # as in SWE-bench images
         image = engine.api().commit(builder.id, repository="agentgym-test/swebench", tag="t1")["Id"]
     finally:

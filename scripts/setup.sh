@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(docker.io debootstrap chromium xvfb xdotool git patch)
 PYTHON=${PYTHON:-python3}
-EXTRAS=${AGENTGYM_EXTRAS:-dev}
+EXTRAS=${AGENTGYM_EXTRAS:-dev,train}
 
 missing_packages() {
   local missing=()

@@ -1,0 +1,339 @@
+"""The agent loop: chat messages from observations, exact token accounting, context folding, one episode at a time.
+
+:class:`Agent` drives one :class:`~agentgym.core.AgentEnv` with one
+:class:`~agentgym.rollout.policy.Policy`. An :class:`Episode` is the live state between turns
+(the env, the conversation as the policy sees it, and in token mode the exact prompt ids), so
+tree rollouts can :meth:`Episode.fork` it at any turn boundary.
+
+**Token mode** (the policy has a ``chat_format``; used for training). The first prompt is the
+rendered conversation. After that, each prompt is the previous prompt + the sampled completion
+ids + the env tokens the template adds for the observation (:meth:`ChatFormat.continuation_ids`):
+nothing sampled is ever re-tokenised. Each :class:`~agentgym.rollout.trajectory.Turn` stores the
+exact ids the policy was conditioned on and sampled.
+
+**Context folding.** When prompt + ``max_tokens`` would exceed the context window, older
+observations are replaced by short stubs (oldest first, the task statement and the newest
+``keep_last`` observations stay whole, a turn is never cut in the middle) until the prompt fits
+under ``target`` × window, so folds are rare rather than every turn. A folded prompt is rendered
+afresh; its earlier completions become context (mask 0), and the turn is marked ``folded``. If
+even the folded conversation does not fit, the episode ends truncated with an error.
+
+**Chat mode** (any chat-completions endpoint; used for evaluation): messages in, text or native
+tool calls out. Turns then carry token ids only if the endpoint returned them; folding counts
+tokens with the policy's tokenizer when it has one, else estimates 4 characters per token.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from agentgym.actions import describe_tools, tool_specs_from_openai
+from agentgym.core import AgentEnv
+from agentgym.rollout.chat import Message
+from agentgym.rollout.policy import Completion, Policy, SamplingParams
+from agentgym.rollout.trajectory import Trajectory, Turn
+
+__all__ = ["Agent", "AgentConfig", "Episode", "FoldPolicy", "DEFAULT_SYSTEM_PROMPT"]
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are an agent working in an environment through tools. Think briefly, then call tools; "
+    "each reply is executed and you see the result. Finish with the tool that submits your work.")
+CHARS_PER_TOKEN = 4  # estimate used only in chat mode without a tokenizer
+
+
+def fold_stub(text: str, turn: int) -> str:
+    """The default stub that replaces a folded observation."""
+    return f"[observation of turn {turn} folded to save context: {len(text)} characters]"
+
+
+@dataclass(frozen=True)
+class FoldPolicy:
+    """How older observations are folded when the context fills up.
+
+    Attributes:
+        keep_last: the newest observations that always stay whole.
+        target: fold until prompt + ``max_tokens`` is at most this fraction of the window, so
+            that one fold buys many turns (each fold starts a new training sequence).
+        stub: ``(observation text, turn) -> replacement text``.
+    """
+
+    keep_last: int = 2
+    target: float = 0.75
+    stub: Callable[[str, int], str] = fold_stub
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Settings of the agent loop.
+
+    Attributes:
+        sampling: sampling parameters for every turn.
+        system_prompt: the system message (``None`` for none).
+        context_window: prompt + completion tokens the policy may use; ``None`` takes the
+            policy's ``context_window`` attribute (or 32768).
+        fold: the folding policy; ``None`` ends the episode instead when the context is full.
+        max_turns: stop after this many turns (the env's own limit applies too).
+        mode: ``"tokens"``, ``"chat"`` or ``"auto"`` (tokens when the policy supports them).
+        native_tools: chat mode only — pass tool schemas to the endpoint and take its native
+            tool calls; otherwise the tools are described in the system prompt.
+        observation_role: the role of observations after the first (``"tool"`` renders as a
+            tool response; ``"user"`` as a plain user turn).
+    """
+
+    sampling: SamplingParams = SamplingParams()
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
+    context_window: int | None = None
+    fold: FoldPolicy | None = FoldPolicy()
+    max_turns: int | None = None
+    mode: str = "auto"
+    native_tools: bool = True
+    observation_role: str = "tool"
+
+
+@dataclass
+class Episode:
+    """The live state of one episode between turns. ``fork()`` it to branch (tree rollouts)."""
+
+    env: AgentEnv
+    task_id: str
+    tools: list[dict]
+    messages: list[Message]
+    observation_turns: dict[int, int]  # message index -> turn whose observation it holds (0 = task)
+    raw_observations: dict[int, str]   # message index -> the observation's full text (for folding)
+    prompt_ids: list[int] | None = None  # token mode: the next prompt, exactly
+    prompt_mask: list[int] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    initial_observation: str = ""
+    done: bool = False
+    success: bool = False
+    error: str | None = None
+    folded: bool = False               # the next prompt was folded
+    metadata: dict = field(default_factory=dict)
+
+    @property
+    def turn(self) -> int:
+        return len(self.turns)
+
+    async def fork(self) -> "Episode":
+        """An independent copy at this turn boundary: the env is forked, the conversation copied."""
+        env = await self.env.afork()
+        clone = copy.copy(self)
+        clone.env = env
+        clone.messages = copy.deepcopy(self.messages)
+        clone.observation_turns = dict(self.observation_turns)
+        clone.raw_observations = dict(self.raw_observations)
+        clone.prompt_ids = None if self.prompt_ids is None else list(self.prompt_ids)
+        clone.prompt_mask = list(self.prompt_mask)
+        clone.turns = list(self.turns)
+        clone.metadata = dict(self.metadata)
+        return clone
+
+    def trajectory(self) -> Trajectory:
+        last = self.turns[-1] if self.turns else None
+        return Trajectory(
+            task_id=self.task_id, env_id=self.env.kind, turns=list(self.turns),
+            initial_observation=self.initial_observation,
+            reward=math.fsum(t.reward for t in self.turns), success=self.success,
+            terminated=bool(last and last.terminated), truncated=bool(last and last.truncated) or (
+                self.done and not (last and last.terminated)),
+            error=self.error, metadata=dict(self.metadata))
+
+    async def aclose(self) -> None:
+        await self.env.aclose()
+
+
+class Agent:
+    """Runs episodes of an env with a policy: ``await agent.run(env, task_id)`` → Trajectory.
+
+    For finer control (tree rollouts): ``episode = await agent.start(env, task_id)``, then
+    ``completion = await agent.sample(episode)`` and ``turn = await agent.apply(episode,
+    completion)`` until ``episode.done``.
+    """
+
+    def __init__(self, policy: Policy, config: AgentConfig = AgentConfig()):
+        if config.mode not in ("auto", "tokens", "chat"):
+            raise ValueError(f"mode must be 'auto', 'tokens' or 'chat', got {config.mode!r}")
+        if config.mode == "tokens" and not policy.supports_tokens:
+            raise ValueError(f"{policy.name} has no chat_format, so it cannot run in token mode")
+        self.policy = policy
+        self.config = config
+        self.token_mode = policy.supports_tokens and config.mode != "chat"
+        self.context_window = config.context_window or getattr(policy, "context_window", None) or 32768
+
+    # ------------------------------------------------------------------ the episode
+    async def start(self, env: AgentEnv, task_id: str | None = None, seed: int | None = None) -> Episode:
+        observation, info = await env.areset(seed=seed, options=None if task_id is None else {"task_id": task_id})
+        tools = info.get("tools") or []
+        messages: list[Message] = []
+        system = self._system_message(tools)
+        if system is not None:
+            messages.append(system)
+        messages.append({"role": "user", "content": observation["text"]})
+        episode = Episode(env=env, task_id=info["task_id"], tools=tools, messages=messages,
+                          observation_turns={len(messages) - 1: 0},
+                          raw_observations={len(messages) - 1: observation["text"]},
+                          initial_observation=observation["text"],
+                          metadata={"policy": self.policy.name, "seed": seed, "mode": self._mode})
+        if self.token_mode:
+            episode.prompt_ids = self.policy.chat_format.prompt_ids(messages, self._template_tools(episode))
+            episode.prompt_mask = [0] * len(episode.prompt_ids)
+        self._fit_context(episode)
+        return episode
+
+    async def sample(self, episode: Episode, sampling: SamplingParams | None = None) -> Completion:
+        """Sample the next reply (does not touch the env)."""
+        if episode.done:
+            raise RuntimeError("the episode is over")
+        sampling = sampling or self.config.sampling
+        if self.token_mode:
+            return await self.policy.generate(episode.prompt_ids, sampling)
+        tools = episode.tools if self.config.native_tools else None
+        return await self.policy.chat(episode.messages, tools, sampling)
+
+    async def apply(self, episode: Episode, completion: Completion) -> Turn:
+        """Send a sampled reply to the env, record the turn, and extend the context for the next one."""
+        action: Any = completion.text
+        if completion.tool_calls:
+            action = {"content": completion.text, "tool_calls": completion.tool_calls}
+        observation, reward, terminated, truncated, info = await episode.env.astep(action)
+        text = observation["text"]
+        if self.config.max_turns is not None and episode.turn + 1 >= self.config.max_turns and not terminated:
+            truncated = True
+        turn = Turn(
+            prompt_ids=list(episode.prompt_ids or []),
+            completion_ids=list(completion.token_ids) if self.token_mode or completion.token_ids else [],
+            logprobs=list(completion.logprobs) if self.token_mode or completion.token_ids else [],
+            prompt_mask=list(episode.prompt_mask) if episode.prompt_ids is not None else [],
+            policy_version=completion.policy_version, action=completion.text, observation=text,
+            reward=float(reward), terminated=bool(terminated), truncated=bool(truncated),
+            info=_json_safe({k: v for k, v in info.items() if k != "tools"}),
+            entropy=completion.entropy, finish_reason=completion.finish_reason, folded=episode.folded)
+        episode.turns.append(turn)
+        episode.success = bool(info.get("success", False))
+        if info.get("env_error"):
+            episode.error = f"env_error: {info['env_error']}"
+        episode.folded = False
+        episode.done = terminated or truncated
+        if episode.done:
+            return turn
+        self._extend(episode, completion, text)
+        self._fit_context(episode)
+        return turn
+
+    async def step(self, episode: Episode, sampling: SamplingParams | None = None) -> Turn:
+        return await self.apply(episode, await self.sample(episode, sampling))
+
+    async def run(self, env: AgentEnv, task_id: str | None = None, seed: int | None = None) -> Trajectory:
+        """One whole episode from reset to done; the env is left open (the caller owns it)."""
+        episode = await self.start(env, task_id, seed)
+        while not episode.done:
+            await self.step(episode)
+        return episode.trajectory()
+
+    # ------------------------------------------------------------------ the conversation
+    @property
+    def _mode(self) -> str:
+        return "tokens" if self.token_mode else "chat"
+
+    def _template_tools(self, episode: Episode) -> list[dict] | None:
+        return episode.tools or None
+
+    def _system_message(self, tools: list[dict]) -> Message | None:
+        prompt = self.config.system_prompt
+        if not self.token_mode and not self.config.native_tools and tools:
+            listing = describe_tools(tool_specs_from_openai(tools))
+            prompt = (prompt + "\n\n" if prompt else "") + (
+                f"Tools: {listing}.\nCall a tool as <tool_call>{{\"name\": \"<tool>\", \"arguments\": {{...}}}}</tool_call>.")
+        return None if prompt is None else {"role": "system", "content": prompt}
+
+    def _extend(self, episode: Episode, completion: Completion, observation: str) -> None:
+        reply: Message = {"role": "assistant", "content": completion.text}
+        new: list[Message]
+        if completion.tool_calls and not self.token_mode:
+            reply["tool_calls"] = completion.tool_calls
+            # One tool message per call id, as chat APIs require; the env answered them together.
+            new = [{"role": "tool", "tool_call_id": call.get("id", f"call_{i}"),
+                    "content": observation if i == 0 else "(see the result above)"}
+                   for i, call in enumerate(completion.tool_calls)]
+        else:
+            # Chat APIs accept a tool message only as the answer to a native tool call.
+            role = self.config.observation_role if self.token_mode else "user"
+            new = [{"role": role, "content": observation}]
+        if self.token_mode:
+            continuation = self.policy.chat_format.continuation_ids(
+                episode.messages, completion.token_ids, new, self._template_tools(episode))
+            episode.prompt_ids = episode.prompt_ids + list(completion.token_ids) + continuation
+            episode.prompt_mask = episode.prompt_mask + [1] * len(completion.token_ids) + [0] * len(continuation)
+        episode.messages.append(reply)
+        index = len(episode.messages)
+        episode.messages.extend(new)
+        episode.observation_turns[index] = episode.turn
+        episode.raw_observations[index] = observation
+
+    # ------------------------------------------------------------------ context folding
+    def _prompt_length(self, episode: Episode, messages: list[Message] | None = None) -> int:
+        if messages is None and episode.prompt_ids is not None:
+            return len(episode.prompt_ids)
+        messages = episode.messages if messages is None else messages
+        chat_format = self.policy.chat_format
+        if chat_format is not None:
+            return len(chat_format.prompt_ids(messages, self._template_tools(episode)))
+        return sum(len(str(m.get("content") or "")) for m in messages) // CHARS_PER_TOKEN
+
+    def _fit_context(self, episode: Episode) -> None:
+        budget = self.context_window - self.config.sampling.max_tokens
+        if self._prompt_length(episode) <= budget:
+            return
+        fold = self.config.fold
+        if fold is not None:
+            target = int(fold.target * self.context_window) - self.config.sampling.max_tokens
+            foldable = sorted(i for i, t in episode.observation_turns.items() if t > 0)
+            foldable = foldable[:max(0, len(foldable) - fold.keep_last)]
+            messages = episode.messages
+            changed = False
+            for index in foldable:
+                stub = fold.stub(episode.raw_observations[index], episode.observation_turns[index])
+                if len(stub) >= len(messages[index]["content"]):
+                    continue  # already folded, or too short to be worth a stub
+                if not changed:
+                    messages = copy.deepcopy(messages)
+                    changed = True
+                messages[index]["content"] = stub
+                if self._prompt_length(episode, messages) <= target:
+                    break
+            if changed:
+                episode.messages = messages
+                episode.folded = True
+                if self.token_mode:
+                    episode.prompt_ids = self.policy.chat_format.prompt_ids(messages, self._template_tools(episode))
+                    episode.prompt_mask = [0] * len(episode.prompt_ids)
+                if self._prompt_length(episode) <= budget:
+                    return
+        episode.done = True
+        episode.error = (f"context_overflow: the prompt needs {self._prompt_length(episode)} tokens, more than "
+                         f"the {budget} left in a {self.context_window}-token window after max_tokens")
+
+
+def _json_safe(value: Any) -> Any:
+    """Info values as JSON-ready data (trajectories are stored as JSONL)."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return f"<array {value.shape} {value.dtype}>"
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        return repr(value)

@@ -22,5 +22,6 @@ def mapped_packages() -> list[str]:
 setup(
     packages=mapped_packages(),
     package_dir=PACKAGE_ROOTS,
-    package_data={"agentgym.envs.code": ["tasks/**/*"], "agentgym.sandbox": ["images/*"]},
+    package_data={"agentgym.envs.code": ["tasks/**/*"], "agentgym.sandbox": ["images/*"],
+                  "agentgym.rollout": ["templates/*"]},
 )

@@ -17,6 +17,7 @@ def test_wheel_installs_into_a_fresh_venv_and_imports_all_parts(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "agentgym/envs/code/__init__.py" in names and "agentgym/trainers/__init__.py" in names
     assert any(n.startswith("agentgym/envs/code/tasks/repofix/") for n in names)
+    assert "agentgym/rollout/templates/chatml_tools.jinja" in names
 
     fresh = tmp_path / "venv"
     venv.create(fresh, with_pip=False)

@@ -1,0 +1,30 @@
+"""The rollout engine: policies, the agent loop, turn-level tree rollouts, the async runner and the trajectory store.
+
+Names are imported lazily so that ``import agentgym.rollout`` does not pull in torch,
+transformers or aiohttp until a class that needs them is used.
+"""
+
+from importlib import import_module
+
+_EXPORTS = {
+    "Agent": "agent", "AgentConfig": "agent", "Episode": "agent", "FoldPolicy": "agent",
+    "ChatFormat": "chat", "TemplateError": "chat", "check_prefix_preserving": "chat",
+    "Completion": "policy", "Policy": "policy", "PolicyError": "policy", "SamplingParams": "policy",
+    "HFPolicy": "hf_policy",
+    "OpenAIPolicy": "openai_policy",
+    "RolloutTree": "trajectory", "TrainingSequence": "trajectory", "Trajectory": "trajectory",
+    "TreeNode": "trajectory", "Turn": "trajectory",
+    "TreeConfig": "tree", "TreeRollout": "tree", "SuccessPredictor": "tree",
+    "node_values": "tree_values", "turn_advantages": "tree_values",
+    "Runner": "runner", "RunnerConfig": "runner", "RunResult": "runner", "Task": "runner",
+    "TrajectoryStore": "store",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentgym.rollout' has no attribute {name!r}")
+    return getattr(import_module(f"agentgym.rollout.{module}"), name)

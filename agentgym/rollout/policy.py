@@ -71,11 +71,14 @@ class Policy(ABC):
         version: the weights' version; trainers bump it after each update.
         chat_format: the tokenizer + prefix-preserving chat template for token mode, or ``None``
             when the policy only speaks chat mode.
+        context_window: prompt + completion tokens the model accepts, when known (the agent
+            loop folds the context to fit it).
     """
 
     name: str = "policy"
     version: int = 0
     chat_format: ChatFormat | None = None
+    context_window: int | None = None
 
     @property
     def supports_tokens(self) -> bool:

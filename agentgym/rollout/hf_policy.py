@@ -1,0 +1,370 @@
+"""A local transformers causal LM as a token-mode Policy: concurrent requests batched into KV-cached decoding, with exact logprobs.
+
+The rollout runner drives many episodes at once, each awaiting :meth:`HFPolicy.generate`.
+Calling ``model.generate`` per request would run them one by one and block the event loop, so
+:class:`HFPolicy` queues requests for one background thread, which gathers whatever is pending
+into a left-padded batch and runs its own decode loop. Each row keeps its own sampling
+parameters, seed and stopping rule, and is answered as soon as it finishes.
+
+The returned logprobs are those of the distribution each token was drawn from, computed in the
+same pass, so trainers can use them as the behaviour policy's logprobs without a second forward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import math
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+from agentgym.rollout.chat import ChatFormat
+from agentgym.rollout.policy import Completion, Policy, PolicyError, SamplingParams
+
+__all__ = ["GenerationStats", "HFPolicy"]
+
+_CLOSE = object()  # queue sentinel: the worker finishes the batch in hand and exits
+
+
+@dataclass
+class GenerationStats:
+    """Counters kept by the worker: requests served, batches run, the largest batch, tokens sampled."""
+
+    requests: int = 0
+    batches: int = 0
+    max_batch_seen: int = 0
+    generated_tokens: int = 0
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    future: concurrent.futures.Future
+
+
+@dataclass
+class _Row:
+    """A request's decoding state inside a batch."""
+
+    request: _Request
+    generator: torch.Generator | None  # None for greedy rows, which draw no randomness
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
+
+
+class HFPolicy(Policy):
+    """A transformers causal LM served in token mode, with requests batched across concurrent callers.
+
+    Args:
+        model_path: a local directory holding the model and its tokenizer (nothing is downloaded).
+        device: where to run; CUDA when available, else CPU.
+        dtype: the weights' dtype; by default the one the checkpoint was saved in.
+        max_batch_size: the most requests decoded together.
+        batch_wait_ms: how long the worker waits after the first pending request for others to
+            join its batch.
+        version: the initial weights version.
+        name: a label for logs; defaults to the model directory's name.
+
+    Sampling (per request, within one batch): ``temperature=0`` is greedy; otherwise logits are
+    divided by the temperature, then top-k and then top-p (over the renormalised top-k mass) are
+    applied, and the token is drawn with a per-request :class:`torch.Generator`, seeded from
+    ``SamplingParams.seed`` when given, so a seeded request is reproducible whatever else shares
+    its batch. A row stops on one of ``chat_format.stop_token_ids`` (kept as the last token), on
+    a stop string appearing in its decoded text (the text keeps it), at ``max_tokens`` or at the
+    model's ``max_position_embeddings`` (both ``"length"``).
+
+    ``Completion.logprobs`` are the log-probabilities of the sampled tokens under
+    ``log_softmax(logits / temperature)`` (raw logits for greedy decoding), **before** top-k/top-p
+    truncation: the same quantity TRL computes for the policy (``logits / temperature``), so the
+    ratio against training-time logprobs is 1 for unchanged weights. ``Completion.entropy`` is the
+    mean per-token entropy of that same distribution.
+
+    Use it as an async context manager or call :meth:`aclose` to stop the worker thread.
+    """
+
+    def __init__(self, model_path: str | Path, *, device: str | torch.device | None = None,
+                 dtype: torch.dtype | None = None, max_batch_size: int = 16, batch_wait_ms: float = 5.0,
+                 version: int = 0, name: str | None = None):
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(model_path, local_files_only=True, dtype=dtype or "auto")
+        self._setup(model.to(device), tokenizer, max_batch_size=max_batch_size, batch_wait_ms=batch_wait_ms,
+                    version=version, name=name or Path(model_path).name)
+
+    @classmethod
+    def from_model(cls, model, tokenizer, *, max_batch_size: int = 16, batch_wait_ms: float = 5.0,
+                   version: int = 0, name: str | None = None) -> "HFPolicy":
+        """Wrap an in-memory model (a trainer sharing its model with the policy); it stays on its device."""
+        policy = cls.__new__(cls)
+        policy._setup(model, tokenizer, max_batch_size=max_batch_size, batch_wait_ms=batch_wait_ms,
+                      version=version, name=name)
+        return policy
+
+    def _setup(self, model, tokenizer, *, max_batch_size: int, batch_wait_ms: float, version: int,
+               name: str | None) -> None:
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
+        self.chat_format = ChatFormat(tokenizer)  # raises TemplateError for templates that rewrite history
+        self.model = model.eval()
+        self.device = next(model.parameters()).device
+        self.version = version
+        self.name = name or Path(getattr(model.config, "name_or_path", "") or "hf").name
+        self.max_batch_size = max_batch_size
+        self.batch_wait_ms = batch_wait_ms
+        self.stats = GenerationStats()
+        text_config = model.config.get_text_config()
+        self._max_positions: int | None = getattr(text_config, "max_position_embeddings", None)
+        self.context_window = self._max_positions
+        self._vocab_size = model.get_input_embeddings().num_embeddings
+        # Padding ids are masked out; any valid id will do when the tokenizer has no pad token.
+        self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self._queue: queue.Queue = queue.Queue()
+        self._weights_lock = threading.Lock()  # held by the worker for a whole batch
+        self._state_lock = threading.Lock()    # orders enqueues against close
+        self._worker: threading.Thread | None = None
+        self._closed = False
+
+    # --- public API ------------------------------------------------------------------------
+
+    async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Completion:
+        """Sample a completion for ``prompt_ids``; it is batched with whatever else is pending."""
+        request = _Request(self._check_request(prompt_ids, sampling), sampling, concurrent.futures.Future())
+        with self._state_lock:
+            if self._closed:
+                raise PolicyError(f"policy {self.name!r} is closed")
+            if self._worker is None:
+                # Started on first use so that a policy that never generates holds no thread.
+                self._worker = threading.Thread(target=self._serve, name=f"HFPolicy-{self.name}", daemon=True)
+                self._worker.start()
+            self._queue.put(request)
+        return await asyncio.wrap_future(request.future)
+
+    def update_weights(self, weights: torch.nn.Module | dict[str, torch.Tensor], version: int | None = None) -> None:
+        """Load new weights (a state dict or a model of the same architecture) and bump :attr:`version`.
+
+        Waits for the batch in progress to finish, so every completion is sampled from one set of
+        weights. Passing the policy's own model (a trainer that updated it in place) only bumps
+        the version.
+        """
+        with self._weights_lock:
+            if weights is not self.model:
+                state_dict = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
+                self._load_state_dict(state_dict)
+            self.version = self.version + 1 if version is None else version
+
+    async def aclose(self) -> None:
+        """Stop the worker thread once the batch in progress is done; later calls to :meth:`generate` fail."""
+        with self._state_lock:
+            if self._closed:
+                return
+            self._closed = True
+            worker = self._worker
+            if worker is not None:
+                self._queue.put(_CLOSE)
+        if worker is not None:
+            await asyncio.to_thread(worker.join)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "device": str(self.device), "max_batch_size": self.max_batch_size}
+
+    # --- request checks --------------------------------------------------------------------
+
+    def _check_request(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> list[int]:
+        ids = [int(i) for i in prompt_ids]
+        if not ids:
+            raise PolicyError("empty prompt: token-mode generation needs at least one prompt token")
+        if self._max_positions is not None and len(ids) >= self._max_positions:
+            raise PolicyError(f"prompt of {len(ids)} tokens does not fit the model's context of "
+                              f"{self._max_positions} positions (at least one must be left for the completion)")
+        # Checked here because an out-of-range id inside the batch would fail the other rows too
+        # (and on CUDA poison the context with a device-side assert).
+        bad = [i for i in ids if not 0 <= i < self._vocab_size]
+        if bad:
+            raise PolicyError(f"prompt holds token ids outside the vocabulary of {self._vocab_size}: {bad[:5]}")
+        if sampling.max_tokens < 1:
+            raise PolicyError(f"max_tokens must be at least 1, got {sampling.max_tokens}")
+        if sampling.temperature < 0:
+            raise PolicyError(f"temperature must be >= 0, got {sampling.temperature}")
+        if not 0 < sampling.top_p <= 1:
+            raise PolicyError(f"top_p must be in (0, 1], got {sampling.top_p}")
+        if sampling.top_k < 0:
+            raise PolicyError(f"top_k must be >= 0, got {sampling.top_k}")
+        if sampling.seed is not None and not -2**63 <= sampling.seed < 2**64:
+            raise PolicyError(f"seed must fit in 64 bits, got {sampling.seed}")
+        if any(not s for s in sampling.stop):
+            raise PolicyError("stop strings must be non-empty")
+        return ids
+
+    def _load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
+        params = self.model.state_dict()
+        unexpected = sorted(set(state_dict) - set(params))
+        # Tied weights (lm_head and the embeddings) are often saved once; the alias loads them.
+        given = {params[k].data_ptr() for k in state_dict if k in params}
+        missing = sorted(k for k in set(params) - set(state_dict) if params[k].data_ptr() not in given)
+        if missing or unexpected:
+            raise ValueError(f"state dict does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        self.model.load_state_dict(state_dict, strict=False)
+
+    # --- worker thread ---------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        closing = False
+        while not closing:
+            batch, closing = self._collect()
+            # Requests whose caller was cancelled while queued are dropped here.
+            batch = [r for r in batch if r.future.set_running_or_notify_cancel()]
+            if not batch:
+                continue
+            try:
+                # no_grad rather than inference_mode: buffers a model updates in its forward (dynamic
+                # RoPE's inv_freq) would become inference tensors and break a trainer sharing the model.
+                with self._weights_lock, torch.no_grad():
+                    self._run_batch(batch)
+            except Exception as exc:  # noqa: BLE001 - any failure must reach the callers, not kill the worker
+                for request in batch:
+                    if not request.future.done():
+                        error = PolicyError(f"generation failed: {type(exc).__name__}: {exc}")
+                        error.__cause__ = exc
+                        request.future.set_exception(error)
+
+    def _collect(self) -> tuple[list[_Request], bool]:
+        """The next batch: the first pending request, plus those arriving within ``batch_wait_ms``."""
+        first = self._queue.get()
+        if first is _CLOSE:
+            return [], True
+        batch = [first]
+        deadline = time.monotonic() + self.batch_wait_ms / 1000
+        while len(batch) < self.max_batch_size:
+            remaining = deadline - time.monotonic()
+            try:
+                item = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is _CLOSE:
+                return batch, True
+            batch.append(item)
+        return batch, False
+
+    def _run_batch(self, requests: list[_Request]) -> None:
+        version = self.version
+        self.stats.requests += len(requests)
+        self.stats.batches += 1
+        self.stats.max_batch_seen = max(self.stats.max_batch_seen, len(requests))
+        rows = [_Row(r, self._generator(r.sampling)) for r in requests]
+
+        width = max(len(r.prompt_ids) for r in requests)
+        input_ids = torch.full((len(rows), width), self._pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, request in enumerate(requests):
+            input_ids[i, width - len(request.prompt_ids):] = torch.tensor(request.prompt_ids)
+            attention_mask[i, width - len(request.prompt_ids):] = 1
+        # Left padding: positions count real tokens only, so each row sees the positions it would unpadded.
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        input_ids, attention_mask, position_ids = (t.to(self.device) for t in (input_ids, attention_mask, position_ids))
+        cache = DynamicCache(config=self.model.config)
+
+        while True:
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                                cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1].float()
+            tokens, logprobs, entropies = self._sample(logits, rows)
+            self.stats.generated_tokens += len(rows)
+            active = []
+            for i, (row, token, logprob, entropy) in enumerate(zip(rows, tokens.tolist(), logprobs.tolist(),
+                                                                   entropies.tolist())):
+                row.token_ids.append(token)
+                row.logprobs.append(logprob)
+                row.entropies.append(entropy)
+                reason = self._finish_reason(row)
+                if reason is None:
+                    active.append(i)
+                else:  # answered now, not when the slowest row of the batch is done
+                    row.request.future.set_result(Completion(
+                        text=self.chat_format.decode(row.token_ids), token_ids=row.token_ids,
+                        logprobs=row.logprobs, finish_reason=reason, policy_version=version,
+                        entropy=math.fsum(row.entropies) / len(row.entropies)))
+            if not active:
+                return
+            if len(active) < len(rows):  # drop finished rows so they cost no more compute
+                keep = torch.tensor(active, device=self.device)
+                cache.batch_select_indices(keep)
+                attention_mask, tokens = attention_mask[keep], tokens[keep]
+                rows = [rows[i] for i in active]
+            input_ids = tokens[:, None]
+            position_ids = torch.tensor([[len(r.request.prompt_ids) + len(r.token_ids) - 1] for r in rows],
+                                        device=self.device)
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(rows), 1))], dim=1)
+
+    def _generator(self, sampling: SamplingParams) -> torch.Generator | None:
+        if sampling.temperature == 0:
+            return None
+        generator = torch.Generator(device=self.device)
+        if sampling.seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(sampling.seed)
+        return generator
+
+    def _sample(self, logits: torch.Tensor, rows: list[_Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One token per row, with its logprob and the entropy of the distribution (before truncation)."""
+        temperature = torch.tensor([r.request.sampling.temperature for r in rows], device=logits.device)
+        greedy = temperature == 0
+        logprobs = (logits / torch.where(greedy, 1.0, temperature)[:, None]).log_softmax(-1)
+        probs = logprobs.exp()
+        entropy = torch.special.entr(probs).sum(-1)
+        weights = self._truncate(probs, rows)
+        # Exponential race (Gumbel-max): argmax(p / E) with E ~ Exp(1) draws from p. Unlike
+        # inverse-CDF sampling it needs no sort, and the noise is indexed by token id, so a
+        # seeded row draws the same token whether or not its batch needed sorting for top-k/top-p.
+        noise = torch.ones_like(probs)
+        for i, row in enumerate(rows):
+            if row.generator is not None:
+                noise[i].exponential_(generator=row.generator)
+        # Guard against a 0 draw: 0/0 would be NaN, which argmax picks, even for a truncated token.
+        sampled = (weights / noise.clamp_(min=torch.finfo(noise.dtype).tiny)).argmax(-1)
+        tokens = torch.where(greedy, logits.argmax(-1), sampled)
+        return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1), entropy
+
+    @staticmethod
+    def _truncate(probs: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
+        """``probs`` with the tokens outside each row's top-k, then top-p, set to 0 (unnormalised)."""
+        top_k = [r.request.sampling.top_k for r in rows]
+        top_p = [r.request.sampling.top_p for r in rows]
+        if not any(top_k) and min(top_p) >= 1:
+            return probs
+        vocab = probs.shape[-1]
+        sorted_probs, order = probs.sort(-1, descending=True)
+        rank = torch.arange(vocab, device=probs.device)
+        k = torch.tensor([k if 0 < k < vocab else vocab for k in top_k], device=probs.device)
+        sorted_probs = sorted_probs.masked_fill(rank >= k[:, None], 0.0)
+        # top_p = 1 must keep everything, even where rounding brings the cumulative sum to 1 early.
+        p = torch.tensor([p if p < 1 else math.inf for p in top_p], device=probs.device)
+        renormalised = sorted_probs / sorted_probs.sum(-1, keepdim=True)
+        mass_before = renormalised.cumsum(-1) - renormalised  # the most likely token always stays
+        sorted_probs = sorted_probs.masked_fill(mass_before >= p[:, None], 0.0)
+        return torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+
+    def _finish_reason(self, row: _Row) -> str | None:
+        sampling = row.request.sampling
+        if row.token_ids[-1] in self.chat_format.stop_token_ids:
+            return "stop"
+        if sampling.stop:
+            # The whole completion is decoded: a stop string can span tokens, and byte-level
+            # tokens only form characters together.
+            text = self.chat_format.decode(row.token_ids)
+            if any(s in text for s in sampling.stop):
+                return "stop"
+        total = len(row.request.prompt_ids) + len(row.token_ids)
+        if len(row.token_ids) >= sampling.max_tokens:
+            return "length"
+        if self._max_positions is not None and total >= self._max_positions:
+            return "length"
+        return None

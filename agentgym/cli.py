@@ -1,4 +1,4 @@
-"""The `agentgym` command line: list envs, build sandbox images, reap leftover sandboxes (more subcommands arrive with later work)."""
+"""The `agentgym` command line: list envs, build sandbox images, reap leftover sandboxes, serve a model over an OpenAI-compatible API (more subcommands arrive with later work)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,14 @@ def _sandbox_gc(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from agentgym.rollout.server import serve
+
+    serve(args.model, host=args.host, port=args.port, max_batch_size=args.max_batch_size,
+          served_model_name=args.served_model_name, device=args.device)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentgym", description=__doc__.split(":")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -51,6 +59,15 @@ def build_parser() -> argparse.ArgumentParser:
     gc = sandbox.add_parser("gc", help="remove containers and snapshot images left by dead processes")
     gc.add_argument("--all", action="store_true", help="remove every agentgym container and snapshot image")
     gc.set_defaults(run=_sandbox_gc)
+
+    serve = commands.add_parser("serve", help="serve a local model over an OpenAI-compatible HTTP API")
+    serve.add_argument("--model", required=True, help="a local Hugging Face checkpoint directory")
+    serve.add_argument("--port", type=int, required=True)
+    serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: %(default)s)")
+    serve.add_argument("--max-batch-size", type=int, default=16, help="requests per forward batch (default: %(default)s)")
+    serve.add_argument("--served-model-name", help="the model name clients send (default: the --model value)")
+    serve.add_argument("--device", help="torch device, e.g. cuda:0 (default: the policy's choice)")
+    serve.set_defaults(run=_serve)
     return parser
 
 

@@ -1,0 +1,597 @@
+"""An OpenAI-compatible HTTP server over any token-mode :class:`~agentgym.rollout.policy.Policy` (``agentgym serve``).
+
+:func:`make_app` wraps a policy that has a :attr:`~agentgym.rollout.policy.Policy.chat_format`
+in an aiohttp application; :func:`serve` runs one over an
+:class:`~agentgym.rollout.hf_policy.HFPolicy` for a local checkpoint. Endpoints:
+
+* ``GET /v1/models``, ``GET /health``;
+* ``POST /v1/chat/completions`` — messages (text content only) are rendered with the policy's
+  chat template; Hermes ``<tool_call>`` blocks in the reply become ``message.tool_calls`` unless
+  ``tool_choice`` is ``"none"`` (``"required"`` or a named function is accepted but not
+  enforced: there is no constrained decoding). ``stream``, ``n`` (sample ``i`` gets ``seed + i``),
+  ``seed``, ``logprobs``/``top_logprobs``, ``stop``, ``top_k`` (an extension) and vLLM's
+  ``return_token_ids`` are honoured; without ``max_tokens`` the rest of the context is the limit;
+* ``POST /v1/completions`` — a string or a list of token ids in, with vLLM's
+  ``return_token_ids`` and ``return_tokens_as_token_ids`` extensions: the token-in/token-out
+  path trainers use against a remote policy.
+
+Each request calls :meth:`Policy.generate` (once per sample, concurrently), so concurrent
+requests reach the policy's batching queue together; nothing here serialises them. The policy's
+completion is whole when it returns, so a streamed reply is the finished completion replayed as
+OpenAI chunks (one per token), not tokens sent while they are sampled.
+
+Top-logprob alternatives: :class:`~agentgym.rollout.policy.Completion` carries only the sampled
+tokens' logprobs, so ``top_logprobs``/``logprobs=k`` return the sampled token alone. Parameters
+that would change sampling but are not implemented (penalties, ``logit_bias``, ``echo``,
+``suffix``, ``best_of``) are refused rather than ignored. Bad input is answered with HTTP 400
+and OpenAI's error JSON; a :class:`PolicyError` with 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from aiohttp import web
+
+from agentgym.actions import parse_action, tool_specs_from_openai
+from agentgym.rollout.policy import Completion, Policy, PolicyError, SamplingParams
+
+__all__ = ["make_app", "serve"]
+
+log = logging.getLogger(__name__)
+
+MAX_N = 128
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound for chat; its legacy completions allow logprobs <= 5
+MAX_COMPLETION_LOGPROBS = 5
+_ROLES = {"system", "developer", "user", "assistant", "tool"}
+
+
+class RequestError(Exception):
+    """A client error, answered with OpenAI's error JSON."""
+
+    def __init__(self, message: str, param: str | None = None, *, status: int = 400,
+                 type: str = "invalid_request_error", code: str | None = None):
+        super().__init__(message)
+        self.message, self.param, self.status, self.type, self.code = message, param, status, type, code
+
+
+def _error_response(status: int, message: str, type: str, param: str | None = None,
+                    code: str | None = None) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": type, "param": param, "code": code}},
+                             status=status)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except RequestError as exc:
+        return _error_response(exc.status, exc.message, exc.type, exc.param, exc.code)
+    except PolicyError as exc:
+        return _error_response(500, str(exc), "server_error")
+    except web.HTTPException as exc:  # aiohttp's own 404/405/413: same JSON shape as every other error
+        if exc.status < 400:
+            raise
+        return _error_response(exc.status, exc.text or exc.reason, "invalid_request_error")
+    except Exception as exc:  # never an HTML traceback page
+        log.exception("%s %s failed", request.method, request.path)
+        return _error_response(500, f"internal server error: {type(exc).__name__}: {exc}", "server_error")
+
+
+# --- request fields ---------------------------------------------------------------------------
+
+
+def _number(body: dict, name: str, default: float, low: float, high: float) -> float:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise RequestError(f"{name} must be a number between {low} and {high}, got {value!r}", name)
+    return float(value)
+
+
+def _integer(body: dict, name: str, default: int | None, low: int, high: int | None = None) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f">= {low}"
+        raise RequestError(f"{name} must be an integer {bound}, got {value!r}", name)
+    return value
+
+
+def _flag(body: dict, name: str) -> bool:
+    value = body.get(name, False)
+    if value is not None and not isinstance(value, bool):
+        raise RequestError(f"{name} must be a boolean, got {value!r}", name)
+    return bool(value)
+
+
+def _stop(body: dict) -> tuple[str, ...]:
+    stop = body.get("stop")
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        return (stop,)
+    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        return tuple(s for s in stop if s)
+    raise RequestError("stop must be a string or a list of strings", "stop")
+
+
+def _reject_unsupported(body: dict) -> None:
+    """Parameters that would change the output but that this server cannot honour: refuse, never ignore."""
+    for name in ("frequency_penalty", "presence_penalty"):
+        if body.get(name):
+            raise RequestError(f"{name} is not supported by this server", name)
+    if body.get("logit_bias"):
+        raise RequestError("logit_bias is not supported by this server", "logit_bias")
+
+
+@dataclass
+class _Sampling:
+    """What one request asks of the sampler, read and checked from its body."""
+
+    params: list[SamplingParams]  # one per sample (n), seeds offset so the samples differ
+    logprobs: int | None  # None: no logprobs; k: with k top alternatives asked for
+    stream: bool
+    include_usage: bool
+    return_token_ids: bool
+    tokens_as_ids: bool
+
+
+# --- the app ----------------------------------------------------------------------------------
+
+
+class _Server:
+    def __init__(self, policy: Policy, model_name: str, context_window: int | None):
+        if policy.chat_format is None:
+            raise ValueError(f"{type(policy).__name__} has no chat_format: the server needs a token-mode policy")
+        self.policy = policy
+        self.model_name = model_name
+        self.format = policy.chat_format
+        self.tokenizer = policy.chat_format.tokenizer
+        self.vocab_size = len(self.tokenizer)
+        self.context_window = context_window
+        self.created = int(time.time())
+
+    # -- simple endpoints
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "model": self.model_name})
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{
+            "id": self.model_name, "object": "model", "created": self.created, "owned_by": "agentgym",
+            "max_model_len": self.context_window}]})
+
+    # -- shared request handling
+
+    async def _body(self, request: web.Request) -> dict:
+        try:
+            body = await request.json(loads=json.loads)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise RequestError(f"the request body is not valid JSON ({exc})") from None
+        if not isinstance(body, dict):
+            raise RequestError("the request body must be a JSON object")
+        model = body.get("model")
+        if model is not None and model != self.model_name:
+            raise RequestError(f"The model `{model}` does not exist; this server serves `{self.model_name}`.",
+                               "model", status=404, type="not_found_error", code="model_not_found")
+        _reject_unsupported(body)
+        return body
+
+    def _sampling(self, body: dict, prompt_len: int, *, max_tokens: int | None, default_max_tokens: int | None,
+                  logprobs: int | None, prompt_param: str) -> _Sampling:
+        n = _integer(body, "n", 1, 1, MAX_N)
+        seed = _integer(body, "seed", None, -(2 ** 63), 2 ** 63 - 1)
+        top_k = _integer(body, "top_k", 0, -1)  # -1 and 0 both mean "off", as in vLLM
+        stream = _flag(body, "stream")
+        options = body.get("stream_options") or {}
+        if not isinstance(options, dict):
+            raise RequestError("stream_options must be an object", "stream_options")
+        common = dict(max_tokens=self._budget(prompt_len, max_tokens, default_max_tokens, prompt_param),
+                      temperature=_number(body, "temperature", 1.0, 0.0, math.inf),
+                      top_p=_number(body, "top_p", 1.0, 0.0, 1.0), top_k=max(top_k, 0), stop=_stop(body))
+        if common["top_p"] == 0.0:
+            raise RequestError("top_p must be greater than 0", "top_p")
+        params = [SamplingParams(**common, seed=None if seed is None else seed + i) for i in range(n)]
+        return _Sampling(params, logprobs, stream, stream and bool(options.get("include_usage")),
+                         _flag(body, "return_token_ids"), _flag(body, "return_tokens_as_token_ids"))
+
+    def _budget(self, prompt_len: int, requested: int | None, default: int | None, param: str) -> int:
+        """max_tokens for this prompt; the prompt plus the completion must fit the context, as in vLLM."""
+        if self.context_window is None:
+            return requested or default or SamplingParams.max_tokens
+        room = self.context_window - prompt_len
+        if room <= 0:
+            raise RequestError(f"This model's maximum context length is {self.context_window} tokens, but the "
+                               f"prompt has {prompt_len} tokens.", param, code="context_length_exceeded")
+        if requested is None:
+            return min(default, room) if default else room
+        if requested > room:
+            raise RequestError(f"This model's maximum context length is {self.context_window} tokens, but "
+                               f"{prompt_len + requested} were requested ({prompt_len} in the prompt, {requested} "
+                               f"for the completion).", "max_tokens", code="context_length_exceeded")
+        return requested
+
+    async def _sample(self, prompt_ids: list[int], sampling: _Sampling) -> list[Completion]:
+        # One generate call per sample, all at once, so the policy can batch them with other requests.
+        completions = await asyncio.gather(*(self.policy.generate(prompt_ids, p) for p in sampling.params))
+        for completion, params in zip(completions, sampling.params):
+            completion.text = _cut_at_stop(completion.text, params.stop)
+        return list(completions)
+
+    def _token_strings(self, token_ids: Sequence[int], as_ids: bool) -> list[str]:
+        if as_ids:
+            return [f"token_id:{i}" for i in token_ids]
+        return self.tokenizer.batch_decode([[i] for i in token_ids], skip_special_tokens=False)
+
+    def _text_deltas(self, token_ids: Sequence[int], text: str) -> list[str]:
+        """``text`` cut into one piece per token for streaming; the pieces concatenate to ``text`` exactly.
+
+        Each token's piece is found by decoding a short window of ids (the previous emitted
+        piece's tokens + the new ones) so the cost stays linear. A token that ends inside a
+        multi-byte character, or whose text is not in ``text`` (a stop token, text past a stop
+        string), gets ``""``; whatever remains goes with the last token.
+        """
+        deltas, sent = [], 0
+        prefix_offset = read_offset = 0
+        for i in range(len(token_ids)):
+            before = self.tokenizer.decode(token_ids[prefix_offset:read_offset], skip_special_tokens=False)
+            after = self.tokenizer.decode(token_ids[prefix_offset:i + 1], skip_special_tokens=False)
+            piece = ""
+            if len(after) > len(before) and not after.endswith("\ufffd"):
+                prefix_offset, read_offset = read_offset, i + 1
+                if text.startswith(after[len(before):], sent):
+                    piece = after[len(before):]
+                    sent += len(piece)
+            deltas.append(piece)
+        if deltas:
+            deltas[-1] += text[sent:]
+        return deltas
+
+    def _usage(self, prompt_len: int, completions: Sequence[Completion]) -> dict:
+        generated = sum(len(c.token_ids) for c in completions)
+        return {"prompt_tokens": prompt_len, "completion_tokens": generated, "total_tokens": prompt_len + generated}
+
+    async def _stream(self, request: web.Request, chunks) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        try:
+            for chunk in chunks:
+                await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+        except ConnectionResetError:  # the client went away mid-stream; nothing left to tell it
+            pass
+        return response
+
+    # -- /v1/chat/completions
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request)
+        messages = _messages(body.get("messages"))
+        tools = _tools(body.get("tools"))
+        tool_choice = body.get("tool_choice", "auto")
+        if not (tool_choice in ("auto", "none", "required") or isinstance(tool_choice, dict)):
+            raise RequestError(f"tool_choice must be 'auto', 'none', 'required' or a function, got {tool_choice!r}",
+                               "tool_choice")
+        try:
+            prompt_ids = self.format.prompt_ids(messages, tools)
+        except Exception as exc:
+            raise RequestError(f"the messages cannot be rendered with the chat template: {exc}", "messages") from None
+        max_tokens = _integer(body, "max_completion_tokens", None, 1)
+        if max_tokens is None:
+            max_tokens = _integer(body, "max_tokens", None, 1)
+        want_logprobs = _flag(body, "logprobs")
+        top = _integer(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS)
+        if top and not want_logprobs:
+            raise RequestError("top_logprobs needs logprobs=true", "top_logprobs")
+        sampling = self._sampling(body, len(prompt_ids), max_tokens=max_tokens, default_max_tokens=None,
+                                  logprobs=top if want_logprobs else None, prompt_param="messages")
+        completions = await self._sample(prompt_ids, sampling)
+        # tool_choice "required" or a named function is accepted but not enforced (no constrained decoding).
+        specs = tool_specs_from_openai(tools) if tools and tool_choice != "none" else None
+        replies = [_reply(c, specs) for c in completions]
+        response_id = f"chatcmpl-{uuid.uuid4().hex}"
+        header = {"id": response_id, "created": int(time.time()), "model": self.model_name}
+        if sampling.stream:
+            return await self._stream(request, self._chat_chunks(header, completions, replies, sampling,
+                                                                 prompt_ids))
+        choices = []
+        for index, (completion, (content, tool_calls, finish_reason)) in enumerate(zip(completions, replies)):
+            message = {"role": "assistant", "content": content}
+            if tool_calls:
+                message["tool_calls"] = tool_calls
+            choice = {"index": index, "message": message, "finish_reason": finish_reason,
+                      "logprobs": self._chat_logprobs(completion.token_ids, completion.logprobs, sampling)}
+            if sampling.return_token_ids:
+                choice["token_ids"] = list(completion.token_ids)
+            choices.append(choice)
+        result = {**header, "object": "chat.completion", "choices": choices, "system_fingerprint": None,
+                  "usage": self._usage(len(prompt_ids), completions)}
+        if sampling.return_token_ids:
+            result["prompt_token_ids"] = prompt_ids
+        return web.json_response(result)
+
+    def _chat_logprobs(self, token_ids: Sequence[int], logprobs: Sequence[float], sampling: _Sampling) -> dict | None:
+        if sampling.logprobs is None:
+            return None
+        content = []
+        for token, logprob in zip(self._token_strings(token_ids, sampling.tokens_as_ids), logprobs):
+            entry = {"token": token, "logprob": _finite(logprob), "bytes": list(token.encode())}
+            content.append({**entry, "top_logprobs": [entry] if sampling.logprobs else []})
+        return {"content": content, "refusal": None}
+
+    def _chat_chunks(self, header: dict, completions: Sequence[Completion], replies, sampling: _Sampling,
+                     prompt_ids: list[int]):
+        def chunk(index: int, delta: dict, logprobs=None, finish_reason=None, **extra) -> dict:
+            choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason, **extra}
+            usage = {"usage": None} if sampling.include_usage else {}
+            return {**header, "object": "chat.completion.chunk", "choices": [choice], **usage}
+
+        for index, (completion, (content, tool_calls, finish_reason)) in enumerate(zip(completions, replies)):
+            ids, logprobs = list(completion.token_ids), list(completion.logprobs)
+            first = {"prompt_token_ids": prompt_ids} if sampling.return_token_ids and index == 0 else {}
+            yield {**chunk(index, {"role": "assistant", "content": ""}), **first}
+            if tool_calls:
+                delta = {"tool_calls": [{"index": i, **call} for i, call in enumerate(tool_calls)]}
+                if content is not None:
+                    delta = {"content": content, **delta}
+                extra = {"token_ids": ids} if sampling.return_token_ids else {}
+                yield chunk(index, delta, self._chat_logprobs(ids, logprobs, sampling), **extra)
+            else:
+                for i, piece in enumerate(self._text_deltas(ids, completion.text)):
+                    if piece or sampling.logprobs is not None or sampling.return_token_ids:
+                        extra = {"token_ids": [ids[i]]} if sampling.return_token_ids else {}
+                        yield chunk(index, {"content": piece},
+                                    self._chat_logprobs(ids[i:i + 1], logprobs[i:i + 1], sampling), **extra)
+            yield chunk(index, {}, finish_reason=finish_reason)
+        if sampling.include_usage:
+            yield {**header, "object": "chat.completion.chunk", "choices": [],
+                   "usage": self._usage(len(prompt_ids), completions)}
+
+    # -- /v1/completions
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request)
+        prompt_ids = self._prompt_ids(body.get("prompt"))
+        if _flag(body, "echo"):
+            raise RequestError("echo is not supported by this server", "echo")
+        if body.get("suffix"):
+            raise RequestError("suffix is not supported by this server", "suffix")
+        n = _integer(body, "n", 1, 1, MAX_N)
+        if _integer(body, "best_of", n, 1) != n:
+            raise RequestError("best_of other than n is not supported by this server", "best_of")
+        sampling = self._sampling(body, len(prompt_ids), max_tokens=_integer(body, "max_tokens", None, 1),
+                                  default_max_tokens=16,  # OpenAI's (and vLLM's) default for this endpoint
+                                  logprobs=_integer(body, "logprobs", None, 0, MAX_COMPLETION_LOGPROBS),
+                                  prompt_param="prompt")
+        completions = await self._sample(prompt_ids, sampling)
+        header = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": self.model_name,
+                  "object": "text_completion"}
+        if sampling.stream:
+            return await self._stream(request, self._completion_chunks(header, completions, sampling, prompt_ids))
+        choices = []
+        for index, completion in enumerate(completions):
+            logprobs = None
+            if sampling.logprobs is not None:  # the offsets cost a decode per token: only when asked for
+                logprobs = self._completion_logprobs(completion.token_ids, completion.logprobs, sampling,
+                                                     self._offsets(completion))
+            choice = {"index": index, "text": completion.text, "finish_reason": completion.finish_reason,
+                      "logprobs": logprobs}
+            if sampling.return_token_ids:
+                # vLLM puts prompt_token_ids on each choice of this endpoint; the response carries it too.
+                choice.update(token_ids=list(completion.token_ids), prompt_token_ids=prompt_ids)
+            choices.append(choice)
+        result = {**header, "choices": choices, "usage": self._usage(len(prompt_ids), completions)}
+        if sampling.return_token_ids:
+            result["prompt_token_ids"] = prompt_ids
+        return web.json_response(result)
+
+    def _prompt_ids(self, prompt: Any) -> list[int]:
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]  # a batch of one
+        if isinstance(prompt, str):
+            if not prompt:
+                raise RequestError("prompt must not be empty", "prompt")
+            return self.format.encode(prompt)
+        if isinstance(prompt, list) and prompt and all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
+            bad = [i for i in prompt if not 0 <= i < self.vocab_size]
+            if bad:
+                raise RequestError(f"prompt token ids must be in [0, {self.vocab_size}), got {bad[:5]}", "prompt")
+            return list(prompt)
+        if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+            raise RequestError("batched prompts are not supported; send one request per prompt", "prompt")
+        raise RequestError("prompt must be a non-empty string or a non-empty list of token ids", "prompt")
+
+    def _offsets(self, completion: Completion) -> list[int]:
+        """Where each token's text starts in the completion's text (the legacy ``text_offset``)."""
+        offsets, position = [], 0
+        for piece in self._text_deltas(completion.token_ids, completion.text):
+            offsets.append(position)
+            position += len(piece)
+        return offsets
+
+    def _completion_logprobs(self, token_ids: Sequence[int], logprobs: Sequence[float], sampling: _Sampling,
+                             offsets: list[int]) -> dict | None:
+        if sampling.logprobs is None:
+            return None
+        tokens = self._token_strings(token_ids, sampling.tokens_as_ids)
+        values = [_finite(lp) for lp in logprobs]
+        top = [{token: value} for token, value in zip(tokens, values)] if sampling.logprobs else None
+        return {"tokens": tokens, "token_logprobs": values, "top_logprobs": top, "text_offset": offsets}
+
+    def _completion_chunks(self, header: dict, completions: Sequence[Completion], sampling: _Sampling,
+                           prompt_ids: list[int]):
+        for index, completion in enumerate(completions):
+            ids, logprobs = list(completion.token_ids), list(completion.logprobs)
+            position = 0
+            for i, piece in enumerate(self._text_deltas(ids, completion.text)):
+                choice = {"index": index, "text": piece, "finish_reason": None,
+                          "logprobs": self._completion_logprobs(ids[i:i + 1], logprobs[i:i + 1], sampling, [position])}
+                position += len(piece)
+                if sampling.return_token_ids:
+                    choice["token_ids"] = [ids[i]]
+                    if i == 0:
+                        choice["prompt_token_ids"] = prompt_ids
+                yield {**header, "choices": [choice]}
+            yield {**header, "choices": [{"index": index, "text": "", "logprobs": None,
+                                          "finish_reason": completion.finish_reason}]}
+        if sampling.include_usage:
+            yield {**header, "choices": [], "usage": self._usage(len(prompt_ids), completions)}
+
+
+# --- messages and tool calls ------------------------------------------------------------------
+
+
+def _text_content(content: Any, param: str) -> str:
+    """Message content as text: a string, or OpenAI content parts of type text."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+                raise RequestError("only text content parts are supported", param)
+            texts.append(part["text"])
+        return "".join(texts)
+    raise RequestError("content must be a string or a list of text parts", param)
+
+
+def _messages(raw: Any) -> list[dict]:
+    """The request's messages, checked and normalised into what the chat template renders."""
+    if not isinstance(raw, list) or not raw:
+        raise RequestError("messages must be a non-empty list", "messages")
+    messages = []
+    for k, message in enumerate(raw):
+        param = f"messages[{k}]"
+        if not isinstance(message, dict):
+            raise RequestError(f"{param} must be an object", param)
+        role = message.get("role")
+        if role not in _ROLES:
+            raise RequestError(f"{param}.role must be one of {sorted(_ROLES)}, got {role!r}", f"{param}.role")
+        content = message.get("content")
+        if role == "assistant":
+            calls = _assistant_tool_calls(message.get("tool_calls"), f"{param}.tool_calls")
+            if content is None and not calls:
+                raise RequestError(f"{param} needs content or tool_calls", f"{param}.content")
+            normalised = {"role": role, "content": "" if content is None else _text_content(content, f"{param}.content")}
+            if calls:
+                normalised["tool_calls"] = calls
+        else:
+            if content is None:
+                raise RequestError(f"{param}.content is required for role {role!r}", f"{param}.content")
+            # OpenAI's "developer" role is its new name for system instructions.
+            normalised = {"role": "system" if role == "developer" else role,
+                          "content": _text_content(content, f"{param}.content")}
+        messages.append(normalised)
+    return messages
+
+
+def _assistant_tool_calls(calls: Any, param: str) -> list[dict]:
+    if calls is None:
+        return []
+    if not isinstance(calls, list):
+        raise RequestError(f"{param} must be a list", param)
+    normalised = []
+    for i, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not (isinstance(function, dict) and isinstance(function.get("name"), str)
+                and isinstance(function.get("arguments", "{}"), (str, dict))):
+            raise RequestError(f"{param}[{i}] must be {{'type': 'function', 'function': {{'name': str, "
+                               f"'arguments': str}}}}", f"{param}[{i}]")
+        arguments = function.get("arguments", "{}")
+        normalised.append({"id": call.get("id") or f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+                           "function": {"name": function["name"], "arguments": arguments if isinstance(arguments, str)
+                                        else json.dumps(arguments)}})
+    return normalised
+
+
+def _tools(raw: Any) -> list[dict] | None:
+    if raw is None or raw == []:
+        return None
+    if not isinstance(raw, list):
+        raise RequestError("tools must be a list", "tools")
+    for i, tool in enumerate(raw):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not (isinstance(tool, dict) and tool.get("type", "function") == "function" and isinstance(function, dict)
+                and isinstance(function.get("name"), str)
+                and isinstance(function.get("parameters", {}), dict)):
+            raise RequestError(f"tools[{i}] must be {{'type': 'function', 'function': {{'name': str, "
+                               f"'parameters': object}}}}", f"tools[{i}]")
+    return raw
+
+
+def _reply(completion: Completion, specs) -> tuple[str | None, list[dict] | None, str]:
+    """(content, tool_calls, finish_reason) of an assistant reply; Hermes blocks become tool calls when tools are on."""
+    text = completion.text
+    if specs is not None and "<tool_call>" in text:
+        parsed = parse_action(text, specs, allow_text=True)
+        # A block whose JSON does not parse has no name to report: the reply stays plain text,
+        # as vLLM's Hermes parser does. Schema errors (unknown tool, wrong arguments) are the
+        # client's to judge, as with any OpenAI tool call.
+        if parsed.calls and all(call.name != "?" for call in parsed.calls):
+            return parsed.text or None, [call.to_openai() for call in parsed.calls], "tool_calls"
+    return text, None, completion.finish_reason
+
+
+def _cut_at_stop(text: str, stop: Sequence[str]) -> str:
+    """The text before the first stop string: OpenAI leaves it out of the reply (the sampled ids keep its tokens)."""
+    found = [text.find(s) for s in stop if s in text]
+    return text[:min(found)] if found else text
+
+
+def _finite(logprob: float) -> float:
+    # JSON has no -Infinity; vLLM reports impossible tokens as -9999.0 likewise.
+    return logprob if math.isfinite(logprob) else -9999.0
+
+
+# --- entry points -----------------------------------------------------------------------------
+
+
+def make_app(policy: Policy, model_name: str, *, context_window: int | None = None) -> web.Application:
+    """The aiohttp application serving ``policy`` as ``model_name``.
+
+    ``context_window`` (default: the policy's ``context_window`` attribute, if any) bounds prompt
+    + completion, and is the default ``max_tokens`` budget of a chat request; without one,
+    prompts are not checked against a context size. The caller owns
+    the policy and closes it.
+    """
+    if context_window is None:
+        context_window = getattr(policy, "context_window", None)
+    server = _Server(policy, model_name, context_window)
+    # Agent conversations and token-id prompts are long: allow bodies well past aiohttp's 1 MiB default.
+    app = web.Application(middlewares=[_errors], client_max_size=64 * 2 ** 20)
+    app.router.add_get("/health", server.health)
+    app.router.add_get("/v1/models", server.models)
+    app.router.add_post("/v1/chat/completions", server.chat_completions)
+    app.router.add_post("/v1/completions", server.completions)
+    return app
+
+
+def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, max_batch_size: int = 16,
+          served_model_name: str | None = None, device: str | None = None) -> None:
+    """Load ``model`` (a local checkpoint) into an :class:`HFPolicy` and serve it until interrupted."""
+
+    async def build() -> web.Application:
+        from agentgym.rollout.hf_policy import HFPolicy
+
+        policy = HFPolicy(model, device=device, max_batch_size=max_batch_size)
+
+        async def close(app: web.Application) -> None:
+            await policy.aclose()
+
+        context_window = getattr(policy.model.config.get_text_config(), "max_position_embeddings", None)
+        app = make_app(policy, served_model_name or model, context_window=context_window)
+        app.on_cleanup.append(close)
+        return app
+
+    web.run_app(build(), host=host, port=port, print=lambda text: print(text, flush=True))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import uuid
 from dataclasses import dataclass, field, fields
-from typing import Any, Iterator
+from typing import Iterator
 
 __all__ = ["Turn", "Trajectory", "TreeNode", "RolloutTree", "TrainingSequence"]
 

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestServer
 from agentgym.models import tiny_model_path
 from agentgym.rollout.openai_policy import OpenAIPolicy
 from agentgym.rollout.policy import PolicyError, SamplingParams
-from tests.rollout.test_server import ASK, CALL_REPLY, MODEL, TOOLS, RecordingPolicy, hf_policy, served  # noqa: F401 (fixtures)
+from tests.rollout.test_server import ASK, CALL_REPLY, MODEL, TOOLS, RecordingPolicy
 
 REPLY = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": MODEL, "choices": [
     {"index": 0, "message": {"role": "assistant", "content": "fine"}, "finish_reason": "stop", "logprobs": None}]}

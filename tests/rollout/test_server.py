@@ -4,22 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-from pathlib import Path
 
 import aiohttp
 import openai
 import pytest
-from aiohttp.test_utils import TestServer
 
-from agentgym.models import tiny_model_path
-from agentgym.rollout.hf_policy import HFPolicy
 from agentgym.rollout.policy import PolicyError, SamplingParams
-from agentgym.rollout.server import make_app
 from tests.rollout.scripted import ScriptedPolicy
 
 MODEL = "tiny"
@@ -41,30 +31,6 @@ class RecordingPolicy(ScriptedPolicy):
         completion = await super().generate(prompt_ids, sampling)
         completion.logprobs = [-0.1 * (i + 1) for i in range(len(completion.token_ids))]
         return completion
-
-
-@pytest.fixture(scope="module")
-def hf_policy():
-    # A generous batch window so that requests arriving over HTTP a few ms apart share a batch.
-    policy = HFPolicy(tiny_model_path(), device="cpu", batch_wait_ms=30)
-    yield policy
-    asyncio.run(policy.aclose())
-
-
-@pytest.fixture
-async def served():
-    """``await served(policy)`` runs the app on a loopback port and returns its /v1 base URL."""
-    servers = []
-
-    async def start(policy, **options):
-        server = TestServer(make_app(policy, MODEL, **options), host="127.0.0.1")
-        await server.start_server()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.port}/v1"
-
-    yield start
-    for server in servers:
-        await server.close()
 
 
 def client(base_url: str) -> openai.AsyncOpenAI:
@@ -281,42 +247,14 @@ async def test_backend_failures_are_a_500_with_the_message_not_a_traceback_page(
     assert message in body["error"]["message"] and body["error"]["type"] == "server_error"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def test_agentgym_serve_cli_answers_the_openai_client():
-    port = free_port()
-    agentgym = Path(sys.executable).with_name("agentgym")
-    process = subprocess.Popen([str(agentgym), "serve", "--model", str(tiny_model_path()), "--port", str(port),
-                                "--served-model-name", MODEL, "--max-batch-size", "4"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def test_agentgym_serve_cli_answers_the_openai_client(served_tiny_model):
+    api = openai.OpenAI(base_url=served_tiny_model, api_key="EMPTY", max_retries=0)
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert process.poll() is None, process.stdout.read()
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as health:
-                    assert json.load(health)["status"] == "ok"
-                    break
-            except OSError:
-                assert time.monotonic() < deadline, "agentgym serve did not become healthy"
-                time.sleep(0.25)
-        api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="EMPTY", max_retries=0)
         chat = api.chat.completions.create(model=MODEL, messages=ASK, max_tokens=8, seed=0, logprobs=True)
         assert chat.usage.completion_tokens == len(chat.choices[0].logprobs.content) <= 8
         completion = api.completions.create(model=MODEL, prompt=[1, 2, 3], max_tokens=4,
                                             extra_body={"return_token_ids": True})
         assert completion.prompt_token_ids == [1, 2, 3] and 1 <= len(completion.choices[0].token_ids) <= 4
         assert api.models.list().data[0].max_model_len == 4096
-        api.close()
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        process.stdout.close()
+        api.close()

@@ -31,12 +31,18 @@ Writing an env: subclass, set ``kind`` if the class path is not a good name, and
 
 Environments are used from one thread at a time; the async twins (``areset``, ``astep``,
 ``afork``, ``aclose``, ...) run the sync methods in a worker thread unless a subclass has a
-native async implementation.
+native async implementation. Those threads come from one pool for all envs, sized by
+``AGENTGYM_ENV_THREADS`` (default 64), not asyncio's default executor: env steps mostly wait on
+containers and browsers, and the default pool (cores + 4 threads) would cap a runner's
+concurrency at a handful of steps in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
+import os
 import string
 import threading
 import time
@@ -412,24 +418,23 @@ class AgentEnv(gym.Env[Observation, str]):
 
     # ------------------------------------------------------------------ async twins
     async def areset(self, *, seed: int | None = None, options: dict | None = None):
-        return await asyncio.to_thread(self.reset, seed=seed, options=options)
+        return await _in_env_thread(self.reset, seed=seed, options=options)
 
     async def astep(self, action: Any):
-        return await asyncio.to_thread(self.step, action)
+        return await _in_env_thread(self.step, action)
 
     async def asnapshot(self) -> Snapshot:
-        return await asyncio.to_thread(self.snapshot)
+        return await _in_env_thread(self.snapshot)
 
     async def arestore(self, snapshot: Snapshot) -> None:
-        await asyncio.to_thread(self.restore, snapshot)
+        await _in_env_thread(self.restore, snapshot)
 
     async def afork(self, snapshot: Snapshot | None = None) -> "AgentEnv":
-        return await asyncio.to_thread(self.fork, snapshot)
+        return await _in_env_thread(self.fork, snapshot)
 
     async def aclose(self) -> None:
-        await asyncio.to_thread(self.close)
+        await _in_env_thread(self.close)
 
-    # ------------------------------------------------------------------ helpers
     @property
     def task_id(self) -> str | None:
         return self._episode.task_id if self._episode else None
@@ -481,3 +486,17 @@ class AgentEnv(gym.Env[Observation, str]):
         except Exception:
             pass
 
+
+_env_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_env_pool_lock = threading.Lock()
+
+
+async def _in_env_thread(function: Callable, *args, **kwargs):
+    """Run a blocking env method in the shared env thread pool (see the module docstring)."""
+    global _env_pool
+    if _env_pool is None:
+        with _env_pool_lock:
+            if _env_pool is None:
+                _env_pool = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=int(os.environ.get("AGENTGYM_ENV_THREADS", "64")), thread_name_prefix="agentgym-env")
+    return await asyncio.get_running_loop().run_in_executor(_env_pool, functools.partial(function, *args, **kwargs))

@@ -34,12 +34,12 @@ from typing import Any, Callable
 import numpy as np
 
 from agentgym.actions import describe_tools, tool_specs_from_openai
-from agentgym.core import AgentEnv
+from agentgym.core import AgentEnv, Snapshot, SnapshotReleasedError
 from agentgym.rollout.chat import Message
 from agentgym.rollout.policy import Completion, Policy, SamplingParams
 from agentgym.rollout.trajectory import Trajectory, Turn
 
-__all__ = ["Agent", "AgentConfig", "Episode", "FoldPolicy", "DEFAULT_SYSTEM_PROMPT"]
+__all__ = ["Agent", "AgentConfig", "Episode", "EpisodeCheckpoint", "FoldPolicy", "DEFAULT_SYSTEM_PROMPT"]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are an agent working in an environment through tools. Think briefly, then call tools; "
@@ -108,6 +108,7 @@ class Episode:
     raw_observations: dict[int, str]   # message index -> the observation's full text (for folding)
     prompt_ids: list[int] | None = None  # token mode: the next prompt, exactly
     prompt_mask: list[int] = field(default_factory=list)
+    rendered: str | None = None        # token mode: the next prompt's text, kept to skip re-rendering
     turns: list[Turn] = field(default_factory=list)
     initial_observation: str = ""
     done: bool = False
@@ -122,7 +123,19 @@ class Episode:
 
     async def fork(self) -> "Episode":
         """An independent copy at this turn boundary: the env is forked, the conversation copied."""
-        env = await self.env.afork()
+        return self._copy(await self.env.afork())
+
+    async def checkpoint(self) -> "EpisodeCheckpoint":
+        """Keep this turn boundary to branch from later: a retained env snapshot + a copy of the conversation.
+
+        The episode goes on unchanged; :meth:`EpisodeCheckpoint.fork` continues from here any
+        number of times, from the env's own saved state (nothing is replayed).
+        """
+        snapshot = await self.env.asnapshot()
+        return EpisodeCheckpoint(snapshot, self._copy(self.env))
+
+    def _copy(self, env: AgentEnv) -> "Episode":
+        """This episode's conversation state on ``env``; later turns of either copy leave the other alone."""
         clone = copy.copy(self)
         clone.env = env
         clone.messages = copy.deepcopy(self.messages)
@@ -146,6 +159,38 @@ class Episode:
 
     async def aclose(self) -> None:
         await self.env.aclose()
+
+
+class EpisodeCheckpoint:
+    """An episode frozen at a turn boundary (:meth:`Episode.checkpoint`): fork it into live episodes, then release it.
+
+    It owns one reference to the env :class:`~agentgym.core.Snapshot` until :meth:`release`.
+    Forking uses the source env only as a factory (its class and configuration), so it works
+    after that env has taken more turns or been closed, as long as it was not reset to another task.
+    """
+
+    def __init__(self, snapshot: Snapshot, episode: Episode):
+        self.snapshot = snapshot
+        self._episode = episode
+
+    @property
+    def turn(self) -> int:
+        return self._episode.turn
+
+    async def fork(self) -> Episode:
+        """A new live episode at this boundary, on a new env (the caller closes it: ``await episode.aclose()``)."""
+        if self.snapshot is None:  # afork(None) would fork the source env's current state instead
+            raise SnapshotReleasedError("this checkpoint was released; it cannot be forked")
+        return self._episode._copy(await self._episode.env.afork(self.snapshot))
+
+    def release(self) -> None:
+        """Drop the snapshot reference; calling it again does nothing."""
+        if self.snapshot is not None:
+            self.snapshot, snapshot = None, self.snapshot
+            snapshot.release()
+
+    def __repr__(self) -> str:
+        return f"EpisodeCheckpoint(task={self._episode.task_id!r}, turn={self.turn}, snapshot={self.snapshot!r})"
 
 
 class Agent:
@@ -181,8 +226,7 @@ class Agent:
                           initial_observation=observation["text"],
                           metadata={"policy": self.policy.name, "seed": seed, "mode": self._mode})
         if self.token_mode:
-            episode.prompt_ids = self.policy.chat_format.prompt_ids(messages, self._template_tools(episode))
-            episode.prompt_mask = [0] * len(episode.prompt_ids)
+            self._render_prompt(episode)
         self._fit_context(episode)
         return episode
 
@@ -252,6 +296,13 @@ class Agent:
                 f"Tools: {listing}.\nCall a tool as <tool_call>{{\"name\": \"<tool>\", \"arguments\": {{...}}}}</tool_call>.")
         return None if prompt is None else {"role": "system", "content": prompt}
 
+    def _render_prompt(self, episode: Episode) -> None:
+        """Token mode: the prompt rendered afresh from the messages; all of it is context (mask 0)."""
+        chat_format = self.policy.chat_format
+        episode.rendered = chat_format.render_prompt(episode.messages, self._template_tools(episode))
+        episode.prompt_ids = chat_format.encode(episode.rendered)
+        episode.prompt_mask = [0] * len(episode.prompt_ids)
+
     def _extend(self, episode: Episode, completion: Completion, observation: str) -> None:
         reply: Message = {"role": "assistant", "content": completion.text}
         new: list[Message]
@@ -266,8 +317,8 @@ class Agent:
             role = self.config.observation_role if self.token_mode else "user"
             new = [{"role": role, "content": observation}]
         if self.token_mode:
-            continuation = self.policy.chat_format.continuation_ids(
-                episode.messages, completion.token_ids, new, self._template_tools(episode))
+            continuation, episode.rendered = self.policy.chat_format.continuation_ids(
+                episode.messages, completion.token_ids, new, self._template_tools(episode), rendered=episode.rendered)
             episode.prompt_ids = episode.prompt_ids + list(completion.token_ids) + continuation
             episode.prompt_mask = episode.prompt_mask + [1] * len(completion.token_ids) + [0] * len(continuation)
         episode.messages.append(reply)
@@ -311,8 +362,7 @@ class Agent:
                 episode.messages = messages
                 episode.folded = True
                 if self.token_mode:
-                    episode.prompt_ids = self.policy.chat_format.prompt_ids(messages, self._template_tools(episode))
-                    episode.prompt_mask = [0] * len(episode.prompt_ids)
+                    self._render_prompt(episode)
                 if self._prompt_length(episode) <= budget:
                     return
         episode.done = True

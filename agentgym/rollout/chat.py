@@ -22,7 +22,8 @@ Message = dict[str, Any]
 PROBE_CONVERSATION: list[Message] = [
     {"role": "system", "content": "You are a careful agent."},
     {"role": "user", "content": "Task: make the tests pass."},
-    {"role": "assistant", "content": 'Let me look.\n<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call>'},
+    # Reasoning in an earlier turn: templates that strip old <think> blocks fail on it.
+    {"role": "assistant", "content": '<think>The repo layout first.</think>Let me look.\n<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call>'},
     {"role": "tool", "content": "setup.py\nsrc/"},
     {"role": "assistant", "content": "Next I read the code."},
     {"role": "user", "content": "Error: no tool call found."},
@@ -83,11 +84,15 @@ class ChatFormat:
                 raise TemplateError("chat template is not prefix-preserving, so multi-turn token ids "
                                     "cannot be built by concatenation: " + "; ".join(problems))
         self.eos_token_id = tokenizer.eos_token_id
+        self._backend = getattr(tokenizer, "backend_tokenizer", None)
         self.stop_token_ids = sorted({i for i in [tokenizer.eos_token_id, tokenizer.pad_token_id,
                                                   _token_id(tokenizer, "<|im_end|>"),
                                                   _token_id(tokenizer, "<|endoftext|>")] if i is not None})
 
     def encode(self, text: str) -> list[int]:
+        # The Rust tokenizer directly: half the cost of the Python wrapper, same ids.
+        if self._backend is not None:
+            return self._backend.encode(text, add_special_tokens=False).ids
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -97,32 +102,42 @@ class ChatFormat:
             ids.pop()
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
+    def render_prompt(self, messages: Sequence[Message], tools: list[dict] | None = None) -> str:
+        """The text of the whole conversation followed by the generation prompt."""
+        return render(self.tokenizer, messages, tools, add_generation_prompt=True)
+
     def prompt_ids(self, messages: Sequence[Message], tools: list[dict] | None = None) -> list[int]:
-        """The ids of the whole conversation followed by the generation prompt."""
-        return self.encode(render(self.tokenizer, messages, tools, add_generation_prompt=True))
+        """The ids of :meth:`render_prompt`."""
+        return self.encode(self.render_prompt(messages, tools))
 
     def continuation_ids(self, messages: Sequence[Message], completion_ids: Sequence[int],
-                         new_messages: Sequence[Message], tools: list[dict] | None = None) -> list[int]:
+                         new_messages: Sequence[Message], tools: list[dict] | None = None, *,
+                         rendered: str | None = None) -> tuple[list[int], str]:
         """The env tokens that follow ``completion_ids`` so that the sequence renders ``messages + [reply] + new_messages``.
+
+        Returns the ids and the rendering (with the generation prompt) of the extended
+        conversation; pass that back as ``rendered`` on the next turn, which saves rendering
+        the whole conversation a second time per turn (``rendered`` must be the rendering of
+        ``messages`` with the generation prompt).
 
         ``messages`` ends where the completion was sampled (its generation prompt included);
         the reply is the assistant message whose content is :meth:`decode` of the completion.
-        If the completion stopped on a stop token the template's own end-of-turn text is not
-        repeated; if it hit the length limit, the end-of-turn tokens are added here (as env tokens).
+        If the completion stopped on the template's own end-of-turn token, that text is not
+        repeated; if it hit the length limit, or stopped on another stop token (``<|endoftext|>``
+        where the template ends turns with ``<|im_end|>``), the template's end-of-turn text is
+        added here, as env tokens after what the model sampled.
         """
         reply = {"role": "assistant", "content": self.decode(completion_ids)}
-        before = render(self.tokenizer, messages, tools, add_generation_prompt=True)
+        before = rendered if rendered is not None else self.render_prompt(messages, tools)
         after = render(self.tokenizer, [*messages, reply, *new_messages], tools, add_generation_prompt=True)
         if not after.startswith(before + reply["content"]):
             raise TemplateError("chat template rewrote earlier turns; token-exact continuation is impossible")
         tail = after[len(before) + len(reply["content"]):]
-        stopped = bool(completion_ids) and completion_ids[-1] in self.stop_token_ids
-        if stopped:
+        if completion_ids and completion_ids[-1] in self.stop_token_ids:
             stop_text = self.tokenizer.decode([completion_ids[-1]], skip_special_tokens=False)
-            if not tail.startswith(stop_text):
-                raise TemplateError(f"the template does not end an assistant turn with {stop_text!r}")
-            tail = tail[len(stop_text):]
-        return self.encode(tail)
+            if tail.startswith(stop_text):
+                tail = tail[len(stop_text):]
+        return self.encode(tail), after
 
 
 def _token_id(tokenizer, token: str) -> int | None:

@@ -57,21 +57,36 @@ def test_continuation_keeps_sampled_ids_that_retokenising_would_change(tokenizer
     sampled = [tokenizer.convert_tokens_to_ids(c) for c in "return"] + [chat.eos_token_id]
     assert chat.encode("return") != sampled[:-1]
     observation = {"role": "tool", "content": "ok"}
-    continuation = chat.continuation_ids(messages, sampled, [observation])
+    continuation, rendered = chat.continuation_ids(messages, sampled, [observation])
     ids = prompt + sampled + continuation
     assert ids[len(prompt):len(prompt) + len(sampled)] == sampled
     expected = render(tokenizer, [*messages, {"role": "assistant", "content": "return"}, observation], None, True)
-    assert tokenizer.decode(ids) == expected
+    assert tokenizer.decode(ids) == expected == rendered
 
 
 def test_a_completion_cut_at_max_tokens_gets_the_end_of_turn_as_env_tokens(tokenizer):
     chat = ChatFormat(tokenizer)
     messages = [{"role": "user", "content": "hi"}]
     sampled = chat.encode("abc")  # no stop token: the length limit cut it
-    continuation = chat.continuation_ids(messages, sampled, [{"role": "user", "content": "go on"}])
+    continuation, _ = chat.continuation_ids(messages, sampled, [{"role": "user", "content": "go on"}])
     assert tokenizer.decode(continuation).startswith("<|im_end|>\n<|im_start|>user\ngo on")
-    stopped = chat.continuation_ids(messages, sampled + [chat.eos_token_id], [{"role": "user", "content": "go on"}])
+    stopped, _ = chat.continuation_ids(messages, sampled + [chat.eos_token_id], [{"role": "user", "content": "go on"}])
     assert tokenizer.decode(stopped).startswith("\n<|im_start|>user\ngo on")
+
+
+def test_a_completion_ended_by_another_stop_token_is_closed_by_the_template(tokenizer):
+    chat = ChatFormat(tokenizer)
+    messages = [{"role": "user", "content": "hi"}]
+    endoftext = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    assert endoftext in chat.stop_token_ids and endoftext != chat.eos_token_id
+    continuation, _ = chat.continuation_ids(messages, chat.encode("abc") + [endoftext], [{"role": "user", "content": "more"}])
+    assert tokenizer.decode(continuation).startswith("<|im_end|>\n<|im_start|>user\nmore")
+
+
+def test_encode_matches_the_tokenizer(tokenizer):
+    chat = ChatFormat(tokenizer)
+    text = render(tokenizer, PROBE_CONVERSATION, PROBE_TOOLS, True) + "ünï 😀 \x00"
+    assert chat.encode(text) == tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 def test_decode_drops_trailing_stop_tokens_only(tokenizer):

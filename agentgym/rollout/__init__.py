@@ -7,7 +7,7 @@ transformers or aiohttp until a class that needs them is used.
 from importlib import import_module
 
 _EXPORTS = {
-    "Agent": "agent", "AgentConfig": "agent", "Episode": "agent", "FoldPolicy": "agent",
+    "Agent": "agent", "AgentConfig": "agent", "Episode": "agent", "EpisodeCheckpoint": "agent", "FoldPolicy": "agent",
     "ChatFormat": "chat", "TemplateError": "chat", "check_prefix_preserving": "chat",
     "Completion": "policy", "Policy": "policy", "PolicyError": "policy", "SamplingParams": "policy",
     "HFPolicy": "hf_policy",
@@ -15,9 +15,13 @@ _EXPORTS = {
     "RolloutTree": "trajectory", "TrainingSequence": "trajectory", "Trajectory": "trajectory",
     "TreeNode": "trajectory", "Turn": "trajectory",
     "TreeConfig": "tree", "TreeRollout": "tree", "SuccessPredictor": "tree",
-    "node_values": "tree_values", "turn_advantages": "tree_values",
-    "Runner": "runner", "RunnerConfig": "runner", "RunResult": "runner", "Task": "runner",
-    "TrajectoryStore": "store",
+    "assign_values": "tree_values", "node_values": "tree_values", "prefix_sharing_saving": "tree_values",
+    "turn_advantages": "tree_values",
+    "Failure": "runner", "PendingEpisode": "runner", "Runner": "runner", "RunnerConfig": "runner",
+    "RunResult": "runner", "Task": "runner",
+    "TrajectoryStore": "store", "records_from_dataset": "store", "records_to_dataset": "store",
+    "sequences_to_dataset": "store",
+    "make_app": "server",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -63,3 +63,13 @@ def test_tree_paths_share_prefixes_and_sum_rewards():
     data = json.loads(json.dumps(tree.to_dict()))
     assert data["nodes"][1]["turn"]["prompt_ids"] == {"shared": 2, "new": [3]}
     assert RolloutTree.from_dict(data) == tree
+
+
+def test_every_rollout_export_resolves_without_importing_torch_eagerly():
+    import subprocess
+    import sys
+
+    probe = ("import sys, agentgym.rollout as r; assert 'torch' not in sys.modules;"
+             "[getattr(r, name) for name in r.__all__]; print(len(r.__all__))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr

@@ -12,6 +12,7 @@ test: setup
 
 bench: setup
 	.venv/bin/python benchmarks/sandbox.py
+	.venv/bin/python benchmarks/rollout.py
 
 clean-sandboxes:
 	.venv/bin/agentgym sandbox gc --all

@@ -224,7 +224,8 @@ class TreeRollout:
             "strategy": self.config.strategy, "roots": self.config.roots,
             "budget": {"max_leaves": self.config.max_leaves, "max_env_steps": self.config.max_env_steps},
             "leaves": len(tree.leaves), "env_steps": tree.num_env_steps,
-            "generated_tokens": tree.num_generated_tokens,
+            "generated_tokens": tree.num_generated_tokens + state.discarded_tokens,
+            "discarded_tokens": state.discarded_tokens,
             "branch_points": sum(n.branched for n in tree.nodes), "resamples": state.resamples,
             "unresolved_duplicates": state.unresolved, "budget_cuts": state.cuts,
             "wall_time_s": round(time.perf_counter() - started, 4)})
@@ -387,6 +388,7 @@ class TreeRollout:
         tries = 0
         while completion_key(completion) in taken and tries < self.config.max_resample:
             tries += 1
+            state.discarded_tokens += len(completion.token_ids)
             completion = await self._sample(state, episode, self._resampling(tries))
         state.resamples += tries
         key = completion_key(completion)
@@ -419,6 +421,7 @@ class _RunState:
         self.leaves = 0
         self.steps = 0
         self.resamples = 0
+        self.discarded_tokens = 0  # sampled, then resampled away as a duplicate sibling
         self.unresolved = 0
         self.cuts = 0
         self.slots = asyncio.Semaphore(self.config.concurrency)

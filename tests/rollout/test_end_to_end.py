@@ -52,3 +52,27 @@ async def test_linear_rollout_through_agentgym_serve_in_token_and_chat_mode(code
         chat = await Agent(policy, AgentConfig(**{**CONFIG.__dict__, "mode": "chat"})).run(env, task_id, seed=0)
     assert chat.metadata["mode"] == "chat" and len(chat.turns) == 2
     assert all(turn.action is not None and turn.observation for turn in chat.turns)
+
+
+async def test_tree_rollouts_through_the_runner_and_agentgym_serve(code_env, served_tiny_model, tiny_model, tmp_path):
+    from agentgym.rollout.runner import Runner, RunnerConfig, Task
+    from agentgym.rollout.store import TrajectoryStore
+    from agentgym.rollout.tree import TreeConfig, TreeRollout
+    from agentgym.rollout.tree_values import node_values
+
+    env, task_id = code_env
+    store = TrajectoryStore(tmp_path / "rollouts.jsonl")
+    tree_config = TreeConfig(strategy="uniform", roots=1, max_leaves=3, branch_every=1, branches=2)
+    async with OpenAIPolicy(served_tiny_model, "tiny", tokenizer=tiny_model) as policy:
+        agent = Agent(policy, CONFIG)
+        runner = Runner(agent, lambda: gymnasium.make(env.spec.id),
+                        RunnerConfig(concurrency=2, progress=False, store=store),
+                        job=lambda agent, env, task: TreeRollout(agent, tree_config).run(env, task.task_id, task.seed))
+        result = await runner.run([Task(task_id, seed=0), Task(task_id, seed=1)])
+    assert not result.failures and not result.pending and len(result.records) == 2
+    for tree in result.records:
+        assert 2 <= len(tree.leaves) <= 3 and tree.num_env_steps < sum(len(tree.path(leaf.id)) for leaf in tree.leaves)
+        assert len(node_values(tree)) == len(tree.nodes)
+        for path in tree.paths():
+            check_token_exact(path, policy.chat_format)
+    assert {r.id: r for r in store.read()} == {r.id: r for r in result.records}

@@ -195,6 +195,9 @@ async def test_duplicate_siblings_are_resampled(env, strategy):
     # sibling redraws draws 1 and 2 (repeats) up to draw 3; a later sibling's first draw is new.
     assert tree.metadata["resamples"] == 2 * len(branched)
     assert tree.metadata["unresolved_duplicates"] == 0
+    # Every resample threw away one duplicate completion: its tokens count as generated.
+    assert tree.metadata["discarded_tokens"] > 0
+    assert tree.metadata["generated_tokens"] == tree.num_generated_tokens + tree.metadata["discarded_tokens"]
     assert_all_freed(env)
 
 

@@ -1,7 +1,9 @@
-"""The README's "Writing an environment" example runs as written, snapshots and forks included."""
+"""The README's examples run as written: "Writing an environment" (snapshots and forks included) and "Rollouts"."""
 
 import re
 from pathlib import Path
+
+import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -19,3 +21,16 @@ def test_writing_an_environment_example_works():
     branch = env.fork()
     assert branch.step('<tool_call>{"name": "guess", "arguments": {"n": 42}}</tool_call>')[1:3] == (1.0, True)
     assert "must be integer" in env.step('guess("x")')[4]["error"]
+
+
+@pytest.mark.docker
+def test_rollouts_example_works(docker_ready, tmp_path, monkeypatch):
+    section = README.read_text().split("## Rollouts", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    monkeypatch.chdir(tmp_path)  # the example writes rollouts.jsonl to the working directory
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    linear, trees, dataset = namespace["linear"], namespace["trees"], namespace["dataset"]
+    assert len(linear.records) == 4 and not linear.failures
+    assert len(trees.records) == 2 and all(len(t.leaves) == 6 for t in trees.records)
+    assert dataset.num_rows == 4 + 12 and (tmp_path / "rollouts.jsonl").exists()

@@ -6,6 +6,7 @@ setup:
 
 demo: setup
 	.venv/bin/python examples/scripted_code_eval.py
+	.venv/bin/python examples/rollouts.py
 
 test: setup
 	.venv/bin/python -m pytest -q -p no:cacheprovider

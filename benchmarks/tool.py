@@ -1,0 +1,122 @@
+"""Measures ToolEnv: step latency, snapshot and fork latency for Python-object and SQLite world states of 1, 10 and 100 MB.
+
+Prints a Markdown table and a JSON line. Python state is a dict of small account records (the
+size is their pickled size); SQLite state is a table of 1 KB rows (the size is the database's).
+Snapshot is ``snapshot()`` + ``release()``; fork is ``fork()`` + ``close()`` of the child; a
+step is one tool call that reads and updates one record. The first few repeats are discarded:
+they pay for the allocator growing the heap.
+
+    .venv/bin/python benchmarks/tool.py [--sizes 1,10,100] [--repeats 30] [--steps 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agentgym.envs.tool import SQLiteState, ToolEnv  # noqa: E402
+
+MB = 1 << 20
+WARMUP = 3
+
+
+def python_state(megabytes: int) -> dict:
+    def records(count: int) -> dict:
+        return {i: {"id": i, "owner": f"owner-{i:036d}", "balance": 0, "limits": [100, 200, i], "frozen": False}
+                for i in range(count)}
+
+    per_record = len(pickle.dumps(records(1000))) / 1000
+    return records(int(megabytes * MB / per_record))
+
+
+def sqlite_state(megabytes: int) -> SQLiteState:
+    db = SQLiteState(script="CREATE TABLE accounts(id INTEGER PRIMARY KEY, balance INT, blob BLOB)")
+    rows = megabytes * MB // 1024
+    db.conn.executemany("INSERT INTO accounts(balance, blob) VALUES (0, ?)", ((os.urandom(1000),) for _ in range(rows)))
+    return db
+
+
+def bump_python(account: int, state: dict) -> int:
+    """Add 1 to an account's balance."""
+    state[account]["balance"] += 1
+    return state[account]["balance"]
+
+
+def bump_sqlite(account: int, state: SQLiteState) -> int:
+    """Add 1 to an account's balance."""
+    state.execute("UPDATE accounts SET balance = balance + 1 WHERE id = ?", (account,))
+    return state.query("SELECT balance FROM accounts WHERE id = ?", (account,))[0][0]
+
+
+def timings(action: Callable[[], object], repeats: int) -> list[float]:
+    samples = []
+    for _ in range(repeats + WARMUP):
+        started = time.perf_counter()
+        action()
+        samples.append((time.perf_counter() - started) * 1e3)
+    return samples[WARMUP:]
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def measure(backend: str, megabytes: int, repeats: int, steps: int) -> dict:
+    started = time.perf_counter()
+    state = python_state(megabytes) if backend == "python" else sqlite_state(megabytes)
+    build_s = time.perf_counter() - started
+    if backend == "sqlite":
+        pages = state.query("PRAGMA page_count")[0][0] * state.query("PRAGMA page_size")[0][0]
+        actual_mb = pages / MB
+    else:
+        actual_mb = len(pickle.dumps(state)) / MB
+    tool = bump_python if backend == "python" else bump_sqlite
+    # The factory hands out the prebuilt state: building 100 MB per reset would dominate the run.
+    env = ToolEnv([tool], {"bench": "benchmark"}, state_factory=lambda task: state, max_turns=10 ** 9)
+    env.reset()
+    accounts = iter(range(1, 10 ** 9))
+    step = timings(lambda: env.step({"name": tool.__name__, "arguments": {"account": next(accounts) % 500 + 1}}), steps)
+    snapshot = timings(lambda: env.snapshot().release(), repeats)
+    fork = timings(lambda: env.fork().close(), repeats)
+    env.close()
+    row = {"backend": backend, "size_mb": round(actual_mb, 1), "build_s": round(build_s, 2)}
+    for name, samples in (("step", step), ("snapshot", snapshot), ("fork", fork)):
+        p50, p95 = percentiles(samples)
+        row[f"{name}_p50_ms"], row[f"{name}_p95_ms"] = round(p50, 3), round(p95, 3)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1,10,100", help="state sizes in MB, comma-separated")
+    parser.add_argument("--repeats", type=int, default=30, help="snapshots and forks per size (fewer at 100 MB)")
+    parser.add_argument("--steps", type=int, default=300)
+    args = parser.parse_args()
+    rows = []
+    for megabytes in (int(s) for s in args.sizes.split(",")):
+        # Deep-copying 100 MB of Python objects takes seconds; a handful of repeats says enough.
+        repeats = args.repeats if megabytes < 100 else max(5, args.repeats // 6)
+        for backend in ("python", "sqlite"):
+            rows.append(measure(backend, megabytes, repeats, args.steps))
+            print(f"measured {backend} at {megabytes} MB", file=sys.stderr)
+    print("| state | size (MB) | step p50 / p95 (ms) | snapshot p50 / p95 (ms) | fork p50 / p95 (ms) |")
+    print("|---|---:|---:|---:|---:|")
+    for row in rows:
+        print(f"| {row['backend']} | {row['size_mb']} | {row['step_p50_ms']:.3f} / {row['step_p95_ms']:.3f} "
+              f"| {row['snapshot_p50_ms']:.2f} / {row['snapshot_p95_ms']:.2f} "
+              f"| {row['fork_p50_ms']:.2f} / {row['fork_p95_ms']:.2f} |")
+    print(json.dumps({"benchmark": "tool", "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()

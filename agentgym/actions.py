@@ -355,8 +355,10 @@ def _from_call_syntax(text: str, by_name: Mapping[str, ToolSpec]) -> tuple[list[
         if match is None:
             break
         name = match.group(1)
-        end = _matching_paren(text, match.end() - 1)
-        if name not in by_name or end is None:
+        # The name check first: scanning for the closing paren of every `word(` in a long
+        # reply would be quadratic in its length.
+        end = _matching_paren(text, match.end() - 1) if name in by_name else None
+        if end is None:
             position = match.end()
             continue
         calls.append(_call_from_source(by_name[name], text[match.start():end + 1]))

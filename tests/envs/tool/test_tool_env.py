@@ -283,9 +283,7 @@ def test_sqlite_state_inside_a_python_object_and_from_a_file(tmp_path):
 
 
 def test_gymnasium_check_env():
-    # Shorter texts than the default 1 MiB: check_env samples random actions of up to that
-    # length, and parsing call syntax in them takes seconds (quadratic in core's parser).
-    check_env(make_todo_env(max_text_length=4096), skip_render_check=False, skip_close_check=True)
+    check_env(make_todo_env(), skip_render_check=False, skip_close_check=True)
 
 
 def test_example_script_runs():

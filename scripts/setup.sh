@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(docker.io debootstrap chromium xvfb xdotool git patch)
 PYTHON=${PYTHON:-python3}
 EXTRAS=${AGENTGYM_EXTRAS:-dev,train}
+BFCL_VERSION=2026.3.23
 
 missing_packages() {
   local missing=()
@@ -47,11 +48,14 @@ fi
 
 # 3. The virtual environment (reinstalled only when the project metadata changes).
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-stamp=".venv/.agentgym-installed-$(cat pyproject.toml setup.py | sha256sum | cut -c1-16)-$EXTRAS"
+stamp=".venv/.agentgym-installed-$(cat pyproject.toml setup.py scripts/setup.sh | sha256sum | cut -c1-16)-$EXTRAS"
 if [ ! -f "$stamp" ]; then
   echo "== installing agentgym[$EXTRAS] into .venv"
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   .venv/bin/python -m pip install -q -e ".[$EXTRAS]"
+  # BFCL's data and multi-turn backends, without the ~90 model-provider packages bfcl-eval
+  # declares (they would also downgrade numpy); its multi-turn checker needs only mpmath.
+  .venv/bin/python -m pip install -q --no-deps "bfcl-eval==$BFCL_VERSION" "mpmath==1.3.0"
   rm -f .venv/.agentgym-installed-*
   touch "$stamp"
 fi

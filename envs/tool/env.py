@@ -106,6 +106,17 @@ class ToolEnv(AgentEnv):
         self.transcript: list[dict] = []
         self._handing_off = False
 
+    @classmethod
+    def from_mcp(cls, tasks: Mapping[str, Any], **kwargs: Any) -> "ToolEnv":
+        """A ToolEnv whose tools an MCP server (stdio) provides; see :class:`~agentgym.envs.tool.mcp.MCPToolEnv`.
+
+        ``ToolEnv.from_mcp(tasks, command=[sys.executable, "-m", "mcp_server_time"], check=...)``
+        starts one server per env and closes it with the env; ``server=`` shares a running one.
+        """
+        from agentgym.envs.tool.mcp import MCPToolEnv
+
+        return MCPToolEnv(tasks, **kwargs)
+
     # ------------------------------------------------------------------ AgentEnv hooks
     def task_ids(self) -> list[str]:
         return list(self.tasks)

@@ -1,4 +1,4 @@
-"""MCP servers over stdio as tool sources for agentgym envs: a synchronous client that lists and calls their tools.
+"""MCP servers over stdio as tool sources for agentgym envs: a synchronous client, and MCPToolEnv, a ToolEnv whose tools a server provides.
 
 Environments are synchronous (their async twins run them in worker threads), while the
 ``mcp`` SDK is async. :class:`MCPServer` bridges the two: it owns a private event loop in a
@@ -37,8 +37,10 @@ from mcp.shared.exceptions import MCPError as _ProtocolError
 from mcp.shared.message import SessionMessage
 
 from agentgym.actions import ToolSpec
+from agentgym.envs.tool.env import ToolEnv
+from agentgym.envs.tool.schema import Tool
 
-__all__ = ["MCPServer", "MCPError"]
+__all__ = ["MCPServer", "MCPError", "MCPToolEnv"]
 
 # How long a server gets to exit on its own once its stdin closes, and then after SIGTERM,
 # before the next escalation; the MCP spec's shutdown sequence, with our bounds.
@@ -356,3 +358,57 @@ def _unwrap(exc: BaseException) -> BaseException:
 def _describe(exc: BaseException) -> str:
     exc = _unwrap(exc)
     return f"{type(exc).__name__}: {exc}"
+
+
+class MCPToolEnv(ToolEnv):
+    """A :class:`~agentgym.envs.tool.env.ToolEnv` whose tools are an MCP server's (``ToolEnv.from_mcp``).
+
+    With ``command``, every env starts its own server process (a fork starts another) and
+    closes it with the env; a server that hangs on shutdown is killed. With ``server``, envs
+    share that running :class:`MCPServer` and never close it — only for servers whose tools
+    do not change state that a branch should not see (read-only or stateless ones).
+
+    Snapshots copy the env's own state and transcript (see ToolEnv); what lives inside the
+    server process (files a git server wrote, say) is outside them, so forks of an env that
+    uses a stateful server are exact only if the server's state is not changed by the tools.
+
+    Args:
+        tasks: as for ToolEnv.
+        command: the server's argv, started per env.
+        server: a running server to share instead.
+        server_env, cwd, start_timeout: passed to :class:`MCPServer` (per-env servers only).
+        **kwargs: ToolEnv's (``check``, ``state_factory``, ``max_turns``, ``call_timeout``, ...).
+    """
+
+    def __init__(self, tasks: Mapping[str, Any], *, command: Sequence[str] | None = None,
+                 server: MCPServer | None = None, server_env: Mapping[str, str] | None = None,
+                 cwd: str | os.PathLike[str] | None = None, start_timeout: float = 20.0, **kwargs: Any):
+        if (command is None) == (server is None):
+            raise ValueError("give exactly one of command= (a server per env) or server= (a shared server)")
+        self._owns_server = server is None
+        if server is None:
+            call_timeout = kwargs.get("call_timeout") or 30.0
+            server = MCPServer(command, env=server_env, cwd=cwd, start_timeout=start_timeout,
+                               call_timeout=call_timeout)
+        self.server = server
+        try:
+            tools = [Tool(spec, _server_call(server, spec.name)) for spec in server.tools()]
+            kwargs.setdefault("variant", "mcp:" + " ".join(server.command))
+            super().__init__(tools, tasks, **kwargs)
+        except BaseException:
+            if self._owns_server:
+                server.close()
+            raise
+
+    def _teardown(self) -> None:
+        super()._teardown()
+        if self._owns_server:
+            self.server.close()
+
+
+def _server_call(server: MCPServer, name: str):
+    def call(**arguments: Any) -> str:
+        return server.call(name, arguments)
+
+    call.__name__ = name
+    return call

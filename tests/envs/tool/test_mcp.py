@@ -1,4 +1,4 @@
-"""MCPServer against real MCP servers over stdio: mcp-server-time, mcp-server-git, and a slow one built on the SDK."""
+"""MCPServer and MCP-backed ToolEnvs against real MCP servers over stdio: mcp-server-time, mcp-server-git, and a slow one built on the SDK."""
 
 from __future__ import annotations
 
@@ -10,14 +10,13 @@ import textwrap
 import threading
 import time
 
+import gymnasium
 import pytest
+from gymnasium.utils.env_checker import check_env
 
-# The SDK and both reference servers are test-time requirements of this module only.
-for _module in ("mcp", "mcp_server_time", "mcp_server_git"):
-    pytest.importorskip(_module)
-
-from agentgym.actions import ToolSpec  # noqa: E402
-from envs.tool.mcp import MCPError, MCPServer  # noqa: E402
+from agentgym.actions import ToolSpec
+from agentgym.envs.tool import ToolEnv
+from agentgym.envs.tool.mcp import MCPError, MCPServer, MCPToolEnv
 
 TIME_SERVER = [sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"]
 
@@ -205,3 +204,66 @@ def test_close_kills_a_server_that_will_not_exit(tmp_path):
     server.close()
     assert gone(pid)
     assert time.monotonic() - started < 8  # stdin EOF, then SIGTERM (ignored), then SIGKILL
+
+
+# --- MCP servers as an env's tools ---------------------------------------------------------
+
+def call(name: str, **arguments) -> str:
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+TIME_TASKS = {"tokyo": {"prompt": "What time is it in Tokyo? Use the tools, then submit.", "zone": "Asia/Tokyo"}}
+
+
+def asked_the_right_zone(task, state, transcript):
+    ok = any(step["tool"] == "get_current_time" and step["arguments"].get("timezone") == task["zone"]
+             and task["zone"] in step["result"] for step in transcript)
+    return float(ok), ok
+
+
+def test_from_mcp_runs_an_episode_on_a_server_per_env_and_forks_start_their_own():
+    env = ToolEnv.from_mcp(TIME_TASKS, command=TIME_SERVER, check=asked_the_right_zone)
+    assert isinstance(env, MCPToolEnv)
+    assert {"get_current_time", "convert_time", "submit"} <= {spec.name for spec in env.tools()}
+    env.reset(options={"task_id": "tokyo"})
+    observation, *_ = env.step(call("get_current_time", timezone="Asia/Tokyo"))
+    assert json.loads(observation["text"])["timezone"] == "Asia/Tokyo"
+    fork = env.fork()
+    assert fork.server.pid != env.server.pid
+    assert env.step(call("submit"))[1:3] == (1.0, True)
+    assert fork.step(call("convert_time", source_timezone="UTC", time="12:00", target_timezone="Nope/Zone"))[0]["text"].startswith("Error")
+    pids = [env.server.pid, fork.server.pid]
+    env.close(), fork.close()
+    assert all(gone(pid) for pid in pids)
+
+
+def test_a_shared_server_outlives_the_envs_that_use_it(time_server):
+    first = MCPToolEnv(TIME_TASKS, server=time_server, check=asked_the_right_zone)
+    first.reset(options={"task_id": "tokyo"})
+    second = first.fork()
+    assert second.server is time_server
+    first.close(), second.close()
+    assert time_server.call("get_current_time", {"timezone": "UTC"}).startswith("{")
+
+
+def test_an_mcp_env_passes_check_env_and_works_through_gymnasium_make(repo):
+    from agentgym.registration import register_env
+
+    register_env("test-GitStatus-v0", MCPToolEnv, tasks={"status": "Report the repository status."},
+                 command=git_server(repo))
+    env = gymnasium.make("agentgym/test-GitStatus-v0")
+    try:
+        check_env(env, skip_render_check=False, skip_close_check=True)
+        env.reset(options={"task_id": "status"})
+        text = env.step(call("git_status", repo_path=str(repo)))[0]["text"]
+        assert "untracked.txt" in text
+    finally:
+        env.close()
+        gymnasium.registry.pop("agentgym/test-GitStatus-v0")
+
+
+def test_a_command_that_is_not_a_server_fails_at_construction():
+    with pytest.raises(MCPError):
+        ToolEnv.from_mcp(TIME_TASKS, command=["/nonexistent/mcp-server"])
+    with pytest.raises(ValueError, match="exactly one"):
+        MCPToolEnv(TIME_TASKS)

@@ -24,6 +24,8 @@ PLUGIN_GROUP = "agentgym.envs"
 BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
     "HumanEval-v0": ("agentgym.envs.code.humaneval:HumanEvalEnv", {}),
     "RepoFix-v0": ("agentgym.envs.code.repofix:RepoFixEnv", {}),
+    **{f"BFCL-multi-turn-{category}-v0": ("agentgym.envs.tool.bfcl:BFCLMultiTurnEnv", {"category": category})
+       for category in ("base", "miss_func", "miss_param", "long_context")},
 }
 
 _plugins_loaded = False

@@ -1,4 +1,4 @@
-"""Measures ToolEnv: step latency, snapshot and fork latency for Python-object and SQLite world states of 1, 10 and 100 MB.
+"""Measures ToolEnv: step, snapshot and fork latency for Python-object and SQLite world states of 1, 10 and 100 MB, and BFCL episodes/s with 64 concurrent envs.
 
 Prints a Markdown table and a JSON line. Python state is a dict of small account records (the
 size is their pickled size); SQLite state is a table of 1 KB rows (the size is the database's).
@@ -6,12 +6,17 @@ Snapshot is ``snapshot()`` + ``release()``; fork is ``fork()`` + ``close()`` of 
 step is one tool call that reads and updates one record. The first few repeats are discarded:
 they pay for the allocator growing the heap.
 
-    .venv/bin/python benchmarks/tool.py [--sizes 1,10,100] [--repeats 30] [--steps 300]
+BFCL throughput: 64 BFCL multi-turn (base) envs, each replaying ground-truth episodes through
+the async twins (``areset``/``astep``, the shared env thread pool) at once; every episode is
+scored by BFCL's official checker. Episodes/s and steps/s over the whole run.
+
+    .venv/bin/python benchmarks/tool.py [--sizes 1,10,100] [--repeats 30] [--steps 300] [--bfcl-episodes 256]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import pickle
@@ -96,11 +101,48 @@ def measure(backend: str, megabytes: int, repeats: int, steps: int) -> dict:
     return row
 
 
+async def bfcl_throughput(envs: int = 64, episodes: int = 256) -> dict:
+    """Episodes/s and steps/s of ``envs`` BFCL envs replaying ground truth concurrently (all scored successes)."""
+    from agentgym.envs.tool.bfcl import BFCLMultiTurnEnv, from_bfcl_call
+
+    pool = [BFCLMultiTurnEnv("base") for _ in range(envs)]
+    task_ids = pool[0].task_ids()
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for i in range(episodes):
+        queue.put_nowait(task_ids[i % len(task_ids)])
+    counts = {"episodes": 0, "steps": 0, "successes": 0}
+
+    async def worker(env: BFCLMultiTurnEnv) -> None:
+        while not queue.empty():
+            task_id = queue.get_nowait()
+            task = env.tasks[task_id]
+            await env.areset(options={"task_id": task_id})
+            for turn in task["ground_truth"]:
+                if turn:
+                    await env.astep([from_bfcl_call(call, task["involved_classes"]) for call in turn])
+                    counts["steps"] += 1
+                info = (await env.astep("Done."))[4]
+                counts["steps"] += 1
+            counts["episodes"] += 1
+            counts["successes"] += info["success"]
+
+    started = time.perf_counter()
+    try:
+        await asyncio.gather(*(worker(env) for env in pool))
+    finally:
+        for env in pool:
+            env.close()
+    wall = time.perf_counter() - started
+    return {"envs": envs, **counts, "wall_s": round(wall, 2), "episodes_per_s": round(counts["episodes"] / wall, 1),
+            "steps_per_s": round(counts["steps"] / wall, 1)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,10,100", help="state sizes in MB, comma-separated")
     parser.add_argument("--repeats", type=int, default=30, help="snapshots and forks per size (fewer at 100 MB)")
     parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--bfcl-episodes", type=int, default=256, help="episodes for the BFCL throughput run (0: skip)")
     args = parser.parse_args()
     rows = []
     for megabytes in (int(s) for s in args.sizes.split(",")):
@@ -115,7 +157,12 @@ def main() -> None:
         print(f"| {row['backend']} | {row['size_mb']} | {row['step_p50_ms']:.3f} / {row['step_p95_ms']:.3f} "
               f"| {row['snapshot_p50_ms']:.2f} / {row['snapshot_p95_ms']:.2f} "
               f"| {row['fork_p50_ms']:.2f} / {row['fork_p95_ms']:.2f} |")
-    print(json.dumps({"benchmark": "tool", "rows": rows}))
+    bfcl = asyncio.run(bfcl_throughput(episodes=args.bfcl_episodes)) if args.bfcl_episodes else None
+    if bfcl:
+        print(f"\nBFCL multi-turn base, {bfcl['envs']} concurrent envs replaying ground truth: {bfcl['episodes']} episodes "
+              f"({bfcl['successes']} scored successes), {bfcl['steps']} steps in {bfcl['wall_s']} s: "
+              f"{bfcl['episodes_per_s']} episodes/s, {bfcl['steps_per_s']} steps/s")
+    print(json.dumps({"benchmark": "tool", "rows": rows, "bfcl": bfcl}))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,341 @@
+"""The HTML report of an eval run: one self-contained ``report.html`` with tables, SVG plots and a trajectory viewer.
+
+:func:`write_report` reads ``results.jsonl`` and ``summary.json`` from a run directory;
+:func:`compare_report` writes a paired comparison of two runs. The page
+loads nothing from the network (a Content-Security-Policy forbids it): styles and the small
+viewer script are inline, plots are SVG drawn here, screenshots are ``data:`` URIs. Everything
+that came from a model or an environment is HTML-escaped, and the CSP admits only the report's
+own script (by hash), so untrusted text can neither run nor fetch.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from collections import Counter, defaultdict
+from html import escape
+from pathlib import Path
+
+from agentgym.eval.metrics import compare, mean_pass_at_k, per_task
+from agentgym.rollout.trajectory import Trajectory
+
+__all__ = ["write_report", "compare_report", "render_report", "render_comparison"]
+
+_BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
+_MAX_HISTOGRAM_BINS = 20
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #222; }
+h1 { font-size: 1.4rem; } h2 { font-size: 1.15rem; margin-top: 2rem; }
+table { border-collapse: collapse; margin: .5rem 0; }
+th, td { border: 1px solid #ccc; padding: .25rem .6rem; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+.plots { display: flex; flex-wrap: wrap; gap: 1rem; }
+svg { background: #fafafa; border: 1px solid #ddd; }
+svg text { font-size: 11px; fill: #333; }
+.bar { fill: #4c78a8; } .whisker { stroke: #222; stroke-width: 1.5; }
+.grid { stroke: #ddd; } .curve { fill: none; stroke: #4c78a8; stroke-width: 2; } .point { fill: #e45756; }
+#viewer { display: flex; gap: 1rem; align-items: flex-start; }
+#episode-list { list-style: none; padding: 0; margin: 0; min-width: 16rem; max-height: 80vh; overflow: auto; }
+.episode-link { width: 100%; text-align: left; border: 1px solid #ccc; background: #fff; margin: 1px 0; cursor: pointer; }
+.episode-link.selected { background: #dde8f5; }
+.episode-link[data-success="true"]::before { content: "\\2714  "; color: #2a7; }
+.episode-link[data-success="false"]::before { content: "\\2718  "; color: #c33; }
+#episode-detail { flex: 1; min-width: 0; }
+pre { white-space: pre-wrap; word-break: break-word; background: #f4f4f4; padding: .4rem; max-height: 24rem; overflow: auto; }
+pre.error { background: #fde8e8; }
+.turn { border-top: 1px solid #ddd; padding: .4rem 0; }
+.turn img { max-width: 100%; border: 1px solid #ccc; }
+"""
+
+_SCRIPT = """
+const links = Array.from(document.querySelectorAll('.episode-link'));
+function show(id) {
+  document.querySelectorAll('.episode').forEach(a => { a.hidden = a.id !== 'episode-' + id; });
+  links.forEach(l => l.classList.toggle('selected', l.dataset.episode === id));
+}
+links.forEach(l => l.addEventListener('click', () => show(l.dataset.episode)));
+document.querySelectorAll('input[name="outcome"]').forEach(radio => radio.addEventListener('change', () => {
+  links.forEach(l => {
+    l.parentElement.hidden = !(radio.value === 'all' || (radio.value === 'success') === (l.dataset.success === 'true'));
+  });
+}));
+"""
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Write ``report.html`` into ``run_dir`` from its ``results.jsonl`` and ``summary.json``; return its path."""
+    run_dir = Path(run_dir)
+    summary, results = _load(run_dir)
+    path = run_dir / "report.html"
+    path.write_text(render_report(summary, results), encoding="utf-8")
+    return path
+
+
+def compare_report(run_a: str | Path, run_b: str | Path, out: str | Path | None = None) -> Path:
+    """Write an HTML comparison of run A against run B (paired over shared tasks); return its path.
+
+    ``out`` defaults to ``compare-<name of run B>.html`` inside run A.
+    """
+    run_a, run_b = Path(run_a), Path(run_b)
+    path = Path(out) if out is not None else run_a / f"compare-{run_b.name}.html"
+    path.write_text(render_comparison(*_load(run_a), *_load(run_b)), encoding="utf-8")
+    return path
+
+
+def _load(run_dir: Path) -> tuple[dict, list[dict]]:
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    results = [json.loads(line) for line in (run_dir / "results.jsonl").read_text(encoding="utf-8").splitlines()
+               if line.strip()]
+    return summary, results
+
+
+def _page(title: str, body: list[str], script: str = "") -> str:
+    # The CSP admits no network at all and only this page's own script, by hash.
+    script_hash = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    csp = f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'sha256-{script_hash}'"
+    return "\n".join([
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{escape(csp)}">',
+        f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{escape(title)}</h1>", *body,
+        f"<script>{script}</script>" if script else "",
+        "</body></html>",
+    ])
+
+
+def render_report(summary: dict, results: list[dict]) -> str:
+    """The report page for a run's summary and result rows."""
+    k = int(summary.get("k", 1))
+    title = f"agentgym eval: {summary.get('suite', '')} / {summary.get('model', '')}"
+    return _page(title, [
+        f'<p id="run-info">k = {k} &middot; {_fmt(summary.get("tasks"))} tasks &middot; '
+        f'{_fmt(summary.get("episodes"))} episodes</p>',
+        "<h2>Summary</h2>", _summary_table(summary.get("metrics", {})),
+        "<h2>By category</h2>", _category_table(summary, results, k),
+        "<h2>Plots</h2>", '<div class="plots">',
+        _category_plot(summary.get("by_category", {})), _pass_at_k_plot(results, k), _turns_plot(results),
+        "</div>",
+        "<h2>Trajectories</h2>", _viewer(results),
+    ], _SCRIPT)
+
+
+def render_comparison(summary_a: dict, results_a: list[dict], summary_b: dict, results_b: list[dict]) -> str:
+    """The comparison page: both runs' metrics, the paired difference overall and per category, and the tasks that differ."""
+    name_a, name_b = (f"{s.get('model', '')} ({s.get('suite', '')})" for s in (summary_a, summary_b))
+    metrics_a, metrics_b = summary_a.get("metrics", {}), summary_b.get("metrics", {})
+    keys = ["success_rate", "mean_turns", "tokens_in", "tokens_out", "wall_s", "env_error_rate"]
+    side_by_side = "".join(f'<tr data-metric="{key}"><td>{key}</td><td>{_fmt(metrics_a.get(key))}</td>'
+                           f"<td>{_fmt(metrics_b.get(key))}</td></tr>" for key in keys)
+    categories = sorted({str(r.get("category")) for r in results_a} & {str(r.get("category")) for r in results_b})
+    paired = [("(all)", compare(results_a, results_b))] + [
+        (c, compare([r for r in results_a if str(r.get("category")) == c],
+                    [r for r in results_b if str(r.get("category")) == c])) for c in categories]
+    paired_rows = "".join(
+        f'<tr data-category="{escape(name)}"><td>{escape(name)}</td><td>{_fmt(c["tasks"])}</td>'
+        f'<td>{_fmt(c["success_rate_a"])}</td><td>{_fmt(c["success_rate_b"])}</td><td>{_fmt(c["difference"])}</td>'
+        f'<td>{_ci(c["difference_ci95"])}</td><td>{_fmt(c["p_value"])}</td></tr>' for name, c in paired)
+    overall = paired[0][1]
+    rates_a = {t: sum(bool(r["success"]) for r in rows) / len(rows) for t, rows in per_task(results_a).items()}
+    rates_b = {t: sum(bool(r["success"]) for r in rows) / len(rows) for t, rows in per_task(results_b).items()}
+    differing = "".join(f'<tr><td>{escape(str(t))}</td><td>{_fmt(rates_a[t])}</td><td>{_fmt(rates_b[t])}</td></tr>'
+                        for t in sorted(rates_a.keys() & rates_b.keys()) if rates_a[t] != rates_b[t])
+    return _page(f"agentgym eval: A = {name_a} vs B = {name_b}", [
+        f'<p id="pairing">{overall["tasks"]} shared tasks; {overall["only_a"]} only in A, '
+        f'{overall["only_b"]} only in B (left out). Difference = A \u2212 B; p from a paired sign-flip test.</p>',
+        '<h2>Metrics</h2><table id="metrics-table"><thead><tr><th>Metric</th><th>A</th><th>B</th></tr></thead>'
+        f"<tbody>{side_by_side}</tbody></table>",
+        '<h2>Paired success rate</h2><table id="paired-table"><thead><tr><th>Category</th><th>Tasks</th><th>A</th>'
+        "<th>B</th><th>A \u2212 B</th><th>95% CI</th><th>p</th></tr></thead>"
+        f"<tbody>{paired_rows}</tbody></table>",
+        '<h2>Tasks whose success rate differs</h2><table id="differing-table"><thead><tr><th>Task</th><th>A</th>'
+        f"<th>B</th></tr></thead><tbody>{differing}</tbody></table>",
+    ])
+
+
+def _fmt(value, digits: int = 3) -> str:
+    if value is None:
+        return "\u2014"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return escape(str(value))
+
+
+def _ci(interval) -> str:
+    lo, hi = interval if interval else (None, None)
+    return f"[{_fmt(lo)}, {_fmt(hi)}]"
+
+
+# --- tables ---------------------------------------------------------------------------------
+
+def _summary_table(metrics: dict) -> str:
+    rows = [("success_rate", "Success rate", _fmt(metrics.get("success_rate"))),
+            ("success_ci95", "Success rate, 95% CI (bootstrap over tasks)", _ci(metrics.get("success_ci95")))]
+    rows += [(f"pass_at_{j}", f"pass@{escape(j)}", _fmt(v)) for j, v in metrics.get("pass_at_k", {}).items()]
+    rows += [("mean_turns", "Mean turns per episode", _fmt(metrics.get("mean_turns"))),
+             ("tokens_in", "Tokens in (total)", _fmt(metrics.get("tokens_in"))),
+             ("tokens_out", "Tokens out (total)", _fmt(metrics.get("tokens_out"))),
+             ("wall_s", "Wall time, s (total)", _fmt(metrics.get("wall_s"), 1)),
+             ("env_error_rate", "Env error / timeout rate", _fmt(metrics.get("env_error_rate")))]
+    body = "".join(f'<tr data-metric="{escape(key)}"><td>{label}</td><td>{value}</td></tr>' for key, label, value in rows)
+    return f'<table id="summary-table"><thead><tr><th>Metric</th><th>Value</th></tr></thead><tbody>{body}</tbody></table>'
+
+
+def _category_table(summary: dict, results: list[dict], k: int) -> str:
+    episodes = Counter(str(r.get("category")) for r in results)
+    tasks: dict[str, set] = defaultdict(set)
+    for r in results:
+        tasks[str(r.get("category"))].add(r["task_id"])
+    head = ["Category", "Tasks", "Episodes", "Success rate", "95% CI", "pass@1", f"pass@{k}", "Mean turns",
+            "Env error rate"]
+    body = []
+    for category, m in summary.get("by_category", {}).items():
+        pass_k = m.get("pass_at_k", {})
+        cells = [escape(category), _fmt(len(tasks[category])), _fmt(episodes[category]), _fmt(m.get("success_rate")),
+                 _ci(m.get("success_ci95")), _fmt(pass_k.get("1")), _fmt(pass_k.get(str(k))),
+                 _fmt(m.get("mean_turns")), _fmt(m.get("env_error_rate"))]
+        body.append(f'<tr data-category="{escape(category)}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return ('<table id="category-table"><thead><tr>' + "".join(f"<th>{escape(h)}</th>" for h in head)
+            + "</tr></thead><tbody>" + "".join(body) + "</tbody></table>")
+
+
+# --- plots ----------------------------------------------------------------------------------
+# All plots share one frame: width x height with margins, y from 0 to y_max.
+
+_W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 420, 260, 44, 12, 28, 48
+
+
+def _frame(plot_id: str, title: str, y_max: float, y_ticks: list[float], x_label: str, inner: list[str]) -> str:
+    parts = [f'<svg id="{plot_id}" xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" '
+             f'viewBox="0 0 {_W} {_H}" role="img" aria-label="{escape(title)}">',
+             f'<text x="{_W / 2}" y="16" text-anchor="middle" font-weight="bold">{escape(title)}</text>']
+    for tick in y_ticks:
+        y = _y(tick, y_max)
+        parts.append(f'<line class="grid" x1="{_LEFT}" x2="{_W - _RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
+                     f'<text x="{_LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{tick:g}</text>')
+    parts.append(f'<text x="{(_LEFT + _W - _RIGHT) / 2}" y="{_H - 6}" text-anchor="middle">{escape(x_label)}</text>')
+    return "".join(parts + inner + ["</svg>"])
+
+
+def _y(value: float, y_max: float) -> float:
+    return _H - _BOTTOM - (value / y_max if y_max else 0.0) * (_H - _TOP - _BOTTOM)
+
+
+def _bars(labels: list[str], values: list[float], y_max: float, titles: list[str]) -> list[str]:
+    slot = (_W - _LEFT - _RIGHT) / max(len(values), 1)
+    parts = []
+    for i, (label, value, title) in enumerate(zip(labels, values, titles)):
+        x, top = _LEFT + i * slot + slot * 0.15, _y(value, y_max)
+        parts.append(f'<rect class="bar" x="{x:.1f}" y="{top:.1f}" width="{slot * 0.7:.1f}" '
+                     f'height="{_H - _BOTTOM - top:.1f}" data-value="{value:g}"><title>{escape(title)}</title></rect>'
+                     f'<text x="{x + slot * 0.35:.1f}" y="{_H - _BOTTOM + 14}" text-anchor="middle">'
+                     f'{escape(label[:14])}</text>')
+    return parts
+
+
+def _category_plot(by_category: dict) -> str:
+    labels = list(by_category)
+    values = [m.get("success_rate") or 0.0 for m in by_category.values()]
+    titles = [f"{c}: {_fmt(m.get('success_rate'))} {_ci(m.get('success_ci95'))}" for c, m in by_category.items()]
+    inner = _bars(labels, values, 1.0, titles)
+    slot = (_W - _LEFT - _RIGHT) / max(len(labels), 1)
+    for i, m in enumerate(by_category.values()):
+        lo, hi = m.get("success_ci95") or (None, None)
+        if lo is None or hi is None:
+            continue
+        x = _LEFT + (i + 0.5) * slot
+        inner.append(f'<g class="whisker"><line x1="{x:.1f}" x2="{x:.1f}" y1="{_y(lo, 1):.1f}" y2="{_y(hi, 1):.1f}"/>'
+                     f'<line x1="{x - 5:.1f}" x2="{x + 5:.1f}" y1="{_y(lo, 1):.1f}" y2="{_y(lo, 1):.1f}"/>'
+                     f'<line x1="{x - 5:.1f}" x2="{x + 5:.1f}" y1="{_y(hi, 1):.1f}" y2="{_y(hi, 1):.1f}"/></g>')
+    return _frame("plot-category", "Success rate by category (95% CI)", 1.0, [0, 0.25, 0.5, 0.75, 1], "category", inner)
+
+
+def _pass_at_k_plot(results: list[dict], k: int) -> str:
+    # Computed from the rows rather than summary.json, which may hold only pass@1 and pass@k.
+    counts = [(len(rows), sum(bool(r["success"]) for r in rows)) for rows in per_task(results).values()]
+    points = [(j, mean_pass_at_k(counts, j)) for j in range(1, k + 1)]
+    points = [(j, v) for j, v in points if v is not None]
+    x_of = {j: _LEFT + (_W - _LEFT - _RIGHT) * ((j - 0.5) / k) for j in range(1, k + 1)}
+    inner = [f'<text x="{x:.1f}" y="{_H - _BOTTOM + 14}" text-anchor="middle">{j}</text>' for j, x in x_of.items()
+             if k <= 20 or j in (1, k) or j % max(1, k // 10) == 0]
+    if points:
+        inner.append('<polyline class="curve" points="' + " ".join(f"{x_of[j]:.1f},{_y(v, 1):.1f}" for j, v in points)
+                     + '"/>')
+    inner += [f'<circle class="point" cx="{x_of[j]:.1f}" cy="{_y(v, 1):.1f}" r="3.5" data-k="{j}" data-value="{v:.6f}">'
+              f"<title>pass@{j} = {v:.3f}</title></circle>" for j, v in points]
+    return _frame("plot-pass-at-k", "pass@k", 1.0, [0, 0.25, 0.5, 0.75, 1], "k", inner)
+
+
+def _turns_plot(results: list[dict]) -> str:
+    turns = [int(r["turns"]) for r in results]
+    lo, hi = (min(turns), max(turns)) if turns else (0, 0)
+    # One bin per turn count while that stays readable, else equal-width integer bins.
+    width = max(1, -(-(hi - lo + 1) // _MAX_HISTOGRAM_BINS))
+    edges = list(range(lo, hi + 1, width))
+    counts = [sum(e <= t < e + width for t in turns) for e in edges]
+    labels = [str(e) if width == 1 else f"{e}-{e + width - 1}" for e in edges]
+    y_max = max(counts, default=0) or 1
+    ticks = sorted({0, y_max, *([y_max // 2] if y_max >= 2 else [])})
+    inner = _bars(labels, [float(c) for c in counts], y_max,
+                  [f"{label} turns: {c} episodes" for label, c in zip(labels, counts)])
+    return _frame("plot-turns", "Turns per episode", y_max, ticks, "turns", inner)
+
+
+# --- trajectory viewer ----------------------------------------------------------------------
+
+def _viewer(results: list[dict]) -> str:
+    n_ok = sum(bool(r["success"]) for r in results)
+    filters = "".join(f'<label><input type="radio" name="outcome" value="{value}"{" checked" if value == "all" else ""}>'
+                      f" {label} ({count})</label> "
+                      for value, label, count in [("all", "All", len(results)), ("success", "Solved", n_ok),
+                                                  ("fail", "Failed", len(results) - n_ok)])
+    items, articles = [], []
+    for i, row in enumerate(results):
+        success = "true" if row["success"] else "false"
+        items.append(f'<li><button class="episode-link" data-episode="{i}" data-success="{success}">'
+                     f'{escape(str(row["task_id"]))} #{escape(str(row.get("sample", 0)))}</button></li>')
+        articles.append(_episode(i, row))
+    return (f'<div id="outcome-filter">{filters}</div><div id="viewer"><ul id="episode-list">{"".join(items)}</ul>'
+            f'<div id="episode-detail">{"".join(articles)}</div></div>')
+
+
+def _episode(i: int, row: dict) -> str:
+    facts = [("task", row["task_id"]), ("category", row.get("category")), ("sample", row.get("sample")),
+             ("success", row["success"]), ("reward", row.get("reward")), ("turns", row.get("turns")),
+             ("tokens in/out", f"{row.get('tokens_in')}/{row.get('tokens_out')}"), ("wall s", row.get("wall_s"))]
+    parts = [f'<article class="episode" id="episode-{i}" hidden><h3>{escape(str(row["task_id"]))} '
+             f'#{escape(str(row.get("sample", 0)))}</h3><p class="facts">'
+             + " &middot; ".join(f"{escape(name)}: {_fmt(value)}" for name, value in facts) + "</p>"]
+    if row.get("error"):
+        parts.append(f'<pre class="error episode-error">{escape(str(row["error"]))}</pre>')
+    trajectory = Trajectory.from_dict(row["trajectory"]) if row.get("trajectory") else None
+    if trajectory is None:
+        parts.append("<p>No trajectory recorded.</p>")
+    else:
+        parts.append(f'<h4>Initial observation</h4><pre class="initial-observation">'
+                     f"{escape(trajectory.initial_observation)}</pre><ol class=\"turns\">")
+        parts += [_turn(turn) for turn in trajectory.turns]
+        parts.append("</ol>")
+    parts.append("</article>")
+    return "".join(parts)
+
+
+def _turn(turn) -> str:
+    parts = [f'<li class="turn"><div>reward: <span class="reward">{_fmt(float(turn.reward))}</span></div>',
+             f'<h5>Action</h5><pre class="action">{escape(turn.action)}</pre>',
+             f'<h5>Observation</h5><pre class="observation">{escape(turn.observation)}</pre>']
+    if turn.info.get("error"):
+        parts.append(f'<h5>Error</h5><pre class="error turn-error">{escape(str(turn.info["error"]))}</pre>')
+    screenshot = turn.info.get("screenshot")
+    if isinstance(screenshot, str):
+        data = "".join(screenshot.split())
+        # Only well-formed base64 goes into the attribute, so the data cannot break out of it.
+        if _BASE64.fullmatch(data):
+            parts.append(f'<img class="screenshot" alt="screenshot" src="data:image/png;base64,{data}">')
+        else:
+            parts.append('<p class="screenshot-invalid">screenshot is not valid base64</p>')
+    parts.append("</li>")
+    return "".join(parts)

@@ -12,31 +12,27 @@ policy, as tree rollouts will do.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
 import gymnasium
 
 import agentgym  # noqa: F401  (registers the envs)
-from agentgym.envs.code.humaneval import SOLUTION_PATH, load_problems
+from agentgym.actions import ToolCall
+from agentgym.eval.oracles import hermes, humaneval_reference, repofix_reference
 
 
 def call(name: str, **arguments) -> str:
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+    return hermes(ToolCall(name, arguments))
 
 
 def reference_actions(env, task_id: str) -> list[str]:
+    """The oracle's replies (agentgym.eval.oracles), as Hermes text."""
     if env.spec.id == "agentgym/HumanEval-v0":
-        problem = load_problems()[task_id]
-        return [call("write_file", path=SOLUTION_PATH, content=problem["prompt"] + problem["canonical_solution"]),
-                call("python", code="import sys; sys.path.insert(0, '/workspace')\nimport solution\nprint('imports fine')"),
-                call("submit")]
-    task = env.task(task_id)
-    return [call("write_file", path="/tmp/fix.diff", content=task["patch"]),
-            call("bash", command="git apply /tmp/fix.diff && git status --short"),
-            call("run_tests"),
-            call("submit")]
+        replies = humaneval_reference(task_id)
+    else:
+        replies = repofix_reference(env.task(task_id))
+    return ["\n".join(map(hermes, calls)) for calls in replies]
 
 
 def give_up_actions(env, task_id: str) -> list[str]:

@@ -254,7 +254,7 @@ class Agent:
             completion_ids=list(completion.token_ids) if self.token_mode or completion.token_ids else [],
             logprobs=list(completion.logprobs) if self.token_mode or completion.token_ids else [],
             prompt_mask=list(episode.prompt_mask) if episode.prompt_ids is not None else [],
-            policy_version=completion.policy_version, action=completion.text, observation=text,
+            policy_version=completion.policy_version, action=_action_text(completion), observation=text,
             reward=float(reward), terminated=bool(terminated), truncated=bool(truncated),
             info=_json_safe({k: v for k, v in info.items() if k != "tools"}),
             entropy=completion.entropy, finish_reason=completion.finish_reason, folded=episode.folded)
@@ -368,6 +368,18 @@ class Agent:
         episode.done = True
         episode.error = (f"context_overflow: the prompt needs {self._prompt_length(episode)} tokens, more than "
                          f"the {budget} left in a {self.context_window}-token window after max_tokens")
+
+
+def _action_text(completion: Completion) -> str:
+    """The reply as text for the record: native tool calls written out as the Hermes blocks a template renders."""
+    parts = [completion.text] if completion.text else []
+    for call in completion.tool_calls or []:
+        function = call.get("function", call)
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments)
+        parts.append(f'<tool_call>\n{{"name": {json.dumps(function.get("name"))}, "arguments": {arguments}}}\n</tool_call>')
+    return "\n".join(parts)
 
 
 def _json_safe(value: Any) -> Any:

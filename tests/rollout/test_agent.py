@@ -94,6 +94,8 @@ async def test_chat_mode_with_native_tool_calls(env):
     messages, tools = policy.seen[-1]
     assert [t["function"]["name"] for t in tools] == ["add", "submit"]
     assert messages[-1] == {"role": "tool", "tool_call_id": "call_2", "content": "Counter: 12"}
+    # The record keeps the calls even though the reply's text was empty.
+    assert trajectory.turns[0].action == '<tool_call>\n{"name": "add", "arguments": {"n": 6}}\n</tool_call>'
     assert messages[-2]["tool_calls"][0]["id"] == "call_2"
 
 

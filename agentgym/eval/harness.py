@@ -1,0 +1,261 @@
+"""The evaluation harness: k samples of every task of a suite through the rollout Runner, written as they finish, resumable, then summarized.
+
+``await evaluate(suite, policy, k=..., out_dir=...)`` writes into ``out_dir``:
+
+* ``results.jsonl`` — one line per finished episode, appended (flushed and fsynced) the moment
+  it finishes: ``suite, task_id, category, sample, success, reward, turns, tokens_in,
+  tokens_out, wall_s, error, trajectory``. Token counts are the turns' prompt and completion
+  ids, so they are 0 against a chat endpoint that returns no token ids.
+* ``summary.json`` — ``schema_version, suite, model, k, tasks, episodes, metrics, by_category``
+  from :mod:`agentgym.eval.metrics`, over the results of the (task, sample) pairs asked for;
+* ``report.html`` — :func:`agentgym.eval.report.write_report`.
+
+**Resuming.** A rerun with the same ``out_dir`` skips every (task, sample) already in
+``results.jsonl`` and appends the rest; an interrupted run (Ctrl-C, cancellation, a crash)
+leaves only whole lines, and a torn last line from a hard kill is cut off on the next run.
+Episodes that ended in an env error or a timeout are results (they count as failures and in
+``env_error_rate``); delete their lines to run them again.
+
+**Policy failures** (an endpoint down, retries exhausted) are not results: the first one stops
+the run with :class:`PolicyUnavailableError`; everything finished before it stays in
+``results.jsonl`` for a rerun to resume from.
+
+Each (task, sample) gets its own reset seed, derived from ``seed``, the task id and the sample
+index, so a rerun (or a resumed run) resets every episode exactly as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Callable
+
+from agentgym.eval.oracles import EpisodeAgent
+from agentgym.eval.suites import Suite
+from agentgym.rollout.agent import AgentConfig
+from agentgym.rollout.policy import Policy
+from agentgym.rollout.runner import Runner, RunnerConfig, Task
+from agentgym.rollout.trajectory import Trajectory
+
+__all__ = ["PolicyUnavailableError", "SCHEMA_VERSION", "episode_seed", "evaluate", "load_results"]
+
+SCHEMA_VERSION = 1
+RUN_FILE = "run.json"
+RESULTS = "results.jsonl"
+SUMMARY = "summary.json"
+
+#: ``policy`` may be a factory ``(env_id, env_kwargs) -> Policy``, called once per env of the suite (oracles).
+PolicyFactory = Callable[[str, dict], Policy]
+
+
+class PolicyUnavailableError(RuntimeError):
+    """The policy failed (e.g. its endpoint is down); the run stopped, finished episodes are kept."""
+
+
+class _StopRun(Exception):
+    def __init__(self, error: str):
+        super().__init__(error)
+        self.error = error
+
+
+def episode_seed(seed: int, task_id: str, sample: int) -> int:
+    """The reset seed of one (task, sample): stable across runs and Python processes (unlike ``hash``)."""
+    digest = hashlib.sha256(f"{seed}\0{task_id}\0{sample}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+def load_results(path: str | Path) -> list[dict]:
+    """The rows of a ``results.jsonl`` (a run directory or the file itself), ignoring a torn last line."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULTS
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # only a hard kill mid-write leaves one, and only as the last line
+    return rows
+
+
+def _cut_torn_line(path: Path) -> None:
+    """Drop a partial last line (a hard kill mid-write), so the next append starts on a line of its own."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as file:
+            file.truncate(data.rfind(b"\n") + 1)
+
+
+class _ResultsWriter:
+    """Takes the runner's finished records (it is the runner's ``store``) and appends them as result rows."""
+
+    def __init__(self, path: Path, suite: Suite, on_row: Callable[[dict], None]):
+        self.path = path
+        self.suite = suite.name
+        self.categories = {t.task_id: t.category for t in suite.tasks}
+        self.on_row = on_row
+        self._lock = threading.Lock()  # the runner appends from worker threads
+
+    def append(self, record: Trajectory) -> None:
+        if record.error and record.error.startswith("policy_error"):
+            raise _StopRun(record.error)
+        row = self.row(record)
+        with self._lock, open(self.path, "a") as file:
+            file.write(json.dumps(row) + "\n")
+            file.flush()
+            os.fsync(file.fileno())
+        self.on_row(row)
+
+    def row(self, record: Trajectory) -> dict:
+        task_id = record.metadata["group"]  # the suite's task id (the harness sets it as the group)
+        return {"suite": self.suite, "task_id": task_id, "category": self.categories[task_id],
+                "sample": int(record.metadata["repeat"]), "success": bool(record.success),
+                "reward": float(record.reward), "turns": len(record.turns),
+                "tokens_in": sum(len(t.prompt_ids) for t in record.turns),
+                "tokens_out": sum(len(t.completion_ids) for t in record.turns),
+                "wall_s": float(record.metadata.get("elapsed_s", 0.0)), "error": record.error,
+                "trajectory": record.to_dict()}
+
+
+def _progress(suite: Suite, total: int, already: list[dict]):
+    """A rich progress line (done, success so far, ETA) and its per-row update, or ``(None, no-op)`` off a terminal."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return None, lambda row: None
+    counts = {"done": len(already), "success": sum(bool(r["success"]) for r in already)}
+
+    def status() -> str:
+        rate = counts["success"] / counts["done"] if counts["done"] else 0.0
+        return f"success {counts['success']}/{counts['done']} ({rate:.0%})"
+
+    progress = Progress(TextColumn(f"eval {suite.name}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[status]}"), TextColumn("ETA"), TimeRemainingColumn(),
+                        console=console)
+    bar = progress.add_task("eval", total=total, completed=len(already), status=status())
+
+    def update(row: dict) -> None:
+        counts["done"] += 1
+        counts["success"] += bool(row["success"])
+        progress.update(bar, completed=counts["done"], status=status())
+
+    return progress, update
+
+
+async def evaluate(suite: Suite, policy: Policy | PolicyFactory, *, k: int = 1, concurrency: int = 8,
+                   out_dir: str | Path, max_turns: int | None = None, timeout: float | None = None, seed: int = 0,
+                   agent_config: AgentConfig | None = None, model: str | None = None,
+                   progress: bool = True) -> dict:
+    """Run ``k`` samples of every task of ``suite`` with ``policy`` and return the summary (also written to ``out_dir``).
+
+    Args:
+        policy: a Policy, or a factory ``(env_id, env_kwargs) -> Policy`` called once per env
+            (how oracles, which know their env's tasks, are passed).
+        concurrency: episodes in flight at once (per env of the suite; envs run one after another).
+        max_turns: the agent's turn limit (the env's own limit applies too).
+        timeout: seconds one episode may run; a timed-out episode is a failed result.
+        seed: the base of every episode's reset seed (:func:`episode_seed`).
+        model: the name recorded in ``summary.json`` (default: the policy's name).
+        progress: show a progress line when stderr is a terminal.
+
+    Raises:
+        PolicyUnavailableError: the policy failed; the run stopped with its results so far kept.
+    """
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    import gymnasium
+
+    import agentgym  # noqa: F401  (registers the envs)
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model = model or (policy.name if isinstance(policy, Policy) else getattr(policy, "__name__", "policy"))
+    _claim_run_dir(out, {"suite": suite.name, "model": model, "seed": seed, "max_turns": max_turns})
+    results_path = out / RESULTS
+    _cut_torn_line(results_path)
+    wanted = {(t.task_id, s) for t in suite.tasks for s in range(k)}
+    already = [r for r in load_results(results_path) if (r["task_id"], r["sample"]) in wanted]
+    done = {(r["task_id"], r["sample"]) for r in already}
+    config = agent_config or AgentConfig()
+    if max_turns is not None:
+        config = dataclasses.replace(config, max_turns=max_turns)
+
+    display, on_row = _progress(suite, len(wanted), already) if progress else (None, lambda row: None)
+    writer = _ResultsWriter(results_path, suite, on_row)
+    if display is not None:
+        display.start()
+    try:
+        for (env_id, kwargs_json), tasks in suite.by_env().items():
+            env_kwargs = json.loads(kwargs_json)
+            todo = [Task(t.task_id, episode_seed(seed, t.task_id, s), repeat=s, group=t.task_id)
+                    for t in tasks for s in range(k) if (t.task_id, s) not in done]
+            if not todo:
+                continue
+            env_policy = policy if isinstance(policy, Policy) else policy(env_id, env_kwargs)
+            runner = Runner(EpisodeAgent(env_policy, config),
+                            lambda env_id=env_id, env_kwargs=env_kwargs: gymnasium.make(env_id, **env_kwargs),
+                            RunnerConfig(concurrency=concurrency, episode_timeout=timeout, progress=False,
+                                         store=writer))
+            try:
+                await runner.run(todo)
+            except* _StopRun as stopped:
+                error = stopped.exceptions[0].error
+                raise PolicyUnavailableError(
+                    f"the policy failed, so the run stopped ({error}). Finished episodes are kept in "
+                    f"{results_path}; rerun the same command to resume.") from None
+    finally:
+        if display is not None:
+            display.stop()
+
+    rows = {}
+    for row in load_results(results_path):
+        rows.setdefault((row["task_id"], row["sample"]), row)  # a duplicate could only come from a hand edit
+    results = [row for key, row in rows.items() if key in wanted]
+    return _write_summary(out, suite, results, k, model)
+
+
+def _claim_run_dir(out: Path, identity: dict) -> None:
+    """Record what this run directory holds; refuse to resume it with another suite, model, seed or turn limit.
+
+    Resuming skips the (task, sample) pairs already in results.jsonl, so results of a
+    different configuration would otherwise be silently counted as this one's. (k may grow.)
+    """
+    path = out / RUN_FILE
+    if path.exists():
+        recorded = json.loads(path.read_text())
+        if recorded != identity:
+            changed = ", ".join(f"{key}: {recorded.get(key)!r} → {identity.get(key)!r}"
+                                for key in sorted(set(recorded) | set(identity)) if recorded.get(key) != identity.get(key))
+            raise ValueError(f"{out} holds a run with other settings ({changed}); use another --out")
+        return
+    path.write_text(json.dumps(identity, indent=2, sort_keys=True) + "\n")
+
+
+def _write_summary(out: Path, suite: Suite, results: list[dict], k: int, model: str) -> dict:
+    from agentgym.eval.metrics import summarize, summarize_by
+
+    summary = {"schema_version": SCHEMA_VERSION, "suite": suite.name, "model": model, "k": k,
+               "tasks": len(suite.tasks), "episodes": len(results),
+               "metrics": summarize(results, k), "by_category": summarize_by(results, "category", k)}
+    # Written whole, then renamed: a reader never sees half a summary.
+    partial = out / f".{SUMMARY}.tmp"
+    partial.write_text(json.dumps(summary, indent=2) + "\n")
+    partial.replace(out / SUMMARY)
+    _write_report(out)
+    return summary
+
+
+def _write_report(out: Path) -> None:
+    from agentgym.eval.report import write_report
+
+    write_report(out)

@@ -143,11 +143,13 @@ def _eval(args: argparse.Namespace) -> int:
 def _eval_compare(args: argparse.Namespace) -> int:
     from agentgym.eval.harness import load_results
     from agentgym.eval.metrics import compare
+    from agentgym.eval.report import compare_report
 
     result = compare(load_results(args.run_a), load_results(args.run_b), seed=args.seed)
     print(f"A = {args.run_a}\nB = {args.run_b}")
     for key, value in result.items():
         print(f"{key:18} {_fmt(value)}")
+    print(f"report: {compare_report(args.run_a, args.run_b)}")
     return 0
 
 

@@ -129,6 +129,7 @@ def test_cli_end_to_end_and_compare(tmp_path):
                               capture_output=True, text=True, timeout=60)
     assert compared.returncode == 0, compared.stderr
     assert "difference         1.000" in compared.stdout
+    assert (tmp_path / "tmp" / "compare-gibberish.html").exists()
 
 
 def test_cli_unreachable_endpoint_fails_clearly_and_keeps_results(tmp_path):

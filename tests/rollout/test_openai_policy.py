@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 
 import pytest
@@ -14,6 +13,7 @@ from aiohttp.test_utils import TestServer
 from agentgym.models import tiny_model_path
 from agentgym.rollout.openai_policy import OpenAIPolicy
 from agentgym.rollout.policy import PolicyError, SamplingParams
+from tests.rollout.conftest import free_port
 from tests.rollout.test_server import ASK, CALL_REPLY, MODEL, TOOLS, RecordingPolicy
 
 REPLY = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": MODEL, "choices": [
@@ -142,10 +142,7 @@ async def test_a_hanging_endpoint_times_out(fake_api):
 
 
 async def test_a_closed_port_fails_fast_as_unreachable():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    base_url = f"http://127.0.0.1:{port}/v1"  # nothing listens here any more
+    base_url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens here any more
     async with OpenAIPolicy(base_url, MODEL, max_retries=2, backoff=0.05) as policy:
         start = time.monotonic()
         with pytest.raises(PolicyError, match="unreachable") as caught:

@@ -17,12 +17,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import gymnasium
@@ -31,25 +27,7 @@ import agentgym  # noqa: F401  (registers the envs)
 from agentgym.models import tiny_model_path
 from agentgym.rollout import (Agent, AgentConfig, OpenAIPolicy, Runner, RunnerConfig, SamplingParams, Task,
                               TrajectoryStore, TreeConfig, TreeRollout, node_values, turn_advantages)
-
-
-def start_server(model: Path) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    agentgym_cli = Path(sys.executable).with_name("agentgym")
-    process = subprocess.Popen([str(agentgym_cli), "serve", "--model", str(model), "--port", str(port),
-                                "--served-model-name", "tiny"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
-                return process, f"http://127.0.0.1:{port}/v1"
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError("agentgym serve did not start")
-            time.sleep(0.25)
+from agentgym.rollout.server import ServerProcess
 
 
 async def demo(base_url: str, model: Path, workdir: Path) -> None:
@@ -97,12 +75,8 @@ def main() -> None:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="agentgym-rollouts-"))
     workdir.mkdir(parents=True, exist_ok=True)
     model = tiny_model_path()
-    process, base_url = start_server(model)
-    try:
-        asyncio.run(demo(base_url, model, workdir))
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    with ServerProcess(model) as server:
+        asyncio.run(demo(server.base_url, model, workdir))
 
 
 if __name__ == "__main__":

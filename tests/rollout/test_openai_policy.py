@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestServer
 from agentgym.models import tiny_model_path
 from agentgym.rollout.openai_policy import OpenAIPolicy
 from agentgym.rollout.policy import PolicyError, SamplingParams
-from tests.rollout.conftest import free_port
+from agentgym.rollout.server import free_port
 from tests.rollout.test_server import ASK, CALL_REPLY, MODEL, TOOLS, RecordingPolicy
 
 REPLY = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": MODEL, "choices": [

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(docker.io debootstrap chromium xvfb xdotool git patch)
+APT_PACKAGES=(docker.io debootstrap chromium chromium-driver xvfb xdotool git patch)
 PYTHON=${PYTHON:-python3}
 EXTRAS=${AGENTGYM_EXTRAS:-dev,train}
 BFCL_VERSION=2026.3.23

@@ -1,0 +1,398 @@
+"""WebEnv: the base class of browser environments — a Playwright session per env, the observation tree, the action mini-language, and branching of browser state.
+
+A subclass says which sites a task may reach, how a task starts and how it is judged::
+
+    class MyWebEnv(WebEnv):
+        def task_ids(self): ...
+        def _origins(self): return [self.app.origin]          # everything else is blocked
+        async def _open(self, session, task_id):               # load the start page, return the goal
+            await session.new_page(self.app.origin + "/")
+            return "Buy the cheapest blue mug."
+        async def _judge(self, session, answer):               # after every turn
+            return Verdict(reward=1.0, success=True, done=True) if answer is not None and ... else None
+
+Server-side state (an app's SQLite database) goes in and out of snapshots through
+:meth:`_prepare_task`, :meth:`_capture_site` and :meth:`_load_site`.
+
+**Branching.** A snapshot holds the site state, the context's cookies and local storage, every
+tab's URL and DOM state (element ids, form values, focus, scroll) and the action prefix since
+reset. :meth:`fork` rebuilds it in a fresh context: site state back, tabs reloaded, DOM state
+reapplied — and checked: if a reloaded tab's DOM or text differs from the captured one (a page
+built by client-side script, a tab that was stale when the state changed), the fork instead
+replays the action prefix from the task's start, which is exact. Envs whose pages keep their
+state in JavaScript (MiniWoB++) set ``fork_by_replay = True`` and always replay. Snapshot
+metadata records which way each fork went.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+
+from agentgym.actions import ParsedAction, ToolCall, ToolSpec, format_error
+from agentgym.core import AgentEnv, Outcome
+from agentgym.sandbox.browser import BrowserCrashedError, BrowserHost, BrowserSession
+from envs.web.actions import TERMINAL_ACTIONS, ActionError, perform, web_tools
+from envs.web.observation import (CAPTURE_DOM_JS, OBSERVE_JS, RESTORE_DOM_JS, PageView, decode_png,
+                                  draw_marks)
+
+__all__ = ["WebEnv", "Verdict"]
+
+
+@dataclass
+class Verdict:
+    """A task's judgement after a turn: the reward, success, and whether the episode ends."""
+
+    reward: float
+    success: bool
+    done: bool = True
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class _TabState:
+    """One tab: its back/forward history (URLs, the current index) and the current page's DOM state."""
+
+    history: list[str]
+    index: int
+    dom: dict
+
+    @property
+    def url(self) -> str:
+        return self.history[self.index]
+
+
+@dataclass
+class _WebState:
+    """WebEnv's part of a snapshot."""
+
+    goal: str
+    prefix: list[list[tuple[str, dict]]]
+    last_error: str | None
+    site: Any
+    storage: dict
+    tabs: list[_TabState]
+    active: int
+    origins: list[str]
+
+
+class WebEnv(AgentEnv):
+    """Base class of browser envs (see the module docstring)."""
+
+    metadata: ClassVar[dict] = {"render_modes": ["ansi", "rgb_array"]}
+    #: Viewport (width, height) in CSS pixels; screenshots have this size.
+    default_viewport: ClassVar[tuple[int, int]] = (1280, 720)
+    #: Whether forks always replay the action prefix (pages whose state lives in JavaScript).
+    fork_by_replay: ClassVar[bool] = False
+
+    def __init__(self, *, max_turns: int = 30, screenshot: bool = False, set_of_marks: bool = False,
+                 viewport: tuple[int, int] | None = None, pixel_actions: bool = True,
+                 action_timeout: float = 3.0, max_page_chars: int = 40_000, chromium: str | None = None,
+                 render_mode: str | None = None):
+        self.viewport = tuple(viewport or self.default_viewport)
+        width, height = self.viewport
+        super().__init__(max_turns=max_turns, render_mode=render_mode,
+                         image_shape=(height, width) if screenshot or set_of_marks else None)
+        self.screenshot = screenshot or set_of_marks
+        self.set_of_marks = set_of_marks
+        self.pixel_actions = pixel_actions
+        self.action_timeout = action_timeout
+        self.max_page_chars = max_page_chars
+        self._tools = web_tools(pixel=pixel_actions)
+        self._host = BrowserHost.shared(chromium)
+        self._session: BrowserSession | None = None
+        self._goal = ""
+        self._prefix: list[list[tuple[str, dict]]] = []
+        self._last_error: str | None = None
+        self._last_view: PageView | None = None
+        self.fork_mode: str | None = None  # how this env was built by fork: "restore" or "replay"
+        self._pending_task: str | None = None
+
+    # ------------------------------------------------------------------ hooks for subclasses
+    def _origins(self) -> list[str]:
+        """The origins the current task may load (everything else is blocked and reported)."""
+        raise NotImplementedError
+
+    async def _open(self, session: BrowserSession, task_id: str) -> str:
+        """Open the task's start page(s) in ``session``; return the goal shown to the agent."""
+        raise NotImplementedError
+
+    async def _judge(self, session: BrowserSession, answer: str | None) -> Verdict | None:
+        """The verdict after a turn (``answer`` is the text of ``answer()``, if it was called), or None to go on."""
+        raise NotImplementedError
+
+    def _aliases(self) -> dict[str, str]:
+        """Real origin → the stable origin shown to the agent (sites run on free ports; forks on other ones)."""
+        return {}
+
+    def _prepare_task(self, task_id: str) -> None:
+        """Put server-side state at the task's start (before :meth:`_open`)."""
+
+    def _capture_site(self) -> Any:
+        """Server-side state for a snapshot."""
+        return None
+
+    def _load_site(self, payload: Any) -> None:
+        """Put server-side state back from :meth:`_capture_site`'s payload (which stays reusable).
+
+        A fork that replays calls :meth:`_prepare_task` afterwards, so state that the task's start
+        depends on (an instance seed) survives, and state that replay rebuilds is reset.
+        """
+
+    # ------------------------------------------------------------------ AgentEnv hooks
+    def tools(self) -> list[ToolSpec]:
+        return self._tools
+
+    def _begin(self, task_id: str) -> dict:
+        self._run(self._start_fresh(task_id))
+        return self._observe()
+
+    def _act(self, parsed: ParsedAction) -> Outcome:
+        # A reply without a usable call still costs the turn and still shows the page.
+        return self._run(self._turn(parsed.calls, None if parsed.calls else parsed.error or "no action found"))
+
+    def _capture(self) -> tuple[_WebState, Callable[[], None] | None]:
+        site = self._capture_site()
+        state = self._run(self._capture_browser(site))
+        return state, None
+
+    def _load(self, payload: _WebState) -> None:
+        self._run(self._rebuild(payload))
+
+    def _teardown(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            try:
+                self._run(session.close(), timeout=30)
+            except Exception:
+                pass
+
+    def _snapshot_metadata(self, payload: _WebState) -> dict:
+        return {"urls": [tab.url for tab in payload.tabs], "prefix_turns": len(payload.prefix)}
+
+    def render(self) -> Any:
+        if self.render_mode == "rgb_array":
+            return self._run(self._screenshot())
+        return super().render()
+
+    # ------------------------------------------------------------------ running on the browser loop
+    def _run(self, coroutine: Any, timeout: float | None = None) -> Any:
+        # A hung page (an endless script) must not hang the caller: the step becomes an env error.
+        return self._host.run(coroutine, timeout or max(60.0, self.action_timeout * 20))
+
+    async def _start_fresh(self, task_id: str) -> None:
+        await self._close_session()
+        self._prepare_task(task_id)
+        self._session = await self._host.open_session(self._origins(), viewport=self.viewport,
+                                                      aliases=self._aliases())
+        self._goal = await self._open(self._session, task_id)
+        self._prefix = []
+        self._last_error = None
+        self._session.drain_blocked()
+
+    async def _close_session(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+    async def _turn(self, calls: list[ToolCall], problem: str | None = None) -> Outcome:
+        """Perform the reply's calls in order, stopping at the first error or at ``answer``; judge; observe."""
+        session = self._session
+        session.check_alive()
+        performed: list[tuple[str, dict]] = []
+        error, answer = problem, None
+        for call in calls:
+            if not call.ok:
+                error = call.error
+                break
+            arguments = self._normalise(call)
+            performed.append((call.name, arguments))
+            try:
+                await perform(session, call.name, arguments, timeout_ms=self.action_timeout * 1000,
+                              viewport=self.viewport)
+            except ActionError as exc:
+                error = f"{call.name}: {exc}"
+                break
+            session.check_alive()
+            if call.name in TERMINAL_ACTIONS:
+                answer = str(arguments.get("text", ""))
+                break
+        self._prefix.append(performed)
+        self._last_error = error
+        verdict = await self._judge(session, answer)
+        if verdict is None and answer is not None:
+            verdict = Verdict(0.0, False, True)
+        text, image = await self._aobserve()
+        if error and not any(c.ok for c in calls):
+            text = format_error(error, self.tools()) + "\n\n" + text
+        outcome = Outcome(text, error=error, image=image)
+        if verdict is not None:
+            outcome.reward, outcome.success, outcome.terminated = verdict.reward, verdict.success, verdict.done
+            outcome.info.update(verdict.info)
+        return outcome
+
+    def _normalise(self, call: ToolCall) -> dict:
+        # The schema accepts 12.0 for an integer; Playwright and list indexing want 12.
+        arguments = dict(call.arguments)
+        spec = next(tool for tool in self._tools if tool.name == call.name)
+        for key, schema in spec.properties.items():
+            if schema.get("type") == "integer" and isinstance(arguments.get(key), float):
+                arguments[key] = int(arguments[key])
+        return arguments
+
+    # ------------------------------------------------------------------ observing
+    def _observe(self) -> dict:
+        text, image = self._run(self._aobserve())
+        observation = {"text": text}
+        if image is not None:
+            observation["image"] = image
+        return observation
+
+    async def _aobserve(self) -> tuple[str, np.ndarray | None]:
+        session = self._session
+        session.check_alive()
+        view = await self._view(session.page)
+        self._last_view = view
+        tabs = []
+        for index, page in enumerate(session.pages):
+            title = await page.title()
+            marker = " (focused)" if index == session.active else ""
+            tabs.append(f"[{index}] {json.dumps(title)} {page.url}{marker}")
+        header = [f"Goal: {self._goal}", "", f"URL: {view.url}", "Tabs: " + " | ".join(tabs),
+                  f"Focused element: [{view.focused}]" if view.focused else "Focused element: none"]
+        if self._last_error:
+            header.append(f"Last action error: {self._last_error}")
+        blocked = session.drain_blocked()
+        if blocked:
+            header.append("Blocked requests (outside this task's sites): " + ", ".join(blocked[:5]) +
+                          (f" and {len(blocked) - 5} more" if len(blocked) > 5 else ""))
+        image = None
+        if self.screenshot:
+            image = await self._screenshot()
+            if self.set_of_marks:
+                image = draw_marks(image, view.boxes)
+        return session.display("\n".join(header)) + "\n\n" + view.tree, image
+
+    async def _view(self, page: Any) -> PageView:
+        raw = await page.evaluate(OBSERVE_JS, self.max_page_chars)
+        return PageView(url=page.url, title=raw["title"], lines=raw["lines"], boxes=raw["boxes"],
+                        focused=raw["focused"], truncated=raw["truncated"], scroll=tuple(raw["scroll"]))
+
+    async def _screenshot(self) -> np.ndarray:
+        page = self._session.page
+        # caret and animations off: the same state must give the same pixels (fork equality).
+        png = await page.screenshot(type="png", animations="disabled", caret="hide")
+        return decode_png(png)
+
+    # ------------------------------------------------------------------ branching
+    async def _capture_browser(self, site: Any) -> _WebState:
+        session = self._session
+        session.check_alive()
+        tabs = [await self._capture_tab(page) for page in session.pages]
+        storage = await session.context.storage_state()
+        return _WebState(self._goal, [list(turn) for turn in self._prefix], self._last_error, site, storage,
+                         tabs, session.active, list(self._origins()))
+
+    async def _capture_tab(self, page: Any) -> _TabState:
+        urls, index = await _history(page)
+        return _TabState(urls, index, await page.evaluate(CAPTURE_DOM_JS))
+
+    async def _rebuild(self, state: _WebState) -> None:
+        # A fork serves its sites on ports of its own: every captured URL moves to the new origins.
+        state = _moved(state, dict(zip(state.origins, self._origins())))
+        task_id = self._pending_task
+        self._load_site(state.site)
+        if not self.fork_by_replay and await self._restore_tabs(state):
+            self.fork_mode = "restore"
+        else:
+            await self._replay(task_id, state.prefix)
+            self.fork_mode = "replay"
+        self._goal = state.goal
+        self._prefix = [list(turn) for turn in state.prefix]
+        self._last_error = state.last_error
+
+    async def _restore_tabs(self, state: _WebState) -> bool:
+        """Reload every tab into the captured site state and DOM state; False if any tab came back different."""
+        await self._close_session()
+        session = await self._host.open_session(self._origins(), viewport=self.viewport,
+                                                storage_state=state.storage, aliases=self._aliases())
+        self._session = session
+        for tab in state.tabs:
+            page = await session.new_page()
+            # Back and forward must work as in the original: load the history in order (only its
+            # current entry needs to finish loading), then step back to the current entry.
+            for url in tab.history if tab.history != ["about:blank"] else []:
+                await page.goto(url, wait_until="load" if url == tab.history[-1] else "commit")
+            for _ in range(len(tab.history) - 1 - tab.index):
+                await page.go_back(wait_until="load")
+            # Some histories cannot be rebuilt by navigating (Chromium turns a navigation to the
+            # current URL, e.g. after a form's POST-redirect-GET, into a replacement): check.
+            rebuilt = await _history(page)
+            if rebuilt != (tab.history, tab.index) or not await page.evaluate(RESTORE_DOM_JS, tab.dom):
+                return False
+        session.active = state.active
+        await session.page.bring_to_front()
+        session.drain_blocked()
+        return True
+
+    async def _replay(self, task_id: str, prefix: list[list[tuple[str, dict]]]) -> None:
+        """Rebuild the state exactly: start the task afresh and perform every recorded action again."""
+        await self._start_fresh(task_id)
+        await self._view(self._session.page)  # reset observed the start page
+        for turn in prefix:
+            for name, arguments in turn:
+                try:
+                    await perform(self._session, name, arguments, timeout_ms=self.action_timeout * 1000,
+                                  viewport=self.viewport)
+                except ActionError:
+                    break  # the original turn stopped here too
+            # The original observed after every turn, assigning ids to new elements in order.
+            await self._view(self._session.page)
+        self._session.drain_blocked()
+
+    def restore(self, snapshot: Any) -> None:
+        # _rebuild needs the task, which the base class installs only after _load.
+        self._pending_task = snapshot.task_id
+        super().restore(snapshot)
+
+
+async def _history(page: Any) -> tuple[list[str], int]:
+    """A tab's back/forward list (URLs) and the index of the current entry, from DevTools."""
+    cdp = await page.context.new_cdp_session(page)
+    try:
+        history = await cdp.send("Page.getNavigationHistory")
+    finally:
+        await cdp.detach()
+    urls = [entry["url"] for entry in history["entries"]]
+    index = history["currentIndex"]
+    if urls[0] == "about:blank" and index > 0:  # the blank page a new tab starts on is not history
+        urls, index = urls[1:], index - 1
+    return urls, index
+
+
+def _moved(state: _WebState, origins: dict[str, str]) -> _WebState:
+    """``state`` with every old origin in URLs, local storage and recorded actions replaced by the new one."""
+    moves = {old: new for old, new in origins.items() if old != new}
+    if not moves:
+        return state
+
+    def move(value: Any) -> Any:
+        if isinstance(value, str):
+            for old, new in moves.items():
+                value = value.replace(old, new)
+            return value
+        if isinstance(value, list):
+            return [move(item) for item in value]
+        if isinstance(value, tuple):
+            return tuple(move(item) for item in value)
+        if isinstance(value, dict):
+            return {key: move(item) for key, item in value.items()}
+        return value
+
+    tabs = [_TabState(move(tab.history), tab.index, tab.dom) for tab in state.tabs]
+    storage = dict(state.storage, origins=move(state.storage.get("origins", [])))
+    return _WebState(state.goal, move(state.prefix), state.last_error, state.site, storage, tabs, state.active,
+                     [origins.get(origin, origin) for origin in state.origins])

@@ -1,0 +1,177 @@
+"""Web tasks for self-hosted apps: task templates instantiated from the seeded data, WebArena-style evaluators, and scripted reference solutions.
+
+A :class:`WebTask` is one goal on one app: where it starts, who is logged in, how success is
+checked, and a reference solution. Evaluators are the WebArena kinds:
+
+* on the agent's answer — :class:`AnswerExact`, :class:`AnswerIncludes`, :class:`AnswerNumber`;
+* on the final URL — :class:`UrlMatch`;
+* on server state — :class:`DbCheck` (a query whose rows must equal the expected rows);
+* combined — :class:`AllOf`.
+
+A reference solution is a sequence of steps; a step is an action string, or a function from the
+current observation text to an action string (to look ids up with
+:func:`envs.web.observation.element_id`). :func:`run_solution` plays one through an env.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+from urllib.parse import parse_qs, urlsplit
+
+from envs.tool.state import SQLiteState
+
+__all__ = ["WebTask", "EvalContext", "Evaluator", "AnswerExact", "AnswerIncludes", "AnswerNumber", "UrlMatch",
+           "DbCheck", "AllOf", "Step", "run_solution"]
+
+Step = str | Callable[[str], str]
+
+
+@dataclass
+class EvalContext:
+    """What an evaluator may look at when the agent answers."""
+
+    answer: str
+    url: str
+    db: SQLiteState
+
+
+class Evaluator:
+    """A check of the final state; ``describe()`` says in words what it checks (for reports)."""
+
+    def __call__(self, context: EvalContext) -> bool:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+def _normalise(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip().strip(".").lower()
+
+
+@dataclass(frozen=True)
+class AnswerExact(Evaluator):
+    """The answer equals ``value`` (case, surrounding whitespace and a final period ignored)."""
+
+    value: str
+
+    def __call__(self, context: EvalContext) -> bool:
+        return _normalise(context.answer) == _normalise(self.value)
+
+    def describe(self) -> str:
+        return f"answer is {self.value!r}"
+
+
+@dataclass(frozen=True)
+class AnswerIncludes(Evaluator):
+    """The answer contains every one of ``parts`` (case-insensitive)."""
+
+    parts: tuple[str, ...]
+
+    def __call__(self, context: EvalContext) -> bool:
+        answer = _normalise(context.answer)
+        return all(_normalise(part) in answer for part in self.parts)
+
+    def describe(self) -> str:
+        return f"answer mentions {', '.join(map(repr, self.parts))}"
+
+
+@dataclass(frozen=True)
+class AnswerNumber(Evaluator):
+    """The answer's first number equals ``value`` within ``tolerance`` (``$1,234.50`` reads as 1234.5)."""
+
+    value: float
+    tolerance: float = 1e-6
+
+    def __call__(self, context: EvalContext) -> bool:
+        match = re.search(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+", context.answer)
+        if not match:
+            return False
+        return math.isclose(float(match.group().replace(",", "")), self.value, abs_tol=self.tolerance)
+
+    def describe(self) -> str:
+        return f"answer is the number {self.value:g}"
+
+
+@dataclass(frozen=True)
+class UrlMatch(Evaluator):
+    """The final URL has this path, and its query contains ``query`` (each key with exactly these values)."""
+
+    path: str
+    query: tuple[tuple[str, str], ...] = ()
+
+    def __call__(self, context: EvalContext) -> bool:
+        parts = urlsplit(context.url)
+        if parts.path.rstrip("/") != self.path.rstrip("/"):
+            return False
+        found = parse_qs(parts.query)
+        return all(found.get(key) == [value] for key, value in self.query)
+
+    def describe(self) -> str:
+        query = "&".join(f"{k}={v}" for k, v in self.query)
+        return f"final URL is {self.path}" + (f" with {query}" if query else "")
+
+
+@dataclass(frozen=True)
+class DbCheck(Evaluator):
+    """``sql`` (with ``params``) returns exactly ``expected`` rows, in order."""
+
+    sql: str
+    expected: tuple[tuple, ...]
+    params: tuple = ()
+    description: str = ""
+
+    def __call__(self, context: EvalContext) -> bool:
+        rows = tuple(tuple(row) for row in context.db.query(self.sql, self.params))
+        return rows == tuple(tuple(row) for row in self.expected)
+
+    def describe(self) -> str:
+        return self.description or f"{self.sql} returns {self.expected}"
+
+
+@dataclass(frozen=True)
+class AllOf(Evaluator):
+    """Every evaluator passes."""
+
+    evaluators: tuple[Evaluator, ...]
+
+    def __call__(self, context: EvalContext) -> bool:
+        return all(evaluator(context) for evaluator in self.evaluators)
+
+    def describe(self) -> str:
+        return " and ".join(evaluator.describe() for evaluator in self.evaluators)
+
+
+@dataclass(frozen=True)
+class WebTask:
+    """One task on one app (``id`` is ``<template>/<n>``)."""
+
+    id: str
+    template: str
+    goal: str
+    evaluator: Evaluator
+    solution: tuple[Step, ...]
+    start_path: str = "/"
+    user: str | None = None
+    params: dict = field(default_factory=dict, compare=False)
+
+
+def run_solution(env: Any, task_id: str, solution: Sequence[Step]) -> tuple[dict, float, bool, dict]:
+    """Play a reference solution through ``env`` from reset; returns the last (observation, reward, terminated, info).
+
+    Raises :class:`AssertionError` with the observation when a step's action fails or the
+    episode ends before the solution does.
+    """
+    observation, info = env.reset(options={"task_id": task_id})
+    reward, terminated = 0.0, False
+    for index, step in enumerate(solution):
+        if terminated:
+            raise AssertionError(f"{task_id}: the episode ended before step {index}")
+        action = step(observation["text"]) if callable(step) else step
+        observation, reward, terminated, truncated, info = env.step(action)
+        if info["error"]:
+            raise AssertionError(f"{task_id} step {index} {action!r}: {info['error']}\n{observation['text']}")
+    return observation, reward, terminated, info

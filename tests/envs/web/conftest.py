@@ -1,0 +1,29 @@
+"""Fixtures for web env tests: the toy notes app as an env, and a check that no browser context outlives the tests."""
+
+import pytest
+
+import envs.web.app_env as app_env
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leaked_browser_contexts():
+    yield
+    from agentgym.sandbox.browser import BrowserHost
+
+    host = BrowserHost._shared
+    if host is not None and not host._closed:
+        assert host.live_sessions == 0, f"{host.live_sessions} browser contexts left open by the web tests"
+        assert host.run(host.context_count()) == 0
+
+
+@pytest.fixture
+def notes_app(monkeypatch):
+    """Registers tests/envs/web/toy.py as the app "notes"."""
+    monkeypatch.setitem(app_env.APPS, "notes", "tests.envs.web.toy")
+
+
+@pytest.fixture
+def notes_env(notes_app):
+    env = app_env.WebAppEnv("notes", screenshot=True)
+    yield env
+    env.close()

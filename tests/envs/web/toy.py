@@ -1,0 +1,49 @@
+"""A small notes app for testing WebEnv itself: a list of notes, a form that adds one, a page that blocks a remote image, a visit counter kept in local storage by script."""
+
+from aiohttp import web
+
+from envs.web.site import WebApp, esc, form_value
+from envs.web.tasks import AnswerExact, DbCheck, WebTask
+
+
+class App(WebApp):
+    name = "notes"
+
+    def build_database(self, db):
+        db.conn.executescript("CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT, created TEXT);"
+                              "INSERT INTO notes (text, created) VALUES ('first note', '2026-01-05 09:00');")
+
+    def routes(self):
+        return [web.get("/", self.home), web.post("/add", self.add), web.get("/external", self.external),
+                web.get("/visits", self.visits)]
+
+    async def home(self, request):
+        rows = self.db.query("SELECT id, text, created FROM notes ORDER BY id")
+        items = "".join(f"<li>{esc(text)} <small>{esc(created)}</small></li>" for _, text, created in rows)
+        body = (f"<h1>Notes</h1><ul>{items}</ul><form method=post action=/add><label>Note <input name=text></label>"
+                "<select name=tag aria-label=Tag><option>work</option><option>home</option></select>"
+                "<label><input type=checkbox name=pin> Pin</label><button>Add</button></form>"
+                "<a href=/external>External page</a> <a href=/visits>Visits</a> <a href=/external target=_blank>Open in new tab</a>"
+                "<p>Total: " + str(len(rows)) + "</p>")
+        return self.page(request, "Notes", body)
+
+    async def add(self, request):
+        form = await request.post()
+        self.db.execute("INSERT INTO notes (text, created) VALUES (?, ?)", (form_value(form, "text"), self.now()))
+        self.redirect("/")
+
+    async def external(self, request):
+        return self.page(request, "External", '<img src="http://example.com/x.png" alt=remote><p>here</p>')
+
+
+    async def visits(self, request):
+        # State the server cannot restore: a fork that reloads this page sees another count and must replay.
+        script = ("<script>const n = Number(localStorage.visits || 0) + 1; localStorage.visits = n;"
+                  "document.getElementById('visits').textContent = 'Visits: ' + n;</script>")
+        return self.page(request, "Visits", "<p id=visits></p><a href=/>Home</a>" + script)
+
+
+def tasks():
+    return [WebTask("add/0", "add", "Add a note saying 'buy milk', then answer 'done'.",
+                    DbCheck("SELECT text FROM notes ORDER BY id", (("first note",), ("buy milk",))), ()),
+            WebTask("count/0", "count", "How many notes are there?", AnswerExact("1"), ())]

@@ -35,11 +35,13 @@ import numpy as np
 from agentgym.actions import ParsedAction, ToolCall, ToolSpec, format_error
 from agentgym.core import AgentEnv, Outcome
 from agentgym.sandbox.browser import BrowserCrashedError, BrowserHost, BrowserSession
-from envs.web.actions import TERMINAL_ACTIONS, ActionError, perform, web_tools
-from envs.web.observation import (CAPTURE_DOM_JS, OBSERVE_JS, RESTORE_DOM_JS, PageView, decode_png,
+from agentgym.envs.web.actions import TERMINAL_ACTIONS, ActionError, perform, web_tools
+from agentgym.envs.web.observation import (CAPTURE_DOM_JS, OBSERVE_JS, RESTORE_DOM_JS, PageView, decode_png,
                                   draw_marks)
 
 __all__ = ["WebEnv", "Verdict"]
+
+_OBSERVE_ATTEMPTS = 5
 
 
 @dataclass
@@ -277,7 +279,18 @@ class WebEnv(AgentEnv):
         return session.display("\n".join(header)) + "\n\n" + view.tree, image
 
     async def _view(self, page: Any) -> PageView:
-        raw = await page.evaluate(OBSERVE_JS, self.max_page_chars)
+        from playwright.async_api import Error as PlaywrightError
+
+        for attempt in range(_OBSERVE_ATTEMPTS):
+            try:
+                raw = await page.evaluate(OBSERVE_JS, self.max_page_chars)
+                break
+            except PlaywrightError as exc:
+                # A navigation the action started can commit after the action returned (a form
+                # submitted under load); the page being observed is then gone: observe the new one.
+                if "context was destroyed" not in str(exc) or attempt == _OBSERVE_ATTEMPTS - 1:
+                    raise
+                await page.wait_for_load_state("load", timeout=self.action_timeout * 3000)
         return PageView(url=page.url, title=raw["title"], lines=raw["lines"], boxes=raw["boxes"],
                         focused=raw["focused"], truncated=raw["truncated"], scroll=tuple(raw["scroll"]))
 

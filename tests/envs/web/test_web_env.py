@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from agentgym.sandbox.browser import BrowserHost, BrowserUnavailableError, find_chromium
-from envs.web.app_env import WebAppEnv
-from envs.web.observation import element_id, elements
+from agentgym.envs.web.app_env import WebAppEnv
+from agentgym.envs.web.observation import element_id, elements
 
 
 def act(env, action):
@@ -288,7 +288,7 @@ def test_no_context_or_process_leak_over_many_episodes(notes_app):
     env = WebAppEnv("notes")
     env.reset(options={"task_id": "add/0"})
     contexts, processes = host.run(host.context_count()), len(host.chromium_pids())
-    for _ in range(25):
+    for _ in range(8):
         observation, _ = env.reset(options={"task_id": "add/0"})
         act(env, f'click({element_id(observation["text"], "link", "Open in new tab")})')
         env.fork().close()

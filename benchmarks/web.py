@@ -1,0 +1,207 @@
+"""Measures web envs on real Chromium: reset/step/screenshot/snapshot/fork latency, fork vs. replay at turn 10, steps/s with 1, 4 and 8 concurrent envs, memory per env, and leaks over many episodes.
+
+The workload is a self-hosted app (``--app``, default the shop) driven by a deterministic
+browsing policy: each turn clicks the ``(turn * 7) mod n``-th link of the page, so every run
+visits the same pages. Definitions:
+
+* reset — ``reset()`` (database copy, fresh context, start page, observation);
+* step — one click and the observation (text only);
+* screenshot — one PNG screenshot of the viewport, decoded to an array;
+* snapshot — ``snapshot()`` + ``release()``; fork — ``fork()`` of the current state + ``close()``;
+* fork vs. replay at turn 10 — ``fork()`` after 10 steps against what a fork costs without
+  snapshots: a fresh env's ``reset()`` plus the same 10 steps (the ratio is replay / fork);
+* throughput — steps/s over all envs, with 1, 4 and 8 envs sharing the process's one browser
+  and stepping concurrently through the async twins;
+* memory per env — the growth in proportional set size (PSS) of Chromium's processes and of
+  this process between 1 and 8 open envs, divided by 7;
+* leaks — browser contexts and Chromium processes before and after ``--episodes`` episodes
+  (reset, two steps, every tenth episode a fork).
+
+    .venv/bin/python benchmarks/web.py [--app shop] [--repeats 30] [--episodes 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agentgym.envs.web.app_env import WebAppEnv  # noqa: E402
+from agentgym.envs.web.observation import elements  # noqa: E402
+from agentgym.sandbox.browser import BrowserHost  # noqa: E402
+
+
+def browse(text: str, turn: int) -> str:
+    """The benchmark's policy: a deterministic link click (or a no-op on a page without links)."""
+    links = [element["id"] for element in elements(text) if element["role"] == "link"]
+    return f"click({links[(turn * 7) % len(links)]})" if links else "noop()"
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def timed(function) -> tuple[float, object]:
+    started = time.perf_counter()
+    result = function()
+    return (time.perf_counter() - started) * 1e3, result
+
+
+def walk(env: WebAppEnv, task_id: str, turns: int) -> dict:
+    observation, _ = env.reset(options={"task_id": task_id})
+    for turn in range(turns):
+        observation, *_ = env.step(browse(observation["text"], turn))
+    return observation
+
+
+def latencies(app: str, repeats: int) -> dict:
+    env = WebAppEnv(app, max_turns=10 ** 6)
+    task_id = env.task_ids()[0]
+    samples: dict[str, list[float]] = {name: [] for name in ("reset", "step", "screenshot", "snapshot", "fork")}
+    walk(env, task_id, 3)  # warm-up: browser launch, first page loads
+    for _ in range(repeats):
+        elapsed, observation = timed(lambda: env.reset(options={"task_id": task_id})[0])
+        samples["reset"].append(elapsed)
+        for turn in range(3):
+            elapsed, result = timed(lambda: env.step(browse(observation["text"], turn)))
+            observation = result[0]
+            samples["step"].append(elapsed)
+        samples["screenshot"].append(timed(lambda: env._run(env._screenshot()))[0])
+        samples["snapshot"].append(timed(lambda: env.snapshot().release())[0])
+        elapsed, child = timed(env.fork)
+        child.close()
+        samples["fork"].append(elapsed)
+    env.close()
+    return {name: percentiles(values) for name, values in samples.items()}
+
+
+def fork_vs_replay(app: str, repeats: int, turns: int = 10) -> dict:
+    env = WebAppEnv(app, max_turns=10 ** 6)
+    task_id = env.task_ids()[0]
+    forks, replays, modes = [], [], []
+    for _ in range(repeats):
+        walk(env, task_id, turns)
+        elapsed, child = timed(env.fork)
+        forks.append(elapsed)
+        modes.append(child.fork_mode)
+        child.close()
+        fresh = WebAppEnv(app, max_turns=10 ** 6)
+        replays.append(timed(lambda: walk(fresh, task_id, turns))[0])
+        fresh.close()
+    env.close()
+    fork_p50, replay_p50 = statistics.median(forks), statistics.median(replays)
+    return {"fork_p50_ms": fork_p50, "replay_p50_ms": replay_p50, "ratio": replay_p50 / fork_p50,
+            "restored": modes.count("restore"), "replayed": modes.count("replay")}
+
+
+def throughput(app: str, concurrency: int, steps_per_env: int) -> float:
+    async def run(env: WebAppEnv) -> int:
+        observation, _ = await env.areset(options={"task_id": env.task_ids()[0]})
+        for turn in range(steps_per_env):
+            observation, *_ = await env.astep(browse(observation["text"], turn))
+        return steps_per_env
+
+    async def main() -> float:
+        envs = [WebAppEnv(app, max_turns=10 ** 6) for _ in range(concurrency)]
+        await asyncio.gather(*(env.areset(options={"task_id": env.task_ids()[0]}) for env in envs))
+        started = time.perf_counter()
+        steps = sum(await asyncio.gather(*(run(env) for env in envs)))
+        elapsed = time.perf_counter() - started
+        await asyncio.gather(*(env.aclose() for env in envs))
+        return steps / elapsed
+
+    return asyncio.run(main())
+
+
+def pss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+def memory_per_env(app: str) -> dict:
+    host = BrowserHost.shared()
+
+    def measure(count: int) -> tuple[float, float, list]:
+        envs = [WebAppEnv(app) for _ in range(count)]
+        for env in envs:
+            walk(env, env.task_ids()[0], 2)
+        time.sleep(0.5)
+        return pss_mb(host.chromium_pids()), pss_mb([os.getpid()]), envs
+
+    chromium_1, python_1, envs_1 = measure(1)
+    chromium_8, python_8, envs_8 = measure(8)
+    for env in envs_1 + envs_8:
+        env.close()
+    return {"chromium_mb": (chromium_8 - chromium_1) / 7, "python_mb": (python_8 - python_1) / 7}
+
+
+def leaks(app: str, episodes: int) -> dict:
+    host = BrowserHost.shared()
+    env = WebAppEnv(app, max_turns=10 ** 6)
+    task_id = env.task_ids()[0]
+    walk(env, task_id, 2)
+    before = (host.run(host.context_count()), len(host.chromium_pids()))
+    started = time.perf_counter()
+    for episode in range(episodes):
+        walk(env, task_id, 2)
+        if episode % 10 == 0:
+            env.fork().close()
+    elapsed = time.perf_counter() - started
+    time.sleep(1.0)  # renderers of closed contexts exit asynchronously
+    after = (host.run(host.context_count()), len(host.chromium_pids()))
+    env.close()
+    return {"episodes": episodes, "seconds": elapsed, "contexts_before": before[0], "contexts_after": after[0],
+            "chromium_processes_before": before[1], "chromium_processes_after": after[1]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--app", default="shop")
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--episodes", type=int, default=1000)
+    parser.add_argument("--steps", type=int, default=30, help="steps per env in the throughput runs")
+    args = parser.parse_args()
+
+    results: dict = {"app": args.app, "latency_ms": latencies(args.app, args.repeats)}
+    results["fork_vs_replay_turn10"] = fork_vs_replay(args.app, max(5, args.repeats // 3))
+    results["steps_per_s"] = {n: throughput(args.app, n, args.steps) for n in (1, 4, 8)}
+    results["memory_per_env_mb"] = memory_per_env(args.app)
+    results["leaks"] = leaks(args.app, args.episodes)
+
+    print(f"Web env on '{args.app}' (Chromium {BrowserHost.shared().executable})\n")
+    print("| operation | p50 ms | p95 ms |\n|---|---:|---:|")
+    for name, (p50, p95) in results["latency_ms"].items():
+        print(f"| {name} | {p50:.1f} | {p95:.1f} |")
+    fvr = results["fork_vs_replay_turn10"]
+    print(f"\nfork at turn 10: {fvr['fork_p50_ms']:.0f} ms (restored {fvr['restored']}, replayed {fvr['replayed']}); "
+          f"replay from reset: {fvr['replay_p50_ms']:.0f} ms; replay/fork = {fvr['ratio']:.1f}x")
+    rates = results["steps_per_s"]
+    print("\n| concurrent envs | steps/s | vs 1 env |\n|---:|---:|---:|")
+    for n, rate in rates.items():
+        print(f"| {n} | {rate:.1f} | {rate / rates[1]:.2f}x |")
+    memory = results["memory_per_env_mb"]
+    print(f"\nmemory per env: Chromium {memory['chromium_mb']:.1f} MB PSS, Python {memory['python_mb']:.1f} MB")
+    leak = results["leaks"]
+    print(f"leaks after {leak['episodes']} episodes ({leak['seconds']:.0f} s): contexts {leak['contexts_before']} -> "
+          f"{leak['contexts_after']}, Chromium processes {leak['chromium_processes_before']} -> "
+          f"{leak['chromium_processes_after']}")
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -2,6 +2,8 @@
 
 * HumanEval: write the canonical solution into ``solution.py``, import it once, submit.
 * RepoFix: apply the gold patch with ``git apply``, run the visible tests, submit.
+* web apps: play the task's scripted reference solution, reading element ids from the latest
+  observation (see :mod:`agentgym.envs.web.tasks`).
 * BFCL multi-turn: per user turn, one reply with that turn's ground-truth calls, then a text
   reply that ends the turn (a turn without ground-truth calls gets the text reply only).
 * :class:`NonsensePolicy` always answers gibberish (a suite's 0% check).
@@ -30,7 +32,7 @@ from agentgym.rollout.chat import Message
 from agentgym.rollout.policy import Completion, Policy, SamplingParams
 
 __all__ = ["EPISODE_TASK", "EpisodeAgent", "NonsensePolicy", "OraclePolicy", "BFCLOracle", "CodeOracle",
-           "hermes", "humaneval_reference", "repofix_reference", "oracle_for"]
+           "WebOracle", "hermes", "humaneval_reference", "repofix_reference", "oracle_for"]
 
 #: The task id of the episode being sampled (set by :class:`EpisodeAgent`).
 EPISODE_TASK: contextvars.ContextVar[str] = contextvars.ContextVar("agentgym_episode_task")
@@ -130,6 +132,36 @@ class BFCLOracle(OraclePolicy):
         return _reply(calls, tools, self.version)
 
 
+class WebOracle(OraclePolicy):
+    """Plays each web-app task's reference solution; a step that reads ids gets the latest observation."""
+
+    def __init__(self, app: str):
+        from agentgym.envs.web.app_env import app_tasks
+
+        self.tasks = app_tasks(app)
+
+    async def chat(self, messages: Sequence[Message], tools: list[dict] | None, sampling: SamplingParams) -> Completion:
+        from agentgym.actions import parse_action
+        from agentgym.envs.web.actions import web_tools
+
+        steps = self.tasks[self.task_id()].solution
+        done = sum(m["role"] == "assistant" for m in messages)
+        step = steps[min(done, len(steps) - 1)]
+        action = step(_text_of(_latest_observation(messages))) if callable(step) else step
+        return _reply(parse_action(action, web_tools()).calls, tools, self.version)
+
+
+def _latest_observation(messages: Sequence[Message]) -> Message:
+    return next(m for m in reversed(messages) if m["role"] != "assistant")
+
+
+def _text_of(message: Message) -> str:
+    content = message.get("content") or ""
+    if isinstance(content, str):
+        return content
+    return "\n".join(part.get("text", "") for part in content if isinstance(part, dict))
+
+
 class NonsensePolicy(Policy):
     """Answers every request with random words (seeded by the conversation's length, so runs repeat)."""
 
@@ -142,7 +174,7 @@ class NonsensePolicy(Policy):
 
 
 def oracle_for(env_id: str, env_kwargs: dict) -> OraclePolicy:
-    """The oracle of one registered env (``agentgym/HumanEval-v0``, ``agentgym/RepoFix-v0``, ``agentgym/BFCL-multi-turn-*-v0``)."""
+    """The oracle of one registered env (HumanEval, RepoFix, BFCL multi-turn, and the web apps ``agentgym/web.*-v0``)."""
     name = env_id.removeprefix("agentgym/")
     if name == "HumanEval-v0":
         return CodeOracle(humaneval_reference)
@@ -154,6 +186,10 @@ def oracle_for(env_id: str, env_kwargs: dict) -> OraclePolicy:
         tasks = {t["instance_id"]: t for t in (load_swebench_instances(instances) if instances
                                                else repofix_gen.load_tasks())}
         return CodeOracle(lambda task_id: repofix_reference(tasks[task_id]))
+    if name.startswith("web.") and name.removeprefix("web.").removesuffix("-v0") in ("shop", "mail", "wiki"):
+        import gymnasium
+
+        return WebOracle(env_kwargs.get("app") or gymnasium.spec(env_id).kwargs["app"])
     if name.startswith("BFCL-multi-turn-"):
         import gymnasium
 

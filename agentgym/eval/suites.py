@@ -1,7 +1,9 @@
 """Evaluation suites: which env runs which tasks, and the category each task is reported under.
 
 Built-in suites: ``humaneval``, ``repofix``, ``bfcl-base``, ``bfcl-miss_func``,
-``bfcl-miss_param``, ``bfcl-long_context`` and ``bfcl`` (the four BFCL categories). A custom suite
+``bfcl-miss_param``, ``bfcl-long_context`` and ``bfcl`` (the four BFCL categories), ``web-shop``,
+``web-mail`` and ``web-wiki`` (the self-hosted web apps, reported per task template) and
+``miniwob`` (every MiniWoB++ task, one env each). A custom suite
 is a JSONL or YAML file listing tasks, one mapping each::
 
     {"env": "agentgym/HumanEval-v0", "task_id": "HumanEval/0", "category": "easy"}
@@ -20,7 +22,9 @@ from pathlib import Path
 __all__ = ["BUILTIN_SUITES", "Suite", "SuiteTask", "load_suite"]
 
 BFCL_CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
-BUILTIN_SUITES = ("humaneval", "repofix", *(f"bfcl-{c}" for c in BFCL_CATEGORIES), "bfcl")
+WEB_APPS = ("shop", "mail", "wiki")
+BUILTIN_SUITES = ("humaneval", "repofix", *(f"bfcl-{c}" for c in BFCL_CATEGORIES), "bfcl",
+                  *(f"web-{app}" for app in WEB_APPS), "miniwob")
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,16 @@ def _builtin(name: str) -> Suite:
         # Reported by the mutation operator that planted the bug (the generator records it per task).
         return Suite(name, tuple(SuiteTask("agentgym/RepoFix-v0", t["instance_id"], t["difficulty"]["operator"])
                                  for t in repofix_gen.load_tasks()))
+    if name.startswith("web-"):
+        from agentgym.envs.web.app_env import app_tasks
+
+        app = name.removeprefix("web-")
+        return Suite(name, tuple(SuiteTask(f"agentgym/web.{app}-v0", task.id, task.template)
+                                 for task in app_tasks(app).values()))
+    if name == "miniwob":
+        from agentgym.envs.web.miniwob import miniwob_tasks
+
+        return Suite(name, tuple(SuiteTask(f"agentgym/miniwob.{task}-v0", task, task) for task in miniwob_tasks()))
     if name == "bfcl":
         return Suite(name, tuple(t for c in BFCL_CATEGORIES for t in _bfcl_tasks(c)))
     return Suite(name, tuple(_bfcl_tasks(name.removeprefix("bfcl-"))))

@@ -14,14 +14,14 @@ from functools import cached_property
 from typing import Any
 
 from agentgym.sandbox.browser import BrowserSession
-from envs.web.env import Verdict, WebEnv
-from envs.web.site import WebApp
-from envs.web.tasks import EvalContext, WebTask
+from agentgym.envs.web.env import Verdict, WebEnv
+from agentgym.envs.web.site import WebApp
+from agentgym.envs.web.tasks import EvalContext, WebTask
 
 __all__ = ["WebAppEnv", "APPS", "app_tasks"]
 
 #: App name → module exposing ``App`` (a :class:`WebApp`) and ``tasks()`` (its :class:`WebTask` list).
-APPS = {"shop": "envs.web.apps.shop", "mail": "envs.web.apps.mail", "wiki": "envs.web.apps.wiki"}
+APPS = {"shop": "agentgym.envs.web.apps.shop", "mail": "agentgym.envs.web.apps.mail", "wiki": "agentgym.envs.web.apps.wiki"}
 
 _task_cache: dict[str, dict[str, WebTask]] = {}
 

@@ -26,6 +26,7 @@ metadata records which way each fork went.
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
@@ -82,7 +83,20 @@ class _WebState:
 
 
 class WebEnv(AgentEnv):
-    """Base class of browser envs (see the module docstring)."""
+    """Base class of browser envs (see the module docstring).
+
+    Args:
+        max_turns: the episode is truncated after this many replies.
+        screenshot: observations carry ``"image"``, the viewport as an H×W×3 uint8 array.
+        set_of_marks: the screenshot has each shown element's box and id drawn on it (implies ``screenshot``).
+        viewport: (width, height) in CSS pixels (default: the class's ``default_viewport``).
+        pixel_actions: offer ``mouse_click``/``mouse_drag``/``keyboard_type`` for screenshot-only agents.
+        action_timeout: seconds an action may wait for its element (navigations get three times that).
+        max_page_chars: the page tree is cut after this many characters (the observation says so).
+        chromium: the Chromium executable (default: ``$AGENTGYM_CHROMIUM`` or ``chromium`` on PATH).
+        record_screenshots: every step's ``info["screenshot"]`` holds a base64 PNG of the page, for
+            trajectory viewers such as the eval report (large: off by default).
+    """
 
     metadata: ClassVar[dict] = {"render_modes": ["ansi", "rgb_array"]}
     #: Viewport (width, height) in CSS pixels; screenshots have this size.
@@ -93,7 +107,7 @@ class WebEnv(AgentEnv):
     def __init__(self, *, max_turns: int = 30, screenshot: bool = False, set_of_marks: bool = False,
                  viewport: tuple[int, int] | None = None, pixel_actions: bool = True,
                  action_timeout: float = 3.0, max_page_chars: int = 40_000, chromium: str | None = None,
-                 render_mode: str | None = None):
+                 record_screenshots: bool = False, render_mode: str | None = None):
         self.viewport = tuple(viewport or self.default_viewport)
         width, height = self.viewport
         super().__init__(max_turns=max_turns, render_mode=render_mode,
@@ -101,6 +115,7 @@ class WebEnv(AgentEnv):
         self.screenshot = screenshot or set_of_marks
         self.set_of_marks = set_of_marks
         self.pixel_actions = pixel_actions
+        self.record_screenshots = record_screenshots
         self.action_timeout = action_timeout
         self.max_page_chars = max_page_chars
         self._tools = web_tools(pixel=pixel_actions)
@@ -231,6 +246,8 @@ class WebEnv(AgentEnv):
         if error and not any(c.ok for c in calls):
             text = format_error(error, self.tools()) + "\n\n" + text
         outcome = Outcome(text, error=error, image=image)
+        if self.record_screenshots:  # for trajectory viewers (the eval report); PNG as base64 text
+            outcome.info["screenshot"] = base64.b64encode(await self._screenshot_png()).decode()
         if verdict is not None:
             outcome.reward, outcome.success, outcome.terminated = verdict.reward, verdict.success, verdict.done
             outcome.info.update(verdict.info)
@@ -295,10 +312,11 @@ class WebEnv(AgentEnv):
                         focused=raw["focused"], truncated=raw["truncated"], scroll=tuple(raw["scroll"]))
 
     async def _screenshot(self) -> np.ndarray:
-        page = self._session.page
+        return decode_png(await self._screenshot_png())
+
+    async def _screenshot_png(self) -> bytes:
         # caret and animations off: the same state must give the same pixels (fork equality).
-        png = await page.screenshot(type="png", animations="disabled", caret="hide")
-        return decode_png(png)
+        return await self._session.page.screenshot(type="png", animations="disabled", caret="hide")
 
     # ------------------------------------------------------------------ branching
     async def _capture_browser(self, site: Any) -> _WebState:

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 from aiohttp import web
 
 from agentgym.sandbox.browser import LoopThread
-from envs.tool.state import SQLiteState, StateCopy
+from agentgym.envs.tool.state import SQLiteState, StateCopy
 
 __all__ = ["WebApp", "esc", "app_loop", "form_value"]
 

@@ -10,7 +10,7 @@ checked, and a reference solution. Evaluators are the WebArena kinds:
 
 A reference solution is a sequence of steps; a step is an action string, or a function from the
 current observation text to an action string (to look ids up with
-:func:`envs.web.observation.element_id`). :func:`run_solution` plays one through an env.
+:func:`agentgym.envs.web.observation.element_id`). :func:`run_solution` plays one through an env.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 from urllib.parse import parse_qs, urlsplit
 
-from envs.tool.state import SQLiteState
+from agentgym.envs.tool.state import SQLiteState
 
 __all__ = ["WebTask", "EvalContext", "Evaluator", "AnswerExact", "AnswerIncludes", "AnswerNumber", "UrlMatch",
            "DbCheck", "AllOf", "Step", "run_solution"]

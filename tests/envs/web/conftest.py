@@ -2,7 +2,7 @@
 
 import pytest
 
-import envs.web.app_env as app_env
+import agentgym.envs.web.app_env as app_env
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -2,8 +2,8 @@
 
 from aiohttp import web
 
-from envs.web.site import WebApp, esc, form_value
-from envs.web.tasks import AnswerExact, DbCheck, WebTask
+from agentgym.envs.web.site import WebApp, esc, form_value
+from agentgym.envs.web.tasks import AnswerExact, DbCheck, WebTask
 
 
 class App(WebApp):

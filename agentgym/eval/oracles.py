@@ -7,6 +7,8 @@
 * BFCL multi-turn: per user turn, one reply with that turn's ground-truth calls, then a text
   reply that ends the turn (a turn without ground-truth calls gets the text reply only).
 * :class:`NonsensePolicy` always answers gibberish (a suite's 0% check).
+* :class:`RandomWebPolicy` clicks a uniformly random element of the page each turn (the random
+  baseline of web suites).
 
 **How an oracle knows its task.** A policy only sees the conversation, and initial observations
 do not identify tasks uniquely (BFCL has tasks sharing a first user turn). So the episode tells
@@ -32,7 +34,7 @@ from agentgym.rollout.chat import Message
 from agentgym.rollout.policy import Completion, Policy, SamplingParams
 
 __all__ = ["EPISODE_TASK", "EpisodeAgent", "NonsensePolicy", "OraclePolicy", "BFCLOracle", "CodeOracle",
-           "WebOracle", "hermes", "humaneval_reference", "repofix_reference", "oracle_for"]
+           "WebOracle", "RandomWebPolicy", "hermes", "humaneval_reference", "repofix_reference", "oracle_for"]
 
 #: The task id of the episode being sampled (set by :class:`EpisodeAgent`).
 EPISODE_TASK: contextvars.ContextVar[str] = contextvars.ContextVar("agentgym_episode_task")
@@ -160,6 +162,28 @@ def _text_of(message: Message) -> str:
     if isinstance(content, str):
         return content
     return "\n".join(part.get("text", "") for part in content if isinstance(part, dict))
+
+
+class RandomWebPolicy(Policy):
+    """Each turn clicks one of the page's shown element ids, uniformly at random.
+
+    The draw is seeded by the episode's first observation (which differs between task instances)
+    and the turn, so a run repeats exactly.
+    """
+
+    name = "random-web"
+
+    async def chat(self, messages: Sequence[Message], tools: list[dict] | None, sampling: SamplingParams) -> Completion:
+        import hashlib
+
+        from agentgym.envs.web.observation import elements
+
+        first = next(m for m in messages if m["role"] != "system")
+        seed = hashlib.sha256(f"{_text_of(first)}\0{len(messages)}".encode()).digest()
+        ids = [element["id"] for element in elements(_text_of(_latest_observation(messages)))]
+        if not ids:
+            return _reply([ToolCall("noop", {})], tools, self.version)
+        return _reply([ToolCall("click", {"id": random.Random(seed).choice(ids)})], tools, self.version)
 
 
 class NonsensePolicy(Policy):

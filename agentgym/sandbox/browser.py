@@ -152,6 +152,7 @@ class BrowserSession:
         self.blocked: list[str] = []
         self.crashed: str | None = None
         self.closed = False
+        self._spare: Any = None  # the blank tab recycle() left for the next new_page()
         context.on("page", self._adopt_and_focus)
 
     # -------------------------------------------------------------- tabs
@@ -164,9 +165,11 @@ class BrowserSession:
         return self.pages[self.active]
 
     async def new_page(self, url: str | None = None) -> Any:
-        """Open a tab, focus it, and optionally load ``url``."""
+        """Open a tab (or take the blank one :meth:`recycle` left), focus it, and optionally load ``url``."""
         self.check_alive()
-        page = await self.context.new_page()
+        page, self._spare = self._spare, None
+        if page is None or page.is_closed():
+            page = await self.context.new_page()
         self._adopt(page)
         self.active = self.pages.index(page)
         if url:
@@ -189,6 +192,29 @@ class BrowserSession:
             if url.lower().startswith(alias):
                 return real + url[len(alias):]
         return url
+
+    async def recycle(self) -> None:
+        """Make this context as good as new for the next episode, keeping its renderer process.
+
+        Cheaper than a new context (no process start): extra tabs closed, the first tab blank
+        with an empty history, cookies and every kind of storage of the allowed origins cleared.
+        """
+        self.check_alive()
+        for page in self.pages[1:]:
+            await page.close()
+        page = self.pages[0] if self.pages else await self.new_page()
+        self.active = 0
+        await page.goto("about:blank")
+        await self.context.clear_cookies()
+        cdp = await self.context.new_cdp_session(page)
+        try:
+            await cdp.send("Page.resetNavigationHistory")
+            for origin in self.allowed_origins:
+                await cdp.send("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"})
+        finally:
+            await cdp.detach()
+        self.blocked.clear()
+        self._spare = page
 
     def allows(self, url: str) -> bool:
         scheme = urlsplit(url).scheme.lower()

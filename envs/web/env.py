@@ -35,7 +35,7 @@ import numpy as np
 
 from agentgym.actions import ParsedAction, ToolCall, ToolSpec, format_error
 from agentgym.core import AgentEnv, Outcome
-from agentgym.sandbox.browser import BrowserCrashedError, BrowserHost, BrowserSession
+from agentgym.sandbox.browser import BrowserHost, BrowserSession, origin_of
 from agentgym.envs.web.actions import TERMINAL_ACTIONS, ActionError, perform, web_tools
 from agentgym.envs.web.observation import (CAPTURE_DOM_JS, OBSERVE_JS, RESTORE_DOM_JS, PageView, decode_png,
                                   draw_marks)
@@ -201,10 +201,15 @@ class WebEnv(AgentEnv):
         return self._host.run(coroutine, timeout or max(60.0, self.action_timeout * 20))
 
     async def _start_fresh(self, task_id: str) -> None:
-        await self._close_session()
         self._prepare_task(task_id)
-        self._session = await self._host.open_session(self._origins(), viewport=self.viewport,
-                                                      aliases=self._aliases())
+        session = self._session
+        if session is not None and not session.crashed and session.allowed_origins == {
+                origin_of(origin) for origin in self._origins()}:
+            await session.recycle()  # a fresh context would cost a renderer process start
+        else:
+            await self._close_session()
+            self._session = await self._host.open_session(self._origins(), viewport=self.viewport,
+                                                          aliases=self._aliases())
         self._goal = await self._open(self._session, task_id)
         self._prefix = []
         self._last_error = None

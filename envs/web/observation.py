@@ -85,12 +85,20 @@ OBSERVE_JS = r"""
     return text;
   }
 
+  function labelText(label) {
+    // A label that wraps its control (<label>Size <select>...</select></label>) would otherwise
+    // name the control after all of its options.
+    const copy = label.cloneNode(true);
+    copy.querySelectorAll('select, textarea, input, button').forEach(control => control.remove());
+    return copy.textContent;
+  }
+
   function labelOf(el) {
     const aria = el.getAttribute('aria-label');
     if (aria) return aria;
     const by = el.getAttribute('aria-labelledby');
     if (by) return by.split(/\s+/).map(id => { const n = document.getElementById(id); return n ? n.innerText || n.textContent : ''; }).join(' ');
-    if (el.labels && el.labels.length) return Array.from(el.labels).map(l => l.innerText || l.textContent).join(' ');
+    if (el.labels && el.labels.length) return Array.from(el.labels).map(labelText).join(' ');
     return '';
   }
 
@@ -99,6 +107,7 @@ OBSERVE_JS = r"""
     const tag = el.tagName.toLowerCase();
     if (!name && tag === 'input' && ['button', 'submit', 'reset'].includes((el.type || '').toLowerCase())) name = el.value || el.type;
     if (!name && (tag === 'img' || (tag === 'input' && el.type === 'image'))) name = el.getAttribute('alt') || '';
+    if (!name && r === 'label') name = labelText(el);
     if (!name && NAMED_BY_CONTENT.has(r)) name = el.innerText !== undefined ? el.innerText : el.textContent;
     if (!name && el.namespaceURI === 'http://www.w3.org/2000/svg' && tag === 'text') name = el.textContent;
     if (!name && !['textbox', 'searchbox', 'combobox', 'listbox'].includes(r)) name = directText(el);

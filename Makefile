@@ -7,6 +7,7 @@ setup:
 demo: setup
 	.venv/bin/python examples/scripted_code_eval.py
 	.venv/bin/python examples/tool_env.py
+	.venv/bin/python examples/web_env.py
 	.venv/bin/python examples/rollouts.py
 
 test: setup

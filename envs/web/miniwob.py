@@ -1,0 +1,239 @@
+"""MiniWoBEnv: the MiniWoB++ tasks of the ``miniwob`` package, served on loopback and judged by each task's own JavaScript.
+
+``gymnasium.make("agentgym/miniwob.click-button-v0")`` is one task; every task page of the
+installed ``miniwob`` package (``html/miniwob/*.html``, over 100) is registered. The pages and
+their assets come from the package itself (:mod:`importlib.resources`), served by one static
+loopback server per process and shown to the agent as ``http://miniwob.local``.
+
+**An episode** starts the way the package's own environment starts one
+(``miniwob/selenium_instance.py``: ``begin_task``): load the task page, wait for its sync
+screen, ``Math.seedrandom(seed)``, ``core.setDataMode(mode)``, ``core.startEpisodeReal()``, wait
+for ``WOB_TASK_READY``. The goal is the task's utterance (``core.getUtterance()``, the yellow
+query box). Pages are laid out in the package's window size (780×437, headless Chrome's inner
+size, so that popups placed by jQuery UI land where they land there); screenshots show the task's
+160×210 area (query included), cropped as the package crops its own, and mouse coordinates are
+the same as the package's ``CLICK_COORDS``. The HUD that core.js draws beside the task (last
+reward, countdown) is hidden.
+
+**Seeds.** The instance seed (the argument of ``Math.seedrandom``) is drawn from the env's
+``np_random``, so ``reset(seed=s)`` reproduces the instance; ``reset(options={"instance_seed": n})``
+uses ``n`` itself (to compare with the package's ``env.reset(seed=n)``); :attr:`instance_seed`
+is the one in use. Snapshots carry it, so a fork (which replays the action prefix: the task's
+state lives in JavaScript, hence ``fork_by_replay``) rebuilds the same instance.
+
+**Reward.** The package's default reward processor (``miniwob.reward.get_original_reward``) is
+``WOB_REWARD_GLOBAL``, which core.js scales by the time left for most tasks
+(``reward * (1 - elapsed / EPISODE_MAX_TIME)``) — time-dependent, and meaningless for an LLM
+agent that thinks for seconds per step. This env's reward is therefore the **raw reward**
+(``WOB_RAW_REWARD_GLOBAL``, the package's ``get_raw_reward``): in [-1, 1], 0 until the task says
+done, partial for some tasks. ``success`` is ``raw reward == 1`` (the package's
+``get_binary_reward``). The episode terminates when the task sets ``WOB_DONE_GLOBAL``; ``info``
+then carries ``raw_reward``, ``env_reward`` (the time-scaled one) and ``reason``. ``answer()``
+gives up (reward 0). Only the task page as it was started is judged: a tab that navigated
+elsewhere (or reloaded the task, or opened another one) never ends the episode.
+
+**Time limit.** core.js ends every episode after ``core.EPISODE_MAX_TIME`` (10 s by default, up
+to 30 s per task) with reward -1. ``episode_time_limit=None`` (the default, as in BrowserGym)
+disables that timer; a number of seconds sets it; ``"task"`` keeps each task's own limit, as the
+``miniwob`` package does.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+import threading
+import uuid
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from aiohttp import web
+from gymnasium import spaces
+
+from agentgym.sandbox.browser import BrowserSession
+from agentgym.envs.web.env import Verdict, WebEnv
+from agentgym.envs.web.site import app_loop
+
+__all__ = ["MiniWoBEnv", "miniwob_tasks", "MINIWOB_ORIGIN"]
+
+#: The origin the agent sees (the real one is a free loopback port).
+MINIWOB_ORIGIN = "http://miniwob.local"
+
+
+def html_dir() -> Path:
+    """The ``html/`` folder of the installed ``miniwob`` package (core/, common/, miniwob/)."""
+    return Path(str(files("miniwob") / "html"))
+
+
+def miniwob_tasks() -> list[str]:
+    """Every MiniWoB++ task of the installed package (``html/miniwob/<task>.html``), sorted."""
+    return sorted(path.stem for path in (html_dir() / "miniwob").glob("*.html"))
+
+
+class _StaticServer:
+    """The package's html/ folder over HTTP on 127.0.0.1 (one per process; the files never change)."""
+
+    _origin: str | None = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def origin(cls) -> str:
+        with cls._lock:
+            if cls._origin is None:
+                cls._origin = app_loop().run(cls._start(html_dir().resolve()), timeout=30)
+            return cls._origin
+
+    @staticmethod
+    async def _start(root: Path) -> str:
+        async def serve(request: web.Request) -> web.StreamResponse:
+            path = (root / request.match_info["path"]).resolve()
+            if not path.is_relative_to(root) or not path.is_file():
+                raise web.HTTPNotFound()
+            content_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+            if content_type.startswith("text/") or content_type.endswith("javascript"):
+                # Some pages declare no charset (unicode-test): over HTTP Chromium would read them as windows-1252.
+                content_type += "; charset=utf-8"
+            return web.FileResponse(path, headers={"Content-Type": content_type})
+
+        app = web.Application()
+        app.router.add_get("/{path:.*}", serve)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+
+
+# Starts an episode the way miniwob's SeleniumInstance.begin_task does (seed, data mode,
+# startEpisodeReal), with the episode timer set or disabled, and the HUD beside the task hidden.
+_START_JS = r"""
+({seed, mode, limitMs, disableTimer, token}) => {
+  Math.seedrandom(seed);
+  core.setDataMode(mode);
+  if (limitMs !== null) core.EPISODE_MAX_TIME = limitMs;
+  core.startEpisodeReal();
+  if (disableTimer) {
+    // endEpisode only rewards while EP_TIMER is non-null: a placeholder keeps that true forever.
+    clearTimeout(core.EP_TIMER);
+    core.EP_TIMER = 'agentgym: time limit disabled';
+    core.clearTimer();
+  }
+  core.hideDisplay();
+  window.__agentgymEpisode = token;
+}
+"""
+
+# The task's verdict, read only from the page this episode started (a reload or another page lacks the token).
+_STATE_JS = r"""
+(token) => {
+  if (window.__agentgymEpisode !== token || typeof WOB_DONE_GLOBAL === 'undefined') return null;
+  return {done: !!WOB_DONE_GLOBAL, raw: Number(WOB_RAW_REWARD_GLOBAL), reward: Number(WOB_REWARD_GLOBAL),
+          reason: WOB_REWARD_REASON === null || WOB_REWARD_REASON === undefined ? null : String(WOB_REWARD_REASON)};
+}
+"""
+
+
+class MiniWoBEnv(WebEnv):
+    """One MiniWoB++ task (see the module docstring): ``MiniWoBEnv(task="click-button")``."""
+
+    kind = "web.miniwob"
+    #: The window the package's headless Chrome lays pages out in (its inner size): jQuery UI keeps
+    #: dialogs and menus inside the window, so a smaller one would move them (and the coordinates).
+    default_viewport = (780, 437)
+    #: The task's area, query included (``#wrap``): what screenshots show, as the package crops them.
+    task_area = (160, 210)
+    fork_by_replay = True
+
+    def __init__(self, task: str = "click-button", *, episode_time_limit: float | str | None = None,
+                 data_mode: str = "train", max_turns: int = 30, **kwargs: Any):
+        if task not in miniwob_tasks():
+            raise ValueError(f"unknown MiniWoB++ task {task!r}; see agentgym.envs.web.miniwob.miniwob_tasks()")
+        if not (episode_time_limit is None or episode_time_limit == "task"
+                or (isinstance(episode_time_limit, (int, float)) and episode_time_limit > 0)):
+            raise ValueError(f"episode_time_limit must be None, 'task' or seconds > 0, got {episode_time_limit!r}")
+        super().__init__(max_turns=max_turns, **kwargs)
+        if self.screenshot:
+            width, height = self.task_area
+            self.observation_space = spaces.Dict({"text": self.observation_space["text"],
+                                                  "image": spaces.Box(0, 255, (height, width, 3), np.uint8)})
+        self.task = task
+        self.episode_time_limit = episode_time_limit
+        self.data_mode = data_mode
+        self.origin = _StaticServer.origin()
+        #: The seed of the current instance (``Math.seedrandom``'s argument).
+        self.instance_seed: int | None = None
+        self._requested_seed: int | None = None
+        self._token = ""
+        self._task_page: Any = None
+
+    @property
+    def task_url(self) -> str:
+        return f"{self.origin}/miniwob/{self.task}.html"
+
+    def task_ids(self) -> list[str]:
+        return [self.task]
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """Start an instance: its seed is ``options["instance_seed"]`` if given, else drawn from ``np_random``."""
+        options = dict(options or {})
+        requested = options.pop("instance_seed", None)
+        self._requested_seed = None if requested is None else int(requested)
+        return super().reset(seed=seed, options=options)
+
+    # ------------------------------------------------------------------ WebEnv hooks
+    def _begin(self, task_id: str) -> dict:
+        if self._requested_seed is not None:
+            self.instance_seed = self._requested_seed
+        else:
+            self.instance_seed = int(self.np_random.integers(2**31 - 1))
+        return super()._begin(task_id)
+
+    def _origins(self) -> list[str]:
+        return [self.origin]
+
+    def _aliases(self) -> dict[str, str]:
+        return {self.origin: MINIWOB_ORIGIN}
+
+    async def _open(self, session: BrowserSession, task_id: str) -> str:
+        timeout_ms = max(10_000, self.action_timeout * 1000 * 3)
+        page = await session.new_page(self.task_url)
+        # window.onload shows the sync screen ("START"); the package waits for it the same way.
+        await page.wait_for_function("() => typeof core !== 'undefined' && core.cover_div !== null",
+                                     timeout=timeout_ms)
+        limit = self.episode_time_limit
+        self._token = uuid.uuid4().hex
+        await page.evaluate(_START_JS, {
+            "seed": int(self.instance_seed), "mode": self.data_mode,
+            "limitMs": int(limit * 1000) if isinstance(limit, (int, float)) else None,
+            "disableTimer": limit is None, "token": self._token})
+        await page.wait_for_function("() => WOB_TASK_READY", timeout=timeout_ms)
+        # Let the first frame of the new problem render before anyone looks (screenshots must be exact).
+        await page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        self._task_page = page
+        return await page.evaluate("() => core.getUtterance()")
+
+    async def _judge(self, session: BrowserSession, answer: str | None) -> Verdict | None:
+        page = self._task_page
+        if page is None or page.is_closed():
+            return None
+        try:
+            state = await page.evaluate(_STATE_JS, self._token)
+        except Exception:  # the tab is mid-navigation: it left the task page
+            state = None
+        if not state or not state["done"]:
+            return None
+        raw = state["raw"]
+        return Verdict(raw, raw == 1.0, True,
+                       {"raw_reward": raw, "env_reward": state["reward"], "reason": state["reason"]})
+
+    async def _screenshot_png(self) -> bytes:
+        width, height = self.task_area  # the task, as the package crops its screenshots
+        return await self._session.page.screenshot(type="png", animations="disabled", caret="hide",
+                                                   clip={"x": 0, "y": 0, "width": width, "height": height})
+
+    def _capture_site(self) -> Any:
+        return self.instance_seed
+
+    def _load_site(self, payload: Any) -> None:
+        self.instance_seed = payload

@@ -1,0 +1,270 @@
+"""MiniWoB++ on real Chromium: every task resets with seeds, scripted solutions succeed, wrong actions fail, forks equal replays, bad input is an error."""
+
+import json
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from agentgym.envs.web.miniwob import MiniWoBEnv, miniwob_tasks
+from agentgym.envs.web.observation import element_id, elements
+
+TASKS = miniwob_tasks()
+
+
+def goal_of(text: str) -> str:
+    first = text.splitlines()[0]
+    assert first.startswith("Goal: "), text[:200]
+    return first[len("Goal: "):]
+
+
+def quoted(goal: str) -> list[str]:
+    return re.findall(r'"([^"]*)"', goal)
+
+
+def submit(text: str, name: str = "Submit") -> str:
+    return f"click({element_id(text, 'button', name)})"
+
+
+# ---------------------------------------------------------------- every task
+#: Tasks whose seed-0 instance is started a second time (a third of all, to keep the file fast:
+#: every reset loads the page into a fresh browser context, ~0.3-1 s).
+REPEATED = set(TASKS[::3])
+
+
+def _reset_with_seeds(task: str) -> tuple[str, list[str], list[int], str | None]:
+    env = MiniWoBEnv(task)
+    goals, id_counts = [], []
+    try:
+        for seed in (0, 1, 0) if task in REPEATED else (0, 1):
+            obs, info = env.reset(seed=seed)
+            goals.append(goal_of(obs["text"]))
+            id_counts.append(len(elements(obs["text"])))
+            assert info["task_id"] == task
+        return task, goals, id_counts, None
+    except Exception as exc:  # reported per task below
+        return task, goals, id_counts, f"{type(exc).__name__}: {exc}"
+    finally:
+        env.close()
+
+
+def test_every_task_resets_with_seeds():
+    assert len(TASKS) > 100
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(_reset_with_seeds, TASKS))
+    errors = [f"{task}: {error}" for task, _, _, error in results if error]
+    assert not errors, errors
+    for task, goals, id_counts, _ in results:
+        assert all(goals), (task, goals)
+        assert min(id_counts) > 0, (task, id_counts)
+        if len(goals) == 3:
+            assert goals[0] == goals[2], f"{task}: seed 0 gave {goals[0]!r} then {goals[2]!r}"
+    differ = [task for task, goals, _, _ in results if goals[0] != goals[1]]
+    assert len(differ) > 0.6 * len(TASKS), f"only {len(differ)} tasks change with the seed"
+
+
+# ---------------------------------------------------------------- scripted success and failure
+def _checkboxes(text: str) -> list[str]:
+    wanted = re.match(r"Select (.*) and click Submit\.", goal_of(text))[1]
+    names = [] if wanted == "nothing" else wanted.split(", ")
+    return [f"check({element_id(text, 'checkbox', name)})" for name in names] + [submit(text)]
+
+
+def _case(goal: str) -> str:
+    word = quoted(goal)[0]
+    return word.upper() if "upper case" in goal else word.lower()
+
+
+def _ordinal(text: str) -> list[str]:
+    nth = int(re.search(r"(\d+)(st|nd|rd|th)", goal_of(text))[1])
+    return [f"click({element_id(text, 'textbox', nth=nth - 1)})"]
+
+
+SOLUTIONS = {
+    "click-button": lambda t: [f"click({element_id(t, 'button', quoted(goal_of(t))[0])})"],
+    "click-link": lambda t: [f"click({element_id(t, 'span', quoted(goal_of(t))[0])})"],
+    "click-test-2": lambda t: [f"click({element_id(t, 'button', goal_of(t).split()[-1].rstrip('.'))})"],
+    "click-tab": lambda t: [f"click({element_id(t, 'tab', goal_of(t)[len('Click on '):-1])})"],
+    "enter-text": lambda t: [f'fill({element_id(t, "textbox")}, "{quoted(goal_of(t))[0]}")', submit(t)],
+    "enter-text-2": lambda t: [f'fill({element_id(t, "textbox")}, "{_case(goal_of(t))}")', submit(t)],
+    "enter-password": lambda t: [f'fill({element_id(t, "textbox", nth=i)}, "{quoted(goal_of(t))[0]}")'
+                                 for i in (0, 1)] + [submit(t)],
+    "login-user": lambda t: [f'fill({element_id(t, "textbox", nth=0)}, "{quoted(goal_of(t))[0]}")',
+                             f'fill({element_id(t, "textbox", nth=1)}, "{quoted(goal_of(t))[1]}")', submit(t, "Login")],
+    "click-checkboxes": _checkboxes,
+    "click-option": lambda t: [f"check({element_id(t, 'radio', re.match(r'Select (.*) and click', goal_of(t))[1])})",
+                               submit(t)],
+    "choose-list": lambda t: [f'select_option({element_id(t, "combobox")}, "{re.match(r"Select (.*) from", goal_of(t))[1]}")',
+                              submit(t)],
+    "focus-text-2": _ordinal,
+}
+
+
+@pytest.mark.parametrize("task", sorted(SOLUTIONS))
+def test_scripted_solution_succeeds(task):
+    env = MiniWoBEnv(task)
+    try:
+        obs, _ = env.reset(seed=5)
+        actions = SOLUTIONS[task](obs["text"])
+        for number, action in enumerate(actions, 1):
+            obs, reward, terminated, truncated, info = env.step(action)
+            assert info["error"] is None, (action, info["error"], obs["text"])
+            assert terminated == (number == len(actions)), (action, obs["text"])
+        assert reward == 1.0 and info["success"] is True and not truncated
+        assert info["raw_reward"] == 1.0 and 0.0 <= info["env_reward"] <= 1.0
+    finally:
+        env.close()
+
+
+def test_wrong_actions_get_the_tasks_failure_reward():
+    env = MiniWoBEnv("click-button")
+    try:
+        for seed in range(20):  # an instance with a button that is not the one asked for
+            obs, _ = env.reset(seed=seed)
+            wrong = [e for e in elements(obs["text"]) if e["role"] == "button" and e["name"] != quoted(goal_of(obs["text"]))[0]]
+            if wrong:
+                break
+        obs, reward, terminated, truncated, info = env.step(f"click({wrong[0]['id']})")
+        assert (reward, terminated, info["success"], info["raw_reward"]) == (-1.0, True, False, -1.0)
+    finally:
+        env.close()
+    env = MiniWoBEnv("enter-text")
+    try:
+        obs, _ = env.reset(seed=0)
+        env.step(f'fill({element_id(obs["text"], "textbox")}, "certainly not the word")')
+        obs, reward, terminated, truncated, info = env.step(submit(obs["text"]))
+        assert (reward, terminated, info["success"]) == (-1.0, True, False)
+        # After the end, steps are refused, not performed.
+        obs, reward, terminated, truncated, info = env.step("noop()")
+        assert info["error"] == "episode is over" and reward == 0.0
+    finally:
+        env.close()
+
+
+# ---------------------------------------------------------------- forks
+def _fill_twice(t):
+    box = element_id(t, "textbox")
+    return [f"click({box})", 'keyboard_type("ab")'], 'keyboard_type("cd")'
+
+
+def _two_boxes(role):
+    def steps(t):
+        ids = [e["id"] for e in elements(t) if e["role"] == role]
+        return [f"click({ids[0]})"], f"click({ids[1]})"
+    return steps
+
+
+def _options(t):
+    line = next(e for e in elements(t) if e["role"] == "combobox")
+    return json.loads(line["rest"].split("options=", 1)[1])
+
+
+FORK_STEPS = {
+    "click-checkboxes": _two_boxes("checkbox"),
+    "click-checkboxes-soft": _two_boxes("checkbox"),
+    "click-checkboxes-transfer": _two_boxes("checkbox"),
+    "click-option": _two_boxes("radio"),
+    "enter-text": _fill_twice,
+    "enter-text-2": _fill_twice,
+    "text-transform": _fill_twice,
+    "login-user": lambda t: ([f'fill({element_id(t, "textbox", nth=0)}, "someone")'],
+                             f'fill({element_id(t, "textbox", nth=1)}, "secret")'),
+    "enter-password": lambda t: ([f"click({element_id(t, 'textbox', nth=0)})", 'keyboard_type("pw")'],
+                                 f"click({element_id(t, 'textbox', nth=1)})"),
+    "choose-list": lambda t: ([f'select_option({element_id(t, "combobox")}, "{_options(t)[1]}")'],
+                              f'select_option({element_id(t, "combobox")}, "{_options(t)[2]}")'),
+}
+
+
+def test_fork_equals_replay_on_ten_tasks():
+    assert len(FORK_STEPS) == 10
+    failures = []
+    for task, steps in FORK_STEPS.items():
+        env = MiniWoBEnv(task, screenshot=True)
+        child = None
+        try:
+            obs, _ = env.reset(seed=7)
+            prefix, following = steps(obs["text"])
+            for action in prefix:
+                obs, reward, terminated, _, info = env.step(action)
+                assert info["error"] is None and not terminated, (task, action, info["error"])
+            with env.snapshot() as snap:
+                child = env.fork(snap)
+            assert child.fork_mode == "replay" and child.instance_seed == env.instance_seed
+            original = env.step(following)
+            forked = child.step(following)
+            assert original[4]["error"] is None, (task, original[4]["error"])
+            if original[0]["text"] != forked[0]["text"]:
+                failures.append(f"{task}: text differs\n{original[0]['text']}\n---\n{forked[0]['text']}")
+            elif original[0]["image"].tobytes() != forked[0]["image"].tobytes():
+                failures.append(f"{task}: screenshot differs in {int((original[0]['image'] != forked[0]['image']).any(-1).sum())} pixels")
+            assert original[1:4] == forked[1:4], task
+        finally:
+            if child is not None:
+                child.close()
+            env.close()
+    assert not failures, "\n\n".join(failures)
+
+
+# ---------------------------------------------------------------- bad input and time limits
+def test_bad_input_is_an_error_never_a_crash():
+    env = MiniWoBEnv("click-button")
+    try:
+        env.reset(seed=0)
+        for action, message in [("click(999)", "no element [999]"), ("mouse_click(900, 50)", "outside the 780x437"),
+                                ("mouse_click(-1, 5)", "outside"), ("keyboard_type()", ""), ("hello there", ""),
+                                ('goto("http://example.com/")', "outside the sites")]:
+            obs, reward, terminated, truncated, info = env.step(action)
+            assert info["error"] and message in info["error"], (action, info["error"])
+            assert "env_error" not in info and not terminated and not truncated and reward == 0.0
+            assert obs["text"]
+    finally:
+        env.close()
+
+
+def test_leaving_the_task_page_is_not_judged():
+    env = MiniWoBEnv("click-button")
+    try:
+        obs, _ = env.reset(seed=0)
+        # Another task page on the same server: solving it must not end this episode.
+        obs, reward, terminated, _, info = env.step('goto("/miniwob/click-test.html")')
+        assert info["error"] is None and not terminated
+        obs, reward, terminated, _, info = env.step("go_back()")
+        assert info["error"] is None and not terminated and reward == 0.0
+    finally:
+        env.close()
+
+
+def test_time_limit_is_off_by_default_and_configurable():
+    env = MiniWoBEnv("click-button")
+    try:
+        env.reset(seed=0)
+        assert env._run(env._task_page.evaluate("() => typeof core.EP_TIMER")) == "string"  # no timer pending
+    finally:
+        env.close()
+    env = MiniWoBEnv("click-button", episode_time_limit=0.3)
+    try:
+        env.reset(seed=0)
+        time.sleep(0.8)
+        obs, reward, terminated, truncated, info = env.step("noop()")
+        assert (reward, terminated, info["success"], info["reason"]) == (-1.0, True, False, "timed out")
+    finally:
+        env.close()
+    with pytest.raises(ValueError):
+        MiniWoBEnv("click-button", episode_time_limit=-1)
+    with pytest.raises(ValueError):
+        MiniWoBEnv("no-such-task")
+
+
+def test_instance_seed_option_and_seeded_resets():
+    env = MiniWoBEnv("click-checkboxes")
+    try:
+        first, _ = env.reset(seed=3)
+        seed = env.instance_seed
+        again, _ = env.reset(options={"instance_seed": seed})
+        assert env.instance_seed == seed and again["text"] == first["text"]
+        assert np.iinfo(np.int32).max >= seed >= 0
+    finally:
+        env.close()

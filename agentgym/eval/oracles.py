@@ -167,23 +167,22 @@ def _text_of(message: Message) -> str:
 class RandomWebPolicy(Policy):
     """Each turn clicks one of the page's shown element ids, uniformly at random.
 
-    The draw is seeded by the episode's first observation (which differs between task instances)
-    and the turn, so a run repeats exactly.
+    Draws come from one generator seeded at construction, so samples are independent (task
+    instances can look alike in text) and a run at concurrency 1 repeats exactly.
     """
 
     name = "random-web"
 
-    async def chat(self, messages: Sequence[Message], tools: list[dict] | None, sampling: SamplingParams) -> Completion:
-        import hashlib
+    def __init__(self, seed: int = 0):
+        self._rng = random.Random(seed)
 
+    async def chat(self, messages: Sequence[Message], tools: list[dict] | None, sampling: SamplingParams) -> Completion:
         from agentgym.envs.web.observation import elements
 
-        first = next(m for m in messages if m["role"] != "system")
-        seed = hashlib.sha256(f"{_text_of(first)}\0{len(messages)}".encode()).digest()
         ids = [element["id"] for element in elements(_text_of(_latest_observation(messages)))]
         if not ids:
             return _reply([ToolCall("noop", {})], tools, self.version)
-        return _reply([ToolCall("click", {"id": random.Random(seed).choice(ids)})], tools, self.version)
+        return _reply([ToolCall("click", {"id": self._rng.choice(ids)})], tools, self.version)
 
 
 class NonsensePolicy(Policy):

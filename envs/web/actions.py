@@ -148,7 +148,9 @@ async def _element_action(page: Any, name: str, arguments: dict, timeout_ms: flo
 
 
 _OPENS_TAB_JS = """el => {
-  const target = (el.closest('a[href], area[href]') || (el.form || {})).target || '';
+  // getAttribute, not .target: a form control named "target" shadows form.target.
+  const owner = el.closest('a[href], area[href]') || el.form;
+  const target = (owner && owner.getAttribute('target')) || '';
   return target !== '' && !['_self', '_parent', '_top'].includes(target.toLowerCase());
 }"""
 

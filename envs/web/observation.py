@@ -112,7 +112,7 @@ OBSERVE_JS = r"""
     if (!name && el.namespaceURI === 'http://www.w3.org/2000/svg' && tag === 'text') name = el.textContent;
     if (!name && !['textbox', 'searchbox', 'combobox', 'listbox'].includes(r)) name = directText(el);
     if (!name) name = el.getAttribute('placeholder') || el.getAttribute('title') || '';
-    return clean(name, 120);
+    return clean(name, 200);
   }
 
   function visible(el, style) {

@@ -19,6 +19,13 @@ def _envs_list(args: argparse.Namespace) -> int:
 
 
 def _images_build(args: argparse.Namespace) -> int:
+    if args.desktop:
+        if args.dockerfile:
+            raise SystemExit("agentgym images build: --desktop is built from Debian packages; it takes no --dockerfile")
+        from agentgym.sandbox.desktop import build_desktop_image
+
+        print(build_desktop_image(force=args.force))
+        return 0
     from agentgym.sandbox.images import build_base_image
 
     tag = build_base_image(force=args.force, dockerfile=args.dockerfile)
@@ -153,6 +160,12 @@ def _eval_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train(args: argparse.Namespace) -> int:
+    from agentgym.train import main as train_main
+
+    return train_main(["--config", args.config, *args.overrides])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentgym", description=__doc__.split(":")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -164,6 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     build = images.add_parser("build", help="build the base sandbox image offline (debootstrap + docker import)")
     build.add_argument("--force", action="store_true", help="rebuild even if the image exists")
     build.add_argument("--dockerfile", help="build from this Dockerfile instead (needs a reachable registry)")
+    build.add_argument("--desktop", action="store_true",
+                       help="build the desktop image for the GUI envs instead (Xvfb, openbox, xdotool, apps)")
     build.set_defaults(run=_images_build)
 
     sandbox = commands.add_parser("sandbox", help="sandboxes").add_subparsers(dest="action", required=True)
@@ -202,6 +217,13 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("run_b", help="another run directory")
     compare.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
     compare.set_defaults(run=_eval_compare)
+
+    train = commands.add_parser("train", help="train a policy on an env (TreeGRPO or SAO) from a YAML config",
+                                description="One process; for several, run "
+                                            "`accelerate launch -m agentgym.train --config X.yaml`.")
+    train.add_argument("--config", required=True, help="a YAML config (see examples/configs/)")
+    train.add_argument("overrides", nargs="*", help="key=value overrides of config fields, e.g. max_steps=10")
+    train.set_defaults(run=_train)
     return parser
 
 

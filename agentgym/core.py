@@ -462,9 +462,10 @@ class AgentEnv(gym.Env[Observation, str]):
         if image is not None:
             observation["image"] = image
         if "image" in self.observation_space.spaces and "image" not in observation:
-            # Keep the last screenshot when a step did not take a new one (the space requires it).
+            # Keep the last screenshot when a step did not take a new one (the space requires it); a copy,
+            # since callers own what a step returns (Gymnasium's check_env tests that no two share data).
             previous = self._episode.last_observation.get("image") if self._episode else None
-            observation["image"] = previous if previous is not None else np.zeros(
+            observation["image"] = previous.copy() if previous is not None else np.zeros(
                 self.observation_space["image"].shape, np.uint8)
         return observation
 

@@ -12,8 +12,10 @@ warning and skipped; it never breaks ``import agentgym``.
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any, Callable
 
 import gymnasium
@@ -21,11 +23,28 @@ import gymnasium
 NAMESPACE = "agentgym"
 PLUGIN_GROUP = "agentgym.envs"
 
+
+def _miniwob_tasks() -> list[str]:
+    """The MiniWoB++ tasks of the installed ``miniwob`` package: its html/miniwob/*.html, listed without importing it."""
+    try:
+        spec = importlib.util.find_spec("miniwob")
+    except (ImportError, ValueError):
+        return []
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    folder = Path(next(iter(spec.submodule_search_locations))) / "html" / "miniwob"
+    return sorted(path.stem for path in folder.glob("*.html"))
+
+
 BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
     "HumanEval-v0": ("agentgym.envs.code.humaneval:HumanEvalEnv", {}),
     "RepoFix-v0": ("agentgym.envs.code.repofix:RepoFixEnv", {}),
+    "Desktop-v0": ("agentgym.envs.gui.env:DesktopEnv", {}),
     **{f"BFCL-multi-turn-{category}-v0": ("agentgym.envs.tool.bfcl:BFCLMultiTurnEnv", {"category": category})
        for category in ("base", "miss_func", "miss_param", "long_context")},
+    **{f"web.{app}-v0": ("agentgym.envs.web.app_env:WebAppEnv", {"app": app}) for app in ("shop", "mail", "wiki")},
+    # MiniWoB++: one env per task page of the miniwob package (none when it is not installed).
+    **{f"miniwob.{task}-v0": ("agentgym.envs.web.miniwob:MiniWoBEnv", {"task": task}) for task in _miniwob_tasks()},
 }
 
 _plugins_loaded = False

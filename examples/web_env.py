@@ -3,7 +3,6 @@
 import gymnasium
 
 import agentgym  # noqa: F401  (registers agentgym/web.shop-v0)
-from agentgym.envs.web import element_id
 from agentgym.envs.web.app_env import app_tasks
 
 env = gymnasium.make("agentgym/web.shop-v0")

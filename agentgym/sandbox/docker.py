@@ -265,6 +265,23 @@ class DockerSandbox:
             raise SandboxError(f"the sandbox container {container_id[:12]} stopped "
                                f"(exit {status.get('ExitCode')}, OOMKilled={status.get('OOMKilled')})")
 
+    def run_argv(self, argv: list[str], *, timeout: float | None = None) -> tuple[int, bytes, bytes]:
+        """Run a program directly as the sandbox user, outside the shell wrapper (shell state untouched),
+        and return ``(exit code, stdout bytes, stderr bytes)`` uncapped; for helpers whose output is binary
+        (the desktop sandbox's screenshots). ``timeout`` is enforced in the container as for :meth:`exec`."""
+        limit = self.config.default_timeout if timeout is None else float(timeout)
+        argv = ["timeout", "-k", str(self.config.kill_grace), str(limit), *argv]
+        with self._lock:
+            container_id = self._running_id()
+            client = engine.api()
+            with engine.engine_errors("exec in the sandbox"):
+                exec_id = client.exec_create(container_id, argv, user=self.config.user)["Id"]
+                stdout, stderr = client.exec_start(exec_id, demux=True)
+                exit_code = client.exec_inspect(exec_id)["ExitCode"]
+            if exit_code is None or exit_code < 0:
+                self._raise_if_dead(container_id)
+            return exit_code if exit_code is not None else -1, stdout or b"", stderr or b""
+
     def _run_plain(self, container_id: str, argv: list[str]) -> tuple[int, str]:
         """Run a helper command as the sandbox user without the shell wrapper (so shell state is untouched)."""
         client = engine.api()

@@ -52,10 +52,12 @@ IMAGE_CHANGES = (
 Progress = Callable[[str], None]
 
 
-def recipe_hash() -> str:
-    """The content hash of the debootstrap recipe (suite, packages, user setup, image settings, version)."""
-    recipe = {"version": RECIPE_VERSION, "suite": SUITE, "variant": "minbase", "packages": PACKAGES,
-              "setup": USER_SETUP, "changes": IMAGE_CHANGES}
+def recipe_hash(packages: tuple[str, ...] = PACKAGES, setup: str = USER_SETUP,
+                changes: tuple[str, ...] = IMAGE_CHANGES) -> str:
+    """The content hash of a debootstrap recipe (suite, packages, user setup, image settings, version);
+    the defaults are the base image's (the desktop image passes its own)."""
+    recipe = {"version": RECIPE_VERSION, "suite": SUITE, "variant": "minbase", "packages": packages,
+              "setup": setup, "changes": changes}
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
 
@@ -102,16 +104,26 @@ def build_base_image(*, force: bool = False, dockerfile: str | os.PathLike | Non
     """
     if dockerfile is not None:
         return _build_from_dockerfile(Path(dockerfile), force=force, progress=progress)
-    content_hash = recipe_hash()
-    tag = f"{REPOSITORY}:{content_hash[:12]}"
+    return build_debootstrap_image(REPOSITORY, force=force, progress=progress)
+
+
+def build_debootstrap_image(repository: str, *, packages: tuple[str, ...] = PACKAGES, setup: str = USER_SETUP,
+                            changes: tuple[str, ...] = IMAGE_CHANGES, force: bool = False,
+                            progress: Progress = print) -> str:
+    """Build ``repository:<recipe hash>`` by debootstrap + ``docker import`` unless it exists; returns the tag.
+
+    The base image and the desktop image (:mod:`agentgym.sandbox.desktop`) differ only in their recipe.
+    """
+    content_hash = recipe_hash(packages, setup, changes)
+    tag = f"{repository}:{content_hash[:12]}"
     with _build_lock():  # a second process waits here, then finds the image built
         if image_exists(tag) and not force:
             return tag
         tarball = cache_dir() / f"{content_hash}.tar.gz"
         if force or not tarball.exists():
-            _debootstrap_tarball(tarball, progress)
+            _debootstrap_tarball(tarball, progress, packages=packages, setup=setup)
         progress(f"importing {tarball} as {tag}")
-        _import(tarball, tag, content_hash)
+        _import(tarball, tag, content_hash, changes=changes)
     return tag
 
 
@@ -122,7 +134,8 @@ def _build_lock() -> Iterator[None]:
         yield
 
 
-def _debootstrap_tarball(tarball: Path, progress: Progress) -> None:
+def _debootstrap_tarball(tarball: Path, progress: Progress, *, packages: tuple[str, ...] = PACKAGES,
+                         setup: str = USER_SETUP) -> None:
     if os.geteuid() != 0:
         raise SandboxUnavailableError(
             "building the base image runs debootstrap, which needs root: run `sudo agentgym images build` "
@@ -134,9 +147,9 @@ def _debootstrap_tarball(tarball: Path, progress: Progress) -> None:
         rootfs = Path(tmp) / "rootfs"
         try:
             progress(f"debootstrap {SUITE} from {mirror} (about a minute)")
-            _run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(rootfs), mirror])
+            _run(["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", SUITE, str(rootfs), mirror])
             progress("adding the agent user and /workspace")
-            _run(["chroot", str(rootfs), "/bin/sh", "-ec", USER_SETUP])
+            _run(["chroot", str(rootfs), "/bin/sh", "-ec", setup])
         finally:
             _unmount_below(rootfs)  # an interrupted debootstrap leaves /proc mounted; rmtree must not descend into it
         progress(f"packing the rootfs into {tarball}")
@@ -163,14 +176,14 @@ def _labels(content_hash: str) -> dict[str, str]:
     return {labels.MANAGED: "true", labels.KIND: labels.KIND_BASE, labels.CONTENT_HASH: content_hash}
 
 
-def _import(tarball: Path, tag: str, content_hash: str) -> None:
+def _import(tarball: Path, tag: str, content_hash: str, *, changes: tuple[str, ...] = IMAGE_CHANGES) -> None:
     client = engine.api()
     previous = _image_id(tag)
     label_change = "LABEL " + " ".join(f'{k}="{v}"' for k, v in _labels(content_hash).items())
     repository, _, name = tag.partition(":")
     with engine.engine_errors("docker import"):
         answer = client.import_image_from_file(str(tarball), repository=repository, tag=name,
-                                               changes=[*IMAGE_CHANGES, label_change])
+                                               changes=[*changes, label_change])
     if not image_exists(tag):
         raise SandboxError(f"docker import of {tarball} did not produce {tag}: {answer}")
     _tag_latest_and_drop(tag, previous)
@@ -201,9 +214,9 @@ def _image_id(tag: str) -> str | None:
 
 
 def _tag_latest_and_drop(tag: str, previous: str | None) -> None:
-    """Point agentgym/base:latest at ``tag`` and remove the image a forced rebuild replaced, if nothing uses it."""
+    """Point <repository>:latest at ``tag`` and remove the image a forced rebuild replaced, if nothing uses it."""
     client = engine.api()
-    client.tag(tag, REPOSITORY, "latest")
+    client.tag(tag, tag.rpartition(":")[0], "latest")
     if previous and previous != client.inspect_image(tag)["Id"]:
         try:
             client.remove_image(previous)

@@ -318,7 +318,7 @@ class MailApp(WebApp):
                    + f'<tr><th>Date</th><td>{esc(msg["sent_at"])}</td></tr>'
                    f'<tr><th>Folder</th><td>{FOLDER_TITLES[msg["folder"]]}</td></tr>'
                    + (f'<tr><th>Labels</th><td>{chips}</td></tr>' if labels else "")
-                   + f'</table>'
+                   + '</table>'
                    + ("" if len(thread) > 1 else body_html(msg["body"])) + conversation)
         return self._layout(request, me, msg["subject"], content, current=f"/folder/{msg['folder']}")
 

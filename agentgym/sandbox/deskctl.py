@@ -1,0 +1,232 @@
+"""The in-container half of the desktop sandbox: start the X session, launch apps, run input actions, and observe.
+
+Copied into the container at start and run with the image's python3 (no agentgym, no numpy there)
+as ``python3 deskctl.py serve``: one long-lived process per desktop that reads requests, one JSON
+line each (``{"command": ..., "arg": {...}}``), on stdin, and answers each on stdout with a JSON
+header line (carrying ``size``) followed by ``size`` bytes: the zlib-compressed XWD screenshot for
+commands that observe. Keeping one process (and one attached ``docker exec``) for the desktop's
+life saves an exec and an interpreter start per step. Observing first waits until three
+consecutive screenshots are equal (after an action, and until a Tk app has acknowledged it
+through its state file), so what comes back is the settled screen and not a frame in the middle
+of a redraw.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import zlib
+
+DISPLAY = ":0"
+RUNTIME = os.path.dirname(os.path.abspath(__file__))
+A11Y_DIR = "/tmp/agentgym/a11y"
+LOG_DIR = "/tmp/agentgym/log"
+SETTLE_FIRST_S = 0.02
+SETTLE_POLL_S = 0.02
+SETTLE_LIMIT_S = 3.0
+STATE_DIR = "/tmp/agentgym/state"
+# How long to wait for a Tk app to show that it processed an action (see await_app).
+APP_LIMIT_S = 1.5
+
+
+def run(argv, check=True, timeout=10):
+    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:3])}: {done.stderr.decode(errors='replace').strip() or done.returncode}")
+    return done
+
+
+def spawn(name, argv, cwd=None, env=None):
+    """Start a long-lived process detached from this helper (its own session, output in a log file)."""
+    os.makedirs(LOG_DIR, exist_ok=True)
+    with open(os.path.join(LOG_DIR, f"{name}.log"), "ab") as log:
+        subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                         start_new_session=True)
+
+
+# Generous: on a loaded 2-core machine an X server or openbox can take many seconds to come up.
+START_LIMIT_S = 60.0
+
+
+def wait_for(predicate, what, limit=START_LIMIT_S):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+def start(arg):
+    """Xvfb and openbox; returns once the window manager answers."""
+    width, height = int(arg["width"]), int(arg["height"])
+    os.makedirs(A11Y_DIR, exist_ok=True)
+    spawn("xvfb", ["Xvfb", DISPLAY, "-screen", "0", f"{width}x{height}x24", "-nolisten", "tcp",
+                   "-dpi", "96", "-br", "-noreset", "+extension", "XTEST", "-s", "0", "-ac",
+                   # No key auto-repeat: on a loaded machine a key held between xdotool's press and release
+                   # for over the default 660 ms would repeat ("docs" typed as "doccs").
+                   "-ardelay", "3600000", "-arinterval", "3600000"])
+    wait_for(lambda: run(["xdotool", "getdisplaygeometry"], check=False).returncode == 0, "the X server")
+    # Openbox answers wmctrl before it manages windows; --startup runs once its start-up is complete.
+    ready = "/tmp/agentgym/wm-ready"
+    if os.path.exists(ready):
+        os.remove(ready)
+    spawn("openbox", ["openbox", "--config-file", os.path.join(RUNTIME, "openbox.xml"), "--startup", f"touch {ready}"])
+    wait_for(lambda: os.path.exists(ready), "the window manager")
+    run(["xdotool", "mousemove", str(arg.get("pointer_x", width // 2)), str(arg.get("pointer_y", height // 2))])
+    return {}
+
+
+def wmctrl_lines(flags):
+    # Before the first client maps, openbox has not set _NET_CLIENT_LIST and wmctrl fails: no windows.
+    return run(["wmctrl", flags], check=False).stdout.decode(errors="replace").splitlines()
+
+
+def window_ids():
+    return {line.split()[0] for line in wmctrl_lines("-l") if line}
+
+
+def state_stamp():
+    """The newest modification time of the Tk apps' state files (None when there are none)."""
+    try:
+        return max((entry.stat().st_mtime_ns for entry in os.scandir(STATE_DIR) if entry.name.endswith(".json")),
+                   default=None)
+    except FileNotFoundError:
+        return None
+
+
+def await_app(before):
+    """Wait until a Tk app has rewritten its state file since ``before``: it does so once it has processed
+    an input event, so the settle that follows cannot mistake a starved app (an unchanged screen because the
+    app has not run yet, on a loaded machine) for a settled one. Apps without state files are not waited for."""
+    if before is None:
+        return
+    deadline = time.monotonic() + APP_LIMIT_S
+    while state_stamp() == before and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def launch(arg):
+    """Start an app and wait for its first window to be mapped (and the screen to settle, by the caller)."""
+    before, stamp = window_ids(), state_stamp()
+    spawn(arg["name"], arg["argv"], cwd=arg.get("cwd") or os.path.expanduser("~"),
+          env=dict(os.environ, DISPLAY=DISPLAY, **arg.get("env", {})))
+    wait_for(lambda: len(window_ids() - before) >= 1, f"a window of {arg['name']}", limit=float(arg.get("timeout", 15)))
+    await_app(stamp)  # a relaunched Tk app rewrites its (committed) state file once it is up
+    return {}
+
+
+def act(arg):
+    """Run one input action; errors that come from the action's content are returned, not raised."""
+    kind = arg["action"]
+    xdo = ["xdotool"]
+    if kind in ("click", "double_click", "right_click"):
+        button = "3" if kind == "right_click" else "1"
+        repeat = "2" if kind == "double_click" else "1"
+        xdo += ["mousemove", str(arg["x"]), str(arg["y"]), "click", "--repeat", repeat, "--delay", "60", button]
+    elif kind == "move":
+        xdo += ["mousemove", str(arg["x"]), str(arg["y"])]
+    elif kind == "drag":
+        mid_x, mid_y = (arg["x1"] + arg["x2"]) // 2, (arg["y1"] + arg["y2"]) // 2
+        xdo += ["mousemove", str(arg["x1"]), str(arg["y1"]), "mousedown", "1", "sleep", "0.05",
+                "mousemove", str(mid_x), str(mid_y), "sleep", "0.05",
+                "mousemove", str(arg["x2"]), str(arg["y2"]), "sleep", "0.05", "mouseup", "1"]
+    elif kind == "scroll":
+        if "x" in arg:
+            xdo += ["mousemove", str(arg["x"]), str(arg["y"])]
+        for amount, negative, positive in ((arg["dy"], "4", "5"), (arg["dx"], "6", "7")):
+            if amount:
+                xdo += ["click", "--repeat", str(abs(amount)), "--delay", "20", positive if amount > 0 else negative]
+        if len(xdo) == 1:
+            return {}
+    elif kind == "type":
+        xdo += ["type", "--delay", "8", "--", arg["text"]]
+    elif kind == "key":
+        xdo += ["key", "--delay", "30", "--", *arg["keys"]]
+    elif kind == "wait":
+        time.sleep(float(arg["seconds"]))
+        return {}
+    else:
+        return {"error": f"unknown action {kind!r}"}
+    stamp = state_stamp() if kind != "move" else None  # a bare move sends no key or button event to wait for
+    done = run(xdo, check=False, timeout=60)
+    problem = done.stderr.decode(errors="replace").strip()
+    if done.returncode != 0 or "No such key" in problem or "Invalid" in problem:
+        return {"error": problem or f"xdotool exited with {done.returncode}"}
+    await_app(stamp)
+    return {}
+
+
+def screenshot():
+    return run(["xwd", "-root", "-silent", "-display", DISPLAY]).stdout
+
+
+def settle():
+    """The screen once three captures in a row are equal (or the last one after SETTLE_LIMIT_S)."""
+    time.sleep(SETTLE_FIRST_S)
+    deadline = time.monotonic() + SETTLE_LIMIT_S
+    previous, same = screenshot(), 0
+    while True:
+        time.sleep(SETTLE_POLL_S)
+        current = screenshot()
+        same = same + 1 if current == previous else 0
+        if same == 2 or time.monotonic() > deadline:
+            return current, same == 2
+        previous = current
+
+
+def describe():
+    windows = []
+    for line in wmctrl_lines("-lGp"):
+        parts = line.split(None, 8)
+        if len(parts) >= 8:
+            wid, _desk, pid, x, y, w, h, _host = parts[:8]
+            windows.append({"id": int(wid, 16), "pid": int(pid), "x": int(x), "y": int(y), "width": int(w),
+                            "height": int(h), "title": parts[8] if len(parts) > 8 else ""})
+    focused = run(["xdotool", "getactivewindow"], check=False).stdout.decode().strip()
+    location = dict(item.split("=", 1) for item in run(["xdotool", "getmouselocation", "--shell"]).stdout.decode().split())
+    a11y = {}
+    if os.path.isdir(A11Y_DIR):
+        for name in sorted(os.listdir(A11Y_DIR)):
+            if name.endswith(".txt"):
+                with open(os.path.join(A11Y_DIR, name), encoding="utf-8", errors="replace") as handle:
+                    a11y[name[:-4]] = handle.read()
+    return {"windows": windows, "focused": int(focused) if focused.isdigit() else None,
+            "pointer": [int(location.get("X", 0)), int(location.get("Y", 0))], "a11y": a11y}
+
+
+def handle(command, arg):
+    """One request: (header, body). Failures of the desktop itself come back as {"fatal": ...}."""
+    try:
+        if command == "start":
+            return start(arg), b""
+        if command == "launch":
+            answer = launch(arg)
+        elif command == "act":
+            answer = act(arg)
+        elif command == "observe":
+            answer = {}
+        else:
+            return {"fatal": f"unknown command {command!r}"}, b""
+        image, stable = settle()
+        answer.update(describe(), stable=stable)
+        return answer, zlib.compress(image, 1)
+    except (RuntimeError, subprocess.TimeoutExpired, OSError, KeyError, ValueError) as exc:
+        return {"fatal": f"{type(exc).__name__}: {exc}"}, b""
+
+
+def serve():
+    out = sys.stdout.buffer
+    for line in sys.stdin.buffer:
+        request = json.loads(line)
+        header, body = handle(request["command"], request.get("arg", {}))
+        header["size"] = len(body)
+        out.write(json.dumps(header).encode() + b"\n" + body)
+        out.flush()
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    serve()

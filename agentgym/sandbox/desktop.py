@@ -1,0 +1,326 @@
+"""DesktopSandbox: an Xvfb desktop (window manager, apps) inside a hardened Docker container, with screenshots,
+xdotool input, and snapshot/fork built on the Docker sandbox's container commit.
+
+The display runs inside the container (``Xvfb :0``, no TCP, nothing touches the host's X server);
+every operation is one request to a small in-container helper (``deskctl.py``, copied in at
+start and kept running on one attached ``docker exec``) that drives ``xdotool``, waits until the
+screen stops changing, and returns a zlib-compressed raw screenshot together with the window
+list, the focused window, the pointer and the apps' accessibility summaries. See :mod:`agentgym.envs.gui` for what a snapshot captures and how a fork
+rebuilds the in-memory X state that a commit cannot hold.
+
+The desktop image is the base sandbox recipe plus Xvfb, openbox, xdotool, wmctrl, core and
+TrueType fonts, ``x11-apps`` (xedit, xcalc, xwd) and Tk, built offline by
+``agentgym images build --desktop`` and tagged by its recipe hash like the base image.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import posixpath
+import struct
+import tarfile
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from agentgym.sandbox import engine, images
+from agentgym.sandbox.base import SandboxError, SandboxUnavailableError
+from agentgym.sandbox.docker import DockerSandbox, DockerSnapshot, SandboxConfig, _hijack
+
+__all__ = ["DesktopSandbox", "DesktopState", "Screen", "build_desktop_image", "require_desktop_image",
+           "desktop_image_tag", "decode_screenshot", "desktop_config", "tar_tree"]
+
+REPOSITORY = "agentgym/desktop"
+DESKTOP_PACKAGES = images.PACKAGES + (
+    "xvfb", "xfonts-base", "x11-xkb-utils", "xkb-data", "openbox", "xdotool", "wmctrl", "x11-apps",
+    "python3-tk", "fonts-dejavu-core",
+)
+# The X server wants its socket directory root-owned and sticky; the sandbox user cannot make it so.
+DESKTOP_SETUP = images.USER_SETUP + """\
+mkdir -p -m 1777 /tmp/.X11-unix
+rm -rf /usr/share/doc/* /usr/share/man/* /usr/share/info/*
+"""
+DESKTOP_CHANGES = images.IMAGE_CHANGES + ("ENV DISPLAY=:0",)
+
+#: Where the helper and the window manager's configuration live in the container (the agent user's, not root's).
+RUNTIME_DIR = "/tmp/agentgym/runtime"
+_HELPER = Path(__file__).with_name("deskctl.py")
+
+
+def desktop_image_tag() -> str:
+    return f"{REPOSITORY}:{images.recipe_hash(DESKTOP_PACKAGES, DESKTOP_SETUP, DESKTOP_CHANGES)[:12]}"
+
+
+def build_desktop_image(*, force: bool = False, progress=print) -> str:
+    """Build the desktop image unless it exists (about three minutes from the Debian mirror; needs root)."""
+    return images.build_debootstrap_image(REPOSITORY, packages=DESKTOP_PACKAGES, setup=DESKTOP_SETUP,
+                                          changes=DESKTOP_CHANGES, force=force, progress=progress)
+
+
+def require_desktop_image() -> str:
+    """The desktop image's tag: $AGENTGYM_DESKTOP_IMAGE, else the current recipe's build."""
+    tag = os.environ.get("AGENTGYM_DESKTOP_IMAGE") or desktop_image_tag()
+    if not images.image_exists(tag):
+        raise SandboxUnavailableError(
+            f"the desktop image {tag} is missing: run `agentgym images build --desktop` "
+            "(a few minutes, offline from the Debian mirror; needs root for debootstrap)")
+    return tag
+
+# The window manager's configuration: every window undecorated at the top-left corner and focused
+# when it maps, so app layouts (and reference solutions' coordinates) do not depend on placement;
+# no keyboard shortcuts, so every key reaches the apps; a click focuses and raises a window.
+OPENBOX_CONFIG = """<?xml version="1.0" encoding="UTF-8"?>
+<openbox_config xmlns="http://openbox.org/3.4/rc">
+  <focus><focusNew>yes</focusNew><followMouse>no</followMouse></focus>
+  <desktops><number>1</number></desktops>
+  <margins><top>0</top><bottom>0</bottom><left>0</left><right>0</right></margins>
+  <keyboard></keyboard>
+  <mouse><context name="Client">
+    <mousebind button="Left" action="Press"><action name="Focus"/><action name="Raise"/></mousebind>
+    <mousebind button="Right" action="Press"><action name="Focus"/><action name="Raise"/></mousebind>
+  </context></mouse>
+  <applications>
+    <application class="*"><decor>no</decor><position force="yes"><x>0</x><y>0</y></position></application>
+  </applications>
+</openbox_config>
+"""
+
+
+@dataclass(frozen=True)
+class Screen:
+    """The virtual screen's size in pixels (24-bit colour)."""
+
+    width: int = 1024
+    height: int = 768
+
+    def contains(self, x: int, y: int) -> bool:
+        return 0 <= x < self.width and 0 <= y < self.height
+
+
+@dataclass
+class DesktopState:
+    """One observation of the desktop: the settled screenshot and what the X server says about it.
+
+    ``windows`` are dicts with ``id``, ``pid``, ``x``, ``y``, ``width``, ``height``, ``title``
+    (top-level windows, stacking order); ``a11y`` maps an app name to its accessibility summary;
+    ``stable`` is false when the screen was still changing after the settle limit; ``error`` is
+    what an input action reported (an unknown key name, say), None when it ran.
+    """
+
+    image: np.ndarray
+    windows: list[dict] = field(default_factory=list)
+    focused: int | None = None
+    pointer: tuple[int, int] = (0, 0)
+    a11y: dict[str, str] = field(default_factory=dict)
+    stable: bool = True
+    error: str | None = None
+
+
+def desktop_config() -> SandboxConfig:
+    """The code sandbox's hardening, with room for an X server, a window manager and a few apps."""
+    return SandboxConfig(working_dir="/home/agent", mem_limit="1g", pids_limit=256, cpus=1.0,
+                         environment={"DISPLAY": ":0", "HOME": "/home/agent"})
+
+
+class DesktopSandbox:
+    """A running X desktop in a :class:`DockerSandbox`; see the module docstring.
+
+    Get one with :meth:`create` (a fresh desktop) or :meth:`from_snapshot` (a fork). Files go
+    through :attr:`sandbox` (``read_file``, ``write_file``, ``put_tree``, ``fs_hash``).
+    """
+
+    def __init__(self, sandbox: DockerSandbox, screen: Screen):
+        self.sandbox = sandbox
+        self.screen = screen
+        self._channel: _HelperChannel | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def create(cls, image: str | None = None, *, screen: Screen | None = None, config: SandboxConfig | None = None,
+               warm: bool = True, pointer: tuple[int, int] | None = None) -> "DesktopSandbox":
+        """A desktop with the X server and the window manager running and nothing else on the screen."""
+        sandbox = DockerSandbox.create(image or require_desktop_image(), config=config or desktop_config(), warm=warm)
+        return cls._started(sandbox, screen or Screen(), pointer)
+
+    @classmethod
+    def from_snapshot(cls, snapshot: DockerSnapshot, *, screen: Screen, config: SandboxConfig | None = None,
+                      pointer: tuple[int, int] | None = None) -> "DesktopSandbox":
+        """A desktop on ``snapshot``'s filesystem with a fresh X session (apps are relaunched by the caller)."""
+        sandbox = DockerSandbox.from_snapshot(snapshot, config=config or desktop_config())
+        return cls._started(sandbox, screen, pointer)
+
+    @classmethod
+    def _started(cls, sandbox: DockerSandbox, screen: Screen, pointer: tuple[int, int] | None) -> "DesktopSandbox":
+        desktop = cls(sandbox, screen)
+        try:
+            sandbox.put_tree(RUNTIME_DIR, _runtime_archive(sandbox.config))
+            arg = {"width": screen.width, "height": screen.height}
+            if pointer is not None:
+                arg.update(pointer_x=pointer[0], pointer_y=pointer[1])
+            desktop._command("start", arg, observe=False, timeout=150)
+        except BaseException:
+            sandbox.close(wait=False)
+            raise
+        return desktop
+
+    # ------------------------------------------------------------------ the helper
+    def launch(self, name: str, argv: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None,
+               timeout: float = 60.0) -> DesktopState:
+        """Start an app, wait for its first window, and observe the settled screen."""
+        return self._command("launch", {"name": name, "argv": argv, "cwd": cwd, "env": env or {}, "timeout": timeout},
+                             timeout=timeout + 10)
+
+    def act(self, action: dict) -> DesktopState:
+        """Run one validated input action (see ``deskctl.act``) and observe the settled screen."""
+        timeout = 30.0 + float(action.get("seconds", 0)) + len(action.get("text", "")) * 0.05
+        return self._command("act", action, timeout=timeout)
+
+    def observe(self) -> DesktopState:
+        return self._command("observe", {})
+
+    def _command(self, command: str, arg: dict, *, observe: bool = True, timeout: float = 30.0) -> DesktopState | None:
+        with self._lock:
+            if self._channel is None:
+                self._channel = _HelperChannel(self.sandbox)
+            answer, body = self._channel.request(command, arg, timeout)
+        if "fatal" in answer:
+            raise SandboxError(f"desktop {command}: {answer['fatal']}")
+        if not observe:
+            return None
+        return DesktopState(decode_screenshot(zlib.decompress(body)), answer["windows"], answer["focused"],
+                            tuple(answer["pointer"]), answer["a11y"], answer["stable"], answer.get("error"))
+
+    # ------------------------------------------------------------------ branching and lifetime
+    def snapshot(self) -> DockerSnapshot:
+        """Commit the container: the filesystem, including the apps' state files (the X session is not in it)."""
+        return self.sandbox.snapshot()
+
+    def close(self, wait: bool = True) -> None:
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()
+        self.sandbox.close(wait=wait)
+
+    def __enter__(self) -> "DesktopSandbox":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+class _HelperChannel:
+    """The attached ``docker exec`` of ``deskctl.py serve``: requests go in on its stdin, answers come back
+    on its stdout in Docker's multiplexed frames (stderr is kept for error messages)."""
+
+    def __init__(self, sandbox: DockerSandbox):
+        client = engine.api()
+        with engine.engine_errors("starting the desktop helper"):
+            exec_id = client.exec_create(sandbox.id, ["python3", f"{RUNTIME_DIR}/deskctl.py", "serve"], stdin=True,
+                                         user=sandbox.config.user)["Id"]
+            self._response, self._reader, self._sock = _hijack(client, exec_id)
+        self._frames = bytearray()
+        self._stdout = bytearray()
+        self._stderr = bytearray()
+        self._broken: str | None = None
+
+    def request(self, command: str, arg: dict, timeout: float) -> tuple[dict, bytes]:
+        if self._broken:
+            raise SandboxError(f"the desktop helper is unusable: {self._broken}")
+        deadline = time.monotonic() + timeout
+        try:
+            self._sock.sendall(json.dumps({"command": command, "arg": arg}).encode() + b"\n")
+            while b"\n" not in self._stdout:
+                self._fill(deadline, command)
+            line, _, rest = bytes(self._stdout).partition(b"\n")
+            header = json.loads(line)
+            while len(rest) < header["size"]:
+                self._fill(deadline, command)
+                rest = bytes(self._stdout).partition(b"\n")[2]
+        except (OSError, ValueError) as exc:
+            self._broken = f"{type(exc).__name__}: {exc}"
+            raise SandboxError(f"desktop {command}: the helper failed ({self._broken})") from exc
+        body, self._stdout = rest[:header["size"]], bytearray(rest[header["size"]:])
+        return header, body
+
+    def _fill(self, deadline: float, command: str) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            # The stream is now somewhere in the middle of an answer: nothing after this can be trusted.
+            self._broken = f"{command} took too long"
+            raise SandboxError(f"desktop {command}: no answer from the desktop helper in time")
+        self._sock.settimeout(remaining)
+        chunk = self._reader.read1(1 << 16)
+        if not chunk:
+            self._broken = "it exited"
+            raise SandboxError(f"desktop {command}: the helper exited: "
+                               f"{bytes(self._stderr[-2000:]).decode(errors='replace')}")
+        self._frames += chunk
+        while len(self._frames) >= 8:
+            size = int.from_bytes(self._frames[4:8], "big")
+            if len(self._frames) < 8 + size:
+                break
+            target = self._stderr if self._frames[0] == 2 else self._stdout
+            target += self._frames[8:8 + size]
+            del self._frames[:8 + size]
+
+    def close(self) -> None:
+        self._broken = "closed"
+        self._response.close()
+
+
+def tar_tree(entries: dict[str, bytes | None], config: SandboxConfig) -> bytes:
+    """A tar of files (bytes) and folders (None) at relative paths, owned by the sandbox user, for ``put_tree``;
+    parent folders are added too, so that none is created as root by the engine."""
+    folders = {posixpath.dirname(path) for path in entries}
+    while folders - {""} - set(entries):
+        entries = {**{folder: None for folder in folders if folder}, **entries}
+        folders = {posixpath.dirname(path) for path in entries}
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(entries):  # parents before children
+            info = tarfile.TarInfo(path)
+            info.uid, info.gid = config.uid_gid
+            data = entries[path]
+            if data is None:
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            else:
+                info.size, info.mode = len(data), 0o644
+                tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _runtime_archive(config: SandboxConfig) -> bytes:
+    return tar_tree({"deskctl.py": _HELPER.read_bytes(), "openbox.xml": OPENBOX_CONFIG.encode()}, config)
+
+
+# XWD header fields (all big-endian CARD32): xwd writes them in network order whatever the host.
+_XWD_FIELDS = ("header_size", "file_version", "pixmap_format", "pixmap_depth", "pixmap_width", "pixmap_height",
+               "xoffset", "byte_order", "bitmap_unit", "bitmap_bit_order", "bitmap_pad", "bits_per_pixel",
+               "bytes_per_line", "visual_class", "red_mask", "green_mask", "blue_mask", "bits_per_rgb",
+               "colormap_entries", "ncolors", "window_width", "window_height", "window_x", "window_y",
+               "window_bdrwidth")
+
+
+def decode_screenshot(data: bytes) -> np.ndarray:
+    """An XWD dump of a 24/32-bit TrueColor screen (what ``xwd -root`` gives on Xvfb) as H×W×3 uint8 RGB."""
+    header = dict(zip(_XWD_FIELDS, struct.unpack(">25I", data[:100])))
+    if header["bits_per_pixel"] != 32 or header["pixmap_format"] != 2:
+        raise SandboxError(f"unsupported screenshot format: {header['bits_per_pixel']} bits per pixel, "
+                           f"pixmap format {header['pixmap_format']}")
+    width, height, stride = header["pixmap_width"], header["pixmap_height"], header["bytes_per_line"]
+    start = header["header_size"] + 12 * header["ncolors"]
+    dtype = "<u4" if header["byte_order"] == 0 else ">u4"
+    pixels = np.frombuffer(data, dtype=dtype, count=stride * height // 4, offset=start)
+    pixels = pixels.reshape(height, stride // 4)[:, :width]
+    channels = []
+    for mask in (header["red_mask"], header["green_mask"], header["blue_mask"]):
+        shift = (mask & -mask).bit_length() - 1
+        channels.append(((pixels & mask) >> shift).astype(np.uint8))
+    return np.stack(channels, axis=-1)

@@ -1,0 +1,100 @@
+"""Spreadsheet cell values: numbers, text and formulas (``=SUM(B1:B4)``, ``=A1*2+C3``), shared by the Sheet app and the task checkers.
+
+Plain Python with no imports beyond the standard library, because it runs both inside the
+desktop container (the app shows a focused cell's value) and on the host (checkers evaluate the
+saved CSV the same way, so a formula and the number it computes are equally right).
+"""
+
+import ast
+import re
+
+COLUMNS = "ABCDE"
+ROWS = 10
+_REF = re.compile(r"\b([A-E])([1-9]|10)\b")
+_RANGE = re.compile(r"\b([A-E])([1-9]|10):([A-E])([1-9]|10)\b")
+_FUNCTIONS = {"SUM": sum, "MIN": min, "MAX": max, "AVERAGE": lambda values: sum(values) / len(values),
+              "COUNT": len}
+
+
+class FormulaError(ValueError):
+    """A cell's formula cannot be evaluated (bad syntax, a cycle, text in arithmetic)."""
+
+
+def cell_name(row, column):
+    """``cell_name(0, 1) == "B1"`` (row and column from 0)."""
+    return f"{COLUMNS[column]}{row + 1}"
+
+
+def evaluate(cells, name, _seen=()):
+    """The value of cell ``name`` in ``cells`` (a dict name → raw text): a float, a string, or None when empty."""
+    raw = cells.get(name, "").strip()
+    if not raw:
+        return None
+    if not raw.startswith("="):
+        try:
+            return float(raw)
+        except ValueError:
+            return raw
+    if name in _seen:
+        raise FormulaError(f"{name} refers to itself")
+    seen = (*_seen, name)
+    expression = _RANGE.sub(lambda m: "[" + ",".join(_range_names(*m.groups())) + "]", raw[1:].upper())
+    try:
+        tree = ast.parse(expression, mode="eval")
+    except SyntaxError as exc:
+        raise FormulaError(f"{name}: cannot read {raw!r}") from exc
+    return _eval(tree.body, cells, seen, name)
+
+
+def _range_names(c1, r1, c2, r2):
+    columns = COLUMNS[min(COLUMNS.index(c1), COLUMNS.index(c2)):max(COLUMNS.index(c1), COLUMNS.index(c2)) + 1]
+    rows = range(min(int(r1), int(r2)), max(int(r1), int(r2)) + 1)
+    return [f"{c}{r}" for r in rows for c in columns]
+
+
+def _number(value, name):
+    if isinstance(value, float):
+        return value
+    if value is None:
+        return 0.0
+    raise FormulaError(f"{name}: {value!r} is not a number")
+
+
+def _eval(node, cells, seen, name):
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        return float(node.value)
+    if isinstance(node, ast.Name) and _REF.fullmatch(node.id):
+        return _number(evaluate(cells, node.id, seen), node.id)
+    if isinstance(node, ast.List):
+        return [_eval(element, cells, seen, name) for element in node.elts]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_eval(node.operand, cells, seen, name)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+        left, right = _eval(node.left, cells, seen, name), _eval(node.right, cells, seen, name)
+        if isinstance(node.op, ast.Add):
+            return left + right
+        if isinstance(node.op, ast.Sub):
+            return left - right
+        if isinstance(node.op, ast.Mult):
+            return left * right
+        if right == 0:
+            raise FormulaError(f"{name}: division by zero")
+        return left / right
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS:
+        values = []
+        for argument in node.args:
+            value = _eval(argument, cells, seen, name)
+            values.extend(value if isinstance(value, list) else [value])
+        if not values:
+            raise FormulaError(f"{name}: {node.func.id} of nothing")
+        return float(_FUNCTIONS[node.func.id](values))
+    raise FormulaError(f"{name}: unsupported formula")
+
+
+def display(value):
+    """How a value is shown: integers without a decimal point, other numbers with up to 4 decimals."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else f"{value:.4f}".rstrip("0")
+    return value

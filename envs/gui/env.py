@@ -1,0 +1,222 @@
+"""DesktopEnv: desktop-app tasks (xedit, a spreadsheet, a file manager) on an Xvfb desktop in Docker, with screenshots and branching.
+
+Each episode gets its own :class:`~agentgym.sandbox.desktop.DesktopSandbox` (a warm-pool
+container, a fresh X server): the task's files are laid under ``/home/agent``, its app is
+started, and the model sees the screenshot plus a text description (windows, focus, pointer,
+the app's accessibility summary). Actions are the pyautogui-like tools of
+:mod:`agentgym.envs.gui.actions`; ``done()`` runs the task's checker on the saved files,
+``fail()`` gives up (the right answer for the infeasible tasks).
+
+Branching. ``docker commit`` captures the filesystem — the files the apps saved and the Tk
+apps' state files, which they rewrite after every event — but not the X server's memory (window
+contents, an editor's unsaved buffer, the pointer). So a snapshot holds, besides the episode
+bookkeeping, the action prefix since reset and the pointer position, and a fork rebuilds the
+desktop one of two ways:
+
+* **relaunch** (apps that restore their state: Sheet, Files): a container from the commit,
+  a new X server with the pointer where it was, and the app relaunched, reading its state file
+  (cell texts, cursors, selections, scroll, focus) — constant time in the episode's length;
+* **replay** (apps that cannot: xedit, whose buffer lives only in its memory): a fresh desktop
+  for the task with the action prefix replayed — exact, and linear in the prefix.
+
+``fork_mode="replay"`` forces replay for every app. Either way, the fork's screenshot after the
+next action equals that of an env that replayed the same actions, pixel for pixel: Xvfb
+screenshots do not contain the pointer sprite (its position is in the text), nothing on the
+desktop shows a clock, and the apps' cursors do not blink. Not captured: X selections and the
+clipboard, key or button state held down between turns (actions release everything they
+press), and anything an app keeps only in memory beyond what its state file lists.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Sequence
+
+from agentgym.actions import ToolCall, ToolSpec
+from agentgym.core import AgentEnv, Outcome
+from agentgym.envs.gui import tasks as task_catalog
+from agentgym.envs.gui.actions import TOOLS, format_action, to_desktop_action
+from agentgym.envs.gui.observation import describe
+from agentgym.envs.gui.tasks import APPS_DIR, HOME, Task
+from agentgym.sandbox.desktop import DesktopSandbox, DesktopState, Screen, desktop_config, tar_tree
+from agentgym.sandbox.docker import DockerSnapshot, SandboxConfig
+
+__all__ = ["DesktopEnv", "DesktopPayload", "FORK_MODES"]
+
+FORK_MODES = ("auto", "replay")
+_APPS = Path(__file__).with_name("apps")
+_TREE_SCRIPT = """import json, os, sys
+root, out = sys.argv[1], {}
+for folder, dirs, files in os.walk(root):
+    for name in dirs:
+        out[os.path.relpath(os.path.join(folder, name), root)] = None
+    for name in files:
+        with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as handle:
+            out[os.path.relpath(os.path.join(folder, name), root)] = handle.read()
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class DesktopPayload:
+    """A desktop env's part of a snapshot: the commit (relaunch forks only), the action prefix and the pointer."""
+
+    task_id: str
+    actions: tuple[dict, ...]
+    pointer: tuple[int, int]
+    sandbox_snapshot: DockerSnapshot | None
+
+
+class SandboxFiles:
+    """The :class:`~agentgym.envs.gui.tasks.Inspector` that checkers read the desktop's files through."""
+
+    def __init__(self, desktop: DesktopSandbox):
+        self.sandbox = desktop.sandbox
+
+    def read(self, path: str) -> str | None:
+        try:
+            return self.sandbox.read_file(path).decode("utf-8", errors="replace")
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+
+    def tree(self, root: str) -> dict[str, str | None]:
+        code, stdout, stderr = self.sandbox.run_argv(["python3", "-c", _TREE_SCRIPT, root], timeout=30)
+        if code != 0:
+            return {}
+        return json.loads(stdout)
+
+
+class DesktopEnv(AgentEnv):
+    """Desktop-app tasks in a Docker desktop (see the module docstring)."""
+
+    kind = "agentgym.gui.desktop"
+
+    def __init__(self, *, tasks: Sequence[str] | None = None, screen_size: tuple[int, int] = (1024, 768),
+                 image: str | None = None, sandbox_config: SandboxConfig | None = None, warm_pool: bool = True,
+                 fork_mode: str = "auto", max_turns: int = 30, render_mode: str | None = None):
+        self.screen = Screen(*screen_size)
+        if self.screen.width < 800 or self.screen.height < 600:
+            raise ValueError(f"the apps need a screen of at least 800x600, got {screen_size}")
+        if fork_mode not in FORK_MODES:
+            raise ValueError(f"fork_mode must be one of {FORK_MODES}, got {fork_mode!r}")
+        super().__init__(max_turns=max_turns, render_mode=render_mode, image_shape=(self.screen.height, self.screen.width))
+        unknown = set(tasks or ()) - set(task_catalog.TASKS)
+        if unknown:
+            raise ValueError(f"unknown desktop task(s): {sorted(unknown)}")
+        self._task_ids = list(tasks) if tasks else list(task_catalog.TASKS)
+        self.image = image
+        self.sandbox_config = sandbox_config or desktop_config()
+        self.warm_pool = warm_pool
+        self.fork_mode = fork_mode
+        self.desktop: DesktopSandbox | None = None
+        self._task: Task | None = None
+        self._actions: list[dict] = []
+        self._last: DesktopState | None = None
+
+    # ------------------------------------------------------------------ AgentEnv hooks
+    def task_ids(self) -> Sequence[str]:
+        return self._task_ids
+
+    def tools(self) -> list[ToolSpec]:
+        return TOOLS
+
+    def _begin(self, task_id: str) -> dict:
+        self._close_desktop()
+        task = task_catalog.TASKS[task_id]
+        self.desktop, self._last = self._start(task)
+        self._task, self._actions = task, []
+        return {"text": describe(self._last, self.screen, headline=f"Task: {task.instruction}"),
+                "image": self._last.image}
+
+    def _call_tool(self, call: ToolCall) -> Outcome:
+        if call.name in ("done", "fail"):
+            return self._finish(call.name)
+        action, error = to_desktop_action(call, self.screen)
+        if error:
+            return Outcome(f"Error: {error}", error=error)
+        state = self._live_desktop().act(action)
+        self._actions.append(action)
+        self._last = state
+        return Outcome(describe(state, self.screen, headline=f"Did {format_action(action)}."), error=state.error,
+                       image=state.image)
+
+    def _capture(self):
+        desktop, task = self._live_desktop(), self._task
+        relaunch = self.fork_mode == "auto" and task.app.restores_state
+        sandbox_snapshot = desktop.snapshot() if relaunch else None
+        payload = DesktopPayload(task.id, tuple(self._actions), self._last.pointer, sandbox_snapshot)
+        return payload, (sandbox_snapshot.release if sandbox_snapshot else None)
+
+    def _load(self, payload: DesktopPayload) -> None:
+        self._close_desktop()
+        task = task_catalog.TASKS[payload.task_id]
+        if payload.sandbox_snapshot is not None:
+            desktop = DesktopSandbox.from_snapshot(payload.sandbox_snapshot, screen=self.screen,
+                                                   config=self.sandbox_config, pointer=payload.pointer)
+            try:
+                state = desktop.launch(task.app.name, list(task.app.argv))
+            except BaseException:
+                desktop.close(wait=False)
+                raise
+        else:
+            desktop, state = self._start(task)
+            try:
+                for action in payload.actions:
+                    state = desktop.act(action)
+            except BaseException:
+                desktop.close(wait=False)
+                raise
+        self.desktop, self._last, self._task, self._actions = desktop, state, task, list(payload.actions)
+
+    def _snapshot_metadata(self, payload: DesktopPayload) -> dict:
+        mode = "relaunch" if payload.sandbox_snapshot else "replay"
+        return {"fork": mode, "actions": len(payload.actions),
+                **({"image": payload.sandbox_snapshot.ref} if payload.sandbox_snapshot else {})}
+
+    def _teardown(self) -> None:
+        self._close_desktop()
+
+    # ------------------------------------------------------------------ helpers
+    def _start(self, task: Task) -> tuple[DesktopSandbox, DesktopState]:
+        """A fresh desktop with the task's files laid out and its app on the screen."""
+        desktop = DesktopSandbox.create(self.image, screen=self.screen, config=self.sandbox_config, warm=self.warm_pool)
+        try:
+            desktop.sandbox.put_tree(APPS_DIR, _apps_archive(self.sandbox_config))
+            files = {path: None if content is None else content.encode() for path, content in task.files.items()}
+            desktop.sandbox.put_tree(HOME, tar_tree(files, self.sandbox_config))
+            state = desktop.launch(task.app.name, list(task.app.argv))
+        except BaseException:
+            desktop.close(wait=False)
+            raise
+        return desktop, state
+
+    def _finish(self, verdict: str) -> Outcome:
+        task = self._task
+        problem = task.check(SandboxFiles(self._live_desktop()))
+        if verdict == "done":
+            success = task.feasible and problem is None
+            why = problem or ("" if task.feasible else "this task cannot be done; fail() was the right answer")
+        else:
+            success = not task.feasible and problem is None
+            why = problem or ("" if not task.feasible else "the task could be done")
+        text = "Task complete." if success else f"Task not complete: {why}."
+        return Outcome(text, reward=1.0 if success else 0.0, terminated=True, success=success,
+                       info={"check": problem})
+
+    def _live_desktop(self) -> DesktopSandbox:
+        if self.desktop is None:
+            raise RuntimeError("no desktop: call reset() first")
+        return self.desktop
+
+    def _close_desktop(self) -> None:
+        if self.desktop is not None:
+            self.desktop.close(wait=False)  # the container goes away in the background
+            self.desktop = None
+
+
+@lru_cache(maxsize=4)
+def _apps_archive(config: SandboxConfig) -> bytes:
+    return tar_tree({path.name: path.read_bytes() for path in sorted(_APPS.glob("*.py"))}, config)

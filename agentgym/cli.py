@@ -1,4 +1,4 @@
-"""The `agentgym` command line: list envs, build sandbox images, reap leftover sandboxes, serve a model over an OpenAI-compatible API, evaluate a model on a suite."""
+"""The `agentgym` command line: list envs, build sandbox images, reap leftover sandboxes, serve a model over an OpenAI-compatible API, evaluate a model on a suite, train."""
 
 from __future__ import annotations
 

@@ -40,6 +40,7 @@ BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
     "HumanEval-v0": ("agentgym.envs.code.humaneval:HumanEvalEnv", {}),
     "RepoFix-v0": ("agentgym.envs.code.repofix:RepoFixEnv", {}),
     "Desktop-v0": ("agentgym.envs.gui.env:DesktopEnv", {}),
+    "KeyChain-v0": ("agentgym.envs.tool.keychain:KeyChainEnv", {}),
     **{f"BFCL-multi-turn-{category}-v0": ("agentgym.envs.tool.bfcl:BFCLMultiTurnEnv", {"category": category})
        for category in ("base", "miss_func", "miss_param", "long_context")},
     **{f"web.{app}-v0": ("agentgym.envs.web.app_env:WebAppEnv", {"app": app}) for app in ("shop", "mail", "wiki")},

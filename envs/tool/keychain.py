@@ -1,0 +1,123 @@
+"""KeyChain: a tiny multi-turn lookup env (follow key pointers to a number, then submit it), small enough to learn on CPU.
+
+A task hides a number behind a chain of 1–``max_hops`` keys: ``lookup("frost")`` answers
+``frost: see amber`` or ``amber: 42``; the agent submits the number with ``submit("42")``.
+Reward 1 on the right number, else 0. The episode has 2–``max_hops + 1`` turns, each needing a
+key copied from the last observation, so a policy gets per-turn credit to learn from, and
+:func:`demonstration` gives the scripted solution (for SFT warm starts).
+
+``step_latency`` (seconds, median) makes every lookup take a long-tailed time (lognormal,
+σ = 1.5, capped at 20× the median), drawn from the task and the turn: a stand-in for slow
+envs, for measuring asynchronous pipelines.
+
+Tasks are generated from their id (``"<split>-<n>"``), so ``"train"`` and ``"heldout"`` are
+disjoint and reproducible without any data files.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from agentgym.envs.tool.env import ToolEnv
+
+__all__ = ["KEYS", "KeyChainEnv", "demonstration", "make_task", "task_ids"]
+
+KEYS = ("amber", "brick", "cloud", "delta", "ember", "frost", "grape", "honey")
+SPLITS = {"train": 0, "heldout": 1_000_000}  # seed offsets: the splits never share a task
+
+
+def make_task(task_id: str, max_hops: int = 2) -> dict:
+    """The task ``"<split>-<n>"``: its start key, the table of entries, the answer and the number of hops."""
+    split, _, number = task_id.rpartition("-")
+    if split not in SPLITS or not number.isdigit():
+        raise ValueError(f"task ids look like 'train-12' or 'heldout-3', got {task_id!r}")
+    rng = random.Random(SPLITS[split] + int(number))
+    hops = rng.randint(1, max_hops)
+    chain = rng.sample(KEYS, hops)
+    answer = str(rng.randint(10, 99))
+    table = {key: f"see {nxt}" for key, nxt in zip(chain, chain[1:])}
+    table[chain[-1]] = answer
+    for key in KEYS:  # distractors: the other keys hold other numbers
+        table.setdefault(key, str(rng.randint(10, 99)))
+    return {"prompt": f"Find the number stored under {chain[0]}. Use lookup(key); an entry may point to another key. "
+                      f"Then submit(answer).",
+            "start": chain[0], "table": table, "answer": answer, "hops": hops}
+
+
+def task_ids(split: str, count: int) -> list[str]:
+    return [f"{split}-{i}" for i in range(count)]
+
+
+def demonstration(task: dict) -> list[str]:
+    """The scripted solution's replies: one lookup per hop, then the submit."""
+    replies, key = [], task["start"]
+    while True:
+        replies.append(f'lookup("{key}")')
+        entry = task["table"][key]
+        if not entry.startswith("see "):
+            return replies + [f'submit("{entry}")']
+        key = entry[len("see "):]
+
+
+def lookup(key: str, state: dict) -> str:
+    """Read the entry stored under a key."""
+    if state["latency"]:
+        state["calls"] += 1
+        draw = random.Random(f"{state['task']}:{state['calls']}").lognormvariate(0.0, 1.5)
+        time.sleep(state["latency"] * min(draw, 20.0))
+    if key not in state["table"]:
+        raise KeyError(f"no key {key!r}; keys are {', '.join(KEYS)}")
+    return f"{key}: {state['table'][key]}"
+
+
+def _check(task: dict, state: dict, transcript: list) -> tuple[float, bool]:
+    answers = [c["arguments"].get("answer") for c in transcript if c["tool"] == "submit"]
+    ok = bool(answers) and str(answers[-1]).strip() == task["answer"]
+    return float(ok), ok
+
+
+class _Tasks(dict):
+    """Task id → task, built on first use: any ``train-<n>``/``heldout-<n>`` id is valid, ``task_ids()`` lists ``listed``."""
+
+    def __init__(self, listed: list[str], max_hops: int):
+        super().__init__()
+        self.listed = listed
+        self.max_hops = max_hops
+
+    def __missing__(self, task_id: str) -> dict:
+        self[task_id] = task = make_task(task_id, self.max_hops)
+        return task
+
+    def __contains__(self, task_id: object) -> bool:
+        try:
+            self[task_id]
+        except (ValueError, TypeError):
+            return False
+        return True
+
+    def __iter__(self):
+        return iter(self.listed)
+
+    def __len__(self) -> int:
+        return len(self.listed)
+
+
+class KeyChainEnv(ToolEnv):
+    """Follow key pointers to a number and submit it (see the module docstring).
+
+    Args:
+        split: the tasks ``reset()`` draws from when no task id is given (``"train"`` or ``"heldout"``).
+        num_tasks: how many tasks of that split are listed.
+        max_hops: the longest pointer chain.
+        max_turns: replies before the episode is truncated.
+        step_latency: median seconds a lookup takes (long-tailed; 0: instant).
+    """
+
+    def __init__(self, split: str = "train", num_tasks: int = 200, max_hops: int = 2, max_turns: int = 6,
+                 step_latency: float = 0.0, **kwargs):
+        super().__init__([lookup], _Tasks(task_ids(split, num_tasks), max_hops),
+                         state_factory=lambda task: {"table": dict(task["table"]), "latency": step_latency,
+                                                     "task": task["prompt"], "calls": 0}, check=_check,
+                         max_turns=max_turns, call_timeout=None, allow_text_replies=False,
+                         variant=f"keychain-{max_hops}", **kwargs)

@@ -1,0 +1,208 @@
+"""What both trainers share: rollout settings, the env factory and agent, and rollouts turned into TRL's (B, T) batch layout.
+
+TRL's GRPO loss reads ``prompt_ids`` (left-padded), ``completion_ids`` (right-padded),
+``completion_mask`` (real tokens), ``tool_mask`` (1 = gets loss) and ``advantages`` of shape
+(B, T). A multi-turn training sequence (:meth:`Trajectory.sequences`) maps onto it as TRL's own
+tool loop does: the prompt is everything before the first sampled token, the completion is the
+rest — the model's turns *and* the env's answers between them — and ``tool_mask`` is the
+env-token mask, so env tokens never get loss. Each token gets the advantage of its turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import time
+
+import torch
+from transformers import TrainerCallback
+
+from agentgym.rollout.agent import Agent, AgentConfig
+from agentgym.rollout.hf_policy import HFPolicy
+from agentgym.rollout.policy import SamplingParams
+from agentgym.rollout.runner import Runner, RunnerConfig, Task
+from agentgym.rollout.store import Record, TrajectoryStore
+from agentgym.rollout.trajectory import RolloutTree, Trajectory
+
+__all__ = ["RolloutArguments", "Row", "TimeBudget", "collate", "make_env_factory", "record_metrics", "trajectory_rows"]
+
+
+@dataclass
+class RolloutArguments:
+    """Rollout settings shared by the trainers' configs (mixed into TreeGRPOConfig and SAOConfig)."""
+
+    env_id: str = field(default="agentgym.envs.tool.keychain:KeyChainEnv", metadata={
+        "help": "The env: a registered id (`agentgym/<Name>-v0`) or an entry point `module:Class`."})
+    env_kwargs: dict = field(default_factory=dict, metadata={"help": "Keyword arguments for the env."})
+    train_tasks: list[str] | None = field(default=None, metadata={
+        "help": "Task ids to train on (default: every task the env lists)."})
+    system_prompt: str | None = field(default=None, metadata={
+        "help": "System prompt of the agent loop (None: none; the tool list still goes in the template's system block)."})
+    max_turns: int | None = field(default=None, metadata={"help": "Turns per episode (the env's own limit applies too)."})
+    max_turn_tokens: int = field(default=48, metadata={"help": "Tokens the policy may sample per turn."})
+    context_window: int | None = field(default=None, metadata={
+        "help": "Prompt + completion tokens per episode (None: the model's max positions)."})
+    rollout_concurrency: int = field(default=16, metadata={"help": "Episodes in flight at once (their samples batch)."})
+    episode_timeout: float | None = field(default=None, metadata={"help": "Seconds an episode may run."})
+    store_path: str | None = field(default=None, metadata={
+        "help": "JSONL trajectory store (default: <output_dir>/trajectories.jsonl); every rollout is appended."})
+    time_budget_s: float | None = field(default=None, metadata={
+        "help": "Stop training after this many seconds (a checkpoint is saved at the stop)."})
+    report_rollout_metrics: bool = field(default=True, metadata={
+        "help": "Log success rate, env error rate and episode shape with the trainer's metrics."})
+
+
+def make_env_factory(env_id: str, env_kwargs: dict | None = None) -> Callable[[], object]:
+    """A zero-argument env factory for a registered id or a ``module:Class`` entry point."""
+    kwargs = dict(env_kwargs or {})
+    if ":" in env_id and "/" not in env_id.split(":")[0]:
+        module, _, name = env_id.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        return lambda: cls(**kwargs)
+    import gymnasium
+
+    import agentgym  # noqa: F401 - registers the built-in envs
+
+    return lambda: gymnasium.make(env_id, **kwargs)
+
+
+def make_agent(policy: HFPolicy, args) -> Agent:
+    sampling = SamplingParams(max_tokens=args.max_turn_tokens, temperature=args.temperature, top_p=args.top_p,
+                              top_k=args.top_k or 0)
+    return Agent(policy, AgentConfig(sampling=sampling, system_prompt=args.system_prompt,
+                                     context_window=args.context_window, max_turns=args.max_turns, mode="tokens"))
+
+
+def make_runner(agent: Agent, args, store: TrajectoryStore | None, job=None) -> Runner:
+    return Runner(agent, make_env_factory(args.env_id, args.env_kwargs),
+                  RunnerConfig(concurrency=args.rollout_concurrency, episode_timeout=args.episode_timeout,
+                               progress=False, store=store), job=job)
+
+
+def run_tasks(runner: Runner, tasks: Sequence[Task]) -> list[Record]:
+    """Run every task to its end (from synchronous trainer code) and return the records in task order."""
+    result = asyncio.run(runner.run(list(tasks)))
+    order = {(t.task_id, t.repeat, t.group): i for i, t in enumerate(tasks)}
+    return sorted(result.records, key=lambda r: order.get(
+        (r.task_id, r.metadata.get("repeat"), r.metadata.get("group")), len(order)))
+
+
+class TimeBudget(TrainerCallback):
+    """Stops training (and saves) once ``seconds`` of training have passed: runs are compared at equal wall time."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.started: float | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.started = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if time.monotonic() - self.started >= self.seconds:
+            control.should_training_stop = True
+            control.should_save = True
+        return control
+
+
+@dataclass
+class Row:
+    """One training sequence in TRL's layout (lists over the completion part), plus its turns for value targets."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    loss_mask: list[int]
+    sampling_logps: list[float]
+    advantages: list[float]
+    turn_starts: list[int]  # completion offset of each turn's first sampled token
+    turn_rewards: list[float]
+
+
+def trajectory_rows(trajectory: Trajectory, turn_advantages: Sequence[float],
+                    trainable: Sequence[bool] | None = None) -> list[Row]:
+    """The trajectory's training sequences as rows; turn ``i``'s tokens get ``turn_advantages[i]``.
+
+    ``trainable[i] = False`` keeps turn ``i`` as context without loss (a tree node already
+    trained through another path).
+    """
+    rows = []
+    for sequence in trajectory.sequences():
+        start = sequence.turn_spans[0][0]
+        completion = sequence.input_ids[start:]
+        mask = list(sequence.mask[start:])
+        advantages = [0.0] * len(completion)
+        for (lo, hi), turn in zip(sequence.turn_spans, sequence.turn_indices):
+            advantages[lo - start:hi - start] = [float(turn_advantages[turn])] * (hi - lo)
+            if trainable is not None and not trainable[turn]:
+                mask[lo - start:hi - start] = [0] * (hi - lo)
+        # Earlier completions inside the completion part that are context (after a fold) are already mask 0.
+        rows.append(Row(sequence.input_ids[:start], completion, mask, sequence.logprobs[start:], advantages,
+                        [lo - start for lo, _ in sequence.turn_spans],
+                        [trajectory.turns[i].reward for i in sequence.turn_indices]))
+    return rows
+
+
+def collate(rows: Sequence[Row], pad_id: int, device) -> dict[str, torch.Tensor]:
+    """Rows as padded tensors: prompts left-padded, completions right-padded (TRL's layout)."""
+    width_p = max(len(r.prompt_ids) for r in rows)
+    width_c = max(len(r.completion_ids) for r in rows)
+
+    def left(values, fill, dtype):
+        return torch.tensor([[fill] * (width_p - len(v)) + list(v) for v in values], dtype=dtype, device=device)
+
+    def right(values, fill, dtype):
+        return torch.tensor([list(v) + [fill] * (width_c - len(v)) for v in values], dtype=dtype, device=device)
+
+    return {
+        "prompt_ids": left([r.prompt_ids for r in rows], pad_id, torch.long),
+        "prompt_mask": left([[1] * len(r.prompt_ids) for r in rows], 0, torch.long),
+        "completion_ids": right([r.completion_ids for r in rows], pad_id, torch.long),
+        "completion_mask": right([[1] * len(r.completion_ids) for r in rows], 0, torch.long),
+        "tool_mask": right([r.loss_mask for r in rows], 0, torch.long),
+        "sampling_per_token_logps": right([r.sampling_logps for r in rows], 0.0, torch.float32),
+        "advantages": right([r.advantages for r in rows], 0.0, torch.float32),
+    }
+
+
+def pad_rows(rows: list[Row], multiple: int) -> list[Row]:
+    """Append loss-free copies of the last row until ``len(rows)`` is a multiple of ``multiple``.
+
+    TRL splits a generation batch into ``steps_per_generation`` equal slices and drops a
+    remainder; trees give a varying number of sequences, so the batch is padded instead.
+    """
+    while len(rows) % multiple:
+        last = rows[-1]
+        rows.append(Row(last.prompt_ids, last.completion_ids, [0] * len(last.loss_mask), last.sampling_logps,
+                        [0.0] * len(last.advantages), [], []))
+    return rows
+
+
+def record_metrics(records: Sequence[Record]) -> dict[str, float]:
+    """Success rate, env error rate and episode shape of finished rollouts (trees counted by their leaves)."""
+    paths = [p for r in records for p in ([r] if isinstance(r, Trajectory) else r.paths())]
+    trees = [r for r in records if isinstance(r, RolloutTree)]
+    metrics = {
+        "rollout/success_rate": _mean([p.success for p in paths]),
+        "rollout/reward": _mean([p.reward for p in paths]),
+        "rollout/env_error_rate": _mean([p.error is not None for p in paths]),
+        "rollout/turns": _mean([len(p.turns) for p in paths]),
+        "rollout/env_steps": float(sum(r.num_env_steps for r in records)),
+    }
+    if trees:
+        from agentgym.rollout.tree_values import prefix_sharing_saving
+
+        metrics.update({
+            "tree/leaves": _mean([len(t.leaves) for t in trees]),
+            "tree/nodes": _mean([len(t.nodes) for t in trees]),
+            "tree/depth": _mean([max(len(t.path(leaf.id)) for leaf in t.leaves) for t in trees if t.nodes]),
+            "tree/branch_points": _mean([sum(n.branched for n in t.nodes) for t in trees]),
+            "tree/prefix_sharing_saving": _mean([prefix_sharing_saving(t) for t in trees]),
+        })
+    return metrics
+
+
+def _mean(values: Sequence[float]) -> float:
+    return math.fsum(values) / len(values) if values else math.nan

@@ -1,0 +1,64 @@
+"""SAOConfig: TRL's GRPOConfig plus the value-model, clipping, staleness and producer settings of SAOTrainer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from agentgym.trainers.rollouts import RolloutArguments
+
+__all__ = ["SAOConfig"]
+
+VALUE_BASELINES = ("trajectory", "gae")
+
+
+@dataclass
+class SAOConfig(GRPOConfig, RolloutArguments):
+    """Configuration for :class:`~agentgym.trainers.sao.SAOTrainer`.
+
+    From GRPOConfig: ``epsilon`` and ``epsilon_high`` are the strict clipping bounds
+    ``[1 − epsilon, 1 + epsilon_high]``; ``per_device_train_batch_size`` is the number of
+    trajectories per step on each process; ``temperature``/``top_p``/``top_k`` are the producer's
+    sampling settings; optimizer, schedule, logging and saving options apply as usual. GRPO's group
+    options (``loss_type``, ``scale_rewards``, ``beta``, ...) are not used: SAO has no groups.
+    ``num_generations`` stays at GRPOConfig's minimum of 2 only because GRPOConfig checks it; SAO
+    samples one rollout per task whatever it says (keep the global batch even).
+    """
+
+    value_model: str = field(default="head", metadata={
+        "help": "'head': a linear value head on the policy's last hidden state; or a model directory: a separate "
+                "small model with a linear head."})
+    value_baseline: str = field(default="gae", metadata={
+        "help": f"One of {VALUE_BASELINES}: 'trajectory' (A = R − V(s₀) for every turn) or 'gae' (per-turn GAE)."})
+    gamma: float = field(default=1.0, metadata={"help": "Per-turn discount."})
+    gae_lambda: float = field(default=0.95, metadata={"help": "GAE λ (1.0: Monte Carlo returns)."})
+    value_loss_coef: float = field(default=0.5, metadata={"help": "Weight of the value loss."})
+    max_staleness: int = field(default=4, metadata={
+        "help": "Samples whose oldest turn is more than this many policy versions behind the learner are dropped."})
+    sync_every: int = field(default=1, metadata={"help": "Copy the learner's weights to the producer every k steps."})
+    producer_queue_size: int = field(default=64, metadata={
+        "help": "Finished trajectories waiting for the learner (the producer blocks when it is full)."})
+    log_kl_to_start: bool = field(default=True, metadata={
+        "help": "Log KL(policy ‖ initial policy) on the trained tokens (one extra forward per step)."})
+    bf16: bool | None = field(default=None, metadata={"help": "bfloat16 mixed precision (default: on with CUDA)."})
+    activation_checkpointing: bool | None = field(default=False, metadata={"help": "Trade compute for memory."})
+    logging_steps: float = field(default=1, metadata={"help": "Log every X update steps."})
+    report_to: str | list[str] = field(default="tensorboard", metadata={"help": "Where to report metrics."})
+    ddp_find_unused_parameters: bool | None = field(default=False, metadata={
+        "help": "Kept False: the value model is used outside the policy's forward, which DDP's unused-parameter "
+                "search would count as unused and then see its gradient arrive a second time."})
+    num_generations: int = field(default=2, metadata={"help": "Not used by SAO (see the class docstring)."})
+
+    def __post_init__(self):
+        import torch
+
+        if self.bf16 is None:
+            self.bf16 = torch.cuda.is_available()
+        if self.value_baseline not in VALUE_BASELINES:
+            raise ValueError(f"value_baseline must be one of {VALUE_BASELINES}, got {self.value_baseline!r}")
+        if self.max_staleness < 0 or self.sync_every < 1 or self.producer_queue_size < 1:
+            raise ValueError("max_staleness must be >= 0, sync_every and producer_queue_size >= 1")
+        super().__post_init__()
+        if self.epsilon_high is None:
+            self.epsilon_high = self.epsilon

@@ -1,0 +1,324 @@
+"""TreeGRPOTrainer: TRL's GRPOTrainer fed by agentgym rollouts — multi-turn, token-exact, env tokens masked, per-turn tree advantages.
+
+TRL's hook ``_generate_and_score_completions`` is replaced: for each task (one dataset row) the
+rollout engine runs, on this process, either a turn-level tree (``tree=True``:
+:class:`~agentgym.rollout.tree.TreeRollout` with ``num_generations`` roots and the configured
+strategy) or ``num_generations`` linear episodes (``tree=False``), through the
+:class:`~agentgym.rollout.runner.Runner` (bounded concurrency, retries, every record appended to
+the trajectory store). The policy is the model being trained, wrapped in-process by
+:class:`~agentgym.rollout.hf_policy.HFPolicy` (its version = the optimizer steps taken).
+
+Every root-to-leaf path becomes a training sequence in TRL's layout
+(:mod:`agentgym.trainers.rollouts`): env tokens get ``tool_mask`` 0, and each turn's tokens carry
+that turn's advantage, a (B, T) tensor. Trees use the per-turn estimator of
+:mod:`agentgym.trainers.advantages` (hierarchical node values, leave-one-out sibling baseline);
+a node shared by several paths gets loss in exactly one of them, so a shared prefix is not
+counted once per leaf. Linear episodes use the group baseline. TRL's ``_compute_loss`` is kept as
+it is, so every loss type and clipping option of GRPOConfig applies unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+import torch
+from trl import GRPOTrainer
+from trl.models import unwrap_model_for_generation
+from trl.trainer.utils import RepeatSampler
+
+from agentgym.rollout.hf_policy import HFPolicy
+from agentgym.rollout.runner import Task
+from agentgym.rollout.store import TrajectoryStore
+from agentgym.rollout.tree import SuccessPredictor, TreeConfig, TreeRollout
+from agentgym.rollout.trajectory import RolloutTree, Trajectory
+from agentgym.trainers.advantages import group_advantages, tree_turn_advantages
+from agentgym.trainers.rollouts import (Row, TimeBudget, collate, make_agent, make_runner, pad_rows, record_metrics, run_tasks,
+                                        trajectory_rows)
+from agentgym.trainers.tree_grpo_config import TreeGRPOConfig
+
+__all__ = ["TreeGRPOTrainer", "env_reward", "task_dataset", "tree_training_paths"]
+
+STATE_FILE = "agentgym_state-rank{rank}.json"
+
+
+def env_reward(prompts, completions, **kwargs):
+    """The reward is the env's (our rollouts compute it); GRPOTrainer's constructor needs a reward source named."""
+    raise RuntimeError("agentgym trainers take rewards from the env; this reward function is never called")
+
+
+def task_dataset(task_ids):
+    """A dataset with one row per task (``prompt`` = the task id), the trainers' ``train_dataset``."""
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": list(task_ids)})
+
+
+class _AgentgymTrainerMixin:
+    """What both trainers add to GRPOTrainer: the in-process policy, the store, one row per task, rollout state in checkpoints."""
+
+    def _setup_rollouts(self) -> None:
+        args = self.args
+        rank = self.accelerator.process_index
+        path = args.store_path or os.path.join(args.output_dir, "trajectories.jsonl")
+        if rank:  # one file per process: appends from several processes must not interleave
+            root, ext = os.path.splitext(path)
+            path = f"{root}-rank{rank}{ext}"
+        self.store = TrajectoryStore(path)
+        self.store_position = sum(1 for _ in self.store)  # records already there (a resumed run) are not ours to train
+        self.rollout_model = self.accelerator.unwrap_model(self.model)
+        if args.time_budget_s:
+            self.add_callback(TimeBudget(args.time_budget_s))
+
+    def _make_policy(self, model) -> HFPolicy:
+        return HFPolicy.from_model(model, self.processing_class, max_batch_size=self.args.rollout_concurrency,
+                                   name="learner")
+
+    def _get_train_sampler(self, dataset=None):
+        # One row per task: a task's whole group (episodes or tree) is grown on one process, so its
+        # advantages need no cross-process gather.
+        return RepeatSampler(data_source=dataset if dataset is not None else self.train_dataset, mini_repeat_count=1,
+                             batch_size=self.args.generation_batch_size,
+                             repeat_count=self.num_iterations * self.args.steps_per_generation,
+                             shuffle=self.shuffle_dataset, seed=self.args.seed)
+
+    def _rollout_state(self) -> dict:
+        return {"store_path": str(self.store.path), "store_position": self.store_position}
+
+    def _restore_rollout_state(self, state: dict) -> None:
+        self.store_position = state["store_position"]
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        # Written last: its presence marks a complete checkpoint (agentgym.train resumes only from those).
+        folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, STATE_FILE.format(rank=self.accelerator.process_index))
+        with open(path + ".tmp", "w") as file:
+            json.dump(self._rollout_state(), file)
+        os.replace(path + ".tmp", path)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None:
+            path = os.path.join(checkpoint, STATE_FILE.format(rank=self.accelerator.process_index))
+            if os.path.exists(path):
+                with open(path) as file:
+                    self._restore_rollout_state(json.load(file))
+
+    def _log_metrics(self, mode: str, metrics: dict[str, float]) -> None:
+        # Averaged over processes so every rank logs the same numbers.
+        names = sorted(metrics)
+        values = torch.tensor([metrics[n] for n in names], dtype=torch.float64, device=self.accelerator.device)
+        gathered = self.accelerator.gather(values[None]).view(-1, len(names))
+        for i, name in enumerate(names):
+            column = gathered[:, i]
+            column = column[~torch.isnan(column)]
+            if len(column):
+                self._metrics[mode][name].append(column.mean().item())
+
+
+class TreeGRPOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
+    """GRPO on agentgym envs with turn-level tree rollouts (see the module docstring).
+
+    Args:
+        model: a model path or a causal LM (as for GRPOTrainer).
+        args: a :class:`TreeGRPOConfig`.
+        train_dataset: one row per task, ``prompt`` = task id (:func:`task_dataset`); by default the
+            config's ``train_tasks`` or every task the env lists.
+        processing_class: the tokenizer (its chat template must be prefix-preserving).
+        callbacks, optimizers, peft_config: as for GRPOTrainer.
+    """
+
+    _tag_names = ["trl", "grpo", "agentgym", "tree-grpo"]
+    _name = "TreeGRPO"
+
+    def __init__(self, model, args: TreeGRPOConfig, train_dataset=None, processing_class=None, callbacks=None,
+                 optimizers=(None, None), peft_config=None):
+        if train_dataset is None:
+            train_dataset = task_dataset(default_tasks(args))
+        super().__init__(model, reward_funcs=env_reward, args=args, train_dataset=train_dataset,
+                         processing_class=processing_class, callbacks=callbacks, optimizers=optimizers,
+                         peft_config=peft_config)
+        self._setup_rollouts()
+        self.policy = self._make_policy(self.rollout_model)
+        self.agent = make_agent(self.policy, args)
+        self.predictor = SuccessPredictor() if args.tree and args.tree_strategy == "contrast" else None
+        self.tree_config = TreeConfig(
+            strategy=args.tree_strategy, roots=args.num_generations, max_leaves=args.tree_max_leaves,
+            max_env_steps=args.tree_max_env_steps, branch_every=args.tree_branch_every, branches=args.tree_branches,
+            max_resample=args.tree_max_resample, concurrency=args.rollout_concurrency) if args.tree else None
+        self.env_steps = 0  # on this process, for the env-steps-to-success comparison of trees vs. linear
+
+    # ------------------------------------------------------------------ rollouts
+    def _tree_job(self, agent, env, task: Task):
+        return TreeRollout(agent, self.tree_config, self.predictor).run(env, task.task_id, task.seed)
+
+    def _rollouts(self, task_ids: list[str]) -> list:
+        step = self.state.global_step
+        if self.args.tree:
+            tasks = [Task(t, group=f"{step}:{i}") for i, t in enumerate(task_ids)]
+        else:
+            tasks = [Task(t, repeat=j, group=f"{step}:{i}") for i, t in enumerate(task_ids)
+                     for j in range(self.args.num_generations)]
+        self.policy.update_weights(self.policy.model, version=step)  # same weights object: only the version moves
+        was_training = self.rollout_model.training
+        self.rollout_model.eval()
+        started = time.perf_counter()
+        try:
+            # Gathers ZeRO-3 shards for the duration of the rollouts (a no-op for DDP and one process).
+            with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
+                                             gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs):
+                records = run_tasks(make_runner(self.agent, self.args, self.store,
+                                                job=self._tree_job if self.args.tree else None), tasks)
+        finally:
+            self.rollout_model.train(was_training)
+        self.rollout_seconds = time.perf_counter() - started  # the learner is idle meanwhile (synchronous pipeline)
+        self.store_position += len(records)
+        self.env_steps += sum(r.num_env_steps for r in records)
+        return records
+
+    def _rows(self, records: list) -> tuple[list[Row], dict[str, float]]:
+        """Training rows and advantage statistics; groups are trees (tree mode) or a task's episodes."""
+        groups: list[tuple[list[Trajectory], list[list[float]], list[list[bool]], list[float]]] = []
+        if self.args.tree:
+            for tree in records:
+                groups.append(tree_training_paths(tree, self.args.advantage_baseline))
+        else:
+            by_group: dict[str, list[Trajectory]] = {}
+            for trajectory in records:
+                if trajectory.error is None and trajectory.turns:
+                    by_group.setdefault(trajectory.metadata["group"], []).append(trajectory)
+            members = [t for ts in by_group.values() for t in ts]
+            if members:
+                advantages = group_advantages([t.reward for t in members], [t.metadata["group"] for t in members],
+                                              self.args.advantage_baseline, self.args.advantage_scale)
+                it = iter(advantages)
+                for trajectories in by_group.values():
+                    adv = [next(it) for _ in trajectories]
+                    groups.append((trajectories, [[a] * len(t.turns) for a, t in zip(adv, trajectories)],
+                                   [[True] * len(t.turns) for t in trajectories], [t.reward for t in trajectories]))
+        if self.args.tree and self.args.advantage_scale == "batch":
+            outcomes = [r for g in groups for r in g[3]]
+            std = _std(outcomes)
+            groups = [(ts, [[a / (std + 1e-4) for a in adv] for adv in advs], tr, out) for ts, advs, tr, out in groups]
+        informative = [g for g in groups if len(set(g[3])) > 1]
+        kept = informative if self.args.drop_zero_variance_groups and informative else groups
+        rows = [row for trajectories, advs, trainable, _ in kept
+                for t, adv, train in zip(trajectories, advs, trainable) for row in trajectory_rows(t, adv, train)]
+        if not rows:
+            raise RuntimeError("no usable rollouts in this batch: every episode failed (see the trajectory store)")
+        token_advantages = [a for row in rows for a, m in zip(row.advantages, row.loss_mask) if m]
+        stats = {"groups/zero_variance_frac": 1.0 - len(informative) / len(groups) if groups else math.nan,
+                 "groups/kept": float(len(kept)),
+                 "advantage/abs_mean": sum(abs(a) for a in token_advantages) / max(1, len(token_advantages))}
+        return rows, stats
+
+    # ------------------------------------------------------------------ TRL's hook
+    def _generate_and_score_completions(self, inputs):
+        mode = "train" if self.model.training else "eval"
+        records = self._rollouts([x["prompt"] for x in inputs])
+        rows, stats = self._rows(records)
+        rows = pad_rows(rows, self.args.steps_per_generation if mode == "train" else 1)
+        batch = collate(rows, self._tokenizer.pad_token_id, self.accelerator.device)
+        loss_mask = batch["completion_mask"] * batch["tool_mask"]
+        batch["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+        self._add_reference_logps(batch, mode)
+        rollout = record_metrics(records)
+        metrics = {**stats, "reward": rollout["rollout/reward"]}
+        if self.args.report_rollout_metrics:
+            metrics.update(rollout, **{"rollout/env_steps_total": float(self.env_steps),
+                                       "rollout/time_s": self.rollout_seconds,
+                                       "policy_version": float(self.policy.version)})
+        self._log_metrics(mode, metrics)
+        return batch
+
+    def _add_reference_logps(self, batch: dict, mode: str) -> None:
+        """Add ``old_per_token_logps`` (generation and optimisation steps misaligned) and ``ref_per_token_logps`` (beta ≠ 0), as TRL does."""
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        need_old = self.args.gradient_accumulation_steps % generate_every != 0
+        if not need_old and self.beta == 0.0:
+            return
+        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        keep = batch["completion_ids"].size(1)
+        size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
+        with torch.no_grad():
+            if need_old:
+                batch["old_per_token_logps"] = self._get_per_token_logps_and_entropies(
+                    self.model, input_ids, attention_mask, keep, batch_size=size)[0]
+            if self.beta != 0.0:
+                reference = self.ref_model if self.ref_model is not None else self.model
+                batch["ref_per_token_logps"] = self._get_per_token_logps_and_entropies(
+                    reference, input_ids, attention_mask, keep, batch_size=size)[0]
+
+    def _rollout_state(self) -> dict:
+        state = {**super()._rollout_state(), "env_steps": self.env_steps}
+        if self.predictor is not None:
+            state["predictor"] = {"weights": self.predictor.weights.tolist(), "updates": self.predictor.updates,
+                                  "successes": self.predictor.successes}
+        return state
+
+    def _restore_rollout_state(self, state: dict) -> None:
+        super()._restore_rollout_state(state)
+        self.env_steps = state.get("env_steps", 0)
+        if self.predictor is not None and "predictor" in state:
+            import numpy as np
+
+            self.predictor.weights = np.array(state["predictor"]["weights"])
+            self.predictor.updates = state["predictor"]["updates"]
+            self.predictor.successes = state["predictor"]["successes"]
+
+
+def default_tasks(args) -> list[str]:
+    """The config's ``train_tasks``, or every task a probe env lists."""
+    if args.train_tasks:
+        return list(args.train_tasks)
+    from agentgym.trainers.rollouts import make_env_factory
+
+    env = make_env_factory(args.env_id, args.env_kwargs)()
+    try:
+        return list(env.task_ids())
+    finally:
+        env.close()
+
+
+def tree_training_paths(tree: RolloutTree, baseline: str = "mean"):
+    """A tree as training data: its paths, the per-turn advantages along each, which turns get loss, the usable outcomes.
+
+    Leaves with an error (a budget cut, a broken env) have no outcome; nodes with no usable leaf
+    below get no loss. Every other node gets loss on exactly one path (the first leaf below it),
+    so a shared prefix is trained once, not once per leaf.
+    """
+    usable = {leaf.id: tree.leaf_reward(leaf.id) for leaf in tree.leaves if leaf.id not in tree.leaf_errors}
+    advantages = tree_turn_advantages([n.parent for n in tree.nodes], usable, baseline)
+    has_outcome = _has_usable_leaf(tree, usable)
+    trained: set[int] = set()
+    paths, path_advantages, path_trainable = [], [], []
+    for trajectory in tree.paths():
+        nodes = tree.path(trajectory.metadata["leaf"])
+        trainable = [has_outcome[n.id] and n.id not in trained for n in nodes]
+        trained.update(n.id for n, t in zip(nodes, trainable) if t)
+        if any(trainable):
+            paths.append(trajectory)
+            path_advantages.append([advantages[n.id] for n in nodes])
+            path_trainable.append(trainable)
+    return paths, path_advantages, path_trainable, list(usable.values())
+
+
+def _has_usable_leaf(tree: RolloutTree, usable: dict[int, float]) -> list[bool]:
+    has = [False] * len(tree.nodes)
+    for node in reversed(tree.nodes):
+        has[node.id] = has[node.id] or node.id in usable
+        if node.parent is not None and has[node.id]:
+            has[node.parent] = True
+    return has
+
+
+def _std(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))

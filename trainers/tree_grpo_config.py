@@ -1,0 +1,68 @@
+"""TreeGRPOConfig: TRL's GRPOConfig plus the rollout, tree and advantage settings of TreeGRPOTrainer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from agentgym.rollout.tree import STRATEGIES
+from agentgym.trainers.advantages import BASELINES, SCALES
+from agentgym.trainers.rollouts import RolloutArguments
+
+__all__ = ["TreeGRPOConfig"]
+
+
+@dataclass
+class TreeGRPOConfig(GRPOConfig, RolloutArguments):
+    """Configuration for :class:`~agentgym.trainers.tree_grpo.TreeGRPOTrainer`.
+
+    Everything of :class:`trl.GRPOConfig` applies (loss types, ``epsilon``/``epsilon_high``/``delta``
+    clipping, ``beta``, ``importance_sampling_level``, ``off_policy_mask_threshold``,
+    ``top_entropy_quantile``, ...) with two changes of meaning: each dataset row is one task (its
+    group is grown on one process), and ``num_generations`` is the group: the linear episodes per
+    task with ``tree=False``, the roots of the task's tree with ``tree=True`` (GRPOConfig still
+    checks that ``per_device_train_batch_size × processes × steps_per_generation`` is divisible by
+    it). ``temperature``,
+    ``top_p`` and ``top_k`` are the agent's sampling settings; ``max_turn_tokens`` bounds a turn.
+    ``bf16`` defaults to on only where CUDA is available.
+    """
+
+    tree: bool = field(default=True, metadata={
+        "help": "Grow a turn-level tree per task (per-turn advantages); False: linear episodes, group baseline."})
+    tree_strategy: str = field(default="uniform", metadata={"help": f"Tree allocation: one of {STRATEGIES}."})
+    tree_max_leaves: int | None = field(default=8, metadata={"help": "Leaves per tree."})
+    tree_max_env_steps: int | None = field(default=None, metadata={"help": "Env steps (nodes) per tree."})
+    tree_branch_every: int = field(default=1, metadata={"help": "uniform: branch after every k-th turn."})
+    tree_branches: int = field(default=2, metadata={"help": "uniform: continuations per branch point."})
+    tree_max_resample: int = field(default=0, metadata={
+        "help": "Resamples to make siblings differ. 0 keeps siblings independent draws (unbiased advantages)."})
+    advantage_baseline: str = field(default="mean", metadata={
+        "help": f"Baseline: one of {BASELINES} (median: MC-GRPO's robust baseline)."})
+    advantage_scale: str | None = field(default=None, metadata={
+        "help": f"Divide advantages by a std: one of {SCALES}. Default: 'group' for linear episodes (GRPO), "
+                "'none' for trees (a per-group std biases per-turn advantages; 'batch' only rescales)."})
+    drop_zero_variance_groups: bool = field(default=False, metadata={
+        "help": "Leave out tasks whose usable outcomes are all equal (no signal); kept if that would leave none."})
+    bf16: bool | None = field(default=None, metadata={"help": "bfloat16 mixed precision (default: on with CUDA)."})
+    activation_checkpointing: bool | None = field(default=False, metadata={"help": "Trade compute for memory."})
+    logging_steps: float = field(default=1, metadata={"help": "Log every X update steps."})
+    report_to: str | list[str] = field(default="tensorboard", metadata={"help": "Where to report metrics."})
+
+    def __post_init__(self):
+        import torch
+
+        if self.bf16 is None:
+            self.bf16 = torch.cuda.is_available()
+        if self.tree_strategy not in STRATEGIES:
+            raise ValueError(f"tree_strategy must be one of {STRATEGIES}, got {self.tree_strategy!r}")
+        if self.advantage_baseline not in BASELINES:
+            raise ValueError(f"advantage_baseline must be one of {BASELINES}, got {self.advantage_baseline!r}")
+        if self.advantage_scale is None:
+            self.advantage_scale = "none" if self.tree else "group"
+        if self.advantage_scale not in SCALES:
+            raise ValueError(f"advantage_scale must be one of {SCALES}, got {self.advantage_scale!r}")
+        if self.tree and self.advantage_scale == "group":
+            raise ValueError("advantage_scale='group' is the biased per-turn normalisation; use 'none' or 'batch' "
+                             "with tree=True (see agentgym.trainers.advantages)")
+        super().__post_init__()

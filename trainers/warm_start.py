@@ -1,0 +1,103 @@
+"""Warm starts and quick checks for RL runs: SFT on scripted demonstrations (TRL's SFTTrainer) and held-out success of a model.
+
+Demonstrations go through the real agent loop in token mode, so the SFT sequences are exactly
+the ones RL will see (same chat template, same env tokens); only the policy's tokens are
+trained (``assistant_masks`` = the env-token mask).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+from typing import Callable, Sequence
+
+from agentgym.rollout.agent import Agent, AgentConfig
+from agentgym.rollout.chat import ChatFormat
+from agentgym.rollout.hf_policy import HFPolicy
+from agentgym.rollout.policy import Completion, Policy, SamplingParams
+from agentgym.rollout.runner import Runner, RunnerConfig, Task
+from agentgym.rollout.trajectory import Trajectory
+
+__all__ = ["ScriptedPolicy", "demonstration_dataset", "demonstrations", "sft_warm_start", "success_rate"]
+
+
+class ScriptedPolicy(Policy):
+    """Replies with given texts in order (ended with the stop token): a demonstrator in token mode."""
+
+    name = "scripted"
+
+    def __init__(self, chat_format: ChatFormat, replies: Sequence[str]):
+        self.chat_format = chat_format
+        self.replies = list(replies)
+
+    async def generate(self, prompt_ids, sampling: SamplingParams) -> Completion:
+        text = self.replies.pop(0) if self.replies else ""
+        ids = self.chat_format.encode(text) + [self.chat_format.eos_token_id]
+        return Completion(text=text, token_ids=ids, logprobs=[0.0] * len(ids), policy_version=self.version)
+
+
+def demonstrations(env_factory: Callable[[], object], task_ids: Sequence[str], replies_for: Callable[[str], list[str]],
+                   tokenizer, agent_config: AgentConfig) -> list[Trajectory]:
+    """One scripted episode per task, run through the agent loop exactly as RL episodes are."""
+    chat_format = ChatFormat(tokenizer)
+
+    async def run() -> list[Trajectory]:
+        trajectories = []
+        for task_id in task_ids:
+            env = env_factory()
+            try:
+                agent = Agent(ScriptedPolicy(chat_format, replies_for(task_id)), agent_config)
+                trajectories.append(await agent.run(env, task_id))
+            finally:
+                await env.aclose()
+        return trajectories
+
+    return asyncio.run(run())
+
+
+def demonstration_dataset(trajectories: Sequence[Trajectory]):
+    """SFT rows (``input_ids``, ``assistant_masks``) from the successful demonstrations' training sequences."""
+    from datasets import Dataset
+
+    rows = [sequence for t in trajectories if t.success for sequence in t.sequences()]
+    return Dataset.from_dict({"input_ids": [s.input_ids for s in rows], "assistant_masks": [s.mask for s in rows]})
+
+
+def sft_warm_start(model_path: str | Path, dataset, output_dir: str | Path, *, epochs: float = 3.0,
+                   learning_rate: float = 1e-3, batch_size: int = 8, seed: int = 0) -> Path:
+    """Fine-tune ``model_path`` on ``dataset`` with TRL's SFTTrainer; the model and tokenizer are saved to ``output_dir``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(model_path, local_files_only=True, dtype=torch.float32)
+    args = SFTConfig(output_dir=str(output_dir), num_train_epochs=epochs, learning_rate=learning_rate,
+                     per_device_train_batch_size=batch_size, seed=seed, bf16=torch.cuda.is_available(),
+                     activation_checkpointing=False, logging_steps=10, save_strategy="no", report_to="none",
+                     lr_scheduler_type="cosine", warmup_steps=10, max_length=None)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+    trainer.train()
+    trainer.save_model(str(output_dir))
+    tokenizer.save_pretrained(str(output_dir))
+    return Path(output_dir)
+
+
+def success_rate(model, env_factory: Callable[[], object], task_ids: Sequence[str], agent_config: AgentConfig,
+                 concurrency: int = 16) -> float:
+    """The fraction of ``task_ids`` solved by ``model`` (a directory or an :class:`HFPolicy`) with ``agent_config``'s sampling."""
+
+    async def run() -> float:
+        policy = model if isinstance(model, HFPolicy) else HFPolicy(model, device="cpu",
+                                                                      max_batch_size=concurrency)
+        try:
+            runner = Runner(Agent(policy, agent_config), env_factory, RunnerConfig(concurrency=concurrency,
+                                                                                    progress=False))
+            result = await runner.run([Task(t) for t in task_ids])
+        finally:
+            if policy is not model:
+                await policy.aclose()
+        return math.fsum(r.success for r in result.records) / len(task_ids)
+
+    return asyncio.run(run())

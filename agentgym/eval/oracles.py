@@ -2,6 +2,7 @@
 
 * HumanEval: write the canonical solution into ``solution.py``, import it once, submit.
 * RepoFix: apply the gold patch with ``git apply``, run the visible tests, submit.
+* desktop (GUI) tasks: play the task's scripted actions, one per turn.
 * web apps: play the task's scripted reference solution, reading element ids from the latest
   observation (see :mod:`agentgym.envs.web.tasks`).
 * BFCL multi-turn: per user turn, one reply with that turn's ground-truth calls, then a text
@@ -197,7 +198,7 @@ class NonsensePolicy(Policy):
 
 
 def oracle_for(env_id: str, env_kwargs: dict) -> OraclePolicy:
-    """The oracle of one registered env (HumanEval, RepoFix, BFCL multi-turn, and the web apps ``agentgym/web.*-v0``)."""
+    """The oracle of one registered env (HumanEval, RepoFix, BFCL multi-turn, the desktop, and the web apps ``agentgym/web.*-v0``)."""
     name = env_id.removeprefix("agentgym/")
     if name == "HumanEval-v0":
         return CodeOracle(humaneval_reference)
@@ -209,6 +210,12 @@ def oracle_for(env_id: str, env_kwargs: dict) -> OraclePolicy:
         tasks = {t["instance_id"]: t for t in (load_swebench_instances(instances) if instances
                                                else repofix_gen.load_tasks())}
         return CodeOracle(lambda task_id: repofix_reference(tasks[task_id]))
+    if name == "Desktop-v0":
+        from agentgym.actions import parse_action
+        from agentgym.envs.gui.actions import TOOLS
+        from agentgym.envs.gui.tasks import TASKS
+
+        return CodeOracle(lambda task_id: [parse_action(action, TOOLS).calls for action in TASKS[task_id].solution])
     if name.startswith("web.") and name.removeprefix("web.").removesuffix("-v0") in ("shop", "mail", "wiki"):
         import gymnasium
 

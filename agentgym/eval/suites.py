@@ -3,7 +3,7 @@
 Built-in suites: ``humaneval``, ``repofix``, ``bfcl-base``, ``bfcl-miss_func``,
 ``bfcl-miss_param``, ``bfcl-long_context`` and ``bfcl`` (the four BFCL categories), ``web-shop``,
 ``web-mail`` and ``web-wiki`` (the self-hosted web apps, reported per task template) and
-``miniwob`` (every MiniWoB++ task, one env each). A custom suite
+``miniwob`` (every MiniWoB++ task, one env each) and ``gui`` (the desktop tasks, reported per app). A custom suite
 is a JSONL or YAML file listing tasks, one mapping each::
 
     {"env": "agentgym/HumanEval-v0", "task_id": "HumanEval/0", "category": "easy"}
@@ -24,7 +24,7 @@ __all__ = ["BUILTIN_SUITES", "Suite", "SuiteTask", "load_suite"]
 BFCL_CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
 WEB_APPS = ("shop", "mail", "wiki")
 BUILTIN_SUITES = ("humaneval", "repofix", *(f"bfcl-{c}" for c in BFCL_CATEGORIES), "bfcl",
-                  *(f"web-{app}" for app in WEB_APPS), "miniwob")
+                  *(f"web-{app}" for app in WEB_APPS), "miniwob", "gui")
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,10 @@ def _builtin(name: str) -> Suite:
         from agentgym.envs.web.miniwob import miniwob_tasks
 
         return Suite(name, tuple(SuiteTask(f"agentgym/miniwob.{task}-v0", task, task) for task in miniwob_tasks()))
+    if name == "gui":
+        from agentgym.envs.gui.tasks import TASKS
+
+        return Suite(name, tuple(SuiteTask("agentgym/Desktop-v0", task.id, task.app.name) for task in TASKS.values()))
     if name == "bfcl":
         return Suite(name, tuple(t for c in BFCL_CATEGORIES for t in _bfcl_tasks(c)))
     return Suite(name, tuple(_bfcl_tasks(name.removeprefix("bfcl-"))))

@@ -153,6 +153,7 @@ class BrowserSession:
         self.crashed: str | None = None
         self.closed = False
         self._spare: Any = None  # the blank tab recycle() left for the next new_page()
+        self.recycled = 0
         context.on("page", self._adopt_and_focus)
 
     # -------------------------------------------------------------- tabs
@@ -215,6 +216,7 @@ class BrowserSession:
             await cdp.detach()
         self.blocked.clear()
         self._spare = page
+        self.recycled += 1
 
     def allows(self, url: str) -> bool:
         scheme = urlsplit(url).scheme.lower()

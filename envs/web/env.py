@@ -43,6 +43,9 @@ from agentgym.envs.web.observation import (CAPTURE_DOM_JS, OBSERVE_JS, RESTORE_D
 __all__ = ["WebEnv", "Verdict"]
 
 _OBSERVE_ATTEMPTS = 5
+# A recycled context keeps its renderer, whose memory grows with the pages it has seen (about
+# 1 GB after hundreds of episodes); a fresh one now and then bounds it.
+_MAX_RECYCLES = 50
 
 
 @dataclass
@@ -203,8 +206,8 @@ class WebEnv(AgentEnv):
     async def _start_fresh(self, task_id: str) -> None:
         self._prepare_task(task_id)
         session = self._session
-        if session is not None and not session.crashed and session.allowed_origins == {
-                origin_of(origin) for origin in self._origins()}:
+        if (session is not None and not session.crashed and session.recycled < _MAX_RECYCLES
+                and session.allowed_origins == {origin_of(origin) for origin in self._origins()}):
             await session.recycle()  # a fresh context would cost a renderer process start
         else:
             await self._close_session()

@@ -175,31 +175,36 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--episodes", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=30, help="steps per env in the throughput runs")
+    parser.add_argument("--parts", default="latency,fork,throughput,memory,leaks",
+                        help="comma-separated subset of the measurements to run")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
 
-    results: dict = {"app": args.app, "latency_ms": latencies(args.app, args.repeats)}
-    results["fork_vs_replay_turn10"] = fork_vs_replay(args.app, max(5, args.repeats // 3))
-    results["steps_per_s"] = {n: throughput(args.app, n, args.steps) for n in (1, 4, 8)}
-    results["memory_per_env_mb"] = memory_per_env(args.app)
-    results["leaks"] = leaks(args.app, args.episodes)
-
-    print(f"Web env on '{args.app}' (Chromium {BrowserHost.shared().executable})\n")
-    print("| operation | p50 ms | p95 ms |\n|---|---:|---:|")
-    for name, (p50, p95) in results["latency_ms"].items():
-        print(f"| {name} | {p50:.1f} | {p95:.1f} |")
-    fvr = results["fork_vs_replay_turn10"]
-    print(f"\nfork at turn 10: {fvr['fork_p50_ms']:.0f} ms (restored {fvr['restored']}, replayed {fvr['replayed']}); "
-          f"replay from reset: {fvr['replay_p50_ms']:.0f} ms; replay/fork = {fvr['ratio']:.1f}x")
-    rates = results["steps_per_s"]
-    print("\n| concurrent envs | steps/s | vs 1 env |\n|---:|---:|---:|")
-    for n, rate in rates.items():
-        print(f"| {n} | {rate:.1f} | {rate / rates[1]:.2f}x |")
-    memory = results["memory_per_env_mb"]
-    print(f"\nmemory per env: Chromium {memory['chromium_mb']:.1f} MB PSS, Python {memory['python_mb']:.1f} MB")
-    leak = results["leaks"]
-    print(f"leaks after {leak['episodes']} episodes ({leak['seconds']:.0f} s): contexts {leak['contexts_before']} -> "
-          f"{leak['contexts_after']}, Chromium processes {leak['chromium_processes_before']} -> "
-          f"{leak['chromium_processes_after']}")
+    results: dict = {"app": args.app, "load_average_at_start": os.getloadavg()}
+    print(f"Web env on '{args.app}' (Chromium {BrowserHost.shared().executable}); "
+          f"load average at start {os.getloadavg()[0]:.1f}\n")
+    if "latency" in parts:
+        results["latency_ms"] = latencies(args.app, args.repeats)
+        print("| operation | p50 ms | p95 ms |\n|---|---:|---:|")
+        for name, (p50, p95) in results["latency_ms"].items():
+            print(f"| {name} | {p50:.1f} | {p95:.1f} |")
+    if "fork" in parts:
+        fvr = results["fork_vs_replay_turn10"] = fork_vs_replay(args.app, max(5, args.repeats // 3))
+        print(f"\nfork at turn 10: {fvr['fork_p50_ms']:.0f} ms (restored {fvr['restored']}, replayed {fvr['replayed']}); "
+              f"replay from reset: {fvr['replay_p50_ms']:.0f} ms; replay/fork = {fvr['ratio']:.1f}x")
+    if "throughput" in parts:
+        rates = results["steps_per_s"] = {n: throughput(args.app, n, args.steps) for n in (1, 4, 8)}
+        print("\n| concurrent envs | steps/s | vs 1 env |\n|---:|---:|---:|")
+        for n, rate in rates.items():
+            print(f"| {n} | {rate:.1f} | {rate / rates[1]:.2f}x |")
+    if "memory" in parts:
+        memory = results["memory_per_env_mb"] = memory_per_env(args.app)
+        print(f"\nmemory per env: Chromium {memory['chromium_mb']:.1f} MB PSS, Python {memory['python_mb']:.1f} MB")
+    if "leaks" in parts:
+        leak = results["leaks"] = leaks(args.app, args.episodes)
+        print(f"leaks after {leak['episodes']} episodes ({leak['seconds']:.0f} s): contexts {leak['contexts_before']} -> "
+              f"{leak['contexts_after']}, Chromium processes {leak['chromium_processes_before']} -> "
+              f"{leak['chromium_processes_after']}")
     print(json.dumps(results))
 
 

@@ -353,8 +353,10 @@ class BrowserHost:
                 argv = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            # Debian's /usr/bin/chromium is a shell wrapper that execs /usr/lib/chromium/chromium.
-            name = os.path.basename(argv[0].decode(errors="replace")) if argv else ""
+            # Debian's /usr/bin/chromium is a shell wrapper that execs /usr/lib/chromium/chromium;
+            # child processes overwrite argv[0] with their whole command line.
+            program = argv[0].decode(errors="replace").split(" ")[0] if argv else ""
+            name = os.path.basename(program)
             if name.startswith(("chromium", "chrome")) and self._owns(entry):
                 pids.append(int(entry.name))
         return sorted(pids)

@@ -4,6 +4,7 @@ import asyncio
 import hashlib
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -293,7 +294,11 @@ def test_no_context_or_process_leak_over_many_episodes(notes_app):
         act(env, f'click({element_id(observation["text"], "link", "Open in new tab")})')
         env.fork().close()
     assert host.run(host.context_count()) == contexts
-    assert len(host.chromium_pids()) <= processes + 1  # a renderer may still be exiting
+    for _ in range(50):  # renderers of closed contexts exit asynchronously
+        if len(host.chromium_pids()) <= processes:
+            break
+        time.sleep(0.2)
+    assert len(host.chromium_pids()) <= processes, (processes, host.chromium_pids())
     env.close()
 
 

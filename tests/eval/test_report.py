@@ -108,6 +108,8 @@ async def test_report_renders_in_browser(tmp_path):
     html = report.read_text()
     assert "<script>window.__pwned" not in html and "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
 
+    # Other tests' shared browser (agentgym.sandbox.browser.BrowserHost) may be running: only ours counts.
+    others = _chromium_descendants()
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
@@ -116,7 +118,7 @@ async def test_report_renders_in_browser(tmp_path):
             page.on("request", lambda request: requests.append(request.url))
             page.on("pageerror", lambda error: page_errors.append(error))
             await page.goto(report.as_uri())
-            browser_pids = _chromium_descendants()
+            browser_pids = _chromium_descendants() - others
 
             # Summary: success rate (1 + .5 + 0)/3, pass@2 (1 + 1 + 0)/3, 13 turns over 6 episodes, 1/6 env errors.
             async def metric(key):

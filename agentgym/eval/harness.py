@@ -103,16 +103,25 @@ class _ResultsWriter:
         self.categories = {t.task_id: t.category for t in suite.tasks}
         self.on_row = on_row
         self._lock = threading.Lock()  # the runner appends from worker threads
+        self._closed = False
 
     def append(self, record: Trajectory) -> None:
         if record.error and record.error.startswith("policy_error"):
             raise _StopRun(record.error)
         row = self.row(record)
-        with self._lock, open(self.path, "a") as file:
-            file.write(json.dumps(row) + "\n")
-            file.flush()
-            os.fsync(file.fileno())
+        with self._lock:
+            if self._closed:
+                return  # a worker thread finished after the run was cancelled: a rerun redoes the episode
+            with open(self.path, "a") as file:
+                file.write(json.dumps(row) + "\n")
+                file.flush()
+                os.fsync(file.fileno())
         self.on_row(row)
+
+    def close(self) -> None:
+        """No row is written after this returns (a cancelled run's threads may still be finishing)."""
+        with self._lock:
+            self._closed = True
 
     def row(self, record: Trajectory) -> dict:
         task_id = record.metadata["group"]  # the suite's task id (the harness sets it as the group)
@@ -214,6 +223,9 @@ async def evaluate(suite: Suite, policy: Policy | PolicyFactory, *, k: int = 1, 
                     f"the policy failed, so the run stopped ({error}). Finished episodes are kept in "
                     f"{results_path}; rerun the same command to resume.") from None
     finally:
+        # Without this, a late write from a cancelled run could land after a rerun read the file,
+        # and the rerun would run that (task, sample) again: a duplicate row.
+        writer.close()
         if display is not None:
             display.stop()
 

@@ -29,6 +29,7 @@ import gymnasium  # noqa: E402
 
 import agentgym  # noqa: E402,F401
 from agentgym.envs.gui.tasks import cell_xy  # noqa: E402
+from timing import summary, timed  # noqa: E402
 
 SHEET_TASK, XEDIT_TASK = "sheet-line-totals", "xedit-insert-item"
 TURNS = 10
@@ -46,19 +47,7 @@ def prefix(task_id: str, turns: int = TURNS) -> list[str]:
     return [cycle[i % len(cycle)] for i in range(turns)]
 
 
-def timed(fn) -> tuple[float, object]:
-    started = time.perf_counter()
-    value = fn()
-    return (time.perf_counter() - started) * 1000, value
 
-
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def summary(samples: list[float]) -> dict:
-    return {"p50": statistics.median(samples), "p95": pct(samples, 0.95), "n": len(samples)}
 
 
 def play(env, task_id: str, turns: int = TURNS) -> None:

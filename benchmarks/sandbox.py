@@ -26,6 +26,7 @@ import gymnasium  # noqa: E402
 
 import agentgym  # noqa: E402,F401
 from agentgym.sandbox.docker import DockerSandbox  # noqa: E402
+from timing import summary, timed  # noqa: E402
 
 TURNS = (1, 5, 10, 20)
 
@@ -45,19 +46,7 @@ def prefix_action(turn: int) -> str:
     return cycle[(turn - 1) % len(cycle)]
 
 
-def timed(fn) -> tuple[float, object]:
-    started = time.perf_counter()
-    value = fn()
-    return (time.perf_counter() - started) * 1000, value
 
-
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def summary(samples: list[float]) -> dict:
-    return {"p50": statistics.median(samples), "p95": pct(samples, 0.95), "n": len(samples)}
 
 
 def ready(env):

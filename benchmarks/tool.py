@@ -20,7 +20,6 @@ import asyncio
 import json
 import os
 import pickle
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentgym.envs.tool import SQLiteState, ToolEnv  # noqa: E402
+from timing import percentiles  # noqa: E402
 
 MB = 1 << 20
 WARMUP = 3
@@ -70,10 +70,6 @@ def timings(action: Callable[[], object], repeats: int) -> list[float]:
         samples.append((time.perf_counter() - started) * 1e3)
     return samples[WARMUP:]
 
-
-def percentiles(samples: list[float]) -> tuple[float, float]:
-    ordered = sorted(samples)
-    return statistics.median(ordered), ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
 
 def measure(backend: str, megabytes: int, repeats: int, steps: int) -> dict:

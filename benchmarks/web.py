@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agentgym.envs.web.app_env import WebAppEnv  # noqa: E402
 from agentgym.envs.web.observation import elements  # noqa: E402
 from agentgym.sandbox.browser import BrowserHost  # noqa: E402
+from timing import percentiles, timed  # noqa: E402
 
 
 def browse(text: str, turn: int) -> str:
@@ -44,15 +45,6 @@ def browse(text: str, turn: int) -> str:
     return f"click({links[(turn * 7) % len(links)]})" if links else "noop()"
 
 
-def percentiles(samples: list[float]) -> tuple[float, float]:
-    ordered = sorted(samples)
-    return statistics.median(ordered), ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-
-
-def timed(function) -> tuple[float, object]:
-    started = time.perf_counter()
-    result = function()
-    return (time.perf_counter() - started) * 1e3, result
 
 
 def walk(env: WebAppEnv, task_id: str, turns: int) -> dict:

@@ -200,8 +200,10 @@ def test_fork_after_a_form_post_is_exact_too(notes_env):
     with notes_env.snapshot() as snapshot:
         fork = notes_env.fork(snapshot)
     try:
-        # POST-redirect-GET leaves two entries with the same URL, which navigation cannot rebuild.
-        assert fork.fork_mode == "replay"
+        # POST-redirect-GET leaves two entries with the same URL. Chromium usually turns the rebuild's
+        # second navigation to it into a replacement (and the fork replays), but not always: either
+        # way the verified fork must behave exactly like the original.
+        assert fork.fork_mode in ("restore", "replay")
         for action in ("go_back()", "go_back()", "go_forward()"):
             assert _digest(act(notes_env, action)[0]) == _digest(act(fork, action)[0]), action
         assert fork.app.db.query("SELECT text FROM notes") == notes_env.app.db.query("SELECT text FROM notes")

@@ -55,8 +55,8 @@ async def demo(base_url: str, model: Path, workdir: Path) -> None:
         print(f"trees took {time.perf_counter() - started:.1f} s")
 
     tree = trees.records[0]
-    print("node values:", [round(v, 3) for v in node_values(tree)])
-    print("per-turn advantages (node − parent):", [round(a, 3) for a in turn_advantages(tree)])
+    print("node values:", [None if v is None else round(v, 3) for v in node_values(tree)])
+    print("per-turn advantages (node − mean of its other siblings):", [round(a, 3) for a in turn_advantages(tree)])
 
     records = list(store.read())
     dataset = store.to_dataset()

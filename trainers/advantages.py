@@ -1,42 +1,9 @@
 """Advantage estimators and policy-loss math for the trainers: pure functions of rewards, tree shapes and tensors.
 
-**Per-turn tree advantages** (:func:`tree_turn_advantages`). A rollout tree of one task has
-nodes = turns; siblings are the continuations sampled at the same state ``s`` (the children of
-one node, or the roots, taken from the reset state). Leaf return ``R`` = the sum of step rewards
-on the root-to-leaf path. The estimator:
-
-1. **Node value, hierarchical mean**: ``V̂(leaf) = R(leaf)``; ``V̂(n) = mean over n's children c
-   of V̂(c)`` (children without any usable leaf below are left out). Not the mean over the
-   leaves below ``n``: with uniform branching a path that lives longer branches more, so the
-   leaf count under a child depends on its outcome, and a flat leaf mean over-weights those
-   children. By induction, ``E[V̂(n) | n] = Q(s, a_n)`` whenever each node's children are
-   independent draws of the policy at that state.
-2. **Leave-one-out sibling baseline**: for ``n`` in a sibling group ``G`` of size ``K ≥ 2``,
-   ``A(n) = V̂(n) − mean_{j∈G, j≠n} V̂(j)``. The baseline uses only the *other* siblings, which
-   are independent of ``a_n``, so ``E[A(n) | s, a_n] = Q(s, a_n) − V(s)``: **unbiased for the
-   turn's advantage** (the past rewards on the shared prefix cancel). This is the quantity
-   ``tests/trainers/test_advantages.py`` checks by Monte Carlo on a synthetic tree.
-3. **Segments**: a node that is its parent's only child has no alternative at its state; it
-   inherits its parent's advantage, i.e. the chain from a branch point down to the next one is
-   credited as one macro-action, whose baseline (the other siblings at the branch point) does
-   not depend on it — still an unbiased policy-gradient term. A single root (no branching at
-   the reset state) gets advantage 0: nothing to compare it with.
-
-The trap this avoids: the obvious version — the sibling mean *including* the node, and/or
-dividing by the sibling-group standard deviation (GRPO's per-group normalisation applied per
-turn) — is biased. Including the node scales the expected advantage by (K−1)/K, a different
-factor at every branch point (K varies), and the std of a group correlates with the node's own
-value. ``baseline="median"`` (MC-GRPO's robust baseline) is offered for small, heavy-tailed
-groups; it is *not* unbiased for ``V(s)`` (the median of the others estimates their median,
-not their mean). Scaling by a batch-wide std (``scale="batch"``) multiplies every advantage
-of a step by the same positive number: it changes the step size, not the direction.
-
-Unbiasedness assumes siblings are independent on-policy draws: the ``uniform`` strategy with
-``max_resample=0`` (resampling duplicates draws siblings without replacement, which tilts the
-sibling mean towards rare actions) and no budget cuts (a cut leaf has no outcome and is left
-out; long paths are cut more often). The adaptive strategies (``entropy``, ``contrast``) add
-children where earlier outcomes or actions looked informative, so the number of siblings
-depends on the draws: they trade exact unbiasedness for reward contrast.
+**Per-turn tree advantages** (:func:`tree_turn_advantages`, :func:`hierarchical_values`) live
+with the rollout trees in :mod:`agentgym.rollout.tree_values` (hierarchical node values,
+leave-one-out sibling baseline; its docstring says why that is unbiased and when) and are
+re-exported here for the trainers.
 
 **Group advantages** (:func:`group_advantages`): the plain GRPO baseline (``tree: false``):
 ``r − mean(group)`` (or median), optionally divided by the group or batch std, as in TRL.
@@ -51,54 +18,12 @@ import math
 import statistics
 from typing import Sequence
 
+from agentgym.rollout.tree_values import BASELINES, hierarchical_values, tree_turn_advantages
+
 __all__ = ["explained_variance", "group_advantages", "hierarchical_values", "strict_clip_policy_loss",
            "tree_turn_advantages", "turn_gae"]
 
-BASELINES = ("mean", "median")
 SCALES = ("none", "group", "batch")
-
-
-def hierarchical_values(parents: Sequence[int | None], leaf_returns: dict[int, float]) -> list[float | None]:
-    """V̂ per node (module docstring, step 1); ``None`` for a node with no usable leaf below it.
-
-    ``parents[i]`` is node ``i``'s parent (``None`` for a root); children must have higher ids
-    than their parents. ``leaf_returns`` holds the returns of the usable leaves only.
-    """
-    children: list[list[int]] = [[] for _ in parents]
-    for node, parent in enumerate(parents):
-        if parent is not None:
-            children[parent].append(node)
-    values: list[float | None] = [None] * len(parents)
-    for node in reversed(range(len(parents))):  # children before parents
-        if not children[node]:
-            values[node] = leaf_returns.get(node)
-        else:
-            known = [values[c] for c in children[node] if values[c] is not None]
-            values[node] = math.fsum(known) / len(known) if known else None
-    return values
-
-
-def tree_turn_advantages(parents: Sequence[int | None], leaf_returns: dict[int, float],
-                         baseline: str = "mean") -> list[float]:
-    """A per node (module docstring, steps 1–3): leave-one-out sibling baseline, single children inherit."""
-    if baseline not in BASELINES:
-        raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
-    values = hierarchical_values(parents, leaf_returns)
-    groups: dict[int | None, list[int]] = {}
-    for node, parent in enumerate(parents):
-        if values[node] is not None:
-            groups.setdefault(parent, []).append(node)
-    advantages = [0.0] * len(parents)
-    for node, parent in enumerate(parents):  # parents before children, so inheritance sees the parent's A
-        if values[node] is None:
-            continue
-        others = [values[j] for j in groups[parent] if j != node]
-        if others:
-            center = math.fsum(others) / len(others) if baseline == "mean" else statistics.median(others)
-            advantages[node] = values[node] - center
-        elif parent is not None:
-            advantages[node] = advantages[parent]
-    return advantages
 
 
 def group_advantages(rewards: Sequence[float], groups: Sequence[object], baseline: str = "mean",

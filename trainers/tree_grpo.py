@@ -11,7 +11,7 @@ the trajectory store). The policy is the model being trained, wrapped in-process
 Every root-to-leaf path becomes a training sequence in TRL's layout
 (:mod:`agentgym.trainers.rollouts`): env tokens get ``tool_mask`` 0, and each turn's tokens carry
 that turn's advantage, a (B, T) tensor. Trees use the per-turn estimator of
-:mod:`agentgym.trainers.advantages` (hierarchical node values, leave-one-out sibling baseline);
+:mod:`agentgym.rollout.tree_values` (hierarchical node values, leave-one-out sibling baseline);
 a node shared by several paths gets loss in exactly one of them, so a shared prefix is not
 counted once per leaf. Linear episodes use the group baseline. TRL's ``_compute_loss`` is kept as
 it is, so every loss type and clipping option of GRPOConfig applies unchanged.
@@ -34,7 +34,8 @@ from agentgym.rollout.runner import Task
 from agentgym.rollout.store import TrajectoryStore
 from agentgym.rollout.tree import SuccessPredictor, TreeConfig, TreeRollout
 from agentgym.rollout.trajectory import RolloutTree, Trajectory
-from agentgym.trainers.advantages import group_advantages, tree_turn_advantages
+from agentgym.rollout.tree_values import node_values, turn_advantages, usable_returns
+from agentgym.trainers.advantages import group_advantages
 from agentgym.trainers.rollouts import (Row, TimeBudget, collate, make_agent, make_runner, pad_rows, record_metrics, run_tasks,
                                         trajectory_rows)
 from agentgym.trainers.tree_grpo_config import TreeGRPOConfig
@@ -292,9 +293,9 @@ def tree_training_paths(tree: RolloutTree, baseline: str = "mean"):
     below get no loss. Every other node gets loss on exactly one path (the first leaf below it),
     so a shared prefix is trained once, not once per leaf.
     """
-    usable = {leaf.id: tree.leaf_reward(leaf.id) for leaf in tree.leaves if leaf.id not in tree.leaf_errors}
-    advantages = tree_turn_advantages([n.parent for n in tree.nodes], usable, baseline)
-    has_outcome = _has_usable_leaf(tree, usable)
+    usable = usable_returns(tree)
+    advantages = turn_advantages(tree, baseline)
+    has_outcome = [value is not None for value in node_values(tree)]  # None: no usable leaf below
     trained: set[int] = set()
     paths, path_advantages, path_trainable = [], [], []
     for trajectory in tree.paths():
@@ -306,15 +307,6 @@ def tree_training_paths(tree: RolloutTree, baseline: str = "mean"):
             path_advantages.append([advantages[n.id] for n in nodes])
             path_trainable.append(trainable)
     return paths, path_advantages, path_trainable, list(usable.values())
-
-
-def _has_usable_leaf(tree: RolloutTree, usable: dict[int, float]) -> list[bool]:
-    has = [False] * len(tree.nodes)
-    for node in reversed(tree.nodes):
-        has[node.id] = has[node.id] or node.id in usable
-        if node.parent is not None and has[node.id]:
-            has[node.parent] = True
-    return has
 
 
 def _std(values: list[float]) -> float:

@@ -16,7 +16,7 @@ _EXPORTS = {
     "TreeNode": "trajectory", "Turn": "trajectory",
     "TreeConfig": "tree", "TreeRollout": "tree", "SuccessPredictor": "tree",
     "assign_values": "tree_values", "node_values": "tree_values", "prefix_sharing_saving": "tree_values",
-    "turn_advantages": "tree_values",
+    "turn_advantages": "tree_values", "usable_returns": "tree_values",
     "Failure": "runner", "PendingEpisode": "runner", "Runner": "runner", "RunnerConfig": "runner",
     "RunResult": "runner", "Task": "runner",
     "TrajectoryStore": "store", "records_from_dataset": "store", "records_to_dataset": "store",

@@ -165,7 +165,7 @@ class TreeNode:
     parent: int | None
     turn: Turn
     children: list[int] = field(default_factory=list)
-    value: float | None = None       # mean reward of the leaves below (filled by tree_values)
+    value: float | None = None       # hierarchical value V̂, None without a usable leaf below (filled by tree_values)
     branched: bool = False           # whether a fork was taken at the state after this turn
 
     @property

@@ -3,7 +3,8 @@
 import pytest
 
 from agentgym.rollout.trajectory import RolloutTree, Turn
-from agentgym.rollout.tree_values import assign_values, node_values, prefix_sharing_saving, turn_advantages
+from agentgym.rollout.tree_values import (assign_values, node_values, prefix_sharing_saving, turn_advantages,
+                                         usable_returns)
 
 
 def build(spec):
@@ -27,47 +28,56 @@ UNEVEN = [(None, 0.0, 10), (0, 0.0, 4), (0, 0.0, 6), (1, 1.0, 2), (1, 0.0, 2), (
           (None, 0.5, 8), (6, 0.5, 1), (6, 0.0, 3)]
 
 
-def test_node_values_are_leaf_means_below_each_node():
+def test_node_values_average_children_not_leaves():
     tree = build(UNEVEN)
     assert [tree.leaf_reward(leaf.id) for leaf in tree.leaves] == [0.0, 1.0, 0.0, 1.0, 1.0, 0.5]
-    # V(1) = (1 + 0 + 1) / 3; V(0) averages its four leaves (0, 1, 0, 1), not its two children's
-    # values ((2/3 + 0) / 2 would be 1/3); V(6) = (1.0 + 0.5) / 2.
-    expected = [0.5, 2 / 3, 0.0, 1.0, 0.0, 1.0, 0.75, 1.0, 0.5]
+    # V(1) = (1 + 0 + 1) / 3; V(0) = (V(1) + V(2)) / 2 = (2/3 + 0) / 2 = 1/3, not the flat mean of
+    # its four leaves (0, 1, 0, 1), 1/2, which over-weights the child with more leaves;
+    # V(6) = (1.0 + 0.5) / 2.
+    expected = [1 / 3, 2 / 3, 0.0, 1.0, 0.0, 1.0, 0.75, 1.0, 0.5]
     assert node_values(tree) == pytest.approx(expected)
     assert assign_values(tree) == pytest.approx(expected)
     assert [n.value for n in tree.nodes] == pytest.approx(expected)
 
 
-def test_parent_baseline_advantages():
+def test_advantages_use_the_other_siblings_as_baseline():
     tree = build(UNEVEN)
-    # The virtual root's value is the mean over all six leaves: (0 + 1 + 0 + 1 + 1 + 0.5) / 6 = 7/12.
     expected = [
-        0.5 - 7 / 12,   # 0: -1/12
-        2 / 3 - 0.5,    # 1: +1/6
-        0.0 - 0.5,      # 2: -1/2
-        1.0 - 2 / 3,    # 3: +1/3
-        0.0 - 2 / 3,    # 4: -2/3
-        1.0 - 2 / 3,    # 5: +1/3
-        0.75 - 7 / 12,  # 6: +1/6
-        1.0 - 0.75,     # 7: +1/4
-        0.5 - 0.75,     # 8: -1/4
+        1 / 3 - 0.75,      # 0: the other root is 6 → -5/12
+        2 / 3 - 0.0,       # 1: vs 2
+        0.0 - 2 / 3,       # 2: vs 1
+        1.0 - 0.5,         # 3: vs 4 and 5, mean (0 + 1) / 2
+        0.0 - 1.0,         # 4: vs 3 and 5
+        1.0 - 0.5,         # 5: vs 3 and 4
+        0.75 - 1 / 3,      # 6: vs 0 → +5/12
+        1.0 - 0.5,         # 7: vs 8
+        0.5 - 1.0,         # 8: vs 7
     ]
     assert turn_advantages(tree) == pytest.approx(expected)
-    assert turn_advantages(tree, baseline="parent") == pytest.approx(expected)
+    assert turn_advantages(tree, baseline="mean") == pytest.approx(expected)
 
 
-def test_sibling_baseline_advantages():
+def test_median_baseline():
+    # One root with three leaf children of returns 0, 1, 1: each is compared with the median of
+    # the other two; the single root has nothing to compare with.
+    fan = build([(None, 0.0, 1), (0, 0.0, 1), (0, 1.0, 1), (0, 1.0, 1)])
+    assert turn_advantages(fan, baseline="median") == pytest.approx([0.0, 0.0 - 1.0, 1.0 - 0.5, 1.0 - 0.5])
+
+
+def test_cut_leaves_have_no_value_and_single_children_inherit():
     tree = build(UNEVEN)
-    # Groups: roots {0, 6} mean 0.625; {1, 2} mean 1/3; {3, 4, 5} mean 2/3; {7, 8} mean 0.75.
-    expected = [0.5 - 0.625, 2 / 3 - 1 / 3, 0.0 - 1 / 3, 1 / 3, -2 / 3, 1 / 3, 0.75 - 0.625, 0.25, -0.25]
-    assert turn_advantages(tree, baseline="siblings") == pytest.approx(expected)
+    tree.leaf_errors[2] = "budget"
+    assert usable_returns(tree) == {3: 1.0, 4: 0.0, 5: 1.0, 7: 1.0, 8: 0.5}
+    # Leaf 2 has no outcome: V(2) is None and V(0) = V(1) = 2/3. Node 1 is left as node 0's only
+    # usable child, so it inherits node 0's advantage 2/3 − 0.75 = −1/12.
+    assert node_values(tree) == pytest.approx([2 / 3, 2 / 3, None, 1.0, 0.0, 1.0, 0.75, 1.0, 0.5])
+    assert turn_advantages(tree) == pytest.approx([-1 / 12, -1 / 12, 0.0, 0.5, -1.0, 0.5, 1 / 12, 0.5, -0.5])
 
 
 def test_a_single_episode_gives_zero_advantages_and_no_saving():
     tree = build([(None, 0.0, 3), (0, 0.0, 3), (1, 1.0, 3)])
     assert node_values(tree) == [1.0, 1.0, 1.0]
     assert turn_advantages(tree) == [0.0, 0.0, 0.0]
-    assert turn_advantages(tree, "siblings") == [0.0, 0.0, 0.0]
     assert prefix_sharing_saving(tree) == 0.0 and prefix_sharing_saving(tree, "tokens") == 0.0
 
 
@@ -86,7 +96,7 @@ def test_prefix_sharing_saving_by_hand():
 def test_empty_trees_and_bad_arguments():
     empty = build([])
     assert node_values(empty) == [] and turn_advantages(empty) == [] and prefix_sharing_saving(empty) == 0.0
-    with pytest.raises(ValueError, match="baseline"):
-        turn_advantages(build(UNEVEN), baseline="mean")
+    with pytest.raises(ValueError, match=r"baseline must be one of \('mean', 'median'\), got 'siblings'"):
+        turn_advantages(build(UNEVEN), baseline="siblings")
     with pytest.raises(ValueError, match="weight"):
         prefix_sharing_saving(build(UNEVEN), weight="seconds")

@@ -9,6 +9,7 @@ demo: setup
 	.venv/bin/python examples/tool_env.py
 	.venv/bin/python examples/web_env.py
 	.venv/bin/python examples/rollouts.py
+	.venv/bin/python examples/train_demo.py
 
 test: setup
 	.venv/bin/python -m pytest -q -p no:cacheprovider

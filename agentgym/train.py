@@ -40,15 +40,23 @@ TRAINERS = {
 
 def load_config(path: str | os.PathLike, overrides: list[str] = ()) -> dict:
     """The YAML config with ``key=value`` overrides applied."""
-    config = yaml.safe_load(Path(path).read_text()) or {}
+    config = {key: _number(value) for key, value in (yaml.safe_load(Path(path).read_text()) or {}).items()}
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep:
             raise SystemExit(f"agentgym train: override {item!r} is not key=value")
-        parsed = yaml.safe_load(value)
+        parsed = _number(yaml.safe_load(value))
         # YAML 1.1 reads no/yes/on/off as booleans; save_strategy=no means the string
         config[key] = value if isinstance(parsed, bool) and value.lower() not in ("true", "false") else parsed
     return config
+
+
+_EXPONENT_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def _number(value):
+    """``value``, or its float when it is a number YAML 1.1 leaves as a string (``1e-3``: no dot, so not a float)."""
+    return float(value) if isinstance(value, str) and _EXPONENT_FLOAT.fullmatch(value) else value
 
 
 def last_complete_checkpoint(output_dir: str | os.PathLike, world_size: int) -> str | None:

@@ -50,3 +50,11 @@ def test_last_complete_checkpoint_needs_every_rank(tmp_path):
     assert last_complete_checkpoint(tmp_path, world_size=2) == str(tmp_path / "checkpoint-2")
     assert last_complete_checkpoint(tmp_path, world_size=1) == str(tmp_path / "checkpoint-3")
     assert last_complete_checkpoint(tmp_path / "missing", world_size=1) is None
+
+
+def test_exponent_numbers_are_floats_in_files_and_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("trainer: sao\nlearning_rate: 3e-4\nrun_name: 1e5x\n")
+    config = load_config(path, ["epsilon=2E-1", "warmup_ratio=.5e-1"])
+    assert (config["learning_rate"], config["epsilon"], config["warmup_ratio"]) == (3e-4, 0.2, 0.05)
+    assert config["run_name"] == "1e5x"

@@ -54,20 +54,36 @@ class RolloutArguments:
         "help": "Stop training after this many seconds (a checkpoint is saved at the stop)."})
     report_rollout_metrics: bool = field(default=True, metadata={
         "help": "Log success rate, env error rate and episode shape with the trainer's metrics."})
+    memory: dict | None = field(default=None, metadata={
+        "help": "Memory bank section {path, mode: read|learn, k_skills, k_episodes, min_utility, write_forks}: every "
+                "rollout env is wrapped in a MemoryWrapper (see agentgym.memory.config). None: no memory."})
+
+    def check_memory(self) -> None:
+        """Fail at config time, not at the first rollout, on a bad memory section."""
+        if self.memory is not None:
+            from agentgym.memory.config import MemoryConfig
+
+            MemoryConfig.from_dict(self.memory)
 
 
-def make_env_factory(env_id: str, env_kwargs: dict | None = None) -> Callable[[], object]:
-    """A zero-argument env factory for a registered id or a ``module:Class`` entry point."""
+def make_env_factory(env_id: str, env_kwargs: dict | None = None, memory: dict | None = None) -> Callable[[], object]:
+    """A zero-argument env factory for a registered id or a ``module:Class`` entry point, wrapped for ``memory`` if given."""
     kwargs = dict(env_kwargs or {})
     if ":" in env_id and "/" not in env_id.split(":")[0]:
         module, _, name = env_id.partition(":")
         cls = getattr(importlib.import_module(module), name)
-        return lambda: cls(**kwargs)
-    import gymnasium
+        factory = lambda: cls(**kwargs)  # noqa: E731
+    else:
+        import gymnasium
 
-    import agentgym  # noqa: F401 - registers the built-in envs
+        import agentgym  # noqa: F401 - registers the built-in envs
 
-    return lambda: gymnasium.make(env_id, **kwargs)
+        factory = lambda: gymnasium.make(env_id, **kwargs)  # noqa: E731
+    if memory is None:
+        return factory
+    from agentgym.memory.config import MemoryConfig
+
+    return MemoryConfig.from_dict(memory).wrap(factory)
 
 
 def make_agent(policy: HFPolicy, args) -> Agent:
@@ -78,7 +94,7 @@ def make_agent(policy: HFPolicy, args) -> Agent:
 
 
 def make_runner(agent: Agent, args, store: TrajectoryStore | None, job=None) -> Runner:
-    return Runner(agent, make_env_factory(args.env_id, args.env_kwargs),
+    return Runner(agent, make_env_factory(args.env_id, args.env_kwargs, args.memory),
                   RunnerConfig(concurrency=args.rollout_concurrency, episode_timeout=args.episode_timeout,
                                progress=False, store=store), job=job)
 

@@ -53,6 +53,8 @@ class SAOConfig(GRPOConfig, RolloutArguments):
     def __post_init__(self):
         import torch
 
+        self.check_memory()
+
         if self.bf16 is None:
             self.bf16 = torch.cuda.is_available()
         if self.value_baseline not in VALUE_BASELINES:

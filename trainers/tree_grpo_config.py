@@ -52,6 +52,8 @@ class TreeGRPOConfig(GRPOConfig, RolloutArguments):
     def __post_init__(self):
         import torch
 
+        self.check_memory()
+
         if self.bf16 is None:
             self.bf16 = torch.cuda.is_available()
         if self.tree_strategy not in STRATEGIES:
@@ -64,5 +66,5 @@ class TreeGRPOConfig(GRPOConfig, RolloutArguments):
             raise ValueError(f"advantage_scale must be one of {SCALES}, got {self.advantage_scale!r}")
         if self.tree and self.advantage_scale == "group":
             raise ValueError("advantage_scale='group' is the biased per-turn normalisation; use 'none' or 'batch' "
-                             "with tree=True (see agentgym.trainers.advantages)")
+                             "with tree=True (see agentgym.rollout.tree_values)")
         super().__post_init__()

@@ -22,6 +22,12 @@ the run with :class:`PolicyUnavailableError`; everything finished before it stay
 
 Each (task, sample) gets its own reset seed, derived from ``seed``, the task id and the sample
 index, so a rerun (or a resumed run) resets every episode exactly as before.
+
+**Memory** (``memory=MemoryConfig(...)``, ``agentgym eval --memory PATH``): every env is wrapped
+in a :class:`~agentgym.memory.wrapper.MemoryWrapper`, so retrieved memories and skills go into
+each task's first observation; in ``learn`` mode each finished episode is written back (in
+finishing order, so later episodes may see earlier ones). The store and mode are part of the
+run's identity.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from agentgym.eval.oracles import EpisodeAgent
 from agentgym.eval.suites import Suite
@@ -40,6 +46,9 @@ from agentgym.rollout.agent import AgentConfig
 from agentgym.rollout.policy import Policy
 from agentgym.rollout.runner import Runner, RunnerConfig, Task
 from agentgym.rollout.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from agentgym.memory.config import MemoryConfig
 
 __all__ = ["PolicyUnavailableError", "SCHEMA_VERSION", "episode_seed", "evaluate", "load_results"]
 
@@ -164,7 +173,7 @@ def _progress(suite: Suite, total: int, already: list[dict]):
 async def evaluate(suite: Suite, policy: Policy | PolicyFactory, *, k: int = 1, concurrency: int = 8,
                    out_dir: str | Path, max_turns: int | None = None, timeout: float | None = None, seed: int = 0,
                    agent_config: AgentConfig | None = None, model: str | None = None,
-                   progress: bool = True) -> dict:
+                   progress: bool = True, memory: "MemoryConfig | None" = None) -> dict:
     """Run ``k`` samples of every task of ``suite`` with ``policy`` and return the summary (also written to ``out_dir``).
 
     Args:
@@ -176,6 +185,7 @@ async def evaluate(suite: Suite, policy: Policy | PolicyFactory, *, k: int = 1, 
         seed: the base of every episode's reset seed (:func:`episode_seed`).
         model: the name recorded in ``summary.json`` (default: the policy's name).
         progress: show a progress line when stderr is a terminal.
+        memory: wrap every env in a MemoryWrapper over this bank (see the module docstring).
 
     Raises:
         PolicyUnavailableError: the policy failed; the run stopped with its results so far kept.
@@ -189,7 +199,10 @@ async def evaluate(suite: Suite, policy: Policy | PolicyFactory, *, k: int = 1, 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model = model or (policy.name if isinstance(policy, Policy) else getattr(policy, "__name__", "policy"))
-    _claim_run_dir(out, {"suite": suite.name, "model": model, "seed": seed, "max_turns": max_turns})
+    identity = {"suite": suite.name, "model": model, "seed": seed, "max_turns": max_turns}
+    if memory is not None:
+        identity["memory"] = {"path": str(memory.path), "mode": memory.mode}
+    _claim_run_dir(out, identity)
     results_path = out / RESULTS
     _cut_torn_line(results_path)
     wanted = {(t.task_id, s) for t in suite.tasks for s in range(k)}
@@ -211,8 +224,8 @@ async def evaluate(suite: Suite, policy: Policy | PolicyFactory, *, k: int = 1, 
             if not todo:
                 continue
             env_policy = policy if isinstance(policy, Policy) else policy(env_id, env_kwargs)
-            runner = Runner(EpisodeAgent(env_policy, config),
-                            lambda env_id=env_id, env_kwargs=env_kwargs: gymnasium.make(env_id, **env_kwargs),
+            factory = lambda env_id=env_id, env_kwargs=env_kwargs: gymnasium.make(env_id, **env_kwargs)  # noqa: E731
+            runner = Runner(EpisodeAgent(env_policy, config), factory if memory is None else memory.wrap(factory),
                             RunnerConfig(concurrency=concurrency, episode_timeout=timeout, progress=False,
                                          store=writer))
             try:

@@ -1,7 +1,7 @@
 """KeyChain: a tiny multi-turn lookup env (follow key pointers to a number, then submit it), small enough to learn on CPU.
 
 A task hides a number behind a chain of 1–``max_hops`` keys: ``lookup("frost")`` answers
-``frost: see amber`` or ``amber: 42``; the agent submits the number with ``submit("42")``.
+``frost: see "amber"`` or ``amber: 42``; the agent submits the number with ``submit("42")``.
 Reward 1 on the right number, else 0. The episode has 2–``max_hops + 1`` turns, each needing a
 key copied from the last observation, so a policy gets per-turn credit to learn from, and
 :func:`demonstration` gives the scripted solution (for SFT warm starts).
@@ -36,12 +36,14 @@ def make_task(task_id: str, max_hops: int = 2) -> dict:
     hops = rng.randint(1, max_hops)
     chain = rng.sample(KEYS, hops)
     answer = str(rng.randint(10, 99))
-    table = {key: f"see {nxt}" for key, nxt in zip(chain, chain[1:])}
+    # Keys are quoted as they are passed to lookup("..."), so they tokenize the same in the text
+    # and in the call (a BPE splits " amber" and "amber" differently): copying them is learnable.
+    table = {key: f'see "{nxt}"' for key, nxt in zip(chain, chain[1:])}
     table[chain[-1]] = answer
     for key in KEYS:  # distractors: the other keys hold other numbers
         table.setdefault(key, str(rng.randint(10, 99)))
-    return {"prompt": f"Find the number stored under {chain[0]}. Use lookup(key); an entry may point to another key. "
-                      f"Then submit(answer).",
+    return {"prompt": f'Find the number stored under "{chain[0]}". Use lookup(key); an entry may point to another '
+                      f"key. Then submit(answer).",
             "start": chain[0], "table": table, "answer": answer, "hops": hops}
 
 
@@ -57,7 +59,7 @@ def demonstration(task: dict) -> list[str]:
         entry = task["table"][key]
         if not entry.startswith("see "):
             return replies + [f'submit("{entry}")']
-        key = entry[len("see "):]
+        key = entry[len("see "):].strip('"')
 
 
 def lookup(key: str, state: dict) -> str:

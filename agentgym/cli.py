@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -406,10 +407,17 @@ def main(argv: list[str] | None = None) -> int:
     from agentgym.sandbox.base import SandboxUnavailableError
 
     try:
-        return args.run(args)
+        code = args.run(args)
+        sys.stdout.flush()  # inside the try: a closed pipe shows up here, not at interpreter exit
+        return code
     except SandboxUnavailableError as exc:
         print(f"agentgym: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader left early (`agentgym envs list | head`): stop quietly, as Unix tools do.
+        # Pointing stdout at /dev/null keeps the interpreter's final flush from raising again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

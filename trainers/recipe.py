@@ -27,12 +27,13 @@ def agent_config(config: dict, greedy: bool):
                        system_prompt=config.get("system_prompt"), max_turns=config["max_turns"], mode="tokens")
 
 
-def keychain_warm_start(out: str | Path, config: dict, *, tasks: int = 1000, epochs: float = 3.0,
+def keychain_warm_start(out: str | Path, config: dict, *, tasks: int = 1000, epochs: float = 2.5,
                         learning_rate: float = 3e-3, seed: int = 0, base: str | Path | None = None) -> Path:
     """``base`` (default: the tiny model) fine-tuned on scripted solutions of ``tasks`` train-split tasks; built once per ``out``.
 
-    The defaults leave the tiny model at about a third of held-out tasks solved (greedy): far
-    enough from zero for RL to get reward, far enough from perfect for RL to show a gain.
+    The defaults leave the tiny model at 58% of held-out tasks solved (greedy; seed 0): far
+    enough from zero for RL to get reward, far enough from perfect for RL to show a gain. The
+    start is steep in the epochs: 1000 × 2 gave 13%, 1000 × 3 gave 69.5%.
     """
     from transformers import AutoTokenizer
 

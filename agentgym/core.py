@@ -60,6 +60,7 @@ from agentgym.actions import ParsedAction, ToolCall, ToolSpec, format_error, par
 __all__ = [
     "AgentEnv",
     "AgentText",
+    "AsyncTwins",
     "Outcome",
     "Snapshot",
     "SnapshotError",
@@ -201,7 +202,32 @@ class _EpisodeState:
     last_observation: Observation
 
 
-class AgentEnv(gym.Env[Observation, str]):
+class AsyncTwins:
+    """The async twins of ``reset``, ``step``, ``snapshot``, ``restore``, ``fork`` and ``close``: each runs the sync method in the shared env thread pool.
+
+    Shared by :class:`AgentEnv` and wrappers that keep its surface (e.g. the memory wrapper).
+    """
+
+    async def areset(self, *, seed: int | None = None, options: dict | None = None):
+        return await _in_env_thread(self.reset, seed=seed, options=options)
+
+    async def astep(self, action: Any):
+        return await _in_env_thread(self.step, action)
+
+    async def asnapshot(self) -> Snapshot:
+        return await _in_env_thread(self.snapshot)
+
+    async def arestore(self, snapshot: Snapshot) -> None:
+        await _in_env_thread(self.restore, snapshot)
+
+    async def afork(self, snapshot: Snapshot | None = None):
+        return await _in_env_thread(self.fork, snapshot)
+
+    async def aclose(self) -> None:
+        await _in_env_thread(self.close)
+
+
+class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
     """Base class of every agentgym environment (see the module docstring for the contract)."""
 
     metadata: ClassVar[dict] = {"render_modes": ["ansi"]}
@@ -416,24 +442,6 @@ class AgentEnv(gym.Env[Observation, str]):
         """Serialisable backend details for :attr:`Snapshot.metadata` (e.g. an image id)."""
         return {}
 
-    # ------------------------------------------------------------------ async twins
-    async def areset(self, *, seed: int | None = None, options: dict | None = None):
-        return await _in_env_thread(self.reset, seed=seed, options=options)
-
-    async def astep(self, action: Any):
-        return await _in_env_thread(self.step, action)
-
-    async def asnapshot(self) -> Snapshot:
-        return await _in_env_thread(self.snapshot)
-
-    async def arestore(self, snapshot: Snapshot) -> None:
-        await _in_env_thread(self.restore, snapshot)
-
-    async def afork(self, snapshot: Snapshot | None = None) -> "AgentEnv":
-        return await _in_env_thread(self.fork, snapshot)
-
-    async def aclose(self) -> None:
-        await _in_env_thread(self.close)
 
     @property
     def task_id(self) -> str | None:

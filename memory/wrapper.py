@@ -42,7 +42,7 @@ from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 
-from agentgym.core import AgentEnv, Snapshot, _in_env_thread
+from agentgym.core import AgentEnv, AsyncTwins, Snapshot
 from agentgym.memory.bank import MemoryBank, Retrieval
 from agentgym.memory.induction import EpisodeRecord, SkillDraft, family_of, step_entry
 
@@ -71,7 +71,7 @@ class _Context:
         return clone
 
 
-class MemoryWrapper(gym.Wrapper):
+class MemoryWrapper(AsyncTwins, gym.Wrapper):
     """Retrieves from ``bank`` into the first observation at reset; in ``"learn"`` mode writes the episode at its end.
 
     Args:
@@ -183,21 +183,3 @@ class MemoryWrapper(gym.Wrapper):
             child._context = context.copy()
             child._context.branch = True
         return child
-
-    async def areset(self, *, seed: int | None = None, options: dict | None = None):
-        return await _in_env_thread(self.reset, seed=seed, options=options)
-
-    async def astep(self, action: Any):
-        return await _in_env_thread(self.step, action)
-
-    async def asnapshot(self) -> Snapshot:
-        return await _in_env_thread(self.snapshot)
-
-    async def arestore(self, snapshot: Snapshot) -> None:
-        await _in_env_thread(self.restore, snapshot)
-
-    async def afork(self, snapshot: Snapshot | None = None) -> "MemoryWrapper":
-        return await _in_env_thread(self.fork, snapshot)
-
-    async def aclose(self) -> None:
-        await _in_env_thread(self.close)

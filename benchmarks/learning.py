@@ -15,8 +15,9 @@ Learning (``--part learning``):
 Throughput (``--part throughput``): KeyChain with long-tailed lookup latency
 (``step_latency``), SAO's asynchronous producer/learner against the synchronous group pipeline
 (linear GRPO: generate a batch, wait for its slowest episode, then train) with the same batch of
-trajectories per step and the same rollout concurrency: trajectories/s and the learner's idle
-fraction. Target: ≥ 2.5× trajectories/s.
+trajectories per step and the same rollout concurrency (``--concurrency`` env slots; by default
+one per trajectory of the batch, as a synchronous pipeline generates its batch at once):
+trajectories/s and the learner's idle fraction. Target: ≥ 2.5× trajectories/s.
 
 Everything goes to ``--out``: results.json, learning_curve.svg, and each run's directory
 (TensorBoard events, trajectory store, trainer_state.json). Seeds: ``--seed`` for SFT, the
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from pathlib import Path
 
 from agentgym.train import load_config
@@ -96,19 +98,22 @@ def throughput(args, out: Path) -> dict:
                               epochs=args.sft_epochs, learning_rate=args.sft_lr, seed=args.seed)
     common = [f"model={sft}", f"max_steps={args.steps}", "save_steps=100000", "resume=false", "report_to=none",
               "env_kwargs={split: train, num_tasks: 200, max_hops: 2, step_latency: %g}" % args.latency,
-              "rollout_concurrency=8", f"seed={args.seed}"]
+              f"rollout_concurrency={args.concurrency}", f"seed={args.seed}"]
+    for name in ("throughput-sao", "throughput-sync"):  # a fresh store each time: nothing from an earlier measurement
+        shutil.rmtree(out / name, ignore_errors=True)
     # 16 trajectories per learner step in both: SAO takes 16 episodes, the group pipeline 4 tasks × 4.
     sao = train_run(CONFIGS / RUNS["sao"], [*common, f"output_dir={out / 'throughput-sao'}",
                                             "per_device_train_batch_size=16", "log_kl_to_start=false"])
     sync = train_run(CONFIGS / RUNS["linear_grpo"], [*common, f"output_dir={out / 'throughput-sync'}",
                                                      "per_device_train_batch_size=4", "num_generations=4"])
-    sao_trajectories = max(log_series(sao["log"], "producer/consumed_total"), default=0.0)
-    sync_trajectories = 16.0 * sync["steps"]
+    # Trained trajectories: 16 per step in both (SAO's dropped stale ones are counted apart, as waste).
     result = {
         "latency_median_s": args.latency, "steps": args.steps, "batch_trajectories": 16,
-        "sao": {"trajectories_per_s": sao_trajectories / sao["wall_s"],
+        "rollout_concurrency": args.concurrency,
+        "sao": {"trajectories_per_s": 16.0 * sao["steps"] / sao["wall_s"],
+                "dropped_stale": max(log_series(sao["log"], "staleness/dropped_total"), default=0.0),
                 "learner_idle_fraction": sum(log_series(sao["log"], "learner/wait_s")) / sao["wall_s"]},
-        "sync": {"trajectories_per_s": sync_trajectories / sync["wall_s"],
+        "sync": {"trajectories_per_s": 16.0 * sync["steps"] / sync["wall_s"],
                  "learner_idle_fraction": sum(log_series(sync["log"], "rollout/time_s")) / sync["wall_s"]},
     }
     result["speedup"] = result["sao"]["trajectories_per_s"] / result["sync"]["trajectories_per_s"]
@@ -128,7 +133,8 @@ def main() -> None:
     parser.add_argument("--sft-epochs", type=float, default=2.5)
     parser.add_argument("--sft-lr", type=float, default=3e-3)
     parser.add_argument("--steps", type=int, default=20, help="throughput: learner steps per pipeline")
-    parser.add_argument("--latency", type=float, default=0.05, help="throughput: median seconds per env step")
+    parser.add_argument("--latency", type=float, default=0.3, help="throughput: median seconds per lookup")
+    parser.add_argument("--concurrency", type=int, default=16, help="throughput: episodes in flight in both pipelines")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="runs/learning")
     args = parser.parse_args()

@@ -116,6 +116,7 @@ class SAOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
         self.replay: deque = deque()  # stored but untrained records found at a resume
         self.staleness = Counter()
         self.dropped_stale = 0
+        self.consumed = 0  # records this run's learner took (trained or dropped), across resumes
         self.learner_wait_s = 0.0  # time the learner spent waiting for trajectories
         self.task_cursor = 0
         self.synced_step: int | None = None
@@ -207,6 +208,7 @@ class SAOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
                 finally:
                     self.learner_wait_s += time.perf_counter() - waiting
             self.store_position += 1
+            self.consumed += 1
             seen.append(record)
             versions = [t.policy_version for t in record.turns]
             # A replayed record can carry a version newer than the restored weights (its weights were
@@ -293,7 +295,7 @@ class SAOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
         metrics = {**stats, "staleness/mean": sum(staleness) / len(staleness), "staleness/max": float(max(staleness)),
                    "staleness/dropped_total": float(self.dropped_stale), "producer/version": float(self.policy.version),
                    "producer/queue": float(self.queue.qsize()), "learner/wait_s": self.learner_wait_s - waited,
-                   "producer/consumed_total": float(self.store_position)}
+                   "producer/consumed_total": float(self.consumed)}
         metrics.update({f"staleness/hist_{age}": float(self.staleness[age]) for age in range(self.args.max_staleness + 1)})
         rollout = record_metrics(seen)
         metrics["reward"] = rollout["rollout/reward"]
@@ -344,12 +346,13 @@ class SAOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
     # ------------------------------------------------------------------ checkpoints
     def _rollout_state(self) -> dict:
         return {**super()._rollout_state(), "task_cursor": self.task_cursor, "dropped_stale": self.dropped_stale,
-                "staleness": {str(k): v for k, v in self.staleness.items()}}
+                "consumed": self.consumed, "staleness": {str(k): v for k, v in self.staleness.items()}}
 
     def _restore_rollout_state(self, state: dict) -> None:
         super()._restore_rollout_state(state)
         self.task_cursor = state["task_cursor"]
         self.dropped_stale = state["dropped_stale"]
+        self.consumed = state["consumed"]
         self.staleness = Counter({int(k): v for k, v in state["staleness"].items()})
         # Produced before the kill but never trained on: they go first, nothing stored is lost.
         self.replay = deque(record for i, record in enumerate(self.store) if i >= self.store_position)

@@ -7,8 +7,9 @@ key copied from the last observation, so a policy gets per-turn credit to learn 
 :func:`demonstration` gives the scripted solution (for SFT warm starts).
 
 ``step_latency`` (seconds, median) makes every lookup take a long-tailed time (lognormal,
-σ = 1.5, capped at 20× the median), drawn from the task and the turn: a stand-in for slow
-envs, for measuring asynchronous pipelines.
+σ = 1.5, capped at 20× the median), so episode durations are long-tailed: a stand-in for slow
+envs, for measuring asynchronous pipelines. Each episode draws its latencies from the env's
+RNG (``reset(seed=...)`` reproduces them), so episodes of one task differ as real ones do.
 
 Tasks are generated from their id (``"<split>-<n>"``), so ``"train"`` and ``"heldout"`` are
 disjoint and reproducible without any data files.
@@ -65,9 +66,7 @@ def demonstration(task: dict) -> list[str]:
 def lookup(key: str, state: dict) -> str:
     """Read the entry stored under a key."""
     if state["latency"]:
-        state["calls"] += 1
-        draw = random.Random(f"{state['task']}:{state['calls']}").lognormvariate(0.0, 1.5)
-        time.sleep(state["latency"] * min(draw, 20.0))
+        time.sleep(state["latency"] * min(state["rng"].lognormvariate(0.0, 1.5), 20.0))
     if key not in state["table"]:
         raise KeyError(f"no key {key!r}; keys are {', '.join(KEYS)}")
     return f"{key}: {state['table'][key]}"
@@ -119,7 +118,13 @@ class KeyChainEnv(ToolEnv):
     def __init__(self, split: str = "train", num_tasks: int = 200, max_hops: int = 2, max_turns: int = 6,
                  step_latency: float = 0.0, **kwargs):
         super().__init__([lookup], _Tasks(task_ids(split, num_tasks), max_hops),
-                         state_factory=lambda task: {"table": dict(task["table"]), "latency": step_latency,
-                                                     "task": task["prompt"], "calls": 0}, check=_check,
+                         state_factory=lambda task: {"table": dict(task["table"]), "latency": step_latency},
+                         check=_check,
                          max_turns=max_turns, call_timeout=None, allow_text_replies=False,
                          variant=f"keychain-{max_hops}", **kwargs)
+
+    def _begin(self, task_id: str) -> str:
+        prompt = super()._begin(task_id)
+        # Drawn per episode, not per task: a task's episodes must not all be slow together.
+        self.state["rng"] = random.Random(int(self.np_random.integers(2**63)))
+        return prompt

@@ -55,15 +55,15 @@ def keychain_warm_start(out: str | Path, config: dict, *, tasks: int = 1000, epo
                           learning_rate=learning_rate, seed=seed)
 
 
-def held_out_success(model: str | Path, config: dict, count: int = 100) -> float:
-    """Greedy success of ``model`` on the first ``count`` tasks of KeyChain's held-out split."""
+def held_out_success(model: str | Path, config: dict, count: int = 100, greedy: bool = True) -> float:
+    """Success of ``model`` on the first ``count`` tasks of KeyChain's held-out split, greedy or at the config's temperature."""
     from agentgym.envs.tool.keychain import task_ids
     from agentgym.trainers.rollouts import make_env_factory
     from agentgym.trainers.warm_start import success_rate
 
     env_kwargs = {**config["env_kwargs"], "split": "heldout", "num_tasks": count}
     return success_rate(model, make_env_factory(config["env_id"], env_kwargs), task_ids("heldout", count),
-                        agent_config(config, greedy=True))
+                        agent_config(config, greedy=greedy))
 
 
 def train_run(config_path: str | Path, overrides: Sequence[str] = ()) -> dict:

@@ -13,12 +13,15 @@ The loop (one per process):
   counted; the rest are trained on with their sampling logprobs as the behaviour policy. Every
   ``sync_every`` steps the learner's weights are copied into the producer's model (in-process,
   between two of its batches) and its version set to the learner's step.
-* **Value model**: a linear head on the policy's last hidden state (``value_model="head"``) or
-  a separate small model with a head (``value_model=<path>``), attached to the policy module as
+* **Value model**: a linear head on the policy's last hidden state (``value_model="head"``; the
+  value loss trains the head, not the shared trunk) or a separate small model with a head
+  (``value_model=<path>``), attached to the policy module as
   ``value_model`` so the optimizer, DDP and checkpoints carry it. V(s) is read at the last
   token before each turn's first sampled token. The baseline is per trajectory
   (``A = R − V(s₀)``) or per turn with GAE (:func:`~agentgym.trainers.advantages.turn_gae`);
-  the value loss ``(V − target)²`` is trained on the same batch.
+  the value loss ``(V − target)²`` is trained on the same batch, the value model's own parameters
+  at ``value_learning_rate`` (a fresh zero head at a small policy rate learns too slowly to be a
+  baseline).
 * **Loss**: strict double-sided token clipping
   (:func:`~agentgym.trainers.advantages.strict_clip_policy_loss`): tokens whose ratio to the
   behaviour policy leaves ``[1 − ε_low, 1 + ε_high]`` get no gradient whatever the advantage's
@@ -56,7 +59,7 @@ __all__ = ["SAOTrainer", "SeparateValueModel", "ValueHead"]
 
 
 class ValueHead(nn.Module):
-    """V(s) = a linear map of the policy's last hidden state (the policy's trunk is shared)."""
+    """V(s) = a linear map of the policy's last hidden state (the trunk is the policy's; the value loss does not train it)."""
 
     def __init__(self, hidden_size: int):
         super().__init__()
@@ -282,6 +285,18 @@ class SAOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
                  "value/mean": sum(v for v, _ in predictions) / max(1, len(predictions))}
         return batch, stats
 
+    def create_optimizer(self, model=None):
+        optimizer = super().create_optimizer(model)
+        if self.args.value_learning_rate is not None and not any(g.get("name") == "value" for g in optimizer.param_groups):
+            # The value model's parameters move from the Trainer's groups into a group of their own.
+            own = [p for p in self._value_model(model).parameters() if p.requires_grad]
+            ids = {id(p) for p in own}
+            for group in optimizer.param_groups:
+                group["params"] = [p for p in group["params"] if id(p) not in ids]
+            optimizer.add_param_group({"params": own, "lr": self.args.value_learning_rate, "weight_decay": 0.0,
+                                       "name": "value"})
+        return optimizer
+
     # ------------------------------------------------------------------ TRL's hooks
     def _generate_and_score_completions(self, inputs):
         mode = "train" if self.model.training else "eval"
@@ -321,7 +336,10 @@ class SAOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
         finally:
             if hook is not None:
                 hook.remove()
-        values = value_model(captured["hidden"]) if hook is not None else value_model(input_ids, attention_mask)
+        # The head reads the shared trunk but does not train it: with the value loss moving the trunk,
+        # the KeyChain policy collapsed within a few hundred updates (success 0.53 → 0.08, KL 0.7).
+        values = (value_model(captured["hidden"].detach()) if hook is not None
+                  else value_model(input_ids, attention_mask))
         mask = (inputs["completion_mask"] * inputs["tool_mask"]).float()
         per_token, kept = strict_clip_policy_loss(logps, inputs["sampling_per_token_logps"], inputs["advantages"], mask,
                                                   self.args.epsilon, self.args.epsilon_high)

@@ -34,6 +34,9 @@ class SAOConfig(GRPOConfig, RolloutArguments):
     gamma: float = field(default=1.0, metadata={"help": "Per-turn discount."})
     gae_lambda: float = field(default=0.95, metadata={"help": "GAE λ (1.0: Monte Carlo returns)."})
     value_loss_coef: float = field(default=0.5, metadata={"help": "Weight of the value loss."})
+    value_learning_rate: float | None = field(default=None, metadata={
+        "help": "Learning rate of the value model's own parameters (the head, or the separate model); default: "
+                "learning_rate. A fresh head at a small policy rate learns its baseline too slowly to help."})
     max_staleness: int = field(default=4, metadata={
         "help": "Samples whose oldest turn is more than this many policy versions behind the learner are dropped."})
     sync_every: int = field(default=1, metadata={"help": "Copy the learner's weights to the producer every k steps."})
@@ -59,6 +62,8 @@ class SAOConfig(GRPOConfig, RolloutArguments):
             self.bf16 = torch.cuda.is_available()
         if self.value_baseline not in VALUE_BASELINES:
             raise ValueError(f"value_baseline must be one of {VALUE_BASELINES}, got {self.value_baseline!r}")
+        if self.value_learning_rate is not None and self.value_learning_rate <= 0:
+            raise ValueError(f"value_learning_rate must be positive, got {self.value_learning_rate}")
         if self.max_staleness < 0 or self.sync_every < 1 or self.producer_queue_size < 1:
             raise ValueError("max_staleness must be >= 0, sync_every and producer_queue_size >= 1")
         super().__post_init__()

@@ -29,3 +29,22 @@ def test_producer_copy_does_not_run_the_learners_weights():
             parameter.add_(0.5)
         assert torch.equal(copy(input_ids=ids).logits, before)
         assert not torch.equal(learner(input_ids=ids).logits, before)
+
+
+def test_value_model_learns_at_its_own_rate(tmp_path):
+    from agentgym.trainers.sao import SAOTrainer
+    from agentgym.trainers.sao_config import SAOConfig
+
+    args = SAOConfig(output_dir=str(tmp_path), env_id="agentgym.envs.tool.keychain:KeyChainEnv", learning_rate=5e-5,
+                     value_learning_rate=1e-3, per_device_train_batch_size=2, max_steps=1, save_strategy="no",
+                     report_to="none", use_cpu=True, log_kl_to_start=False)
+    trainer = SAOTrainer(str(tiny_model_path()), args)
+    optimizer = trainer.create_optimizer()
+    assert trainer.create_optimizer() is optimizer  # a second call changes nothing
+    value_ids = {id(p) for p in trainer.rollout_model.value_model.parameters()}
+    by_rate = {}
+    for group in optimizer.param_groups:
+        by_rate.setdefault(group["lr"], set()).update(id(p) for p in group["params"])
+    assert by_rate[1e-3] == value_ids
+    assert not by_rate[5e-5] & value_ids
+    assert len(by_rate[5e-5]) == sum(1 for _ in trainer.rollout_model.parameters()) - len(value_ids)

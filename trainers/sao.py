@@ -120,6 +120,7 @@ class SAOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
         self.staleness = Counter()
         self.dropped_stale = 0
         self.consumed = 0  # records this run's learner took (trained or dropped), across resumes
+        self.started = 0  # episodes the producer started; started − consumed is bounded by _admit
         self.learner_wait_s = 0.0  # time the learner spent waiting for trajectories
         self.task_cursor = 0
         self.synced_step: int | None = None
@@ -140,6 +141,20 @@ class SAOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
             self.task_cursor += 1
             return order[index]
 
+    def _admit(self) -> bool:
+        """Whether the producer may start another episode: at most ``max_staleness`` batches (one, at 0) ahead of the learner.
+
+        An episode started now is then taken within ``max_staleness`` learner steps, so a producer
+        faster than its learner waits instead of filling the queue with samples that would be
+        trained at the staleness limit or dropped (AReaL's staleness-bounded admission).
+        """
+        with self._task_lock:
+            ahead = max(1, self.args.max_staleness) * self.args.per_device_train_batch_size
+            if self.started - self.consumed >= ahead:
+                return False
+            self.started += 1
+            return True
+
     def _publish(self, record) -> None:
         # Store order = queue order, so the store position counts exactly the records consumed.
         with self._publish_lock:
@@ -156,6 +171,9 @@ class SAOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
 
         async def worker() -> None:
             while not self._stop.is_set():
+                if not self._admit():
+                    await asyncio.sleep(0.02)
+                    continue
                 result = await runner.run([Task(self._next_task())])
                 for record in result.records:
                     await asyncio.to_thread(self._publish, record)
@@ -309,7 +327,8 @@ class SAOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
         batch["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
         metrics = {**stats, "staleness/mean": sum(staleness) / len(staleness), "staleness/max": float(max(staleness)),
                    "staleness/dropped_total": float(self.dropped_stale), "producer/version": float(self.policy.version),
-                   "producer/queue": float(self.queue.qsize()), "learner/wait_s": self.learner_wait_s - waited,
+                   "producer/queue": float(self.queue.qsize()),
+                   "producer/ahead": float(self.started - self.consumed), "learner/wait_s": self.learner_wait_s - waited,
                    "producer/consumed_total": float(self.consumed)}
         metrics.update({f"staleness/hist_{age}": float(self.staleness[age]) for age in range(self.args.max_staleness + 1)})
         rollout = record_metrics(seen)
@@ -374,6 +393,7 @@ class SAOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
         self.staleness = Counter({int(k): v for k, v in state["staleness"].items()})
         # Produced before the kill but never trained on: they go first, nothing stored is lost.
         self.replay = deque(record for i, record in enumerate(self.store) if i >= self.store_position)
+        self.started = self.consumed + len(self.replay)
         self._metrics["train"]["resumed_records"].append(float(len(self.replay)))
 
 

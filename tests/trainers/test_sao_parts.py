@@ -31,14 +31,18 @@ def test_producer_copy_does_not_run_the_learners_weights():
         assert not torch.equal(learner(input_ids=ids).logits, before)
 
 
-def test_value_model_learns_at_its_own_rate(tmp_path):
+def _sao_trainer(tmp_path, **settings):
     from agentgym.trainers.sao import SAOTrainer
     from agentgym.trainers.sao_config import SAOConfig
 
-    args = SAOConfig(output_dir=str(tmp_path), env_id="agentgym.envs.tool.keychain:KeyChainEnv", learning_rate=5e-5,
-                     value_learning_rate=1e-3, per_device_train_batch_size=2, max_steps=1, save_strategy="no",
-                     report_to="none", use_cpu=True, log_kl_to_start=False)
-    trainer = SAOTrainer(str(tiny_model_path()), args)
+    args = SAOConfig(output_dir=str(tmp_path), env_id="agentgym.envs.tool.keychain:KeyChainEnv",
+                     per_device_train_batch_size=2, max_steps=1, save_strategy="no", report_to="none", use_cpu=True,
+                     log_kl_to_start=False, **settings)
+    return SAOTrainer(str(tiny_model_path()), args)
+
+
+def test_value_model_learns_at_its_own_rate(tmp_path):
+    trainer = _sao_trainer(tmp_path, learning_rate=5e-5, value_learning_rate=1e-3)
     optimizer = trainer.create_optimizer()
     assert trainer.create_optimizer() is optimizer  # a second call changes nothing
     value_ids = {id(p) for p in trainer.rollout_model.value_model.parameters()}
@@ -48,3 +52,12 @@ def test_value_model_learns_at_its_own_rate(tmp_path):
     assert by_rate[1e-3] == value_ids
     assert not by_rate[5e-5] & value_ids
     assert len(by_rate[5e-5]) == sum(1 for _ in trainer.rollout_model.parameters()) - len(value_ids)
+
+
+def test_producer_stays_at_most_max_staleness_batches_ahead(tmp_path):
+    trainer = _sao_trainer(tmp_path, max_staleness=3)  # 2 trajectories a step: 6 episodes ahead at most
+    assert [trainer._admit() for _ in range(7)] == [True] * 6 + [False]
+    trainer.consumed += 2  # the learner takes a batch: two more may start
+    assert [trainer._admit() for _ in range(3)] == [True, True, False]
+    on_policy = _sao_trainer(tmp_path / "on-policy", max_staleness=0)  # still one batch, or nothing would run
+    assert [on_policy._admit() for _ in range(3)] == [True, True, False]

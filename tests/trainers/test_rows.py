@@ -1,11 +1,10 @@
-"""Rollouts as TRL batches: a hand-built tree's paths, masks, per-turn advantages and padding; the KeyChain env and its demonstrations."""
+"""Rollouts as TRL batches: a hand-built tree's paths, masks, per-turn advantages and padding (KeyChain itself: tests/envs/tool/test_keychain.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from agentgym.envs.tool.keychain import KeyChainEnv, demonstration, make_task, task_ids
 from agentgym.rollout.trajectory import RolloutTree, Turn
 from agentgym.trainers.rollouts import collate, pad_rows, record_metrics, trajectory_rows
 from agentgym.trainers.tree_grpo import tree_training_paths
@@ -65,20 +64,3 @@ def test_record_metrics_of_a_tree():
     assert metrics["tree/leaves"] == 3 and metrics["tree/nodes"] == 4 and metrics["tree/depth"] == 2
     assert metrics["rollout/env_steps"] == 4
 
-
-def test_keychain_demonstrations_solve_every_task():
-    env = KeyChainEnv(num_tasks=30)
-    try:
-        for task_id in task_ids("train", 30):
-            task = make_task(task_id)
-            env.reset(options={"task_id": task_id})
-            replies = demonstration(task)
-            assert len(replies) == task["hops"] + 1
-            for reply in replies:
-                _, reward, terminated, _, info = env.step(reply)
-            assert terminated and reward == 1.0 and info["success"]
-    finally:
-        env.close()
-    assert make_task("train-0") != make_task("heldout-0")
-    with pytest.raises(ValueError):
-        make_task("other-1")

@@ -7,10 +7,11 @@ Learning (``--part learning``):
 2. RL from that start with tree GRPO, linear GRPO and SAO (examples/configs/keychain-*.yaml),
    each for ``--minutes`` of wall time (SAO makes well over 300 updates in that time).
 3. Measured: held-out success (``--heldout`` tasks of the heldout split; greedy, and sampled at
-   the training temperature) of the SFT start and of each trained model; the training-success curve against env steps (tree GRPO's env
-   steps to reach linear GRPO's final success, as a fraction of linear's); SAO's reward curve and
-   KL to its start over its updates. Targets (issue 7): +30 points held-out for both trainers;
-   tree ≤ 70% of linear's env steps; SAO without collapse over 300 updates.
+   the training temperature) of the SFT start and of each trained model; the training-success
+   curve against env steps (tree GRPO's env steps to reach linear GRPO's final success, as a
+   fraction of linear's); SAO's reward curve and KL to its start over its updates. Targets
+   (issue 7): +30 points held-out for both trainers; tree ≤ 70% of linear's env steps; SAO
+   without collapse over 300 updates.
 
 Throughput (``--part throughput``): KeyChain with long-tailed lookup latency
 (``step_latency``), SAO's asynchronous producer/learner against the synchronous group pipeline
@@ -40,6 +41,7 @@ from agentgym.trainers.recipe import (held_out_success, keychain_warm_start, log
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "examples" / "configs"
+BATCH = 16  # throughput: trained trajectories per learner step in both pipelines
 RUNS = {"tree_grpo": "keychain-tree_grpo.yaml", "linear_grpo": "keychain-linear_grpo.yaml", "sao": "keychain-sao.yaml"}
 
 
@@ -116,19 +118,19 @@ def throughput(args, out: Path) -> dict:
               f"rollout_concurrency={args.concurrency}", f"seed={args.seed}"]
     for name in ("throughput-sao", "throughput-sync"):  # a fresh store each time: nothing from an earlier measurement
         shutil.rmtree(out / name, ignore_errors=True)
-    # 16 trajectories per learner step in both: SAO takes 16 episodes, the group pipeline 4 tasks × 4.
+    # BATCH trajectories per learner step in both: SAO takes BATCH episodes, the group pipeline BATCH / 4 tasks × 4.
     sao = train_run(CONFIGS / RUNS["sao"], [*common, f"output_dir={out / 'throughput-sao'}",
-                                            "per_device_train_batch_size=16", "log_kl_to_start=false"])
+                                            f"per_device_train_batch_size={BATCH}", "log_kl_to_start=false"])
     sync = train_run(CONFIGS / RUNS["linear_grpo"], [*common, f"output_dir={out / 'throughput-sync'}",
-                                                     "per_device_train_batch_size=4", "num_generations=4"])
-    # Trained trajectories: 16 per step in both (SAO's dropped stale ones are counted apart, as waste).
+                                                     f"per_device_train_batch_size={BATCH // 4}", "num_generations=4"])
+    # Trained trajectories (SAO's dropped stale ones are counted apart, as waste).
     result = {
-        "latency_median_s": args.latency, "steps": args.steps, "batch_trajectories": 16,
+        "latency_median_s": args.latency, "steps": args.steps, "batch_trajectories": BATCH,
         "rollout_concurrency": args.concurrency,
-        "sao": {"trajectories_per_s": 16.0 * sao["steps"] / sao["wall_s"],
+        "sao": {"trajectories_per_s": BATCH * sao["steps"] / sao["wall_s"],
                 "dropped_stale": max(log_series(sao["log"], "staleness/dropped_total"), default=0.0),
                 "learner_idle_fraction": sum(log_series(sao["log"], "learner/wait_s")) / sao["wall_s"]},
-        "sync": {"trajectories_per_s": 16.0 * sync["steps"] / sync["wall_s"],
+        "sync": {"trajectories_per_s": BATCH * sync["steps"] / sync["wall_s"],
                  "learner_idle_fraction": sum(log_series(sync["log"], "rollout/time_s")) / sync["wall_s"]},
     }
     result["speedup"] = result["sao"]["trajectories_per_s"] / result["sync"]["trajectories_per_s"]
@@ -158,7 +160,8 @@ def main() -> None:
     parser.add_argument("--sft-lr", type=float, default=3e-3)
     parser.add_argument("--steps", type=int, default=20, help="throughput: learner steps per pipeline")
     parser.add_argument("--latency", type=float, default=0.3, help="throughput: median seconds per lookup")
-    parser.add_argument("--concurrency", type=int, default=16, help="throughput: episodes in flight in both pipelines")
+    parser.add_argument("--concurrency", type=int, default=BATCH,
+                        help="throughput: episodes in flight in both pipelines (default: one per trajectory of a batch)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="runs/learning")
     args = parser.parse_args()

@@ -14,6 +14,18 @@ class SandboxUnavailableError(SandboxError):
     """The backend (engine, image) is missing; the message names the command that provides it."""
 
 
+class FileTooLargeError(OSError):
+    """A file in the sandbox is larger than the host agreed to read back (the sandbox is fine).
+
+    Every byte the host reads from a sandbox is bounded, so that an agent cannot exhaust the
+    harness's memory with one huge (or sparse) file; callers say so to the agent or fail a grade.
+    """
+
+    def __init__(self, path: str, size: int, limit: int):
+        super().__init__(f"{path} is {size} bytes, over the {limit}-byte limit on what is read back from the sandbox")
+        self.path, self.size, self.limit = path, size, limit
+
+
 @dataclass(frozen=True)
 class ExecResult:
     """The outcome of one command: exit code, captured output and whether a limit cut it short.
@@ -71,7 +83,7 @@ class Sandbox(Protocol):
         """Run a shell command in bash with a wall-clock timeout; ``cd`` and exported variables carry
         over to later commands. Never raises for a failing or hanging command, only for a dead sandbox."""
 
-    def read_file(self, path: str) -> bytes: ...
+    def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes: ...
 
     def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None: ...
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 import docker.errors
 
 from agentgym.sandbox import cleanup, engine, labels, shell
-from agentgym.sandbox.base import ExecResult, SandboxError, SandboxSnapshot, SandboxUnavailableError
+from agentgym.sandbox.base import ExecResult, FileTooLargeError, SandboxError, SandboxSnapshot, SandboxUnavailableError
 from agentgym.sandbox.cleanup import GcReport, gc
 from agentgym.sandbox.images import require_base_image
 
@@ -63,6 +63,8 @@ class SandboxConfig:
     # How long past timeout + kill_grace the client waits on a silent container before giving up.
     backstop_grace: float = 10.0
     max_output: int = 64 * 1024
+    # The most bytes one read_file brings back to the host (its default max_bytes).
+    max_read_bytes: int = 16 * 1024 * 1024
     state_file: str = "/home/agent/.agentgym_shell"
 
     def __post_init__(self):
@@ -292,8 +294,13 @@ class DockerSandbox:
 
     # ------------------------------------------------------------------ files
 
-    def read_file(self, path: str) -> bytes:
-        """The bytes of a regular file (symlinks followed); FileNotFoundError when it is missing."""
+    def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        """The bytes of a regular file (symlinks followed); FileNotFoundError when it is missing.
+
+        At most ``max_bytes`` (default ``config.max_read_bytes``) come back: a larger file raises
+        :class:`~agentgym.sandbox.base.FileTooLargeError` before its content is transferred.
+        """
+        limit = self.config.max_read_bytes if max_bytes is None else max_bytes
         with self._lock:
             container_id = self._running_id()
             path = self._absolute(path)
@@ -306,7 +313,10 @@ class DockerSandbox:
                 if stat["mode"] & _GO_MODE_DIR:
                     chunks.close()
                     raise IsADirectoryError(path)
-                with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
+                if stat["size"] > limit:
+                    chunks.close()
+                    raise FileTooLargeError(path, stat["size"], limit)
+                with tarfile.open(fileobj=io.BytesIO(_bounded_join(chunks, limit, path))) as tar:
                     member = tar.next()
                     return tar.extractfile(member).read()
             raise SandboxError(f"too many levels of symbolic links: {path}")
@@ -423,6 +433,19 @@ class DockerSandbox:
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"cwd={self.cwd!r}"
         return f"DockerSandbox({self._container_id[:12]}, image={self.image!r}, {state})"
+
+
+def _bounded_join(chunks, limit: int, path: str) -> bytes:
+    """A tar stream's bytes, refusing to hold more than one file of ``limit`` bytes plus tar's framing
+    (the size Docker reported may have grown while the archive streamed)."""
+    cap = limit + 64 * 1024
+    data = bytearray()
+    for chunk in chunks:
+        data += chunk
+        if len(data) > cap:
+            chunks.close()
+            raise FileTooLargeError(path, len(data), limit)
+    return bytes(data)
 
 
 def _hijack(client: docker.APIClient, exec_id: str):

@@ -184,6 +184,8 @@ class _Server:
             body = await request.json(loads=json.loads)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise RequestError(f"the request body is not valid JSON ({exc})") from None
+        except RecursionError:  # json's decoder recurses per nesting level; a client error, not ours
+            raise RequestError("the request body is nested too deeply") from None
         if not isinstance(body, dict):
             raise RequestError("the request body must be a JSON object")
         model = body.get("model")

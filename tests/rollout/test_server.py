@@ -192,6 +192,9 @@ async def test_concurrent_requests_are_batched_by_the_policy(served, hf_policy):
 
 @pytest.mark.parametrize("path, body, param", [
     ("/v1/chat/completions", b"{not json", None),
+    ("/v1/chat/completions", b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", None),  # RecursionError
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": ' + b"[" * 900 + b"]" * 900 + b"}]}",
+     "messages[0].content"),  # deep but within the decoder's reach
     ("/v1/chat/completions", {"model": MODEL}, "messages"),
     ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
     ("/v1/chat/completions", {"messages": [{"role": "user"}]}, "messages[0].content"),

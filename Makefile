@@ -1,5 +1,5 @@
 # The two commands: `make demo` (the main job) and `make test`. Both set everything up first.
-.PHONY: setup demo test bench clean-sandboxes
+.PHONY: setup demo test test-fast bench clean-sandboxes
 
 setup:
 	./scripts/setup.sh
@@ -13,6 +13,10 @@ demo: setup
 
 test: setup
 	.venv/bin/python -m pytest -q -p no:cacheprovider
+
+# The inner loop: everything but the tests marked slow (whole-benchmark sweeps, training runs).
+test-fast: setup
+	.venv/bin/python -m pytest -q -p no:cacheprovider -m "not slow"
 
 bench: setup
 	.venv/bin/python benchmarks/sandbox.py

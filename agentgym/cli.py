@@ -1,34 +1,94 @@
-"""The `agentgym` command line: list envs, build sandbox images, reap leftover sandboxes, serve a model over an OpenAI-compatible API, evaluate a model on a suite, train, inspect memory stores."""
+"""The `agentgym` command line: list envs and their tasks, build sandbox images, reap leftover sandboxes, serve a model over an OpenAI-compatible API, evaluate a model on a suite, train, inspect memory stores.
+
+What cannot run as asked (a missing file, a malformed config, an unknown env, a port in use) is a
+:class:`UsageError`: one ``agentgym <command>: ...`` line on stderr and exit code 2.
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
+from pathlib import Path
+
+
+class UsageError(SystemExit):
+    """What the user asked for cannot run; :func:`main` prints it as one ``agentgym <command>:`` line and exits 2.
+
+    A SystemExit with code 2, like argparse's own usage errors, so ``main()`` called from
+    Python ends the same way the command does.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(2)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _model_dir(path: str, flag: str) -> str:
+    from agentgym.models import local_model_dir
+
+    try:
+        return local_model_dir(path)
+    except ValueError as exc:
+        raise UsageError(f"{flag} {exc}") from None
 
 
 def _envs_list(args: argparse.Namespace) -> int:
+    import fnmatch
+
+    from agentgym.registration import describe_env, registered_env_ids
+
+    pattern = args.pattern or "*"
+    if not any(ch in pattern for ch in "*?["):
+        pattern = f"*{pattern}*"  # a plain word matches anywhere in the id
+    ids = [env_id for env_id in registered_env_ids() if fnmatch.fnmatch(env_id.lower(), pattern.lower())]
+    if not ids:
+        raise UsageError(f"no registered env id matches {args.pattern!r} (`agentgym envs list` shows them all)")
+    rows = [(env_id, *describe_env(env_id)) for env_id in ids]
+    width = max(len(env_id) for env_id, _, _ in rows)
+    print(f"{'id':{width}}  {'tasks':>5}  description")
+    for env_id, tasks, description in rows:
+        print(f"{env_id:{width}}  {'?' if tasks is None else tasks:>5}  {description}")
+    if not args.pattern:
+        print(f"{len(rows)} envs; `agentgym envs list WORD` filters them (e.g. miniwob, web., BFCL)", file=sys.stderr)
+    return 0
+
+
+def _envs_tasks(args: argparse.Namespace) -> int:
     import gymnasium
 
-    from agentgym.registration import registered_env_ids
+    import agentgym  # noqa: F401  (registers the envs)
 
-    for env_id in registered_env_ids():
-        entry = gymnasium.spec(env_id).entry_point
-        print(f"{env_id:40} {entry if isinstance(entry, str) else entry.__qualname__}")
+    env_id = args.env_id if "/" in args.env_id else f"agentgym/{args.env_id}"
+    try:
+        env = gymnasium.make(env_id)
+    except gymnasium.error.Error as exc:
+        raise UsageError(f"{exc} (`agentgym envs list` shows the ids)") from None
+    try:
+        for task_id in env.unwrapped.task_ids():
+            print(task_id)
+    finally:
+        env.close()
     return 0
 
 
 def _images_build(args: argparse.Namespace) -> int:
     if args.desktop:
         if args.dockerfile:
-            raise SystemExit("agentgym images build: --desktop is built from Debian packages; it takes no --dockerfile")
+            raise UsageError("--desktop is built from Debian packages; it takes no --dockerfile")
         from agentgym.sandbox.desktop import build_desktop_image
 
         print(build_desktop_image(force=args.force))
         return 0
     from agentgym.sandbox.images import build_base_image
 
+    if args.dockerfile and not Path(args.dockerfile).is_file():
+        raise UsageError(f"--dockerfile {args.dockerfile!r}: no such file")
     tag = build_base_image(force=args.force, dockerfile=args.dockerfile)
     print(tag)
     return 0
@@ -45,15 +105,19 @@ def _sandbox_gc(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from agentgym.rollout.server import serve
 
-    serve(args.model, host=args.host, port=args.port, max_batch_size=args.max_batch_size,
-          served_model_name=args.served_model_name, device=args.device)
+    _model_dir(args.model, "--model")
+    try:
+        serve(args.model, host=args.host, port=args.port, max_batch_size=args.max_batch_size,
+              served_model_name=args.served_model_name, device=args.device)
+    except OSError as exc:
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+            raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
+        raise
     return 0
 
 
 def _make_policy(args: argparse.Namespace):
     """``--policy``: an http(s) URL, a local model directory, ``oracle`` or ``nonsense`` (see ``agentgym eval --help``)."""
-    from pathlib import Path
-
     from agentgym.eval import oracles
 
     if args.policy == "oracle":
@@ -62,15 +126,15 @@ def _make_policy(args: argparse.Namespace):
         return oracles.NonsensePolicy()
     if args.policy.startswith(("http://", "https://")):
         if not args.model:
-            raise SystemExit("agentgym eval: --model is required with an endpoint URL")
+            raise UsageError("--model is required with an endpoint URL")
         from agentgym.rollout.openai_policy import OpenAIPolicy
 
         return OpenAIPolicy(args.policy, args.model, tokenizer=args.tokenizer)
     if Path(args.policy).is_dir():
         from agentgym.rollout.hf_policy import HFPolicy
 
-        return HFPolicy(args.policy)
-    raise SystemExit(f"agentgym eval: --policy {args.policy!r} is not a URL, a model directory, 'oracle' or 'nonsense'")
+        return HFPolicy(_model_dir(args.policy, "--policy"))
+    raise UsageError(f"--policy {args.policy!r} is not a URL, a model directory, 'oracle' or 'nonsense'")
 
 
 def _print_summary(summary: dict) -> None:
@@ -97,6 +161,12 @@ def _print_summary(summary: dict) -> None:
     if not console.is_terminal:
         console.width = 160  # rich assumes 80 columns for a pipe, which would cut the headers
     console.print(table)
+    errors = summary.get("errors") or {}
+    if errors:
+        print("failed episodes by error: " + ", ".join(f"{kind} {count}" for kind, count in errors.items()))
+    if errors.get("context_overflow"):
+        print(f"{errors['context_overflow']} episode(s) outgrew the model's context window (counted as failures): "
+              "lower --max-turns, or serve the model with a longer context")
 
 
 def _fmt(value) -> str:
@@ -114,11 +184,12 @@ def _eval(args: argparse.Namespace) -> int:
     from agentgym.eval.suites import load_suite
 
     if not args.suite or not args.policy:
-        raise SystemExit("agentgym eval: --suite and --policy are required (or: agentgym eval compare RUN_A RUN_B)")
+        raise UsageError("--suite and --policy are required (or: agentgym eval compare RUN_A RUN_B)")
     try:
         suite = load_suite(args.suite).filter(args.tasks)
     except ValueError as exc:
-        raise SystemExit(f"agentgym eval: {exc}") from None
+        raise UsageError(str(exc)) from None
+    _check_suite_envs(suite)
     memory = None
     if args.memory:
         from agentgym.memory.config import MemoryConfig
@@ -126,7 +197,7 @@ def _eval(args: argparse.Namespace) -> int:
         try:
             memory = MemoryConfig(args.memory, mode=args.memory_mode)
         except ValueError as exc:
-            raise SystemExit(f"agentgym eval: {exc}") from None
+            raise UsageError(str(exc)) from None
     policy = _make_policy(args)
     out = args.out or f"runs/eval-{suite.name}"
     model = args.model or ("oracle" if args.policy == "oracle" else None)
@@ -146,8 +217,7 @@ def _eval(args: argparse.Namespace) -> int:
         print(f"agentgym eval: {exc}", file=sys.stderr)
         return 3
     except ValueError as exc:  # e.g. --out holds a run with other settings
-        print(f"agentgym eval: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
     except KeyboardInterrupt:
         print(f"agentgym eval: interrupted; finished episodes are kept in {out}/results.jsonl "
               "(rerun the same command to resume)", file=sys.stderr)
@@ -157,27 +227,57 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_suite_envs(suite) -> None:
+    """Every env the suite names is registered (or a ``module:Class`` entry point), before any episode starts."""
+    import gymnasium
+
+    import agentgym  # noqa: F401  (registers the envs)
+
+    for env_id, _ in suite.by_env():
+        if ":" in env_id:
+            continue
+        try:
+            gymnasium.spec(env_id)
+        except gymnasium.error.Error:
+            raise UsageError(f"suite {suite.name!r} names env {env_id!r}, which is not registered "
+                             "(`agentgym envs list` shows the ids)") from None
+
+
+def _run_dir(path: str) -> Path:
+    """A finished eval run's directory (``path`` may name its results.jsonl)."""
+    folder = Path(path)
+    if folder.name == "results.jsonl":
+        folder = folder.parent
+    missing = [name for name in ("results.jsonl", "summary.json") if not (folder / name).is_file()]
+    if missing:
+        what = "no such directory" if not folder.is_dir() else f"not an eval run (no {' or '.join(missing)})"
+        raise UsageError(f"{path}: {what}; give the --out directory of an `agentgym eval` run")
+    return folder
+
+
 def _eval_compare(args: argparse.Namespace) -> int:
     from agentgym.eval.harness import load_results
     from agentgym.eval.metrics import compare
     from agentgym.eval.report import compare_report
 
-    result = compare(load_results(args.run_a), load_results(args.run_b), seed=args.seed)
+    run_a, run_b = _run_dir(args.run_a), _run_dir(args.run_b)
+    result = compare(load_results(run_a), load_results(run_b), seed=args.seed)
+    if not result["tasks"]:
+        raise UsageError(f"the two runs share no task ({result['only_a']} tasks only in A, {result['only_b']} only "
+                         "in B), so there is nothing to compare")
     print(f"A = {args.run_a}\nB = {args.run_b}")
     for key, value in result.items():
         print(f"{key:18} {_fmt(value)}")
-    print(f"report: {compare_report(args.run_a, args.run_b)}")
+    print(f"report: {compare_report(run_a, run_b)}")
     return 0
 
 
 def _memory_bank(args: argparse.Namespace, *, create: bool = False):
     """The bank at ``args.store``, or a clear exit when there is none (only import creates a store)."""
-    from pathlib import Path
-
     from agentgym.memory.bank import MemoryBank
 
     if not create and not Path(args.store).is_file():
-        raise SystemExit(f"agentgym memory: no memory store at {args.store}")
+        raise UsageError(f"no memory store at {args.store}")
     return MemoryBank(args.store)
 
 
@@ -208,7 +308,7 @@ def _memory_show(args: argparse.Namespace) -> int:
 
     entry = _memory_bank(args).store.get(args.id)
     if entry is None:
-        raise SystemExit(f"agentgym memory: no entry {args.id} in {args.store}")
+        raise UsageError(f"no entry {args.id} in {args.store}")
     print(f"entry {entry.id}: {entry.kind}  env={entry.env or '-'} family={entry.family or '-'} task={entry.task or '-'}")
     print(f"title: {entry.title}\ntags: {', '.join(entry.tags) or '-'}\n\n{entry.text}\n")
     if entry.kind == "skill":
@@ -278,7 +378,7 @@ def _memory_import(args: argparse.Namespace) -> int:
                 row.pop("id", None)  # ids belong to the target store
                 entries.append(Entry(**row))
             except (ValueError, TypeError) as exc:
-                raise SystemExit(f"agentgym memory import: {args.file}:{number}: {exc}") from None
+                raise UsageError(f"{args.file}:{number}: {exc}") from None
     ids = _memory_bank(args, create=True).store.add_many(entries)
     print(f"imported {len(ids)} entries into {args.store}")
     return 0
@@ -293,7 +393,9 @@ def _memory(args: argparse.Namespace) -> int:
     try:
         return args.memory_run(args)
     except (sqlite3.DatabaseError, SchemaError, json.JSONDecodeError) as exc:
-        raise SystemExit(f"agentgym memory: cannot read {args.store}: {type(exc).__name__}: {exc}") from None
+        raise UsageError(f"cannot read {args.store}: {type(exc).__name__}: {exc}") from None
+    except OSError as exc:  # an import file or export target that cannot be opened
+        raise UsageError(f"{exc.filename or args.store}: {exc.strerror or exc}") from None
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -302,12 +404,29 @@ def _train(args: argparse.Namespace) -> int:
     return train_main(["--config", args.config, *args.overrides])
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Wraps help text at spaces only, so names like bfcl-miss_func stay whole."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from agentgym.eval.suites import BUILTIN_SUITES
+
     parser = argparse.ArgumentParser(prog="agentgym", description=__doc__.split(":")[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
     envs = commands.add_parser("envs", help="environments").add_subparsers(dest="action", required=True)
-    envs.add_parser("list", help="list registered env ids").set_defaults(run=_envs_list)
+    listing = envs.add_parser("list", help="list registered envs: id, number of tasks, description")
+    listing.add_argument("pattern", nargs="?", help="only ids containing this word, or matching this glob "
+                                                    "(case-insensitive), e.g. miniwob or 'agentgym/web.*'")
+    listing.set_defaults(run=_envs_list)
+    tasks = envs.add_parser("tasks", help="list one env's task ids (for reset(options={'task_id': ...}) and --tasks)")
+    tasks.add_argument("env_id", help="a registered id, e.g. agentgym/HumanEval-v0 (the agentgym/ may be left out)")
+    tasks.set_defaults(run=_envs_tasks)
 
     images = commands.add_parser("images", help="sandbox images").add_subparsers(dest="action", required=True)
     build = images.add_parser("build", help="build the base sandbox image offline (debootstrap + docker import)")
@@ -332,10 +451,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(run=_serve)
 
     evaluation = commands.add_parser("eval", help="evaluate a policy on a suite (or compare two runs)",
+                                     formatter_class=_HelpFormatter,
                                      description="Run k samples of every task of a suite; results.jsonl, summary.json "
                                                  "and report.html go to --out, and a rerun resumes.")
-    evaluation.add_argument("--suite", help="humaneval, repofix, bfcl-base, bfcl-miss_func, bfcl-miss_param, "
-                                            "bfcl-long_context, bfcl, or a JSONL/YAML suite file")
+    evaluation.add_argument("--suite", help=f"{', '.join(BUILTIN_SUITES)}, or a JSONL/YAML suite file")
     evaluation.add_argument("--policy", help="an http(s) OpenAI-compatible endpoint URL, a local model directory, "
                                              "'oracle' (the tasks' known solutions) or 'nonsense' (gibberish)")
     evaluation.add_argument("--model", help="the model name the endpoint serves (required with a URL)")
@@ -410,6 +529,10 @@ def main(argv: list[str] | None = None) -> int:
         code = args.run(args)
         sys.stdout.flush()  # inside the try: a closed pipe shows up here, not at interpreter exit
         return code
+    except UsageError as exc:
+        command = " ".join(filter(None, (args.command, getattr(args, "action", None))))
+        print(f"agentgym {command}: {' '.join(str(exc).split())}", file=sys.stderr)
+        raise
     except SandboxUnavailableError as exc:
         print(f"agentgym: {exc}", file=sys.stderr)
         return 2

@@ -29,6 +29,12 @@ Writing an env: subclass, set ``kind`` if the class path is not a good name, and
 * :meth:`_capture` / :meth:`_load` — state in and out of snapshots;
 * :meth:`_teardown` — free resources.
 
+A subclass's ``__init__`` need not know about Gymnasium's ``render_mode``: when its signature
+has no ``render_mode`` (nor ``**kwargs``), the base class accepts the argument for it, checks it
+against ``metadata["render_modes"]`` and sets it after the subclass's ``__init__`` ran. The
+default ``metadata`` declares the ``ansi`` mode (the last observation's text) and a
+``render_fps``, which a subclass's own ``metadata`` inherits unless it sets one.
+
 Environments are used from one thread at a time; the async twins (``areset``, ``astep``,
 ``afork``, ``aclose``, ...) run the sync methods in a worker thread unless a subclass has a
 native async implementation. Those threads come from one pool for all envs, sized by
@@ -42,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import inspect
 import os
 import string
 import threading
@@ -230,7 +237,8 @@ class AsyncTwins:
 class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
     """Base class of every agentgym environment (see the module docstring for the contract)."""
 
-    metadata: ClassVar[dict] = {"render_modes": ["ansi"]}
+    # Turn-based: a frame per turn; render_fps only paces a viewer (Gymnasium warns when it is missing).
+    metadata: ClassVar[dict] = {"render_modes": ["ansi"], "render_fps": 1}
     #: A stable name for the kind of env; snapshots restore only into envs of the same kind.
     kind: ClassVar[str] = ""
     #: Fenced-code language → (tool, argument), e.g. {"python": ("python", "code")}.
@@ -250,13 +258,16 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
         super().__init_subclass__(**kwargs)
         if not cls.__dict__.get("kind"):
             cls.kind = f"{cls.__module__}.{cls.__qualname__}"
+        if "metadata" in cls.__dict__ and "render_fps" not in cls.metadata:
+            cls.metadata = {**cls.metadata, "render_fps": AgentEnv.metadata["render_fps"]}
+        init = cls.__dict__.get("__init__")
+        if init is not None and not _takes_render_mode(init):
+            cls.__init__ = _with_render_mode(init)
 
     def __init__(self, *, max_turns: int = 30, render_mode: str | None = None,
                  image_shape: tuple[int, int] | None = None, max_text_length: int = 1 << 20):
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         self.max_turns = max_turns
-        self.render_mode = render_mode
+        self.render_mode = self._checked_render_mode(render_mode)
         obs_spaces: dict[str, spaces.Space] = {"text": AgentText(max_text_length)}
         if image_shape is not None:
             height, width = image_shape
@@ -337,6 +348,11 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
         info = self._info(error=outcome.error)
         info.update(outcome.info)
         return observation, float(outcome.reward), episode.terminated, episode.truncated, info
+
+    def _checked_render_mode(self, render_mode: str | None) -> str | None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        return render_mode
 
     def render(self) -> str | None:
         if self.render_mode == "ansi" and self._episode is not None:
@@ -494,6 +510,22 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
                 self.close()
         except Exception:
             pass
+
+
+def _takes_render_mode(init: Callable) -> bool:
+    parameters = inspect.signature(init).parameters.values()
+    return any(p.name == "render_mode" or p.kind is p.VAR_KEYWORD for p in parameters)
+
+
+def _with_render_mode(init: Callable) -> Callable:
+    """``init`` that also accepts ``render_mode``: checked and set after ``init`` ran (see the module docstring)."""
+
+    @functools.wraps(init)
+    def __init__(self, *args, render_mode: str | None = None, **kwargs):
+        init(self, *args, **kwargs)
+        self.render_mode = self._checked_render_mode(render_mode)
+
+    return __init__
 
 
 _env_pool: concurrent.futures.ThreadPoolExecutor | None = None

@@ -1,4 +1,4 @@
-"""Registering environments under Gymnasium's "agentgym/" namespace: built-ins and entry-point plugins.
+"""Registering environments under Gymnasium's "agentgym/" namespace: built-ins, entry-point plugins, and a one-line description of each.
 
 ``import agentgym`` registers every built-in env (by import path, so nothing heavy is imported
 until ``gymnasium.make``) and then every plugin: a separately installed package declares
@@ -52,7 +52,11 @@ _plugins_loaded = False
 
 
 def register_env(name: str, entry_point: str | Callable[..., Any], **kwargs: Any) -> str:
-    """Register ``agentgym/<name>`` (e.g. ``"Counter-v0"``); returns the full id. Idempotent.
+    """Register ``agentgym/<name>`` (e.g. ``"Counter-v0"``); returns the full id.
+
+    Registering the same entry point and kwargs again does nothing (a module imported twice).
+    Registering other ones under a taken id replaces the old registration with a warning, so a
+    class redefined in a notebook cell is the one ``gymnasium.make`` builds.
 
     The env is registered without Gymnasium's order-enforcing and passive-checker wrappers, so
     that ``gymnasium.make`` returns the :class:`~agentgym.core.AgentEnv` itself and its
@@ -60,10 +64,27 @@ def register_env(name: str, entry_point: str | Callable[..., Any], **kwargs: Any
     itself, and ``check_env`` runs over every registered env in the test suite.
     """
     env_id = f"{NAMESPACE}/{name}"
-    if env_id not in gymnasium.registry:
-        gymnasium.register(id=env_id, entry_point=entry_point, kwargs=kwargs,
-                           order_enforce=False, disable_env_checker=True)
+    old = gymnasium.registry.get(env_id)
+    if old is not None:
+        if old.entry_point == entry_point and _same(old.kwargs, kwargs):
+            return env_id
+        warnings.warn(f"{env_id} was registered already (to {_name(old.entry_point)}); it now makes "
+                      f"{_name(entry_point)}", stacklevel=2)
+        del gymnasium.registry[env_id]
+    gymnasium.register(id=env_id, entry_point=entry_point, kwargs=kwargs,
+                       order_enforce=False, disable_env_checker=True)
     return env_id
+
+
+def _same(a: dict, b: dict) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # values without a plain equality (arrays): treat them as changed
+        return False
+
+
+def _name(entry_point) -> str:
+    return entry_point if isinstance(entry_point, str) else f"{entry_point.__module__}.{entry_point.__qualname__}"
 
 
 def register_builtin_envs() -> None:
@@ -87,6 +108,28 @@ def load_plugins() -> list[str]:
         except Exception as exc:
             warnings.warn(f"agentgym plugin {entry.name!r} ({entry.value}) failed to load: {exc}", stacklevel=2)
     return loaded
+
+
+def describe_env(env_id: str) -> tuple[int | None, str]:
+    """(number of tasks, one-line description) of a registered env; ``(None, why)`` when it cannot be built.
+
+    The env is built (constructors are cheap: sandboxes start at reset) and closed again. The
+    description is the first sentence of its class docstring and the registered keyword arguments.
+    """
+    spec = gymnasium.spec(env_id)
+    try:
+        env = spec.make()
+        try:
+            tasks = len(env.unwrapped.task_ids())
+            doc = (type(env.unwrapped).__doc__ or "").strip()
+        finally:
+            env.close()
+    except Exception as exc:  # a plugin env may need what this machine lacks; the listing goes on
+        return None, f"(cannot be built here: {type(exc).__name__}: {exc})".splitlines()[0]
+    first = doc.split("\n\n", 1)[0].replace("\n", " ")
+    first = first.split(" (see ", 1)[0].split(": ", 1)[0].split(". ", 1)[0].rstrip(".")
+    options = ", ".join(f"{key}={value}" for key, value in spec.kwargs.items())
+    return tasks, f"{first} ({options})" if options else first
 
 
 def registered_env_ids() -> list[str]:

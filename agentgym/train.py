@@ -12,17 +12,32 @@ A config is YAML::
 ``key=value`` arguments after the config override its fields (values parsed as YAML), e.g.
 ``max_steps=2 output_dir=/tmp/run``. The same command runs on one CPU process or, under
 ``accelerate launch`` with a config from ``examples/accelerate_configs/``, on several processes
-or GPUs. Several CPU processes: ``accelerate launch --multi_gpu --num_processes 2 -m
-agentgym.train --config X.yaml use_cpu=true`` (torchrun + gloo; accelerate 1.16's ``--cpu
---num_processes 2`` starts a single process unless MPI is set up).
+or GPUs. Several CPU processes: ``accelerate launch --config_file
+examples/accelerate_configs/cpu_ddp.yaml -m agentgym.train --config X.yaml use_cpu=true``
+(torchrun + gloo; accelerate 1.16's ``--cpu --num_processes 2`` starts a single process unless
+MPI is set up). ``warm_start: true`` (or a mapping of ``tasks``, ``epochs``, ``learning_rate``)
+first fine-tunes ``model`` on scripted KeyChain demonstrations into ``output_dir/warm_start``
+and trains from there; after a few logged steps without learning signal (every group's rewards
+equal) the run says so and points to it.
 
 A checkpoint counts as complete when every process wrote its rollout state into it (the last
-file written), so a run killed mid-save resumes from the one before.
+file written), so a run killed mid-save resumes from the one before. A resumed run must keep
+the checkpoint's ``max_steps`` (its learning-rate schedule was built for it), and its
+TensorBoard events go to ``output_dir/tensorboard`` like the first run's.
+
+A config that cannot run is one ``agentgym train:`` line on stderr and exit code 2 (a
+:class:`ConfigError`): an unknown key (with the closest valid one), a missing or malformed
+file, a model that is neither ``tiny`` nor a local model directory, a launcher that asked for
+several processes but started one, or an ``output_dir`` another run is using.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import difflib
+import json
 import os
 import re
 import sys
@@ -30,25 +45,55 @@ from pathlib import Path
 
 import yaml
 
-__all__ = ["TRAINERS", "last_complete_checkpoint", "load_config", "main"]
+__all__ = ["TRAINERS", "ConfigError", "NO_SIGNAL_PATIENCE", "build_trainer", "has_learning_signal",
+           "last_complete_checkpoint", "load_config", "main"]
 
 TRAINERS = {
     "tree_grpo": ("agentgym.trainers.tree_grpo:TreeGRPOTrainer", "agentgym.trainers.tree_grpo_config:TreeGRPOConfig"),
     "sao": ("agentgym.trainers.sao:SAOTrainer", "agentgym.trainers.sao_config:SAOConfig"),
 }
+#: Config keys read by this module rather than by the trainer's config class.
+OWN_KEYS = ("trainer", "model", "resume", "warm_start")
+#: ``warm_start:`` settings: :func:`agentgym.trainers.recipe.keychain_warm_start`'s knobs.
+WARM_START_KEYS = ("tasks", "epochs", "learning_rate")
+#: Logged steps in a row without learning signal before the run warns (once).
+NO_SIGNAL_PATIENCE = 5
+LOCK_FILE = ".agentgym-train.lock"
+
+
+class ConfigError(ValueError):
+    """A config (or launch) that cannot run; ``main`` prints it as one ``agentgym train:`` line and exits 2."""
 
 
 def load_config(path: str | os.PathLike, overrides: list[str] = ()) -> dict:
-    """The YAML config with ``key=value`` overrides applied."""
-    config = {key: _number(value) for key, value in (yaml.safe_load(Path(path).read_text()) or {}).items()}
+    """The YAML config with ``key=value`` overrides applied; a missing, malformed or non-mapping file is a :class:`ConfigError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"no config file at {path}" + (" (a directory)" if path.is_dir() else ""))
+    data = _parse_yaml(path.read_text(), str(path))
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config is a YAML mapping of `key: value` lines, not a {type(data).__name__}")
+    config = {str(key): _number(value) for key, value in data.items()}
     for item in overrides:
         key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"agentgym train: override {item!r} is not key=value")
-        parsed = _number(yaml.safe_load(value))
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} is not key=value")
+        parsed = _number(_parse_yaml(value, f"override {key}="))
         # YAML 1.1 reads no/yes/on/off as booleans; save_strategy=no means the string
         config[key] = value if isinstance(parsed, bool) and value.lower() not in ("true", "false") else parsed
     return config
+
+
+def _parse_yaml(text: str, where: str):
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{where}: not valid YAML: {problem}{at}") from None
 
 
 _EXPONENT_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
@@ -82,19 +127,135 @@ def _load(target: str):
 
 
 def build_trainer(config: dict):
-    """The trainer a config describes (model resolved, config class filled)."""
+    """The trainer a config describes (model resolved, config class filled); a config that cannot run is a :class:`ConfigError`."""
     config = dict(config)
-    kind = config.pop("trainer", "tree_grpo")
+    kind = config.pop("trainer", None)
     if kind not in TRAINERS:
-        raise SystemExit(f"agentgym train: trainer must be one of {sorted(TRAINERS)}, got {kind!r}")
-    model = str(config.pop("model", "tiny"))
-    config.pop("resume", None)
-    if model == "tiny":
-        from agentgym.models import tiny_model_path
-
-        model = str(tiny_model_path())
+        raise ConfigError(f"the config's `trainer` must be one of {', '.join(sorted(TRAINERS))}"
+                          + ("; it sets none" if kind is None else f", got {kind!r}"))
     trainer_cls, config_cls = (_load(t) for t in TRAINERS[kind])
-    return trainer_cls(model, config_cls(**config))
+    _check_keys(config, config_cls, kind)
+    if not config.get("output_dir"):
+        raise ConfigError("the config sets no output_dir (where checkpoints, logs and the model go)")
+    model = _model_path(config.pop("model", "tiny"))
+    config.pop("resume", None)
+    warm_start = config.pop("warm_start", None)
+    try:
+        args = config_cls(**config)
+    except (TypeError, ValueError) as exc:  # the config classes' own checks of values
+        raise ConfigError(" ".join(str(exc).split())) from None
+    if warm_start:
+        model = str(_warm_start(model, warm_start, args))
+    # TensorBoard's default folder is new per start (a date and host name); one fixed folder keeps
+    # a resumed run's curves with the first run's. An explicit TENSORBOARD_LOGGING_DIR still wins.
+    with _environment(TENSORBOARD_LOGGING_DIR=os.environ.get("TENSORBOARD_LOGGING_DIR")
+                      or str(Path(args.output_dir) / "tensorboard")):
+        trainer = trainer_cls(model, args)
+    trainer.add_callback(_learning_signal_callback())
+    return trainer
+
+
+def _check_keys(config: dict, config_cls, kind: str) -> None:
+    valid = {f.name for f in dataclasses.fields(config_cls) if f.init} | set(OWN_KEYS)
+    for key in config:
+        if key not in valid:
+            raise ConfigError(f"unknown config key {key!r} for trainer {kind}"
+                              + _closest(key, valid, f" (see {TRAINERS[kind][1].replace(':', '.')})"))
+
+
+def _closest(key: str, valid, otherwise: str) -> str:
+    """"; did you mean 'x'?" for the valid key nearest to a typo, else ``otherwise``."""
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else otherwise
+
+
+def _model_path(model) -> str:
+    """``tiny`` (built locally) or a local model directory; nothing is fetched from a hub."""
+    from agentgym.models import local_model_dir, tiny_model_path
+
+    model = str(model)
+    if model == "tiny":
+        return str(tiny_model_path())
+    try:
+        return local_model_dir(model)
+    except ValueError as exc:
+        raise ConfigError(f"model {exc} (`model: tiny` is the locally built test model)") from None
+
+
+def _warm_start(base: str, settings, args) -> Path:
+    """``base`` fine-tuned on scripted demonstrations (KeyChain's), built once into ``output_dir/warm_start``."""
+    if settings is True:
+        settings = {}
+    if not isinstance(settings, dict):
+        raise ConfigError(f"warm_start is true or a mapping of {', '.join(WARM_START_KEYS)}, got {settings!r}")
+    for key in settings:
+        if key not in WARM_START_KEYS:
+            raise ConfigError(f"unknown warm_start key {key!r}"
+                              + _closest(key, WARM_START_KEYS, f" (one of {', '.join(WARM_START_KEYS)})"))
+    # Demonstrations need a scripted solution per task, which only KeyChain generates for any task id.
+    if "keychain" not in str(args.env_id).lower():
+        raise ConfigError(f"warm_start builds demonstrations for KeyChain only; for {args.env_id}, train a start "
+                          "with agentgym.trainers.warm_start.sft_warm_start and set `model:` to it")
+    from agentgym.trainers.recipe import keychain_warm_start
+
+    config = {"env_id": args.env_id, "env_kwargs": args.env_kwargs, "max_turns": args.max_turns,
+              "max_turn_tokens": args.max_turn_tokens, "system_prompt": args.system_prompt}
+    with args.main_process_first(desc="the SFT warm start"):  # one process builds it, the others load it
+        return keychain_warm_start(Path(args.output_dir) / "warm_start", config, seed=args.seed, base=base,
+                                   **settings)
+
+
+@contextlib.contextmanager
+def _environment(**values: str):
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def has_learning_signal(logs: dict) -> bool | None:
+    """Whether one logged step could teach the policy anything; ``None`` for a log without rollout metrics.
+
+    Tree GRPO logs the share of groups whose outcomes were all equal (``groups/zero_variance_frac``):
+    at 1 every advantage is 0. SAO's baseline is learned, so there only episodes that never
+    succeed and never earn reward mean nothing to learn.
+    """
+    if "groups/zero_variance_frac" in logs:
+        return logs["groups/zero_variance_frac"] < 1.0
+    if "rollout/success_rate" in logs:
+        return bool(logs["rollout/success_rate"] > 0 or logs.get("rollout/reward", 0.0) != 0)
+    return None
+
+
+def _learning_signal_callback():
+    from transformers import TrainerCallback
+
+    class LearningSignal(TrainerCallback):
+        """Warns once, on the main process, after :data:`NO_SIGNAL_PATIENCE` logged steps in a row without learning signal."""
+
+        def __init__(self):
+            self.quiet_steps, self.warned = 0, False
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            signal = has_learning_signal(logs or {})
+            if signal is None:
+                return
+            self.quiet_steps = 0 if signal else self.quiet_steps + 1
+            if self.quiet_steps >= NO_SIGNAL_PATIENCE and not self.warned and state.is_world_process_zero:
+                self.warned = True
+                print(f"agentgym train: warning: no learning signal in {self.quiet_steps} steps in a row (every "
+                      "group's episodes got the same reward, so every advantage is 0; loss stays 0). A model that "
+                      "never succeeds, such as the random `tiny` one, gives RL nothing to learn from: start from a "
+                      "warm start (`model:` an SFT checkpoint; for KeyChain, `warm_start: true` in the config or "
+                      "as an override builds one), or make the tasks easier.", file=sys.stderr, flush=True)
+
+    return LearningSignal()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,21 +263,93 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="a YAML config (see examples/configs/)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of config fields")
     args = parser.parse_args(argv)
-    config = load_config(args.config, args.overrides)
+    try:
+        return _run(load_config(args.config, args.overrides))
+    except ConfigError as exc:
+        print(f"agentgym train: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(config: dict) -> int:
+    _check_launch()
     resume = config.get("resume", True)
     trainer = build_trainer(config)
+    output_dir = trainer.args.output_dir
+    _check_world_size(trainer.accelerator.num_processes)
+    lock = _claim_output_dir(output_dir) if trainer.accelerator.is_main_process else None
     checkpoint = None
     if resume is True:
-        checkpoint = last_complete_checkpoint(trainer.args.output_dir, trainer.accelerator.num_processes)
+        checkpoint = last_complete_checkpoint(output_dir, trainer.accelerator.num_processes)
     elif resume:
         checkpoint = str(resume)
-    result = trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.save_model(trainer.args.output_dir)
-    trainer.save_state()  # trainer_state.json (the log history) next to the model
+        if not Path(checkpoint).is_dir():
+            raise ConfigError(f"resume: no checkpoint directory at {checkpoint}")
+    if checkpoint:
+        _check_resumable(checkpoint, trainer.args.max_steps)
+    try:
+        result = trainer.train(resume_from_checkpoint=checkpoint)
+        trainer.save_model(output_dir)
+        trainer.save_state()  # trainer_state.json (the log history) next to the model
+    finally:
+        if lock is not None:
+            lock.close()
     if trainer.accelerator.is_main_process:
+        start = f"resumed from {checkpoint}" if checkpoint else "started from scratch"
         print(f"agentgym train: {trainer.state.global_step} steps on {trainer.accelerator.num_processes} process(es), "
-              f"loss {result.training_loss:.4f}, resumed from {checkpoint or 'scratch'}; model in {trainer.args.output_dir}")
+              f"loss {result.training_loss:.4f}, {start}; model in {output_dir}")
     return 0
+
+
+_MULTI_CPU = "accelerate launch --multi_gpu --num_processes N -m agentgym.train --config X.yaml use_cpu=true"
+
+
+def _check_launch() -> None:
+    """Refuse a launch that asked for several processes and got one (before any model is loaded)."""
+    # accelerate's single-process launcher sets ACCELERATE_USE_CPU always and MASTER_ADDR only when
+    # asked for more than one process; torchrun, which starts several, sets WORLD_SIZE.
+    if "ACCELERATE_USE_CPU" in os.environ and "MASTER_ADDR" in os.environ and "WORLD_SIZE" not in os.environ:
+        raise ConfigError("accelerate launch was asked for several processes but started one (with --cpu it runs "
+                          f"a single process unless MPI is set up); for N CPU processes run: {_MULTI_CPU}")
+
+
+def _check_world_size(num_processes: int) -> None:
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched != num_processes:
+        raise ConfigError(f"the launcher started {launched} processes but they did not join one run (world size "
+                          f"{num_processes}): each would train alone into the same output_dir. Without GPUs, run "
+                          f"{_MULTI_CPU} (use_cpu=true makes the processes join over gloo)")
+
+
+def _claim_output_dir(output_dir: str):
+    """An open lock file that keeps other training runs out of ``output_dir`` until it is closed (or the process dies)."""
+    import fcntl
+
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    lock = open(Path(output_dir) / LOCK_FILE, "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "another process"
+        lock.close()
+        raise ConfigError(f"{output_dir} is in use by another training run ({holder}); give this run its own "
+                          "output_dir=...") from None
+    lock.truncate(0)
+    lock.write(f"pid {os.getpid()}\n")
+    lock.flush()
+    return lock
+
+
+def _check_resumable(checkpoint: str, max_steps: int) -> None:
+    """A resumed run continues its checkpoint's learning-rate schedule, so it must keep that run's ``max_steps``."""
+    state = Path(checkpoint) / "trainer_state.json"
+    if not state.is_file():
+        return
+    planned = json.loads(state.read_text()).get("max_steps")
+    if planned is not None and planned != max_steps:
+        raise ConfigError(f"{checkpoint} belongs to a run of max_steps={planned}, and resuming continues that run's "
+                          f"learning-rate schedule, so max_steps={max_steps} would not take effect: keep "
+                          f"max_steps={planned}, or start a new run (another output_dir, or resume=false)")
 
 
 if __name__ == "__main__":

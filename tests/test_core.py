@@ -177,3 +177,29 @@ async def test_async_twins():
     await env.aclose()
     with pytest.raises(gymnasium.error.ClosedEnvironmentError):
         env.step(SUBMIT)
+
+
+class _NoRenderArgs(CounterEnv):
+    """An author's subclass whose ``__init__`` never heard of render_mode."""
+
+    def __init__(self, target_bonus=0):
+        super().__init__()
+        self.target_bonus = target_bonus
+
+
+def test_an_init_without_render_mode_still_takes_it_and_forks_keep_it():
+    env = _NoRenderArgs(target_bonus=2, render_mode="ansi")
+    assert (env.render_mode, env.target_bonus) == ("ansi", 2)
+    env.reset(options={"task_id": "reach-7"})
+    assert env.render() == env._episode.last_observation["text"]
+    assert env.fork().render_mode == "ansi"
+    assert _NoRenderArgs().render_mode is None
+    with pytest.raises(ValueError, match="render_mode must be one of"):
+        _NoRenderArgs(render_mode="human")
+
+
+def test_metadata_declares_render_fps_even_when_a_subclass_sets_its_own():
+    class OwnMetadata(CounterEnv):
+        metadata = {"render_modes": ["ansi"]}
+
+    assert CounterEnv.metadata["render_fps"] == OwnMetadata.metadata["render_fps"] == 1

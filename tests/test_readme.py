@@ -1,9 +1,11 @@
 """The README's examples run as written: "Writing an environment" (snapshots and forks included) and "Rollouts"."""
 
 import re
+import warnings
 from pathlib import Path
 
 import pytest
+from gymnasium.utils.env_checker import check_env
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -21,6 +23,12 @@ def test_writing_an_environment_example_works():
     branch = env.fork()
     assert branch.step('<tool_call>{"name": "guess", "arguments": {"n": 42}}</tool_call>')[1:3] == (1.0, True)
     assert "must be integer" in env.step('guess("x")')[4]["error"]
+
+    # Gymnasium's own checker passes without a warning, though GuessEnv never mentions render_mode or render_fps.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(gymnasium.make("agentgym/Guess-v0"), skip_render_check=False)
+    assert [str(w.message) for w in caught] == []
 
 
 @pytest.mark.docker

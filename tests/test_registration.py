@@ -3,8 +3,10 @@
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import gymnasium
+import pytest
 
 import agentgym
 from agentgym.core import AgentEnv
@@ -18,10 +20,32 @@ def test_builtin_envs_are_registered_without_wrappers():
 
 def test_register_env_is_idempotent_and_make_returns_the_agent_env():
     env_id = agentgym.register_env("Counter-v0", "tests.envs.counter:CounterEnv", max_turns=5)
-    assert agentgym.register_env("Counter-v0", "tests.envs.counter:CounterEnv") == env_id
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same registration again is silent
+        assert agentgym.register_env("Counter-v0", "tests.envs.counter:CounterEnv", max_turns=5) == env_id
     env = gymnasium.make(env_id)
     assert isinstance(env, AgentEnv) and env.max_turns == 5
     env.reset(seed=0)
+    env.close()
+
+
+def test_registering_a_taken_id_again_replaces_it_with_a_warning():
+    """A notebook cell run twice defines a new class; the id must make the new one, and say so."""
+    from tests.envs.counter import CounterEnv
+
+    class First(CounterEnv):
+        pass
+
+    class Second(CounterEnv):
+        pass
+
+    env_id = agentgym.register_env("Redefined-v0", First)
+    with pytest.warns(UserWarning, match=r"agentgym/Redefined-v0 was registered already \(to .*First\); it now makes .*Second"):
+        agentgym.register_env("Redefined-v0", Second)
+    with pytest.warns(UserWarning, match="was registered already"):
+        agentgym.register_env("Redefined-v0", Second, max_turns=3)  # other kwargs are a change too
+    env = gymnasium.make(env_id)
+    assert type(env) is Second and env.max_turns == 3
     env.close()
 
 

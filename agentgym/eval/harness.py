@@ -5,7 +5,7 @@
 * ``results.jsonl`` — one line per finished episode, appended (flushed and fsynced) the moment
   it finishes: ``suite, task_id, category, sample, success, reward, turns, tokens_in,
   tokens_out, wall_s, error, trajectory``. Token counts are the turns' prompt and completion
-  ids, so they are 0 against a chat endpoint that returns no token ids.
+  ids, or against a chat endpoint that returns no ids, the usage it reports (0 without one).
 * ``summary.json`` — ``schema_version, suite, model, k, tasks, episodes, metrics, by_category``
   from :mod:`agentgym.eval.metrics`, over the results of the (task, sample) pairs asked for;
 * ``report.html`` — :func:`agentgym.eval.report.write_report`.
@@ -18,7 +18,11 @@ Episodes that ended in an env error or a timeout are results (they count as fail
 
 **Policy failures** (an endpoint down, retries exhausted) are not results: the first one stops
 the run with :class:`PolicyUnavailableError`; everything finished before it stays in
-``results.jsonl`` for a rerun to resume from.
+``results.jsonl`` for a rerun to resume from. A request the endpoint refuses because the
+conversation outgrew the model's context (HTTP 400 "maximum context length") is the episode's
+fault, not the endpoint's: it is a failed result with ``error`` ``"context_overflow: ..."``, the
+run goes on, and ``summary.json``'s ``errors`` counts it (``errors``: episodes per error kind,
+the text before the first colon).
 
 Each (task, sample) gets its own reset seed, derived from ``seed``, the task id and the sample
 index, so a rerun (or a resumed run) resets every episode exactly as before.
@@ -36,7 +40,9 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -50,7 +56,8 @@ from agentgym.rollout.trajectory import Trajectory
 if TYPE_CHECKING:
     from agentgym.memory.config import MemoryConfig
 
-__all__ = ["PolicyUnavailableError", "SCHEMA_VERSION", "episode_seed", "evaluate", "load_results"]
+__all__ = ["PolicyUnavailableError", "SCHEMA_VERSION", "episode_seed", "error_counts", "evaluate",
+           "is_context_overflow", "load_results"]
 
 SCHEMA_VERSION = 1
 RUN_FILE = "run.json"
@@ -69,6 +76,22 @@ class _StopRun(Exception):
     def __init__(self, error: str):
         super().__init__(error)
         self.error = error
+
+
+# How OpenAI, vLLM, `agentgym serve` and a local HFPolicy word a prompt that does not fit the model's window.
+_CONTEXT_OVERFLOW = re.compile(r"maximum context length|context_length_exceeded|maximum model length"
+                               r"|does not fit the model's context", re.I)
+
+
+def is_context_overflow(error: str) -> bool:
+    """Whether a policy error says the request did not fit the model's context window."""
+    return bool(_CONTEXT_OVERFLOW.search(error))
+
+
+def error_counts(results: list[dict]) -> dict[str, int]:
+    """Episodes per error kind (the error's text before its first colon), most frequent first."""
+    kinds = Counter(str(r["error"]).split(":", 1)[0] for r in results if r.get("error"))
+    return dict(kinds.most_common())
 
 
 def episode_seed(seed: int, task_id: str, sample: int) -> int:
@@ -116,7 +139,9 @@ class _ResultsWriter:
 
     def append(self, record: Trajectory) -> None:
         if record.error and record.error.startswith("policy_error"):
-            raise _StopRun(record.error)
+            if not is_context_overflow(record.error):
+                raise _StopRun(record.error)
+            record.error = "context_overflow: " + record.error.removeprefix("policy_error: ")
         row = self.row(record)
         with self._lock:
             if self._closed:
@@ -137,10 +162,15 @@ class _ResultsWriter:
         return {"suite": self.suite, "task_id": task_id, "category": self.categories[task_id],
                 "sample": int(record.metadata["repeat"]), "success": bool(record.success),
                 "reward": float(record.reward), "turns": len(record.turns),
-                "tokens_in": sum(len(t.prompt_ids) for t in record.turns),
-                "tokens_out": sum(len(t.completion_ids) for t in record.turns),
+                "tokens_in": sum(_tokens(t, t.prompt_ids, "prompt_tokens") for t in record.turns),
+                "tokens_out": sum(_tokens(t, t.completion_ids, "completion_tokens") for t in record.turns),
                 "wall_s": float(record.metadata.get("elapsed_s", 0.0)), "error": record.error,
                 "trajectory": record.to_dict()}
+
+
+def _tokens(turn, ids: list[int], usage_key: str) -> int:
+    """A turn's token count: its ids, or in chat mode (no ids) what the endpoint reported."""
+    return len(ids) if ids else int((turn.usage or {}).get(usage_key) or 0)
 
 
 def _progress(suite: Suite, total: int, already: list[dict]):
@@ -270,7 +300,7 @@ def _write_summary(out: Path, suite: Suite, results: list[dict], k: int, model: 
     from agentgym.eval.metrics import summarize, summarize_by
 
     summary = {"schema_version": SCHEMA_VERSION, "suite": suite.name, "model": model, "k": k,
-               "tasks": len(suite.tasks), "episodes": len(results),
+               "tasks": len(suite.tasks), "episodes": len(results), "errors": error_counts(results),
                "metrics": summarize(results, k), "by_category": summarize_by(results, "category", k)}
     # Written whole, then renamed: a reader never sees half a summary.
     partial = out / f".{SUMMARY}.tmp"

@@ -4,8 +4,12 @@
 :func:`compare_report` writes a paired comparison of two runs. The page
 loads nothing from the network (a Content-Security-Policy forbids it): styles and the small
 viewer script are inline, plots are SVG drawn here, screenshots are ``data:`` URIs. Everything
-that came from a model or an environment is HTML-escaped, and the CSP admits only the report's
-own script (by hash), so untrusted text can neither run nor fetch.
+that came from a model or an environment is HTML-escaped, with control characters (NUL
+included) shown as ``\\xNN`` escapes rather than written raw, and the CSP admits only the
+report's own script (by hash), so untrusted text can neither run nor fetch.
+
+The category plot has one horizontal bar per category, so any number of categories stays
+readable; the trajectory viewer lists episodes by task and sample and opens the first failure.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import hashlib
 import json
 import re
 from collections import Counter, defaultdict
-from html import escape
+from html import escape as _escape_markup
 from pathlib import Path
 
 from agentgym.eval.metrics import compare, mean_pass_at_k, per_task
@@ -24,6 +28,14 @@ from agentgym.rollout.trajectory import Trajectory
 __all__ = ["write_report", "compare_report", "render_report", "render_comparison"]
 
 _BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
+# C0 and C1 controls but tab, newline and carriage return: not text a reader can see, and NUL is
+# not allowed in HTML at all.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def escape(text: str, quote: bool = True) -> str:
+    """``text`` HTML-escaped, with control characters shown as ``\\xNN``."""
+    return _escape_markup(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text), quote)
 _MAX_HISTOGRAM_BINS = 20
 
 _CSS = """
@@ -43,6 +55,7 @@ svg text { font-size: 11px; fill: #333; }
 .episode-link.selected { background: #dde8f5; }
 .episode-link[data-success="true"]::before { content: "\\2714  "; color: #2a7; }
 .episode-link[data-success="false"]::before { content: "\\2718  "; color: #c33; }
+.bar-label { font-size: 11px; }
 #episode-detail { flex: 1; min-width: 0; }
 pre { white-space: pre-wrap; word-break: break-word; background: #f4f4f4; padding: .4rem; max-height: 24rem; overflow: auto; }
 pre.error { background: #fde8e8; }
@@ -57,6 +70,8 @@ function show(id) {
   links.forEach(l => l.classList.toggle('selected', l.dataset.episode === id));
 }
 links.forEach(l => l.addEventListener('click', () => show(l.dataset.episode)));
+const first = links.find(l => l.dataset.success === 'false') || links[0];
+if (first) show(first.dataset.episode);
 document.querySelectorAll('input[name="outcome"]').forEach(radio => radio.addEventListener('change', () => {
   links.forEach(l => {
     l.parentElement.hidden = !(radio.value === 'all' || (radio.value === 'success') === (l.dataset.success === 'true'));
@@ -110,10 +125,13 @@ def _page(title: str, body: list[str], script: str = "") -> str:
 def render_report(summary: dict, results: list[dict]) -> str:
     """The report page for a run's summary and result rows."""
     k = int(summary.get("k", 1))
-    title = f"agentgym eval: {summary.get('suite', '')} / {summary.get('model', '')}"
+    model = str(summary.get("model", ""))
+    title = f"agentgym eval: {summary.get('suite', '')} / {_short_model(model)}"
+    errors = summary.get("errors") or {}
     return _page(title, [
-        f'<p id="run-info">k = {k} &middot; {_fmt(summary.get("tasks"))} tasks &middot; '
-        f'{_fmt(summary.get("episodes"))} episodes</p>',
+        f'<p id="run-info">model {escape(model)} &middot; k = {k} &middot; {_fmt(summary.get("tasks"))} tasks &middot; '
+        f'{_fmt(summary.get("episodes"))} episodes'
+        + "".join(f" &middot; {escape(str(kind))}: {_fmt(n)}" for kind, n in errors.items()) + "</p>",
         "<h2>Summary</h2>", _summary_table(summary.get("metrics", {})),
         "<h2>By category</h2>", _category_table(summary, results, k),
         "<h2>Plots</h2>", '<div class="plots">',
@@ -156,6 +174,11 @@ def render_comparison(summary_a: dict, results_a: list[dict], summary_b: dict, r
     ])
 
 
+def _short_model(model: str) -> str:
+    """A model directory's last component (``/data/ckpt/qwen-7b`` → ``qwen-7b``); names without a path stay whole."""
+    return Path(model.rstrip("/")).name or model if "/" in model else model
+
+
 def _fmt(value, digits: int = 3) -> str:
     if value is None:
         return "\u2014"
@@ -189,13 +212,14 @@ def _category_table(summary: dict, results: list[dict], k: int) -> str:
     tasks: dict[str, set] = defaultdict(set)
     for r in results:
         tasks[str(r.get("category"))].add(r["task_id"])
-    head = ["Category", "Tasks", "Episodes", "Success rate", "95% CI", "pass@1", f"pass@{k}", "Mean turns",
+    passes = ["1"] if k == 1 else ["1", str(k)]  # with k = 1, pass@k is pass@1
+    head = ["Category", "Tasks", "Episodes", "Success rate", "95% CI", *(f"pass@{j}" for j in passes), "Mean turns",
             "Env error rate"]
     body = []
     for category, m in summary.get("by_category", {}).items():
         pass_k = m.get("pass_at_k", {})
         cells = [escape(category), _fmt(len(tasks[category])), _fmt(episodes[category]), _fmt(m.get("success_rate")),
-                 _ci(m.get("success_ci95")), _fmt(pass_k.get("1")), _fmt(pass_k.get(str(k))),
+                 _ci(m.get("success_ci95")), *(_fmt(pass_k.get(j)) for j in passes),
                  _fmt(m.get("mean_turns")), _fmt(m.get("env_error_rate"))]
         body.append(f'<tr data-category="{escape(category)}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return ('<table id="category-table"><thead><tr>' + "".join(f"<th>{escape(h)}</th>" for h in head)
@@ -236,21 +260,45 @@ def _bars(labels: list[str], values: list[float], y_max: float, titles: list[str
     return parts
 
 
+_ROW, _LABEL_CHARS = 18, 28
+
+
 def _category_plot(by_category: dict) -> str:
-    labels = list(by_category)
-    values = [m.get("success_rate") or 0.0 for m in by_category.values()]
-    titles = [f"{c}: {_fmt(m.get('success_rate'))} {_ci(m.get('success_ci95'))}" for c, m in by_category.items()]
-    inner = _bars(labels, values, 1.0, titles)
-    slot = (_W - _LEFT - _RIGHT) / max(len(labels), 1)
-    for i, m in enumerate(by_category.values()):
+    """Success rate per category as horizontal bars with 95% CI whiskers: one row per category, however many."""
+    label_width = 7 * min(_LABEL_CHARS, max((len(c) for c in by_category), default=4)) + 8
+    left, right, top = label_width, _RIGHT + 8, 28
+    height = top + _ROW * max(len(by_category), 1) + 36
+    width = max(_W, left + 260)
+
+    def x_of(value: float) -> float:
+        return left + value * (width - left - right)
+
+    title = "Success rate by category (95% CI)"
+    parts = [f'<svg id="plot-category" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">',
+             f'<text x="{width / 2}" y="16" text-anchor="middle" font-weight="bold">{escape(title)}</text>']
+    for tick in (0, 0.25, 0.5, 0.75, 1):
+        x = x_of(tick)
+        parts.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{height - 30}"/>'
+                     f'<text x="{x:.1f}" y="{height - 18}" text-anchor="middle">{tick:g}</text>')
+    for i, (category, m) in enumerate(by_category.items()):
+        y, value = top + i * _ROW, m.get("success_rate") or 0.0
+        # Cut in the middle: template names often share a prefix and differ at the end.
+        half = (_LABEL_CHARS - 1) // 2
+        label = category if len(category) <= _LABEL_CHARS else f"{category[:half]}\u2026{category[-half:]}"
+        parts.append(f'<text class="bar-label" x="{left - 6}" y="{y + _ROW * 0.7:.1f}" text-anchor="end">'
+                     f'{escape(label)}<title>{escape(category)}</title></text>'
+                     f'<rect class="bar" x="{left}" y="{y + 3:.1f}" width="{x_of(value) - left:.1f}" height="{_ROW - 6}" '
+                     f'data-value="{value:g}"><title>{escape(category)}: {_fmt(m.get("success_rate"))} '
+                     f'{_ci(m.get("success_ci95"))}</title></rect>')
         lo, hi = m.get("success_ci95") or (None, None)
-        if lo is None or hi is None:
-            continue
-        x = _LEFT + (i + 0.5) * slot
-        inner.append(f'<g class="whisker"><line x1="{x:.1f}" x2="{x:.1f}" y1="{_y(lo, 1):.1f}" y2="{_y(hi, 1):.1f}"/>'
-                     f'<line x1="{x - 5:.1f}" x2="{x + 5:.1f}" y1="{_y(lo, 1):.1f}" y2="{_y(lo, 1):.1f}"/>'
-                     f'<line x1="{x - 5:.1f}" x2="{x + 5:.1f}" y1="{_y(hi, 1):.1f}" y2="{_y(hi, 1):.1f}"/></g>')
-    return _frame("plot-category", "Success rate by category (95% CI)", 1.0, [0, 0.25, 0.5, 0.75, 1], "category", inner)
+        if lo is not None and hi is not None:
+            mid = y + _ROW / 2
+            parts.append(f'<g class="whisker"><line x1="{x_of(lo):.1f}" x2="{x_of(hi):.1f}" y1="{mid:.1f}" y2="{mid:.1f}"/>'
+                         f'<line x1="{x_of(lo):.1f}" x2="{x_of(lo):.1f}" y1="{mid - 4:.1f}" y2="{mid + 4:.1f}"/>'
+                         f'<line x1="{x_of(hi):.1f}" x2="{x_of(hi):.1f}" y1="{mid - 4:.1f}" y2="{mid + 4:.1f}"/></g>')
+    parts.append(f'<text x="{(left + width - right) / 2}" y="{height - 4}" text-anchor="middle">success rate</text>')
+    return "".join(parts + ["</svg>"])
 
 
 def _pass_at_k_plot(results: list[dict], k: int) -> str:
@@ -293,13 +341,22 @@ def _viewer(results: list[dict]) -> str:
                       for value, label, count in [("all", "All", len(results)), ("success", "Solved", n_ok),
                                                   ("fail", "Failed", len(results) - n_ok)])
     items, articles = [], []
-    for i, row in enumerate(results):
+    # By task, then sample (results.jsonl is in finishing order); ids stay the rows' positions.
+    order = sorted(range(len(results)), key=lambda i: (_natural(str(results[i]["task_id"])),
+                                                       int(results[i].get("sample") or 0)))
+    for i in order:
+        row = results[i]
         success = "true" if row["success"] else "false"
         items.append(f'<li><button class="episode-link" data-episode="{i}" data-success="{success}">'
                      f'{escape(str(row["task_id"]))} #{escape(str(row.get("sample", 0)))}</button></li>')
         articles.append(_episode(i, row))
     return (f'<div id="outcome-filter">{filters}</div><div id="viewer"><ul id="episode-list">{"".join(items)}</ul>'
             f'<div id="episode-detail">{"".join(articles)}</div></div>')
+
+
+def _natural(text: str) -> list:
+    """A sort key that orders the numbers in ids by value (``HumanEval/2`` before ``HumanEval/10``)."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text) if part]
 
 
 def _episode(i: int, row: dict) -> str:

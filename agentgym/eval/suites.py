@@ -104,14 +104,30 @@ def _builtin(name: str) -> Suite:
     return Suite(name, tuple(_bfcl_tasks(name.removeprefix("bfcl-"))))
 
 
-def _read_entries(path: Path) -> list[dict]:
+def _read_entries(path: Path) -> list:
+    """The file's entries; text that is not YAML (or JSON lines) is a ValueError naming the file and line."""
     text = path.read_text()
     if path.suffix in (".yaml", ".yml"):
         import yaml
 
-        data = yaml.safe_load(text) or []
-        return data["tasks"] if isinstance(data, dict) else data
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+        try:
+            data = yaml.safe_load(text) or []
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f":{mark.line + 1}" if mark is not None else ""
+            raise ValueError(f"{path}{at}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+        data = data.get("tasks") if isinstance(data, dict) else data
+        if not isinstance(data, list):
+            raise ValueError(f"{path}: a YAML suite is a list of tasks (or a mapping with a 'tasks' list)")
+        return data
+    entries = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{number}: not a JSON object: {exc.msg} (column {exc.colno})") from None
+    return entries
 
 
 def load_suite(name_or_path: str) -> Suite:

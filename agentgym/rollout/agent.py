@@ -257,7 +257,8 @@ class Agent:
             policy_version=completion.policy_version, action=_action_text(completion), observation=text,
             reward=float(reward), terminated=bool(terminated), truncated=bool(truncated),
             info=_json_safe({k: v for k, v in info.items() if k != "tools"}),
-            entropy=completion.entropy, finish_reason=completion.finish_reason, folded=episode.folded)
+            entropy=completion.entropy, finish_reason=completion.finish_reason, folded=episode.folded,
+            usage=completion.usage)
         episode.turns.append(turn)
         episode.success = bool(info.get("success", False))
         if info.get("env_error"):

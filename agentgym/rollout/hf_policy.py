@@ -59,6 +59,7 @@ class _Row:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     entropies: list[float] = field(default_factory=list)
+    top: list[list[tuple[int, float]]] = field(default_factory=list)
 
 
 class HFPolicy(Policy):
@@ -198,6 +199,8 @@ class HFPolicy(Policy):
             raise PolicyError(f"top_p must be in (0, 1], got {sampling.top_p}")
         if sampling.top_k < 0:
             raise PolicyError(f"top_k must be >= 0, got {sampling.top_k}")
+        if sampling.top_logprobs < 0:
+            raise PolicyError(f"top_logprobs must be >= 0, got {sampling.top_logprobs}")
         if sampling.seed is not None and not -2**63 <= sampling.seed < 2**64:
             raise PolicyError(f"seed must fit in 64 bits, got {sampling.seed}")
         if any(not s for s in sampling.stop):
@@ -275,7 +278,7 @@ class HFPolicy(Policy):
         while True:
             logits = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                                 cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1].float()
-            tokens, logprobs, entropies = self._sample(logits, rows)
+            tokens, logprobs, entropies, top = self._sample(logits, rows)
             self.stats.generated_tokens += len(rows)
             active = []
             for i, (row, token, logprob, entropy) in enumerate(zip(rows, tokens.tolist(), logprobs.tolist(),
@@ -283,6 +286,10 @@ class HFPolicy(Policy):
                 row.token_ids.append(token)
                 row.logprobs.append(logprob)
                 row.entropies.append(entropy)
+                if row.request.sampling.top_logprobs:
+                    ids, values = top[i]
+                    row.top.append(list(zip(ids[:row.request.sampling.top_logprobs],
+                                            values[:row.request.sampling.top_logprobs])))
                 reason = self._finish_reason(row)
                 if reason is None:
                     active.append(i)
@@ -290,7 +297,7 @@ class HFPolicy(Policy):
                     row.request.future.set_result(Completion(
                         text=self.chat_format.decode(row.token_ids), token_ids=row.token_ids,
                         logprobs=row.logprobs, finish_reason=reason, policy_version=version,
-                        entropy=math.fsum(row.entropies) / len(row.entropies)))
+                        entropy=math.fsum(row.entropies) / len(row.entropies), top_logprobs=row.top))
             if not active:
                 return
             if len(active) < len(rows):  # drop finished rows so they cost no more compute
@@ -313,8 +320,9 @@ class HFPolicy(Policy):
             generator.manual_seed(sampling.seed)
         return generator
 
-    def _sample(self, logits: torch.Tensor, rows: list[_Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One token per row, with its logprob and the entropy of the distribution (before truncation)."""
+    def _sample(self, logits: torch.Tensor, rows: list[_Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list]:
+        """One token per row, with its logprob, the entropy of the distribution (before truncation) and,
+        for the rows that ask, the (ids, logprobs) of its most likely tokens (an empty list when none asks)."""
         temperature = torch.tensor([r.request.sampling.temperature for r in rows], device=logits.device)
         greedy = temperature == 0
         logprobs = (logits / torch.where(greedy, 1.0, temperature)[:, None]).log_softmax(-1)
@@ -331,7 +339,12 @@ class HFPolicy(Policy):
         # Guard against a 0 draw: 0/0 would be NaN, which argmax picks, even for a truncated token.
         sampled = (weights / noise.clamp_(min=torch.finfo(noise.dtype).tiny)).argmax(-1)
         tokens = torch.where(greedy, logits.argmax(-1), sampled)
-        return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1), entropy
+        most = max(r.request.sampling.top_logprobs for r in rows)
+        top = []
+        if most:
+            values, ids = logprobs.topk(min(most, logprobs.shape[-1]), dim=-1)
+            top = list(zip(ids.tolist(), values.tolist()))
+        return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1), entropy, top
 
     @staticmethod
     def _truncate(probs: torch.Tensor, rows: list[_Row]) -> torch.Tensor:

@@ -107,9 +107,12 @@ class OpenAIPolicy(Policy):
         if len(token_ids) != len(logprobs):  # token ids are only of use with a logprob for each
             token_ids = []
         tool_calls = [call.model_dump(exclude_none=True) for call in message.tool_calls or []] or None
+        usage = response.usage
         return Completion(text=message.content or "", token_ids=token_ids, logprobs=logprobs,
                           finish_reason=choice.finish_reason or "stop", policy_version=self.version,
-                          entropy=None, tool_calls=tool_calls)
+                          entropy=None, tool_calls=tool_calls,
+                          usage={"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
+                          if usage is not None else None)
 
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Completion:
         if self.chat_format is None:

@@ -29,7 +29,8 @@ __all__ = ["Completion", "Policy", "PolicyError", "SamplingParams"]
 @dataclass(frozen=True)
 class SamplingParams:
     """How to sample one completion. ``top_k=0`` and ``top_p=1.0`` switch those filters off;
-    ``temperature=0`` is greedy decoding."""
+    ``temperature=0`` is greedy decoding. ``top_logprobs=k`` asks for the k most likely tokens
+    at every sampled position (:attr:`Completion.top_logprobs`), where the backend can tell."""
 
     max_tokens: int = 256
     temperature: float = 1.0
@@ -37,6 +38,7 @@ class SamplingParams:
     top_k: int = 0
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    top_logprobs: int = 0
 
 
 @dataclass
@@ -47,7 +49,11 @@ class Completion:
     endpoint without logprobs). ``finish_reason`` is ``"stop"`` (a stop token or string),
     ``"length"`` (``max_tokens`` reached) or ``"tool_calls"``. ``entropy`` is the mean per-token
     entropy of the sampling distribution, when known. ``tool_calls`` holds native tool calls in
-    OpenAI form (chat mode only).
+    OpenAI form (chat mode only). ``usage`` is the endpoint's own count of the request's
+    ``prompt_tokens`` and ``completion_tokens``, when it reports one (in chat mode the only
+    token counts there are). ``top_logprobs`` holds, per sampled token, the ``(token id,
+    logprob)`` pairs of the most likely tokens of the distribution it was drawn from, most likely
+    first, when :attr:`SamplingParams.top_logprobs` asked for them (else it is empty).
     """
 
     text: str
@@ -57,6 +63,8 @@ class Completion:
     policy_version: int = 0
     entropy: float | None = None
     tool_calls: list[dict] | None = None
+    usage: dict | None = None
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
 
 
 class PolicyError(RuntimeError):

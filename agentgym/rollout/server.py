@@ -11,18 +11,20 @@ in an aiohttp application; :func:`serve` runs one over an
   enforced: there is no constrained decoding). ``stream``, ``n`` (sample ``i`` gets ``seed + i``),
   ``seed``, ``logprobs``/``top_logprobs``, ``stop``, ``top_k`` (an extension) and vLLM's
   ``return_token_ids`` are honoured; without ``max_tokens`` the rest of the context is the limit;
-* ``POST /v1/completions`` — a string or a list of token ids in, with vLLM's
-  ``return_token_ids`` and ``return_tokens_as_token_ids`` extensions: the token-in/token-out
-  path trainers use against a remote policy.
+* ``POST /v1/completions`` — a string or a list of token ids in, or a list of such prompts (the
+  choices of prompt ``p`` are ``p * n`` to ``p * n + n - 1``, as OpenAI numbers them), with
+  vLLM's ``return_token_ids`` and ``return_tokens_as_token_ids`` extensions: the
+  token-in/token-out path trainers use against a remote policy.
 
 Each request calls :meth:`Policy.generate` (once per sample, concurrently), so concurrent
 requests reach the policy's batching queue together; nothing here serialises them. The policy's
 completion is whole when it returns, so a streamed reply is the finished completion replayed as
 OpenAI chunks (one per token), not tokens sent while they are sampled.
 
-Top-logprob alternatives: :class:`~agentgym.rollout.policy.Completion` carries only the sampled
-tokens' logprobs, so ``top_logprobs``/``logprobs=k`` return the sampled token alone. Parameters
-that would change sampling but are not implemented (penalties, ``logit_bias``, ``echo``,
+Top-logprob alternatives (``top_logprobs=k``, or ``logprobs=k`` on completions) are the k most
+likely tokens of the distribution each token was drawn from, as the policy reports them
+(:attr:`~agentgym.rollout.policy.SamplingParams.top_logprobs`); a policy that reports none gives
+the sampled token alone. Parameters that would change sampling but are not implemented (penalties, ``logit_bias``, ``echo``,
 ``suffix``, ``best_of``) are refused rather than ignored. Bad input is answered with HTTP 400
 and OpenAI's error JSON; a :class:`PolicyError` with 500.
 """
@@ -56,6 +58,7 @@ log = logging.getLogger(__name__)
 MAX_N = 128
 MAX_TOP_LOGPROBS = 20  # OpenAI's bound for chat; its legacy completions allow logprobs <= 5
 MAX_COMPLETION_LOGPROBS = 5
+MAX_PROMPTS = 64  # prompts per /v1/completions request (each is sampled n times)
 _ROLES = {"system", "developer", "user", "assistant", "tool"}
 
 
@@ -209,7 +212,8 @@ class _Server:
                       top_p=_number(body, "top_p", 1.0, 0.0, 1.0), top_k=max(top_k, 0), stop=_stop(body))
         if common["top_p"] == 0.0:
             raise RequestError("top_p must be greater than 0", "top_p")
-        params = [SamplingParams(**common, seed=None if seed is None else seed + i) for i in range(n)]
+        params = [SamplingParams(**common, seed=None if seed is None else seed + i, top_logprobs=logprobs or 0)
+                  for i in range(n)]
         return _Sampling(params, logprobs, stream, stream and bool(options.get("include_usage")),
                          _flag(body, "return_token_ids"), _flag(body, "return_tokens_as_token_ids"))
 
@@ -319,7 +323,8 @@ class _Server:
             if tool_calls:
                 message["tool_calls"] = tool_calls
             choice = {"index": index, "message": message, "finish_reason": finish_reason,
-                      "logprobs": self._chat_logprobs(completion.token_ids, completion.logprobs, sampling)}
+                      "logprobs": self._chat_logprobs(completion.token_ids, completion.logprobs,
+                                                      completion.top_logprobs, sampling)}
             if sampling.return_token_ids:
                 choice["token_ids"] = list(completion.token_ids)
             choices.append(choice)
@@ -329,14 +334,30 @@ class _Server:
             result["prompt_token_ids"] = prompt_ids
         return web.json_response(result)
 
-    def _chat_logprobs(self, token_ids: Sequence[int], logprobs: Sequence[float], sampling: _Sampling) -> dict | None:
+    def _chat_logprobs(self, token_ids: Sequence[int], logprobs: Sequence[float], top: Sequence[list],
+                       sampling: _Sampling) -> dict | None:
         if sampling.logprobs is None:
             return None
+
+        def entry(token: str, logprob: float) -> dict:
+            return {"token": token, "logprob": _finite(logprob), "bytes": list(token.encode())}
+
         content = []
-        for token, logprob in zip(self._token_strings(token_ids, sampling.tokens_as_ids), logprobs):
-            entry = {"token": token, "logprob": _finite(logprob), "bytes": list(token.encode())}
-            content.append({**entry, "top_logprobs": [entry] if sampling.logprobs else []})
+        for position, (token, logprob) in enumerate(zip(self._token_strings(token_ids, sampling.tokens_as_ids),
+                                                        logprobs)):
+            sampled = entry(token, logprob)
+            alternatives = []
+            if sampling.logprobs:
+                alternatives = [entry(t, lp) for t, lp in self._alternatives(top, position, sampling)] or [sampled]
+            content.append({**sampled, "top_logprobs": alternatives})
         return {"content": content, "refusal": None}
+
+    def _alternatives(self, top: Sequence[list], position: int, sampling: _Sampling) -> list[tuple[str, float]]:
+        """The policy's most likely tokens at ``position`` as (token string, logprob); empty when it reported none."""
+        if position >= len(top) or not top[position]:
+            return []
+        pairs = top[position][:sampling.logprobs]
+        return list(zip(self._token_strings([i for i, _ in pairs], sampling.tokens_as_ids), [lp for _, lp in pairs]))
 
     def _chat_chunks(self, header: dict, completions: Sequence[Completion], replies, sampling: _Sampling,
                      prompt_ids: list[int]):
@@ -354,13 +375,15 @@ class _Server:
                 if content is not None:
                     delta = {"content": content, **delta}
                 extra = {"token_ids": ids} if sampling.return_token_ids else {}
-                yield chunk(index, delta, self._chat_logprobs(ids, logprobs, sampling), **extra)
+                yield chunk(index, delta, self._chat_logprobs(ids, logprobs, completion.top_logprobs, sampling),
+                            **extra)
             else:
                 for i, piece in enumerate(self._text_deltas(ids, completion.text)):
                     if piece or sampling.logprobs is not None or sampling.return_token_ids:
                         extra = {"token_ids": [ids[i]]} if sampling.return_token_ids else {}
                         yield chunk(index, {"content": piece},
-                                    self._chat_logprobs(ids[i:i + 1], logprobs[i:i + 1], sampling), **extra)
+                                    self._chat_logprobs(ids[i:i + 1], logprobs[i:i + 1],
+                                                        completion.top_logprobs[i:i + 1], sampling), **extra)
             yield chunk(index, {}, finish_reason=finish_reason)
         if sampling.include_usage:
             yield {**header, "object": "chat.completion.chunk", "choices": [],
@@ -370,7 +393,7 @@ class _Server:
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await self._body(request)
-        prompt_ids = self._prompt_ids(body.get("prompt"))
+        prompts = self._prompts(body.get("prompt"))
         if _flag(body, "echo"):
             raise RequestError("echo is not supported by this server", "echo")
         if body.get("suffix"):
@@ -378,47 +401,57 @@ class _Server:
         n = _integer(body, "n", 1, 1, MAX_N)
         if _integer(body, "best_of", n, 1) != n:
             raise RequestError("best_of other than n is not supported by this server", "best_of")
-        sampling = self._sampling(body, len(prompt_ids), max_tokens=_integer(body, "max_tokens", None, 1),
+        sampling = self._sampling(body, max(map(len, prompts)), max_tokens=_integer(body, "max_tokens", None, 1),
                                   default_max_tokens=16,  # OpenAI's (and vLLM's) default for this endpoint
                                   logprobs=_integer(body, "logprobs", None, 0, MAX_COMPLETION_LOGPROBS),
                                   prompt_param="prompt")
-        completions = await self._sample(prompt_ids, sampling)
+        # Every prompt's samples at once, so the policy batches them; choice p * n + j is prompt p's sample j.
+        per_prompt = await asyncio.gather(*(self._sample(prompt_ids, sampling) for prompt_ids in prompts))
+        samples = [(completion, prompt_ids) for prompt_ids, completions in zip(prompts, per_prompt)
+                   for completion in completions]
+        completions = [completion for completion, _ in samples]
+        prompt_tokens = sum(map(len, prompts))
         header = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": self.model_name,
                   "object": "text_completion"}
         if sampling.stream:
-            return await self._stream(request, self._completion_chunks(header, completions, sampling, prompt_ids))
+            return await self._stream(request, self._completion_chunks(header, samples, sampling, prompt_tokens))
         choices = []
-        for index, completion in enumerate(completions):
+        for index, (completion, prompt_ids) in enumerate(samples):
             logprobs = None
             if sampling.logprobs is not None:  # the offsets cost a decode per token: only when asked for
-                logprobs = self._completion_logprobs(completion.token_ids, completion.logprobs, sampling,
-                                                     self._offsets(completion))
+                logprobs = self._completion_logprobs(completion.token_ids, completion.logprobs,
+                                                     completion.top_logprobs, sampling, self._offsets(completion))
             choice = {"index": index, "text": completion.text, "finish_reason": completion.finish_reason,
                       "logprobs": logprobs}
             if sampling.return_token_ids:
                 # vLLM puts prompt_token_ids on each choice of this endpoint; the response carries it too.
                 choice.update(token_ids=list(completion.token_ids), prompt_token_ids=prompt_ids)
             choices.append(choice)
-        result = {**header, "choices": choices, "usage": self._usage(len(prompt_ids), completions)}
-        if sampling.return_token_ids:
-            result["prompt_token_ids"] = prompt_ids
+        result = {**header, "choices": choices, "usage": self._usage(prompt_tokens, completions)}
+        if sampling.return_token_ids and len(prompts) == 1:
+            result["prompt_token_ids"] = prompts[0]
         return web.json_response(result)
 
-    def _prompt_ids(self, prompt: Any) -> list[int]:
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            prompt = prompt[0]  # a batch of one
+    def _prompts(self, prompt: Any) -> list[list[int]]:
+        """The token ids of each prompt: one string or id list, or a list of them (a batch)."""
+        if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+            if len(prompt) > MAX_PROMPTS:
+                raise RequestError(f"at most {MAX_PROMPTS} prompts per request, got {len(prompt)}", "prompt")
+            return [self._prompt_ids(p, f"prompt[{i}]") for i, p in enumerate(prompt)]
+        return [self._prompt_ids(prompt, "prompt")]
+
+    def _prompt_ids(self, prompt: Any, param: str) -> list[int]:
         if isinstance(prompt, str):
             if not prompt:
-                raise RequestError("prompt must not be empty", "prompt")
+                raise RequestError(f"{param} must not be empty", param)
             return self.format.encode(prompt)
         if isinstance(prompt, list) and prompt and all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
             bad = [i for i in prompt if not 0 <= i < self.vocab_size]
             if bad:
-                raise RequestError(f"prompt token ids must be in [0, {self.vocab_size}), got {bad[:5]}", "prompt")
+                raise RequestError(f"{param} token ids must be in [0, {self.vocab_size}), got {bad[:5]}", param)
             return list(prompt)
-        if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
-            raise RequestError("batched prompts are not supported; send one request per prompt", "prompt")
-        raise RequestError("prompt must be a non-empty string or a non-empty list of token ids", "prompt")
+        raise RequestError(f"{param} must be a non-empty string, a non-empty list of token ids, or a list of those",
+                           param)
 
     def _offsets(self, completion: Completion) -> list[int]:
         """Where each token's text starts in the completion's text (the legacy ``text_offset``)."""
@@ -428,23 +461,30 @@ class _Server:
             position += len(piece)
         return offsets
 
-    def _completion_logprobs(self, token_ids: Sequence[int], logprobs: Sequence[float], sampling: _Sampling,
-                             offsets: list[int]) -> dict | None:
+    def _completion_logprobs(self, token_ids: Sequence[int], logprobs: Sequence[float], top: Sequence[list],
+                             sampling: _Sampling, offsets: list[int]) -> dict | None:
         if sampling.logprobs is None:
             return None
         tokens = self._token_strings(token_ids, sampling.tokens_as_ids)
         values = [_finite(lp) for lp in logprobs]
-        top = [{token: value} for token, value in zip(tokens, values)] if sampling.logprobs else None
-        return {"tokens": tokens, "token_logprobs": values, "top_logprobs": top, "text_offset": offsets}
+        alternatives = None
+        if sampling.logprobs:
+            alternatives = []
+            for i, (token, value) in enumerate(zip(tokens, values)):
+                likely = {t: _finite(lp) for t, lp in self._alternatives(top, i, sampling)}
+                likely.setdefault(token, value)  # as OpenAI's legacy endpoint: the sampled token is listed too
+                alternatives.append(likely)
+        return {"tokens": tokens, "token_logprobs": values, "top_logprobs": alternatives, "text_offset": offsets}
 
-    def _completion_chunks(self, header: dict, completions: Sequence[Completion], sampling: _Sampling,
-                           prompt_ids: list[int]):
-        for index, completion in enumerate(completions):
-            ids, logprobs = list(completion.token_ids), list(completion.logprobs)
+    def _completion_chunks(self, header: dict, samples: Sequence[tuple[Completion, list[int]]], sampling: _Sampling,
+                           prompt_tokens: int):
+        for index, (completion, prompt_ids) in enumerate(samples):
+            ids, logprobs, top = list(completion.token_ids), list(completion.logprobs), completion.top_logprobs
             position = 0
             for i, piece in enumerate(self._text_deltas(ids, completion.text)):
                 choice = {"index": index, "text": piece, "finish_reason": None,
-                          "logprobs": self._completion_logprobs(ids[i:i + 1], logprobs[i:i + 1], sampling, [position])}
+                          "logprobs": self._completion_logprobs(ids[i:i + 1], logprobs[i:i + 1], top[i:i + 1],
+                                                                sampling, [position])}
                 position += len(piece)
                 if sampling.return_token_ids:
                     choice["token_ids"] = [ids[i]]
@@ -454,7 +494,7 @@ class _Server:
             yield {**header, "choices": [{"index": index, "text": "", "logprobs": None,
                                           "finish_reason": completion.finish_reason}]}
         if sampling.include_usage:
-            yield {**header, "choices": [], "usage": self._usage(len(prompt_ids), completions)}
+            yield {**header, "choices": [], "usage": self._usage(prompt_tokens, [c for c, _ in samples])}
 
 
 # --- messages and tool calls ------------------------------------------------------------------

@@ -31,6 +31,8 @@ class Turn:
     ``reward`` is the env's reward for this step. ``entropy`` is the mean per-token entropy of
     the sampling distribution over the completion when the policy reports it (else ``None``).
     ``folded`` is true when older observations were folded into stubs before this prompt.
+    ``usage`` is the endpoint's count of prompt and completion tokens (chat mode, where the ids
+    are not known), or ``None``.
     """
 
     prompt_ids: list[int]
@@ -47,6 +49,7 @@ class Turn:
     entropy: float | None = None
     finish_reason: str = "stop"
     folded: bool = False
+    usage: dict | None = None
 
     def __post_init__(self):
         if len(self.prompt_mask) != len(self.prompt_ids):

@@ -11,13 +11,13 @@ import pytest
 from agentgym.eval.harness import PolicyUnavailableError, evaluate, load_results
 from agentgym.eval.oracles import NonsensePolicy, oracle_for
 from agentgym.eval.suites import load_suite
-from agentgym.rollout.policy import Completion, Policy
+from agentgym.rollout.policy import Completion, Policy, PolicyError
 from agentgym.rollout.trajectory import Trajectory
 
 AGENTGYM = Path(sys.executable).parent / "agentgym"
 ROW_KEYS = {"suite", "task_id", "category", "sample", "success", "reward", "turns", "tokens_in", "tokens_out",
             "wall_s", "error", "trajectory"}
-SUMMARY_KEYS = {"schema_version", "suite", "model", "k", "tasks", "episodes", "metrics", "by_category"}
+SUMMARY_KEYS = {"schema_version", "suite", "model", "k", "tasks", "episodes", "errors", "metrics", "by_category"}
 
 
 def check_contract(out: Path, suite_name: str, k: int, pairs: int) -> list[dict]:
@@ -93,6 +93,55 @@ async def test_a_cancelled_run_resumes_without_duplicates(tmp_path):
     # Resuming into this directory with another model would count its results as this one's.
     with pytest.raises(ValueError, match="model: 'oracle' → 'nonsense'"):
         await evaluate(suite, NonsensePolicy(), k=2, out_dir=tmp_path, progress=False, model="nonsense")
+
+
+class OverflowingOracle(Policy):
+    """A BFCL oracle behind an endpoint whose window is too small for some conversations (as vLLM answers them)."""
+
+    name = "overflowing"
+
+    def __init__(self, env_id, env_kwargs, too_long=2):
+        self.inner, self.too_long = oracle_for(env_id, env_kwargs), too_long
+
+    async def chat(self, messages, tools, sampling) -> Completion:
+        if len(messages) > self.too_long:
+            raise PolicyError("OpenAI-compatible endpoint http://x/v1 answered HTTP 400: This model's maximum context "
+                              "length is 32 tokens. However, you requested 90 tokens")
+        return await self.inner.chat(messages, tools, sampling)
+
+
+async def test_a_context_overflow_fails_the_episode_not_the_run(tmp_path):
+    suite = load_suite("bfcl-base").filter("multi_turn_base_1,multi_turn_base_2,multi_turn_base_3")
+    summary = await evaluate(suite, OverflowingOracle, out_dir=tmp_path, progress=False, model="m")
+    rows = check_contract(tmp_path, "bfcl-base", 1, 3)  # every episode is a result; the run went on
+    assert all(r["error"].startswith("context_overflow: ") and "maximum context length" in r["error"] for r in rows)
+    assert summary["errors"] == {"context_overflow": 3} and summary["metrics"]["success_rate"] == 0.0
+
+
+class CountingNonsense(NonsensePolicy):
+    """Nonsense from a chat endpoint that returns no token ids but reports its usage."""
+
+    async def chat(self, messages, tools, sampling) -> Completion:
+        completion = await super().chat(messages, tools, sampling)
+        completion.usage = {"prompt_tokens": 100 * len(messages), "completion_tokens": 12}
+        return completion
+
+
+async def test_chat_mode_token_counts_come_from_the_reported_usage(tmp_path):
+    await evaluate(load_suite("bfcl-base").filter("multi_turn_base_2"), CountingNonsense(), out_dir=tmp_path,
+                   max_turns=2, progress=False)
+    [row] = load_results(tmp_path)
+    # Turn 1 sends the system prompt and the task (2 messages), turn 2 adds a reply and an observation.
+    assert row["turns"] == 2 and (row["tokens_in"], row["tokens_out"]) == (200 + 400, 24)
+
+
+def test_context_overflow_is_recognised_in_each_backends_words():
+    from agentgym.eval.harness import is_context_overflow
+
+    assert is_context_overflow("policy_error: ... HTTP 400: This model's maximum context length is 2048 tokens")
+    assert is_context_overflow("policy_error: ... HTTP 400: {'code': 'context_length_exceeded'}")
+    assert is_context_overflow("policy_error: prompt of 5000 tokens does not fit the model's context of 4096 positions")
+    assert not is_context_overflow("policy_error: OpenAI-compatible endpoint http://x/v1 is unreachable")
 
 
 def test_seeds_are_deterministic_per_task_and_sample():

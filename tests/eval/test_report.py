@@ -146,8 +146,10 @@ async def test_report_renders_in_browser(tmp_path):
             bars = await page.eval_on_selector_all("#plot-turns rect.bar", "bs => bs.map(b => b.dataset.value)")
             assert bars == ["2", "2", "1", "1"]  # turns: 2, 3, 1, 2, 4, 1
 
-            # Viewer: nothing shown until a task is clicked; then all its turns.
-            assert await page.locator("article.episode:visible").count() == 0
+            # Viewer: the first failure (t2 #0) is open at load; a click shows another episode, all its turns.
+            assert await page.locator("article.episode:visible").count() == 1
+            assert await page.locator("#episode-2").is_visible()
+            assert await page.get_attribute(".episode-link.selected", "data-episode") == "2"
             await page.click('.episode-link[data-episode="4"]')
             episode = page.locator("#episode-4")
             assert await episode.is_visible()
@@ -224,3 +226,52 @@ def test_compare_report_pairs_shared_tasks(tmp_path):
     differing = html.split('id="differing-table"')[1]
     assert "<td>t3</td>" in differing and "<td>t2</td>" not in differing
     assert "scripted&lt;b&gt;" in html
+
+
+async def test_a_large_k1_run_reads_well_in_the_browser(tmp_path):
+    """30 categories, k = 1, episodes in finishing order, control characters from the model, a long model path."""
+    rows = []
+    for i in reversed(range(30)):  # finishing order: last task first
+        category = f"category-{i:02d}-with-a-rather-long-template-name"
+        action = "click(\x00\x07)" if i == 7 else None
+        rows.append(_row(category, 0, _trajectory(f"task-{i}", i % 3 == 0, 1 + i % 4, action=action)))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = {"schema_version": 1, "suite": "big", "model": "/data/checkpoints/2026-11-30/qwen-7b-sft", "k": 1,
+               "tasks": 30, "episodes": 30, "errors": {"context_overflow": 2},
+               "metrics": summarize(rows, 1), "by_category": summarize_by(rows, "category", 1)}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    report = write_report(run_dir)
+    html = report.read_text()
+    assert "\x00" not in html and "\x07" not in html
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = await browser.new_page(viewport={"width": 1280, "height": 900})
+            await page.goto(report.as_uri())
+            assert await page.title() == "agentgym eval: big / qwen-7b-sft"
+            run_info = await page.text_content("#run-info")
+            assert "/data/checkpoints/2026-11-30/qwen-7b-sft" in run_info and "context_overflow: 2" in run_info
+
+            headers = await page.eval_on_selector_all("#category-table th", "hs => hs.map(h => h.textContent)")
+            assert headers.count("pass@1") == 1
+
+            # One bar per category, and no two category labels overlap on screen.
+            assert await page.locator("#plot-category rect.bar").count() == 30
+            boxes = [await label.bounding_box() for label in await page.locator("#plot-category .bar-label").all()]
+            assert len(boxes) == 30
+            assert all(a["y"] + a["height"] <= b["y"] + 0.5 for a, b in zip(boxes, boxes[1:]))
+
+            # Episodes listed by task (numbers by value); the first failure is open without a click.
+            listed = await page.eval_on_selector_all("#episode-list li", "lis => lis.map(li => li.textContent)")
+            assert listed == [f"task-{i} #0" for i in range(30)]
+            assert await page.locator("article.episode:visible h3").text_content() == "task-1 #0"
+
+            await page.click('.episode-link:text("task-7 #0")')
+            assert await page.locator("article.episode:visible pre.action").first.text_content() == "click(\\x00\\x07)"
+            await page.screenshot(path=str(tmp_path / "large-report.png"), full_page=True)
+        finally:
+            await browser.close()
+    assert (tmp_path / "large-report.png").stat().st_size > 0

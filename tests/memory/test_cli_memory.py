@@ -88,19 +88,19 @@ def test_a_bad_import_file_imports_nothing(tmp_path, capsys, line, problem):
     source = tmp_path / "in.jsonl"
     source.write_text('{"kind": "episode", "text": "fine"}\n' + line + "\n")
     code, _, err = run(capsys, "import", str(tmp_path / "new.db"), str(source))
-    assert code == 1 and f"in.jsonl:2: " in err and problem in err
+    assert code == 2 and f"in.jsonl:2: " in err and problem in err
     assert not (tmp_path / "new.db").exists()
 
 
 def test_bad_stores_and_ids_are_clear_errors(store, tmp_path, capsys):
     code, _, err = run(capsys, "list", str(tmp_path / "missing.db"))
-    assert code == 1 and "no memory store at" in err
+    assert code == 2 and "no memory store at" in err
     code, _, err = run(capsys, "show", store, "99")
-    assert code == 1 and f"no entry 99 in {store}" in err
+    assert code == 2 and f"no entry 99 in {store}" in err
     garbage = tmp_path / "garbage.db"
     garbage.write_text("not sqlite")
     code, _, err = run(capsys, "list", str(garbage))
-    assert code == 1 and "cannot read" in err and "not a database" in err
+    assert code == 2 and "cannot read" in err and "not a database" in err
     with pytest.raises(SystemExit) as usage:
         main(["memory", "show", store, "seven"])
     assert usage.value.code == 2
@@ -129,4 +129,4 @@ def test_eval_with_memory_learns_and_read_mode_needs_a_store(tmp_path):
     assert MemoryBank(store).store.count(kind="episode") == 2
     missing = subprocess.run([*base[:-1], str(tmp_path / "none.db"), "--out", str(tmp_path / "run2")],
                              capture_output=True, text=True, timeout=300)
-    assert missing.returncode == 1 and "read mode needs an existing store" in missing.stderr
+    assert missing.returncode == 2 and "read mode needs an existing store" in missing.stderr

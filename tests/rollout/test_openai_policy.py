@@ -42,6 +42,8 @@ async def test_chat_mode_without_native_tools_leaves_them_to_the_prompt(served):
     assert completion.text == CALL_REPLY and completion.tool_calls is None
     assert completion.token_ids == [] and completion.logprobs == []
     assert backend.prompts == [backend.chat_format.prompt_ids(ASK)]
+    # Without ids, the server's own count is what there is to know about the tokens (eval's tokens_in/out).
+    assert completion.usage["prompt_tokens"] == len(backend.prompts[0]) and completion.usage["completion_tokens"] > 0
 
 
 async def test_token_mode_returns_the_exact_ids_the_served_model_sampled(served, hf_policy):

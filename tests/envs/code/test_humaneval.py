@@ -1,4 +1,5 @@
-"""HumanEval-v0 against the real Docker engine: tools, grading with the official tests, and known answers."""
+"""HumanEval-v0 against the real Docker engine: tools, grading with the official tests, and known answers;
+and the grader's plain-data encoding (the hacks it stops are in tests/graders/test_humaneval.py)."""
 
 import json
 from concurrent.futures import ThreadPoolExecutor
@@ -8,8 +9,7 @@ import pytest
 
 import agentgym  # noqa: F401  (registers the envs)
 from agentgym.envs.code.humaneval import SOLUTION_PATH, load_problems, run_official_tests
-
-pytestmark = pytest.mark.docker
+from agentgym.envs.code.humaneval_harness import NotPlainData, ProtocolError, decode, encode
 
 
 def call(name, **arguments):
@@ -31,6 +31,7 @@ def solve(env, task_id, body):
     return env.step(call("submit"))
 
 
+@pytest.mark.docker
 def test_tools_run_in_the_sandbox(env):
     env.reset(options={"task_id": "HumanEval/0"})
     obs, *_ = env.step(call("bash", command="cd /tmp && export GREETING=hi"))
@@ -48,6 +49,7 @@ def test_tools_run_in_the_sandbox(env):
     assert "killed after its timeout" in obs["text"] and info["exit_code"] == 124
 
 
+@pytest.mark.docker
 def test_canonical_solutions_score_164_of_164(docker_ready):
     problems = load_problems()
     assert len(problems) == 164
@@ -65,6 +67,7 @@ def test_canonical_solutions_score_164_of_164(docker_ready):
     assert sum(rewards) == 164
 
 
+@pytest.mark.docker
 def test_empty_bodies_score_0_of_164(docker_ready):
     problems = load_problems()
     with ThreadPoolExecutor(4) as pool:
@@ -72,12 +75,14 @@ def test_empty_bodies_score_0_of_164(docker_ready):
     assert sum(verdicts) == 0
 
 
+@pytest.mark.docker
 def test_failed_submission_reports_why(env):
     obs, reward, terminated, _, info = solve(env, "HumanEval/2", "    return 0.0\n")
     assert (reward, terminated, info["success"]) == (0.0, True, False)
     assert "AssertionError" in info["test_detail"]
 
 
+@pytest.mark.docker
 def test_deleted_solution_scores_zero(env):
     env.reset(options={"task_id": "HumanEval/1"})
     env.step(call("bash", command=f"rm {SOLUTION_PATH}"))
@@ -85,6 +90,7 @@ def test_deleted_solution_scores_zero(env):
     assert reward == 0.0 and terminated and "does not exist" in obs["text"]
 
 
+@pytest.mark.docker
 def test_a_killed_container_ends_the_episode_cleanly_and_reset_recovers(env):
     from agentgym.sandbox import engine
 
@@ -95,3 +101,45 @@ def test_a_killed_container_ends_the_episode_cleanly_and_reset_recovers(env):
     assert "Environment error" in obs["text"] and "SandboxError" in info["env_error"]
     obs, info = env.reset(options={"task_id": "HumanEval/4"})
     assert env.step(call("bash", command="ls /workspace"))[0]["text"] == "solution.py"
+
+
+PLAIN = [None, True, False, 0, -7, 2 ** 300, -(3 ** 5000), 0.1, -0.0, float("inf"), float("-inf"), float("nan"),
+         1 - 2.5j, "", "h\u00e9llo \ud800", b"\x00\xff", [1, [True, (2.0,)]], (), ("a", ["b"]),
+         {"k": {1: (2, frozenset({3}))}, (1, "x"): None, False: b""}, set(), {1, "x", (2, 3)}, frozenset({()})]
+
+
+@pytest.mark.parametrize("value", PLAIN, ids=repr)
+def test_plain_data_crosses_the_pipe_exactly(value):
+    back = decode(json.loads(json.dumps(encode(value))))
+    assert repr(back) == repr(value)  # repr: types nested anywhere (True vs 1, tuple vs list), nan and -0.0
+
+
+class AlwaysEqual:
+    def __eq__(self, other):
+        return True
+
+
+class Int(int):
+    pass
+
+
+@pytest.mark.parametrize("value", [AlwaysEqual(), Int(1), (x for x in "ab"), [1, object()], {"k": AlwaysEqual()},
+                                   len, bytearray(b"x"), {Int(2)}], ids=repr)
+def test_only_plain_data_is_encoded(value):
+    with pytest.raises(NotPlainData):
+        encode(value)
+
+
+def _deep(depth):
+    tree = ["N"]
+    for _ in range(depth):
+        tree = ["L", [tree]]
+    return tree
+
+
+@pytest.mark.parametrize("tree", [["X"], ["I", 5], ["I", "zz"], ["B", 1], ["S"], ["N", 1], ["F", "one"], [], "str", 3,
+                                  None, ["L", ["I", "1"]], ["D", [["N"]]], ["D", [[["L", []], ["N"]]]],
+                                  ["E", [["L", []]]], _deep(100_000)])
+def test_malformed_plain_data_is_refused(tree):
+    with pytest.raises(ProtocolError):
+        decode(tree)

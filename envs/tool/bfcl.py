@@ -18,7 +18,10 @@ BFCL's own inference loop (``BaseHandler.inference_multi_turn_FC``):
   ``multi_turn_checker`` with the ground truth, so the verdict is BFCL's. Reward 1.0/0.0;
   ``info["bfcl"]`` is the checker's result (``valid``, ``error_type``, ``error_message``,
   ``details``). More than BFCL's ``MAXIMUM_STEP_LIMIT`` (20) replies with calls in one user
-  turn force-quit the episode as a failure, as BFCL's loop and eval runner do.
+  turn force-quit the episode, as BFCL's inference loop does, and it is scored as BFCL's eval runner
+  scores it: an entry left short of the ground truth's turns (force-quit before its last user turn)
+  fails as ``multi_turn:force_terminated``; a force-quit in the last user turn goes to the checker
+  with that turn's calls like any other ending.
 
 Calls that fail schema validation (an unknown or withheld tool, a missing or mistyped
 argument) are reported to the agent and neither run nor scored. The dataset's
@@ -131,10 +134,9 @@ class BFCLMultiTurnEnv(ToolEnv):
         if not turn_calls[-1]:  # BFCL's eval runner drops replies that decode to no call
             turn_calls.pop()
         if len(turn_calls) > MAXIMUM_STEP_LIMIT:
-            verdict = {"valid": False, "error_type": "multi_turn:force_terminated",
-                       "error_message": f"Model has been forced to quit after {MAXIMUM_STEP_LIMIT} steps."}
-            return Outcome(f"{outcome.text}\n\n{verdict['error_message']}", terminated=True, success=False,
-                           error=outcome.error, info={"bfcl": verdict})
+            # BFCL's loop ends the whole entry here, keeping the calls of the turns played so far.
+            return self._finish(f"{outcome.text}\n\nModel has been forced to quit after {MAXIMUM_STEP_LIMIT} steps.",
+                                error=outcome.error)
         return outcome
 
     def _call_tool(self, call: ToolCall) -> Outcome:
@@ -150,16 +152,21 @@ class BFCLMultiTurnEnv(ToolEnv):
         self.state.calls.append([])
         return Outcome(_user_turn(task, self.state.turn))
 
-    def _finish(self, text: str) -> Outcome:
+    def _finish(self, text: str, error: str | None = None) -> Outcome:
         verdict = self.verdict()
-        return Outcome(text, reward=float(verdict["valid"]), terminated=True, success=verdict["valid"],
+        return Outcome(text, reward=float(verdict["valid"]), terminated=True, success=verdict["valid"], error=error,
                        info={"bfcl": verdict})
 
     def verdict(self) -> dict:
-        """The official checker's result on the calls made so far (meaningful once every user turn is over)."""
+        """BFCL's eval runner on the calls made so far (``_evaluate_single_multi_turn_entry``): an entry
+        with fewer turns than the ground truth fails as force-terminated, any other goes to the checker."""
         task = self.tasks[self.task_id]
-        calls = self.state.calls + [[] for _ in range(len(task["question"]) - len(self.state.calls))]
-        return check(task, calls)
+        turns, expected = len(self.state.calls), len(task["ground_truth"])
+        if turns != expected:
+            return {"valid": False, "error_type": "multi_turn:force_terminated", "error_message": (
+                "Model was force-terminated during inference phase. The length of the model result turns "
+                f"({turns}) does not match the length of the ground truth turns ({expected}).")}
+        return check(task, self.state.calls)
 
 
 def _user_turn(task: Mapping[str, Any], turn: int) -> str:

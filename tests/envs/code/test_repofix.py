@@ -8,7 +8,7 @@ import pytest
 
 import agentgym  # noqa: F401
 from agentgym.envs.code import repofix_gen
-from agentgym.envs.code.repofix import grade_diff, workspace_tarball
+from agentgym.envs.code.repofix import grade_diff, reporter_command, workspace_tarball
 
 pytestmark = pytest.mark.docker
 
@@ -29,7 +29,9 @@ def test_every_shipped_task_is_verified_in_the_sandbox(docker_ready):
 
     with ThreadPoolExecutor(4) as pool:
         for instance_id, gold, unpatched in pool.map(verify, TASKS):
-            assert gold["resolved"], (instance_id, gold["error"], gold["fail_to_pass"], gold["pass_to_pass"])
+            assert gold["resolved"] and gold["reporter"], (instance_id, gold["error"], gold["fail_to_pass"], gold["pass_to_pass"])
+            # A genuine failure, seen by the trusted reporter without any sign of tampering.
+            assert unpatched["error"] is None, (instance_id, unpatched["error"])
             assert not unpatched["resolved"] and unpatched["fail_to_pass"]["passed"] < unpatched["fail_to_pass"]["total"], instance_id
 
 
@@ -79,6 +81,22 @@ def test_a_conftest_that_forces_passes_is_not_graded(env):
     assert "conftest" not in diff
     obs, reward, *_, info = env.step(call("submit"))
     assert reward == 0.0 and info["grade"]["fail_to_pass"]["passed"] < len(task["FAIL_TO_PASS"])
+
+
+def test_a_test_command_that_is_not_plain_pytest_is_graded_from_its_log(docker_ready):
+    task = dict(TASKS[0], test_command=f"cd . && {TASKS[0]['test_command']}")
+    gold, unpatched = grade_diff(task, task["patch"]), grade_diff(task, "")
+    assert gold["resolved"] and not gold["reporter"] and not unpatched["resolved"]
+
+
+def test_plain_pytest_commands_run_under_the_launcher():
+    assert reporter_command("python3 -m pytest -rA -p no:cacheprovider t.py", "/g/l.py") == \
+        "python3 /g/l.py -rA -p no:cacheprovider t.py"
+    assert reporter_command("FOO='1 2' python3.9 -W error -m pytest -rA -k 'a or b'", "/g/l.py") == \
+        "FOO='1 2' python3.9 -W error /g/l.py -rA -k 'a or b'"
+    assert reporter_command("/env/bin/pytest -rA t.py", "/g/l.py") == "/env/bin/python /g/l.py -rA t.py"
+    for other in ("tox -e py", "python runtests.py", "pytest t.py; true", "pytest $TESTS", "python -c 'x' -m pytest"):
+        assert reporter_command(other, "/g/l.py") is None, other
 
 
 def test_run_tests_runs_pytest_in_the_repository(env):

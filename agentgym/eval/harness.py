@@ -22,7 +22,8 @@ the run with :class:`PolicyUnavailableError`; everything finished before it stay
 conversation outgrew the model's context (HTTP 400 "maximum context length") is the episode's
 fault, not the endpoint's: it is a failed result with ``error`` ``"context_overflow: ..."``, the
 run goes on, and ``summary.json``'s ``errors`` counts it (``errors``: episodes per error kind,
-the text before the first colon).
+the text before the first colon). When a task's very first prompt does not fit, a warning on
+stderr says so at once, since every episode of that task will fail the same way.
 
 Each (task, sample) gets its own reset seed, derived from ``seed``, the task id and the sample
 index, so a rerun (or a resumed run) resets every episode exactly as before.
@@ -41,6 +42,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import threading
 from collections import Counter
 from pathlib import Path
@@ -136,12 +138,15 @@ class _ResultsWriter:
         self.on_row = on_row
         self._lock = threading.Lock()  # the runner appends from worker threads
         self._closed = False
+        self._warned_overflow = False
 
     def append(self, record: Trajectory) -> None:
         if record.error and record.error.startswith("policy_error"):
             if not is_context_overflow(record.error):
                 raise _StopRun(record.error)
             record.error = "context_overflow: " + record.error.removeprefix("policy_error: ")
+            if not record.turns:
+                self._warn_first_prompt_overflow(record)
         row = self.row(record)
         with self._lock:
             if self._closed:
@@ -151,6 +156,18 @@ class _ResultsWriter:
                 file.flush()
                 os.fsync(file.fileno())
         self.on_row(row)
+
+    def _warn_first_prompt_overflow(self, record: Trajectory) -> None:
+        """Say at once, not only in the summary, that a task's very first prompt is too long: every episode of
+        such a task will fail the same way, which usually means the wrong model or context setting."""
+        with self._lock:
+            if self._warned_overflow:
+                return
+            self._warned_overflow = True
+        print(f"agentgym eval: warning: the first prompt of task {record.metadata['group']} does not fit the "
+              "model's context, so its episodes fail before the model answers (counted as context_overflow); "
+              "use a model or server with a longer context window. "
+              f"The endpoint said: {record.error.removeprefix('context_overflow: ')[:300]}", file=sys.stderr)
 
     def close(self) -> None:
         """No row is written after this returns (a cancelled run's threads may still be finishing)."""

@@ -6,9 +6,24 @@ from many threads at once, hand it coroutines with :meth:`BrowserHost.run` and b
 finish. One Chromium process serves every env of the process; each env gets a
 :class:`BrowserSession`, i.e. its own browser context (cookies, storage, cache) with its own tabs.
 
-The network is closed by routing: a session lets through only its env's own loopback origins
-(and ``data:``/``blob:``/``about:`` URLs); every other request is aborted and recorded in
-:attr:`BrowserSession.blocked`, so the env can show it in the observation.
+Chromium renders pages the agent controls, so it is confined like any other sandbox:
+
+* **Unprivileged and sandboxed.** Chromium runs with its own sandbox on (namespaces and
+  seccomp-BPF for every renderer). When this process is root, Chromium runs as the system user
+  :data:`BROWSER_USER` (created on first use) through a launcher that drops root with
+  ``setpriv``; its home and temporary files live in a directory of that user's, removed when the
+  browser closes. Where the kernel refuses the sandbox, the launch fails with Chromium's reason;
+  ``AGENTGYM_CHROMIUM_SANDBOX=0`` is the explicit, logged way to run without it.
+* **Only the env's origins, at the network layer.** Each context sends all its traffic, loopback
+  included, through its own :class:`NetworkGate` (an HTTP proxy on loopback) that connects only
+  to the session's origins, so a fetch, frame, image, WebSocket or worker cannot reach any other
+  port. Routing additionally aborts (and lists) other requests before they leave the page.
+  Every blocked request is recorded in :attr:`BrowserSession.blocked`, for the observation.
+* **No ``data:``/``blob:`` navigations** unless the env declares the scheme: the gate gives every
+  document a ``frame-src`` policy of the session's origins, the agent's ``goto`` is checked with
+  :meth:`BrowserSession.allows`, and Chromium itself refuses top-level ``data:`` navigations by
+  pages. Such URLs as subresources (images, fonts) stay allowed.
+* **No downloads.** Contexts refuse them; each one is listed in :attr:`BrowserSession.downloads`.
 
 A crash is an env failure, not a model error: a renderer crash or a lost browser marks the
 session :attr:`~BrowserSession.crashed`, actions on it raise :class:`BrowserCrashedError`, and
@@ -22,8 +37,13 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import logging
 import os
+import pwd
+import shlex
 import shutil
+import subprocess
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Awaitable, Iterable, TypeVar
@@ -32,21 +52,23 @@ from urllib.parse import urlsplit
 from agentgym.sandbox.base import SandboxError, SandboxUnavailableError
 
 __all__ = [
+    "BROWSER_USER",
     "BrowserCrashedError",
     "BrowserHost",
     "BrowserSession",
     "BrowserUnavailableError",
     "LAUNCH_ARGS",
     "LoopThread",
+    "NetworkGate",
     "find_chromium",
     "origin_of",
 ]
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
-#: Flags for a headless Chromium on a closed network, running as root in a container or CI.
+#: Flags for a headless Chromium on a closed network (the sandbox flag is Playwright's, from ``sandbox``).
 LAUNCH_ARGS = [
-    "--no-sandbox",
     "--disable-gpu",
     "--disable-dev-shm-usage",
     "--disable-background-networking",
@@ -59,9 +81,19 @@ LAUNCH_ARGS = [
     "--metrics-recording-only",
     "--mute-audio",
     "--font-render-hinting=none",  # identical glyph rasterisation across runs, for screenshot hashes
+    # WebRTC would otherwise send UDP (and TURN over TCP) around the proxy, to any port.
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
 ]
 
-_ALWAYS_ALLOWED_SCHEMES = {"data", "blob", "about", "chrome-error"}
+#: Features turned off besides Playwright's: autofill's server queries would go to the gate (and be
+#: reported as blocked) whenever a page has a form.
+_DISABLED_FEATURES = ("AutofillServerCommunication",)
+
+#: The account Chromium runs as when this process is root.
+BROWSER_USER = "agentgym-browser"
+
+#: Environment variables Chromium gets from this process (nothing else: no credentials).
+_PASSED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "FONTCONFIG_FILE", "FONTCONFIG_PATH")
 
 
 # Chromium refills form fields from history on back/forward. That per-entry state is invisible to
@@ -108,6 +140,179 @@ def origin_of(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}".lower()
 
 
+def browser_account() -> tuple[int, int] | None:
+    """(uid, gid) of :data:`BROWSER_USER` when this process is root (creating the user once), else None.
+
+    Chromium refuses its sandbox as root, and a browser that renders agent-written pages must not
+    hold root anyway; an unprivileged process simply runs Chromium as itself.
+    """
+    if os.geteuid() != 0:
+        return None
+    try:
+        entry = pwd.getpwnam(BROWSER_USER)
+    except KeyError:
+        useradd = shutil.which("useradd") or "/usr/sbin/useradd"
+        done = subprocess.run([useradd, "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
+                               "--shell", "/usr/sbin/nologin", BROWSER_USER], capture_output=True, text=True)
+        try:  # another process may have created it meanwhile
+            entry = pwd.getpwnam(BROWSER_USER)
+        except KeyError:
+            raise BrowserUnavailableError(
+                f"Chromium must not run as root, and the user {BROWSER_USER} could not be created "
+                f"({done.stderr.strip() or 'useradd exited ' + str(done.returncode)}); create it with "
+                f"`useradd --system --user-group {BROWSER_USER}`.") from None
+    return entry.pw_uid, entry.pw_gid
+
+
+class _Profile:
+    """Where one Chromium launch lives: a home for its files (owned by the account Chromium runs as) and the launcher Playwright starts.
+
+    The launcher passes one ``--disable-features`` (Chromium keeps only the last one given, which
+    would drop Playwright's) and, when this process is root, hands Chromium the profile
+    directory Playwright made and drops to :data:`BROWSER_USER` with ``setpriv``. The directory
+    itself stays this process's, so the browser's account cannot rewrite a launcher that root
+    executes; :meth:`remove` deletes everything once the browser is gone.
+    """
+
+    def __init__(self, chromium: str, account: tuple[int, int] | None):
+        self.root = Path(tempfile.mkdtemp(prefix="agentgym-chromium-"))
+        self.home = self.root / "home"
+        self.home.mkdir(mode=0o700)
+        if account is not None:
+            os.chown(self.home, *account)
+            self.root.chmod(0o711)
+        self.executable = str(self._write_launcher(chromium, account))
+
+    def _write_launcher(self, chromium: str, account: tuple[int, int] | None) -> Path:
+        command, hand_over = shlex.quote(chromium), ""
+        if account is not None:
+            setpriv = shutil.which("setpriv")
+            if setpriv is None:
+                raise BrowserUnavailableError("setpriv (Debian's util-linux) is needed to run Chromium as "
+                                              f"{BROWSER_USER} when agentgym runs as root")
+            uid, gid = account
+            hand_over = f'    --user-data-dir=*) chown -R {uid}:{gid} "${{arg#--user-data-dir=}}" || exit 1;;\n'
+            command = (f"{shlex.quote(setpriv)} --reuid={uid} --regid={gid} --clear-groups --inh-caps=-all "
+                       f"--bounding-set=-all -- {command}")
+        script = ("#!/bin/sh\n# Written by agentgym.sandbox.browser for one Chromium launch.\n"
+                  f"features={','.join(_DISABLED_FEATURES)}\n"
+                  "for arg do\n  shift\n  case \"$arg\" in\n"
+                  '    --disable-features=*) features="$features,${arg#--disable-features=}"; continue;;\n'
+                  f"{hand_over}  esac\n  set -- \"$@\" \"$arg\"\ndone\n"
+                  f'exec {command} "$@" "--disable-features=$features"\n')
+        launcher = self.root / "launch"
+        launcher.write_text(script)
+        launcher.chmod(0o755)
+        return launcher
+
+    def env(self) -> dict[str, str]:
+        env = {key: os.environ[key] for key in _PASSED_ENV if key in os.environ}
+        home = str(self.home)
+        return dict(env, HOME=home, TMPDIR=home, XDG_CONFIG_HOME=home, XDG_CACHE_HOME=home)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class NetworkGate:
+    """One session's HTTP proxy on loopback: the context sends it every request (loopback included), and it connects only to the session's origins.
+
+    Page routing cannot see WebSockets, some worker requests or WebRTC; a proxy sees every
+    connection Chromium's network service makes for the context. A request for an origin
+    outside ``origins`` gets a 403 and is listed in :attr:`refused`. Each forwarded request
+    has its own upstream connection (``Connection: close``), so one client connection can never
+    carry a request to an origin that was not checked. Responses get a ``Content-Security-Policy``
+    of ``frame-src`` and ``object-src`` limited to ``frame_sources``, which keeps ``data:`` and
+    ``blob:`` documents out of frames.
+    """
+
+    _REFUSAL = (b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: 37\r\n\r\n"
+                b"agentgym: outside this task's sites.\n")
+
+    def __init__(self, origins: Iterable[str], frame_sources: Iterable[str]):
+        self.origins = frozenset(origin_of(origin) for origin in origins)
+        sources = " ".join(frame_sources) or "'none'"
+        self._policy = f"Content-Security-Policy: frame-src {sources}; object-src {sources}\r\n".encode()
+        #: What was refused since the last :meth:`drain` (URLs; ``CONNECT host:port`` for tunnels).
+        self.refused: list[str] = []
+        self._server: asyncio.AbstractServer | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> str:
+        """Listen on a free loopback port; returns the proxy's URL."""
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    def drain(self) -> list[str]:
+        refused, self.refused = self.refused, []
+        return refused
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for writer in list(self._writers):
+                writer.close()
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        upstream: asyncio.StreamWriter | None = None
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")  # at most the reader's 64 KiB limit
+            request_line, _, headers = head.partition(b"\r\n")
+            method, target, version = request_line.decode("latin-1").split(" ", 2)
+            tunnel = method.upper() == "CONNECT"
+            # A tunnel (WebSocket, HTTPS) names host:port; its origin may be any of the schemes.
+            url = f"http://{target}/" if tunnel else target
+            origins = ([f"{scheme}://{target}".lower() for scheme in ("http", "https", "ws", "wss")] if tunnel
+                       else [origin_of(target)])
+            parts = urlsplit(url)
+            if parts.hostname is None or not self.origins.intersection(origins):
+                self.refused.append(f"CONNECT {target}" if tunnel else target)
+                writer.write(self._REFUSAL)
+                return
+            up_reader, upstream = await asyncio.open_connection(parts.hostname, parts.port or 80)
+            if tunnel:
+                writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+            else:
+                path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+                kept = [line for line in headers.split(b"\r\n") if line and not line.lower().startswith(
+                    (b"connection:", b"proxy-connection:", b"keep-alive:", b"proxy-authorization:"))]
+                upstream.write(b"\r\n".join([f"{method} {path} {version}".encode("latin-1"), *kept,
+                                              b"Connection: close", b"", b""]))
+            await self._relay(reader, writer, up_reader, upstream, tunnel=tunnel)
+        except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass  # a client or upstream that went away; Chromium sees the connection close
+        finally:
+            self._writers.discard(writer)
+            for stream in (writer, upstream):
+                if stream is not None:
+                    stream.close()
+
+    async def _relay(self, client_reader: asyncio.StreamReader, client: asyncio.StreamWriter,
+                     upstream_reader: asyncio.StreamReader, upstream: asyncio.StreamWriter, *, tunnel: bool) -> None:
+        """Copy bytes both ways until either side ends (the upstream closes after its response; a tunnel with either end)."""
+        async def to_client() -> None:
+            if not tunnel:
+                head = await upstream_reader.readuntil(b"\r\n\r\n")
+                client.write(head[:-2] + self._policy + b"\r\n")
+            await _copy(upstream_reader, client)
+
+        copies = [asyncio.ensure_future(_copy(client_reader, upstream)), asyncio.ensure_future(to_client())]
+        try:
+            await asyncio.wait(copies, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in copies:
+                task.cancel()
+            await asyncio.gather(*copies, return_exceptions=True)
+
+
+async def _copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    while chunk := await source.read(65536):
+        sink.write(chunk)
+        await sink.drain()
+
+
 class LoopThread:
     """An asyncio event loop running forever in a daemon thread; :meth:`run` executes coroutines on it."""
 
@@ -138,18 +343,27 @@ class LoopThread:
 
 
 class BrowserSession:
-    """One env's browser context: its tabs, its network allow-list, and what that list blocked."""
+    """One env's browser context: its tabs, its network allow-list and gate, and what they blocked.
+
+    ``schemes`` are the URL schemes besides the origins' that this session's pages may navigate
+    to (e.g. ``{"blob"}`` for a site that opens generated documents); by default none.
+    """
 
     def __init__(self, host: "BrowserHost", context: Any, allowed_origins: Iterable[str],
-                 aliases: dict[str, str] | None = None):
+                 aliases: dict[str, str] | None = None, *, schemes: Iterable[str] = (),
+                 gate: NetworkGate | None = None):
         self.host = host
         self.context = context
         self.allowed_origins = {origin_of(o) for o in allowed_origins}
+        self.schemes = frozenset(scheme.lower() for scheme in schemes)
+        self.gate = gate
         #: Real origin → the stable origin the agent sees (see :meth:`display` and :meth:`resolve`).
         self.aliases = {origin_of(real): origin_of(alias) for real, alias in (aliases or {}).items()}
         self.pages: list[Any] = []
         self.active = 0
         self.blocked: list[str] = []
+        #: URLs of downloads the pages started (all refused: nothing is written anywhere).
+        self.downloads: list[str] = []
         self.crashed: str | None = None
         self.closed = False
         self._spare: Any = None  # the blank tab recycle() left for the next new_page()
@@ -214,18 +428,34 @@ class BrowserSession:
                 await cdp.send("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"})
         finally:
             await cdp.detach()
-        self.blocked.clear()
+        self.discard_reports()
         self._spare = page
         self.recycled += 1
 
     def allows(self, url: str) -> bool:
+        """Whether a tab may be navigated to ``url``: the session's origins, its schemes, and the blank page."""
         scheme = urlsplit(url).scheme.lower()
-        return scheme in _ALWAYS_ALLOWED_SCHEMES or origin_of(url) in self.allowed_origins
+        return (url.strip().lower() == "about:blank" or scheme in self.schemes
+                or origin_of(url) in self.allowed_origins)
+
+    def allows_origin(self, url: str) -> bool:
+        """Whether ``url`` is on one of the session's origins (what a request may reach)."""
+        return origin_of(url) in self.allowed_origins
 
     def drain_blocked(self) -> list[str]:
         """The URLs blocked since the last call."""
         blocked, self.blocked = self.blocked, []
-        return blocked
+        return blocked + (self.gate.drain() if self.gate is not None else [])
+
+    def drain_downloads(self) -> list[str]:
+        """The downloads refused since the last call."""
+        downloads, self.downloads = self.downloads, []
+        return downloads
+
+    def discard_reports(self) -> None:
+        """Forget what was blocked or refused so far (what a reset or a rebuild did, not the agent)."""
+        self.drain_blocked()
+        self.downloads.clear()
 
     def check_alive(self) -> None:
         if self.crashed:
@@ -243,6 +473,8 @@ class BrowserSession:
             await self.context.close()
         except Exception:  # the browser died first: nothing left to close
             pass
+        if self.gate is not None:
+            await self.gate.close()
 
     # -------------------------------------------------------------- wiring
     def _adopt_and_focus(self, page: Any) -> None:
@@ -256,6 +488,7 @@ class BrowserSession:
         self.pages.append(page)
         page.on("crash", lambda _page: self._mark_crashed("the page crashed (renderer process died)"))
         page.on("close", self._forget)
+        page.on("download", lambda download: self.downloads.append(download.url))
 
     def _forget(self, page: Any) -> None:
         if page in self.pages:
@@ -269,7 +502,7 @@ class BrowserSession:
 
     async def _route(self, route: Any) -> None:
         url = route.request.url
-        if self.allows(url):
+        if self.allows_origin(url):
             await route.continue_()
         else:
             self.blocked.append(url)
@@ -282,14 +515,23 @@ class BrowserHost:
     :meth:`shared` returns the process's host (made on first use). :meth:`open_session` hands
     out isolated sessions; :meth:`close_session` recycles them. When the browser is lost (a
     crash, an OOM kill) the next :meth:`open_session` launches a fresh one.
+
+    ``sandbox`` (default: on, unless ``AGENTGYM_CHROMIUM_SANDBOX=0``) is Chromium's own sandbox;
+    turning it off is logged as a warning, since every renderer then runs with the browser
+    account's full rights.
     """
 
     _shared: "BrowserHost | None" = None
     _shared_lock = threading.Lock()
 
-    def __init__(self, executable: str | os.PathLike | None = None, *, headless: bool = True):
+    def __init__(self, executable: str | os.PathLike | None = None, *, headless: bool = True,
+                 sandbox: bool | None = None):
         self.executable = find_chromium(executable)
         self.headless = headless
+        self.sandbox = os.environ.get("AGENTGYM_CHROMIUM_SANDBOX", "1") != "0" if sandbox is None else sandbox
+        #: (uid, gid) Chromium runs as, or None when it runs as this process's user.
+        self.account = browser_account()
+        self._profile: _Profile | None = None
         self.loop_thread = LoopThread("agentgym-browser")
         self._playwright: Any = None
         self._browser: Any = None
@@ -317,16 +559,29 @@ class BrowserHost:
 
     # -------------------------------------------------------------- sessions
     async def open_session(self, allowed_origins: Iterable[str], *, viewport: tuple[int, int] = (1280, 720),
-                           storage_state: dict | None = None, aliases: dict[str, str] | None = None) -> BrowserSession:
-        """A fresh isolated context (optionally with cookies and local storage) on the shared browser."""
+                           storage_state: dict | None = None, aliases: dict[str, str] | None = None,
+                           schemes: Iterable[str] = ()) -> BrowserSession:
+        """A fresh isolated context (optionally with cookies and local storage) on the shared browser.
+
+        Its traffic goes through a :class:`NetworkGate` of its own, downloads are refused, and
+        pages may navigate to the ``allowed_origins`` and to URLs of the ``schemes`` only.
+        """
         browser = await self._ensure_browser()
+        origins, schemes = [origin_of(o) for o in allowed_origins], sorted({s.lower() for s in schemes})
+        gate = NetworkGate(origins, frame_sources=origins + [f"{scheme}:" for scheme in schemes])
+        proxy = await gate.start()
         width, height = viewport
-        context = await browser.new_context(
-            viewport={"width": width, "height": height}, device_scale_factor=1,
-            storage_state=storage_state, service_workers="block", locale="en-US", timezone_id="UTC",
-            reduced_motion="reduce")
+        try:
+            # Playwright adds "<-loopback>" to the bypass list: loopback goes through the gate too.
+            context = await browser.new_context(
+                viewport={"width": width, "height": height}, device_scale_factor=1,
+                storage_state=storage_state, service_workers="block", locale="en-US", timezone_id="UTC",
+                reduced_motion="reduce", accept_downloads=False, proxy={"server": proxy})
+        except BaseException:
+            await gate.close()
+            raise
         await context.add_init_script(_NO_FORM_RESTORE_JS)
-        session = BrowserSession(self, context, allowed_origins, aliases)
+        session = BrowserSession(self, context, origins, aliases, schemes=schemes, gate=gate)
         await context.route("**/*", session._route)
         self._sessions.add(session)
         self.sessions_opened += 1
@@ -389,11 +644,36 @@ class BrowserHost:
                 from playwright.async_api import async_playwright
 
                 self._playwright = await async_playwright().start()
-            self._browser = await self._playwright.chromium.launch(
-                executable_path=self.executable, headless=self.headless, args=LAUNCH_ARGS)
+            self._browser = await self._launch()
             self._browser.on("disconnected", self._on_disconnected)
             self.launches += 1
             return self._browser
+
+    async def _launch(self) -> Any:
+        from playwright.async_api import Error as PlaywrightError
+
+        if self._profile is not None:  # the last browser's files (it is gone)
+            self._profile.remove()
+        self._profile = _Profile(self.executable, self.account)
+        if not self.sandbox:
+            log.warning("Chromium runs without its sandbox (sandbox=False or AGENTGYM_CHROMIUM_SANDBOX=0): a "
+                        "compromised renderer has every right of %s",
+                        BROWSER_USER if self.account else "this process's user")
+        try:
+            return await self._playwright.chromium.launch(
+                executable_path=self._profile.executable, headless=self.headless, args=LAUNCH_ARGS,
+                chromium_sandbox=self.sandbox, env=self._profile.env())
+        except PlaywrightError as exc:
+            # Playwright puts advice where Chromium's reason was; the reason is in its call log.
+            reasons = [line.split("[err]", 1)[1].strip() for line in str(exc).splitlines()
+                       if "[err]" in line and ("sandbox" in line.lower() or "namespace" in line.lower())]
+            if not (self.sandbox and reasons):
+                raise
+            raise BrowserUnavailableError(
+                f"Chromium's sandbox does not work on this machine: {reasons[0]} It needs unprivileged user "
+                "namespaces (sysctl user.max_user_namespaces > 0, and kernel.unprivileged_userns_clone=1 or "
+                "kernel.apparmor_restrict_unprivileged_userns=0 where those exist). Set "
+                "AGENTGYM_CHROMIUM_SANDBOX=0 to run without it, knowing that pages then run unconfined.") from None
 
     def _on_disconnected(self, _browser: Any) -> None:
         for session in list(self._sessions):
@@ -422,4 +702,6 @@ class BrowserHost:
         except Exception:
             pass
         self.loop_thread.stop()
+        if self._profile is not None:
+            self._profile.remove()
 

@@ -13,7 +13,7 @@ import importlib
 from functools import cached_property
 from typing import Any
 
-from agentgym.sandbox.browser import BrowserSession
+from agentgym.sandbox.browser import BrowserSession, origin_of
 from agentgym.envs.web.env import Verdict, WebEnv
 from agentgym.envs.web.site import WebApp
 from agentgym.envs.web.tasks import EvalContext, WebTask
@@ -78,7 +78,9 @@ class WebAppEnv(WebEnv):
         if answer is None:
             return None
         task = self.tasks[self._episode.task_id]
-        success = bool(task.evaluator(EvalContext(answer=answer, url=session.page.url, db=self.app.db)))
+        # Only the app's own pages count as "where the agent ended up" (not a blob: or error page).
+        url = session.page.url if origin_of(session.page.url) == origin_of(self.app.origin) else ""
+        success = bool(task.evaluator(EvalContext(answer=answer, url=url, db=self.app.db)))
         return Verdict(float(success), success, True, {"evaluator": task.evaluator.describe()})
 
     def _capture_site(self) -> Any:

@@ -148,6 +148,14 @@ class WebEnv(AgentEnv):
         """Real origin → the stable origin shown to the agent (sites run on free ports; forks on other ones)."""
         return {}
 
+    def _navigation_schemes(self) -> frozenset[str]:
+        """URL schemes besides the origins' that the current task's tabs and frames may load, e.g. ``{"blob"}``.
+
+        None by default: ``data:`` and ``blob:`` documents are agent-writable pages, so a task
+        gets them only by declaring that it needs them (as subresources they always load).
+        """
+        return frozenset()
+
     def _prepare_task(self, task_id: str) -> None:
         """Put server-side state at the task's start (before :meth:`_open`)."""
 
@@ -207,16 +215,17 @@ class WebEnv(AgentEnv):
         self._prepare_task(task_id)
         session = self._session
         if (session is not None and not session.crashed and session.recycled < _MAX_RECYCLES
-                and session.allowed_origins == {origin_of(origin) for origin in self._origins()}):
+                and session.allowed_origins == {origin_of(origin) for origin in self._origins()}
+                and session.schemes == self._navigation_schemes()):
             await session.recycle()  # a fresh context would cost a renderer process start
         else:
             await self._close_session()
             self._session = await self._host.open_session(self._origins(), viewport=self.viewport,
-                                                          aliases=self._aliases())
+                                                          aliases=self._aliases(), schemes=self._navigation_schemes())
         self._goal = await self._open(self._session, task_id)
         self._prefix = []
         self._last_error = None
-        self._session.drain_blocked()
+        self._session.discard_reports()
 
     async def _close_session(self) -> None:
         if self._session is not None:
@@ -294,8 +303,10 @@ class WebEnv(AgentEnv):
             header.append(f"Last action error: {self._last_error}")
         blocked = session.drain_blocked()
         if blocked:
-            header.append("Blocked requests (outside this task's sites): " + ", ".join(blocked[:5]) +
-                          (f" and {len(blocked) - 5} more" if len(blocked) > 5 else ""))
+            header.append("Blocked requests (outside this task's sites): " + _listed(blocked))
+        downloads = session.drain_downloads()
+        if downloads:
+            header.append("Downloads refused (files are never saved): " + _listed(downloads))
         image = None
         if self.screenshot:
             image = await self._screenshot()
@@ -357,7 +368,8 @@ class WebEnv(AgentEnv):
         """Reload every tab into the captured site state and DOM state; False if any tab came back different."""
         await self._close_session()
         session = await self._host.open_session(self._origins(), viewport=self.viewport,
-                                                storage_state=state.storage, aliases=self._aliases())
+                                                storage_state=state.storage, aliases=self._aliases(),
+                                                schemes=self._navigation_schemes())
         self._session = session
         for tab in state.tabs:
             page = await session.new_page()
@@ -374,7 +386,7 @@ class WebEnv(AgentEnv):
                 return False
         session.active = state.active
         await session.page.bring_to_front()
-        session.drain_blocked()
+        session.discard_reports()
         return True
 
     async def _replay(self, task_id: str, prefix: list[list[tuple[str, dict]]]) -> None:
@@ -390,12 +402,16 @@ class WebEnv(AgentEnv):
                     break  # the original turn stopped here too
             # The original observed after every turn, assigning ids to new elements in order.
             await self._view(self._session.page)
-        self._session.drain_blocked()
+        self._session.discard_reports()
 
     def restore(self, snapshot: Any) -> None:
         # _rebuild needs the task, which the base class installs only after _load.
         self._pending_task = snapshot.task_id
         super().restore(snapshot)
+
+
+def _listed(urls: list[str]) -> str:
+    return ", ".join(urls[:5]) + (f" and {len(urls) - 5} more" if len(urls) > 5 else "")
 
 
 async def _history(page: Any) -> tuple[list[str], int]:

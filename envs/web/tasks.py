@@ -65,18 +65,40 @@ class AnswerExact(Evaluator):
         return f"answer is {self.value!r}"
 
 
+def _mention(text: str) -> re.Pattern:
+    """``text`` as a whole word or phrase ("19.49" is not in "119.49")."""
+    return re.compile(rf"(?<!\w){re.escape(text)}(?!\w)")
+
+
 @dataclass(frozen=True)
 class AnswerIncludes(Evaluator):
-    """The answer contains every one of ``parts`` (case-insensitive)."""
+    """The answer mentions every one of ``parts`` and none of ``excluded`` (case-insensitive, whole words).
+
+    ``excluded`` are the question's other candidates (every other product, sender, phone number):
+    an answer that lists all of them names no answer at all. A candidate inside an expected part
+    ("Mug" when "Travel Mug" is expected) counts only where the answer says it apart from that
+    part; one around an expected part ("Travel Mug" when "Mug" is) counts wherever it appears.
+    """
 
     parts: tuple[str, ...]
+    excluded: tuple[str, ...] = ()
 
     def __call__(self, context: EvalContext) -> bool:
         answer = _normalise(context.answer)
-        return all(_normalise(part) in answer for part in self.parts)
+        parts = [_normalise(part) for part in self.parts]
+        if not all(_mention(part).search(answer) for part in parts):
+            return False
+        apart = answer
+        for part in sorted(parts, key=len, reverse=True):
+            apart = _mention(part).sub(" ", apart)
+        for other in {_normalise(candidate) for candidate in self.excluded} - set(parts):
+            if _mention(other).search(answer if any(part in other for part in parts) else apart):
+                return False
+        return True
 
     def describe(self) -> str:
-        return f"answer mentions {', '.join(map(repr, self.parts))}"
+        others = f" and none of the other {len(self.excluded)} candidates" if self.excluded else ""
+        return f"answer mentions {', '.join(map(repr, self.parts))}{others}"
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,23 @@ def cell_name(row, column):
     return f"{COLUMNS[column]}{row + 1}"
 
 
-def evaluate(cells, name, _seen=()):
-    """The value of cell ``name`` in ``cells`` (a dict name → raw text): a float, a string, or None when empty."""
+def evaluate(cells, name, _seen=(), _known=None):
+    """The value of cell ``name`` in ``cells`` (a dict name → raw text): a float, a string, or None when empty.
+
+    Checkers run this on the host over cells the agent wrote, so it must end quickly whatever
+    they hold: each cell is computed once (``A2=A1+A1``, ``A3=A2+A2``, ... would otherwise take
+    2^50 steps), and nesting too deep for Python is a :class:`FormulaError` like any other.
+    """
+    known = {} if _known is None else _known
+    if name not in known:
+        try:
+            known[name] = _compute(cells, name, _seen, known)
+        except (RecursionError, MemoryError) as exc:
+            raise FormulaError(f"{name}: the formula is nested too deeply") from exc
+    return known[name]
+
+
+def _compute(cells, name, _seen, known):
     raw = cells.get(name, "").strip()
     if not raw:
         return None
@@ -43,7 +58,7 @@ def evaluate(cells, name, _seen=()):
         tree = ast.parse(expression, mode="eval")
     except SyntaxError as exc:
         raise FormulaError(f"{name}: cannot read {raw!r}") from exc
-    return _eval(tree.body, cells, seen, name)
+    return _eval(tree.body, cells, seen, name, known)
 
 
 def _range_names(c1, r1, c2, r2):
@@ -60,17 +75,24 @@ def _number(value, name):
     raise FormulaError(f"{name}: {value!r} is not a number")
 
 
-def _eval(node, cells, seen, name):
+def _scalar(value, name):
+    if isinstance(value, list):
+        raise FormulaError(f"{name}: a range can only be an argument of a function")
+    return value
+
+
+def _eval(node, cells, seen, name, known):
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
         return float(node.value)
     if isinstance(node, ast.Name) and _REF.fullmatch(node.id):
-        return _number(evaluate(cells, node.id, seen), node.id)
+        return _number(evaluate(cells, node.id, seen, known), node.id)
     if isinstance(node, ast.List):
-        return [_eval(element, cells, seen, name) for element in node.elts]
+        return [_scalar(_eval(element, cells, seen, name, known), name) for element in node.elts]
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -_eval(node.operand, cells, seen, name)
+        return -_scalar(_eval(node.operand, cells, seen, name, known), name)
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
-        left, right = _eval(node.left, cells, seen, name), _eval(node.right, cells, seen, name)
+        left = _scalar(_eval(node.left, cells, seen, name, known), name)
+        right = _scalar(_eval(node.right, cells, seen, name, known), name)
         if isinstance(node.op, ast.Add):
             return left + right
         if isinstance(node.op, ast.Sub):
@@ -83,7 +105,7 @@ def _eval(node, cells, seen, name):
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS:
         values = []
         for argument in node.args:
-            value = _eval(argument, cells, seen, name)
+            value = _eval(argument, cells, seen, name, known)
             values.extend(value if isinstance(value, list) else [value])
         if not values:
             raise FormulaError(f"{name}: {node.func.id} of nothing")

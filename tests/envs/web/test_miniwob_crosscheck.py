@@ -52,7 +52,9 @@ def package_env():
         def create_driver(self):
             options = webdriver.ChromeOptions()
             options.binary_location = CHROMIUM
-            for flag in ["--headless", *LAUNCH_ARGS]:
+            # The package's reference env, as root under chromedriver (Chromium refuses its sandbox as root);
+            # it renders only the package's own pages, driven by the plans below.
+            for flag in ["--headless", "--no-sandbox", *LAUNCH_ARGS]:
                 options.add_argument(flag)
             self.driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
             self.driver.implicitly_wait(5)

@@ -1,4 +1,4 @@
-"""A small notes app for testing WebEnv itself: a list of notes, a form that adds one, a page that blocks a remote image, a visit counter kept in local storage by script."""
+"""A small notes app for testing WebEnv itself: a list of notes, a form that adds one, a page that blocks a remote image, a visit counter kept in local storage by script, frames and downloads the browser must refuse."""
 
 from aiohttp import web
 
@@ -15,7 +15,8 @@ class App(WebApp):
 
     def routes(self):
         return [web.get("/", self.home), web.post("/add", self.add), web.get("/external", self.external),
-                web.get("/visits", self.visits)]
+                web.get("/visits", self.visits), web.get("/frames", self.frames), web.get("/downloads", self.downloads),
+                web.get("/export", self.export)]
 
     async def home(self, request):
         rows = self.db.query("SELECT id, text, created FROM notes ORDER BY id")
@@ -41,6 +42,25 @@ class App(WebApp):
         script = ("<script>const n = Number(localStorage.visits || 0) + 1; localStorage.visits = n;"
                   "document.getElementById('visits').textContent = 'Visits: ' + n;</script>")
         return self.page(request, "Visits", "<p id=visits></p><a href=/>Home</a>" + script)
+
+
+    async def frames(self, request):
+        # What an injected page could do: frames with documents of its own making.
+        script = ("<script>const f = document.createElement('iframe'); f.title = 'blob frame';"
+                  "f.src = URL.createObjectURL(new Blob(['<p>in a blob frame</p>'], {type: 'text/html'}));"
+                  "document.body.appendChild(f);</script>")
+        return self.page(request, "Frames", '<iframe title="data frame" src="data:text/html,<p>in a data frame</p>">'
+                         '</iframe><a href="data:text/html,<p>a data page</p>">Data page</a>' + script)
+
+    async def downloads(self, request):
+        blob = ("<script>document.getElementById('blob').href = URL.createObjectURL("
+                "new Blob(['notes-secret-blob'], {type: 'text/plain'}));</script>")
+        return self.page(request, "Downloads", '<a href=/export>Export</a> <a href=/export?inline=1 download=notes.txt>'
+                         'Save</a> <a id=blob download=blob.txt href=#>Blob</a>' + blob)
+
+    async def export(self, request):
+        headers = {} if request.query.get("inline") else {"Content-Disposition": "attachment; filename=notes.txt"}
+        return web.Response(text="notes-secret-export", content_type="text/plain", headers=headers)
 
 
 def tasks():

@@ -130,6 +130,12 @@ def _instances(name: str, candidates: list, make: Callable[..., tuple], count: i
         goals.add(goal)
 
 
+def _naming(seed: Seed, owner: str, *names: str) -> AnswerIncludes:
+    """An answer naming these people and nobody else who appears in the mail or the contacts (the owner aside)."""
+    everyone = {name for (name,) in seed.rows("SELECT sender_name FROM messages UNION SELECT name FROM contacts")}
+    return AnswerIncludes(names, tuple(sorted(everyone - set(names) - {seed.users[owner].name})))
+
+
 def _sent_check(owner: str, columns: str, expected: tuple, params: tuple = (), description: str = "") -> DbCheck:
     """Exactly one message sent during the task, with these column values."""
     return DbCheck(f"SELECT {columns} FROM messages WHERE owner = ? AND folder = 'sent' AND sent_at >= ? "
@@ -140,7 +146,7 @@ def _sent_check(owner: str, columns: str, expected: tuple, params: tuple = (), d
 def sender_of_subject(seed: Seed):
     def make(row):
         owner, _, subject, sender, *_ = row
-        return owner, f"Who sent me the email with the subject “{subject}”?", AnswerIncludes((sender,)), \
+        return owner, f"Who sent me the email with the subject “{subject}”?", _naming(seed, owner, sender), \
             (*open_message(subject), answer(sender))
     return _instances("sender_of_subject", seed.received("AND subject NOT LIKE 'Re:%'"), make)
 
@@ -153,7 +159,7 @@ def sender_of_reference(seed: Seed):
     def make(row):
         owner, sender, ref = row
         return owner, f"Somebody sent me a message that mentions the reference {ref}. What is their name?", \
-            AnswerIncludes((sender,)), (*search(ref), answer(sender))
+            _naming(seed, owner, sender), (*search(ref), answer(sender))
     return _instances("sender_of_reference", rows, make)
 
 
@@ -211,7 +217,7 @@ def thread_last_writer(seed: Seed):
     def make(row):
         owner, subject, writer = row
         return owner, f"In my conversation about “{subject}”, who wrote the latest message?", \
-            AnswerIncludes((writer,)), (*open_message(subject), answer(writer))
+            _naming(seed, owner, writer), (*open_message(subject), answer(writer))
     return _instances("thread_last_writer", rows, make)
 
 
@@ -220,7 +226,8 @@ def contact_phone(seed: Seed):
 
     def make(row):
         owner, name, phone = row
-        return owner, f"What is {name}'s phone number? It is in my contacts.", AnswerIncludes((phone,)), \
+        others = tuple(other for (other,) in seed.rows("SELECT phone FROM contacts WHERE owner = ?", (owner,)))
+        return owner, f"What is {name}'s phone number? It is in my contacts.", AnswerIncludes((phone,), others), \
             (click("link", "Contacts"), answer(phone))
     return _instances("contact_phone", rows, make)
 
@@ -244,13 +251,15 @@ def offsite_venue(seed: Seed):
             for owner, subject, body in seed.rows(
                 "SELECT owner, subject, body FROM messages WHERE folder IN ('inbox', 'archive') AND "
                 "subject LIKE '% offsite agenda' AND subject NOT LIKE 'Re:%'")]
+    places_and_days = tuple(sorted({re.sub(r"^the ", "", venue) for *_, (venue, _) in rows} |
+                                   {day for *_, (_, day) in rows}))
 
     def make(row):
         owner, subject, (venue, day) = row
         venue = re.sub(r"^the ", "", venue)
         project = subject.split()[0]
         return owner, f"Where and on which day is the {project} offsite, according to my mail?", \
-            AnswerIncludes((venue, day)), (*open_message(subject), answer(f"{venue}, {day}"))
+            AnswerIncludes((venue, day), places_and_days), (*open_message(subject), answer(f"{venue}, {day}"))
     return _instances("offsite_venue", rows, make)
 
 
@@ -459,8 +468,14 @@ def star_latest_answer(seed: Seed):
 def mark_unread(seed: Seed):
     def make(row):
         owner, id_, subject, *_ = row
-        return owner, f"Mark the email “{subject}” as unread.", \
-            DbCheck("SELECT is_read FROM messages WHERE id = ?", ((0,),), (id_,), f"message {id_} is unread"), \
+        # Opening mail marks it read, so browsing may shrink the unread set; nothing else may join it.
+        was_unread = [i for (i,) in seed.rows("SELECT id FROM messages WHERE owner = ? AND is_read = 0", (owner,))]
+        marks = ", ".join("?" * (len(was_unread) + 1))
+        check = AllOf((
+            DbCheck("SELECT is_read FROM messages WHERE id = ?", ((0,),), (id_,), f"message {id_} is unread"),
+            DbCheck(f"SELECT COUNT(*) FROM messages WHERE owner = ? AND is_read = 0 AND id NOT IN ({marks})", ((0,),),
+                    (owner, id_, *was_unread), "no other message was marked unread")))
+        return owner, f"Mark the email “{subject}” as unread.", check, \
             (*open_message(subject), click("button", "Mark as unread"), answer())
     return _instances("mark_unread", seed.received("AND is_read = 1 AND subject NOT LIKE 'Re:%'"), make)
 
@@ -483,11 +498,18 @@ def mark_read_from(seed: Seed):
     return _instances("mark_read_from", rows, make)
 
 
+def _folder_holds(seed: Seed, owner: str, folder: str, id_: int) -> DbCheck:
+    """``folder`` holds what it held plus message ``id_``: moving everything there is not moving that message."""
+    ids = sorted({id_} | {i for (i,) in seed.rows("SELECT id FROM messages WHERE owner = ? AND folder = ?",
+                                                  (owner, folder))})
+    return DbCheck("SELECT id FROM messages WHERE owner = ? AND folder = ? ORDER BY id", tuple((i,) for i in ids),
+                   (owner, folder), f"the {folder} holds message {id_} besides what it held")
+
+
 def delete_subject(seed: Seed):
     def make(row):
         owner, id_, subject, *_ = row
-        return owner, f"Delete the email “{subject}”.", \
-            DbCheck("SELECT folder FROM messages WHERE id = ?", (("trash",),), (id_,), f"message {id_} in the trash"), \
+        return owner, f"Delete the email “{subject}”.", _folder_holds(seed, owner, "trash", id_), \
             (*open_message(subject), click("button", "Delete"), answer())
     return _instances("delete_subject", seed.received("AND subject NOT LIKE 'Re:%'"), make)
 
@@ -498,7 +520,7 @@ def restore_from_trash(seed: Seed):
     def make(row):
         owner, id_, subject, sender = row
         return owner, f"I deleted the email “{subject}” from {sender} by mistake. Put it back in my inbox.", \
-            DbCheck("SELECT folder FROM messages WHERE id = ?", (("inbox",),), (id_,), f"message {id_} in the inbox"), \
+            _folder_holds(seed, owner, "inbox", id_), \
             (click("link", "Trash"), click("link", subject), choose("Move to", "Inbox"), click("button", "Move"),
              answer())
     return _instances("restore_from_trash", rows, make)

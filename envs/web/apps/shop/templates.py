@@ -147,6 +147,11 @@ def item_label(product: Product, size: str, colour: str) -> str:
     return f"{product.name} ({options})" if options else product.name
 
 
+def naming(data: Catalog, names: Sequence[str], *also: str) -> AnswerIncludes:
+    """An answer naming these products (and mentioning ``also``) and no other product of the catalogue."""
+    return AnswerIncludes((*names, *also), tuple(p.name for p in data.products if p.name not in names))
+
+
 def dated_orders(data: Catalog) -> list[Order]:
     """Orders whose date no other customer ordered on: "the order I placed on D" then reads the same for everyone."""
     users = {}
@@ -168,7 +173,7 @@ def cheapest_brand_in_category(data: Catalog) -> Iterator[tuple]:
         goal = f"What's the cheapest {brand} product in the {CATEGORY_NAMES[slug]} category, and how much is it?"
         steps = open_category(slug) + filters(brand=brand, sort="price_asc") + (
             answer(f"{product.name}, {money(product.price)}"),)
-        yield goal, AnswerIncludes((product.name, price(product.price))), steps, {}
+        yield goal, naming(data, [product.name], price(product.price)), steps, {}
 
 
 def cheapest_kind(data: Catalog) -> Iterator[tuple]:
@@ -176,7 +181,7 @@ def cheapest_kind(data: Catalog) -> Iterator[tuple]:
         product = min(matching(data, kind), key=lambda p: p.price)
         goal = f"Find the cheapest {kind.lower()} you sell. What is it called?"
         steps = search(kind.lower()) + filters(sort="price_asc") + (answer(product.name),)
-        yield goal, AnswerIncludes((product.name,)), steps, {}
+        yield goal, naming(data, [product.name]), steps, {}
 
 
 def priciest_well_rated(data: Catalog) -> Iterator[tuple]:
@@ -187,7 +192,7 @@ def priciest_well_rated(data: Catalog) -> Iterator[tuple]:
             goal = (f"What is the most expensive {CATEGORY_NAMES[slug]} product with an average rating of at least "
                     f"{minimum} stars? Give its name.")
             steps = open_category(slug) + filters(rating=minimum, sort="price_desc") + (answer(product.name),)
-            yield goal, AnswerIncludes((product.name,)), steps, {}
+            yield goal, naming(data, [product.name]), steps, {}
 
 
 def review_count(data: Catalog) -> Iterator[tuple]:
@@ -233,7 +238,7 @@ def best_rated_kind(data: Catalog) -> Iterator[tuple]:
     for kind, product in spread(found):
         goal = f"Which {kind.lower()} has the best average customer rating?"
         steps = search(kind.lower()) + filters(sort="rating") + (answer(product.name),)
-        yield goal, AnswerIncludes((product.name,)), steps, {}
+        yield goal, naming(data, [product.name]), steps, {}
 
 
 def review_by(data: Catalog) -> Iterator[tuple]:
@@ -248,7 +253,7 @@ def order_items_on_date(data: Catalog) -> Iterator[tuple]:
         names = [item.name for item in order.items]
         goal = f"What did I order on {order.date}?"
         steps = open_order(order) + (answer(", ".join(names)),)
-        yield goal, AnswerIncludes(tuple(names)), steps, {"user": order.username}
+        yield goal, naming(data, names), steps, {"user": order.username}
 
 
 #: Which order, by position in the customer's history, and how a customer says it (each customer gets two).

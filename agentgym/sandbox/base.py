@@ -14,6 +14,16 @@ class SandboxUnavailableError(SandboxError):
     """The backend (engine, image) is missing; the message names the command that provides it."""
 
 
+class SandboxSaturatedError(SandboxError):
+    """The sandbox's process table stays full after its processes were swept (a fork bomb left running
+    in the background): no command can run in it any more."""
+
+
+class DiskLimitError(SandboxError):
+    """The sandbox wrote more than ``SandboxConfig.disk_limit`` where the engine has no quota to stop it
+    (see :mod:`agentgym.sandbox.disk`); the episode cannot go on."""
+
+
 class FileTooLargeError(OSError):
     """A file in the sandbox is larger than the host agreed to read back (the sandbox is fine).
 
@@ -21,9 +31,10 @@ class FileTooLargeError(OSError):
     harness's memory with one huge (or sparse) file; callers say so to the agent or fail a grade.
     """
 
-    def __init__(self, path: str, size: int, limit: int):
-        super().__init__(f"{path} is {size} bytes, over the {limit}-byte limit on what is read back from the sandbox")
-        self.path, self.size, self.limit = path, size, limit
+    def __init__(self, path: str, size: int | None, limit: int):
+        amount = "" if size is None else f" {size} bytes,"
+        super().__init__(f"{path} is{amount} over the {limit}-byte limit on what is read back from the sandbox")
+        self.path, self.size, self.limit = path, size, limit  # size: None when the read stopped at the limit
 
 
 @dataclass(frozen=True)
@@ -85,7 +96,7 @@ class Sandbox(Protocol):
 
     def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes: ...
 
-    def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None: ...
+    def write_file(self, path: str, data: bytes | str, mode: int | None = None) -> None: ...
 
     def snapshot(self) -> SandboxSnapshot: ...
 

@@ -4,16 +4,40 @@ State is the container's filesystem plus the shell's cwd and exported variables,
 exec wrapper (:mod:`agentgym.sandbox.shell`) keeps in a file inside the container; so
 ``docker commit`` is a complete snapshot and a fork is a new container from the committed image.
 
-Containers start hardened (no network, no capabilities, no-new-privileges, pids/memory/CPU
-limits, uid 1000, an init process) and carry owner labels, so that this process removes them
-at exit or on SIGTERM and a later process (or ``agentgym sandbox gc``) reaps them after a crash.
+The sandbox treats whatever runs in it as an adversary:
+
+* **confinement** — no network, all capabilities dropped, no-new-privileges, an init process
+  that reaps orphans; every command and every file operation (read, write, ``put_tree``) runs
+  as ``config.user`` (uid 1000), so a file tool can do nothing the agent's own shell could not.
+  The container's keep-alive process runs as ``nobody``, which neither the agent nor root
+  without CAP_KILL can signal: an agent cannot stop its own container.
+* **limits** (:class:`SandboxConfig`, defaults) — 256 processes, 1 GiB of memory (no swap),
+  one CPU, a 2 GiB disk limit (:mod:`agentgym.sandbox.disk`: the engine's quota where it has
+  one, else a 2 GiB per-file ulimit and a measurement of the writable layer after each command,
+  :class:`~agentgym.sandbox.base.DiskLimitError` past it), a wall-clock timeout per command
+  enforced inside the container (60 s default), 64 KiB of output per stream and 16 MiB per file
+  read back, 1 MiB of shell state.
+* **processes** — a command that times out has its whole tree killed, what left its process
+  group or session included; :meth:`DockerSandbox.stop_processes` kills everything the agent
+  runs (call it before grading); a process table that stays full raises
+  :class:`~agentgym.sandbox.base.SandboxSaturatedError`.
+* **faults** — a container that dies under a command raises SandboxError on that command (an
+  OOM kill inside a live container stays an ordinary exit status 137); the warm pool checks a
+  container is alive when it hands it out.
+
+Containers carry owner labels, so that this process removes them at exit or on SIGTERM and a
+later process (or ``agentgym sandbox gc``) reaps them after a crash.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import hashlib
 import io
+import os
 import posixpath
+import secrets
 import socket
 import tarfile
 import threading
@@ -21,12 +45,14 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 import docker.errors
+import requests.exceptions
 
-from agentgym.sandbox import cleanup, engine, labels, shell
-from agentgym.sandbox.base import ExecResult, FileTooLargeError, SandboxError, SandboxSnapshot, SandboxUnavailableError
+from agentgym.sandbox import cleanup, disk, engine, labels, shell
+from agentgym.sandbox.base import (ExecResult, FileTooLargeError, SandboxError, SandboxSaturatedError, SandboxSnapshot,
+                                   SandboxUnavailableError)
 from agentgym.sandbox.cleanup import GcReport, gc
 from agentgym.sandbox.images import require_base_image
 
@@ -37,9 +63,17 @@ __all__ = ["DockerSandbox", "DockerSnapshot", "SandboxConfig", "GcReport", "gc"]
 
 # One argv string may not exceed 128 KiB (MAX_ARG_STRLEN); longer commands travel as a file.
 _MAX_INLINE_COMMAND = 100_000
-_MAX_SYMLINKS = 16
-_GO_MODE_DIR = 1 << 31
-_GO_MODE_SYMLINK = 1 << 27
+# The container's own process (init and `sleep infinity`) runs as nobody: neither the agent nor
+# root without CAP_KILL may signal it, so nothing inside can stop the container, and
+# stop_processes' kill(-1) as the sandbox user spares it.
+KEEPALIVE_USER = "65534:65534"
+# How long an exec whose stream ended without its trailer waits for the engine to report the
+# container stopped: the stream can end a moment before the engine has noticed the container died.
+_DEATH_NOTICE_S = 1.0
+# How long stop_processes may take before the sandbox counts as saturated.
+_STOP_TIMEOUT_S = 10.0
+# An exec's exit status when the runtime could not start its process (here: no free process slot).
+_NOT_STARTED = 126
 
 
 @dataclass(frozen=True)
@@ -66,23 +100,33 @@ class SandboxConfig:
     # The most bytes one read_file brings back to the host (its default max_bytes).
     max_read_bytes: int = 16 * 1024 * 1024
     state_file: str = "/home/agent/.agentgym_shell"
+    # Bytes the sandbox may write (its snapshots' layers included); None: no limit. See agentgym.sandbox.disk.
+    disk_limit: int | None = 2 * disk.GiB
 
     def __post_init__(self):
         if not all(part.isdigit() for part in self.user.split(":")):
             raise ValueError(f"user must be numeric 'uid:gid', got {self.user!r}")
         if self.max_output < 1024:
             raise ValueError("max_output must be at least 1024 bytes")
+        if self.disk_limit is not None and self.disk_limit < 1024 ** 2:
+            raise ValueError("disk_limit must be at least 1 MiB (or None)")
 
     @property
     def uid_gid(self) -> tuple[int, int]:
         uid, _, gid = self.user.partition(":")
         return int(uid), int(gid or uid)
 
-    def host_config(self) -> dict:
+    def host_config(self, *, size_quota: bool = False) -> dict:
+        """The engine's host config; ``size_quota`` where the engine enforces ``storage_opt size``."""
+        limits = {}
+        if self.disk_limit is not None:
+            limits["ulimits"] = [disk.file_size_ulimit(self.disk_limit)]
+            if size_quota:
+                limits["storage_opt"] = {"size": str(self.disk_limit)}
         return engine.api().create_host_config(
             network_mode=self.network_mode, cap_drop=list(self.cap_drop), security_opt=list(self.security_opt),
             pids_limit=self.pids_limit, mem_limit=self.mem_limit, memswap_limit=self.mem_limit,
-            nano_cpus=int(self.cpus * 1e9), init=self.init)
+            nano_cpus=int(self.cpus * 1e9), init=self.init, **limits)
 
 
 def create_container(image: str, config: SandboxConfig, kind: str) -> str:
@@ -90,10 +134,11 @@ def create_container(image: str, config: SandboxConfig, kind: str) -> str:
     cleanup.ensure_installed()
     client = engine.api()
     try:
+        size_quota = config.disk_limit is not None and disk.engine_enforces_size(image)
         container_id = client.create_container(
-            image, ["sleep", "infinity"], user=config.user, working_dir=config.working_dir,
+            image, ["sleep", "infinity"], user=KEEPALIVE_USER, working_dir=config.working_dir,
             hostname=config.hostname, environment=dict(config.environment) or None,
-            labels=labels.owner_labels(kind), host_config=config.host_config())["Id"]
+            labels=labels.owner_labels(kind), host_config=config.host_config(size_quota=size_quota))["Id"]
     except docker.errors.ImageNotFound as exc:
         raise SandboxUnavailableError(
             f"image {image!r} not found (base images come from `agentgym images build`; "
@@ -107,6 +152,14 @@ def create_container(image: str, config: SandboxConfig, kind: str) -> str:
 def start_container(container_id: str) -> None:
     with engine.engine_errors("starting the sandbox container"):
         engine.api().start(container_id)
+
+
+def container_running(container_id: str) -> bool:
+    """Whether the engine reports the container running (False when it is gone or the engine does not answer)."""
+    try:
+        return bool(engine.api().inspect_container(container_id)["State"].get("Running"))
+    except (docker.errors.APIError, requests.exceptions.RequestException):
+        return False
 
 
 def _remove_when_started(container_id: str, starting: Future | None) -> None:
@@ -131,12 +184,14 @@ class DockerSandbox:
     """
 
     def __init__(self, container_id: str, image: str, config: SandboxConfig, *,
-                 state: shell.ShellState | None = None, starting: Future | None = None):
+                 state: shell.ShellState | None = None, starting: Future | None = None, disk_used: int = 0):
         self.image = image
         self.config = config
         self._container_id = container_id
         self._starting = starting
         self._state = state or shell.ShellState(config.working_dir)
+        self._disk_used = disk_used  # what the image's snapshot layers hold, written by this sandbox's ancestors
+        self._meter: disk.DiskMeter | None = None
         self._lock = threading.RLock()
         self._close_lock = threading.Lock()
         self._closed = False
@@ -157,17 +212,20 @@ class DockerSandbox:
         return (pool or default_pool()).acquire(image, config=config)
 
     @classmethod
-    def launch(cls, image: str, config: SandboxConfig, *, state: shell.ShellState | None = None) -> "DockerSandbox":
+    def launch(cls, image: str, config: SandboxConfig, *, state: shell.ShellState | None = None,
+               disk_used: int = 0) -> "DockerSandbox":
         """A cold start: the container is created now and started in the background; the first operation
         on the sandbox waits for the start, so callers can overlap it with other work (a model call)."""
         container_id = create_container(image, config, labels.KIND_SANDBOX)
-        return cls(container_id, image, config, state=state, starting=engine.submit(start_container, container_id))
+        return cls(container_id, image, config, state=state, starting=engine.submit(start_container, container_id),
+                   disk_used=disk_used)
 
     @classmethod
     def from_snapshot(cls, snapshot: SandboxSnapshot, *, config: SandboxConfig | None = None) -> "DockerSandbox":
         """A new sandbox at ``snapshot``'s state (a fork when the sandbox it came from is gone or elsewhere)."""
         return cls.launch(snapshot.ref, config or SandboxConfig(),
-                          state=shell.ShellState(snapshot.cwd, dict(snapshot.env)))
+                          state=shell.ShellState(snapshot.cwd, dict(snapshot.env)),
+                          disk_used=snapshot.metadata.get("disk_used", 0))
 
     @property
     def id(self) -> str:
@@ -203,10 +261,13 @@ class DockerSandbox:
         """Run ``command`` in bash; ``cd`` and ``export`` carry over to later commands.
 
         ``timeout`` (default ``config.default_timeout``) is enforced inside the container
-        (``timeout -k``): a command that runs over gets exit code 124 and ``timed_out=True``.
+        (``timeout -k``): a command that runs over gets exit code 124 and ``timed_out=True``,
+        and every process it started is killed, those that left its process group included.
         ``workdir`` and ``env`` apply to this command only. stdout and stderr are each capped
-        at ``config.max_output`` bytes, keeping the head and the tail. Only a dead sandbox
-        raises (SandboxError); failing or hanging commands return a result.
+        at ``config.max_output`` bytes, keeping the head and the tail. Failing or hanging
+        commands return a result; SandboxError means that the sandbox cannot go on: the
+        container died, its process table stays full (SandboxSaturatedError), or it wrote more
+        than its disk limit (DiskLimitError).
         """
         limit = self.config.default_timeout if timeout is None else float(timeout)
         if limit <= 0:
@@ -217,85 +278,191 @@ class DockerSandbox:
             spec = shell.exec_command(command, timeout=limit, kill_grace=self.config.kill_grace,
                                       state_file=self.config.state_file,
                                       workdir=workdir and self._absolute(workdir), env=env)
-            return self._run(container_id, spec, stdin, limit)
+            result = self._run(container_id, spec, stdin, limit)
+            self._check_disk(container_id)
+            return result
 
     def _inline(self, container_id: str, command: str) -> str:
         if len(command.encode()) <= _MAX_INLINE_COMMAND:
             return command
-        path = f"/tmp/.agentgym-command-{time.monotonic_ns()}"
-        self._put_archive(container_id, "/tmp", _tar_files([(path[5:], command.encode(), 0o600)], self.config))
+        path = f"/tmp/.agentgym-command-{secrets.token_hex(8)}"
+        self._write(container_id, path, command.encode(), 0o600)
         return f'__ag_src=$(<{path}); rm -f {path}; eval "$__ag_src"'
 
-    def _run(self, container_id: str, spec: shell.ExecCommand, stdin: str | bytes | None, limit: float) -> ExecResult:
+    def _run(self, container_id: str, spec: shell.ExecCommand, stdin: str | bytes | None, limit: float, *,
+             retry: bool = True) -> ExecResult:
         started = time.monotonic()
+        deadline = started + limit + self.config.kill_grace + self.config.backstop_grace
+        try:
+            exec_id, streams = self._stream(container_id, spec, stdin, deadline,
+                                            lambda: shell.OutputCapture(self.config.max_output))
+        except shell.Backstop:
+            self._raise_if_dead(container_id)
+            return ExecResult(124, "", f"[agentgym: the sandbox did not answer within {deadline - started:.0f}s; "
+                              "the command was abandoned]", timed_out=True, duration_s=time.monotonic() - started)
+        records = streams.trailer.records()
+        note = b""
+        if len(records) >= 2:
+            exit_code, note = int(records[0]), records[1]
+            self._state = shell.ShellState.parse(records[2:], self._state)
+        else:  # the wrapper itself died (the container stopped, or the OOM killer or the agent killed it)
+            exit_code = self._exit_without_trailer(container_id, exec_id)
+        if note == b"refused" or (not records and exit_code == _NOT_STARTED):
+            self._kill_all(container_id)
+            if not retry:
+                raise SandboxSaturatedError(f"the sandbox's process table (pids limit {self.config.pids_limit}) "
+                                            "refills as soon as it is cleared")
+            result = self._run(container_id, spec, stdin, limit, retry=False)  # it did not run: now there is room
+            return dataclasses.replace(result, stderr=result.stderr + self._cleared_note())
+        stderr = streams.stderr.text()
+        if note == b"full":
+            self._kill_all(container_id)
+            stderr += self._cleared_note()
+        duration = time.monotonic() - started
+        timed_out = exit_code == 124 or (exit_code == 137 and duration >= limit)
+        return ExecResult(124 if timed_out else exit_code, streams.stdout.text(), stderr,
+                          timed_out=timed_out, truncated=bool(streams.stdout.dropped or streams.stderr.dropped),
+                          duration_s=duration)
+
+    def _cleared_note(self) -> str:
+        return (f"\n[agentgym: the process table (pids limit {self.config.pids_limit}) was full; "
+                "every process in the sandbox was killed]")
+
+    def _stream(self, container_id: str, spec: shell.ExecCommand, stdin: str | bytes | None, deadline: float,
+                capture: Callable[[], shell.OutputCapture | shell.BoundedBuffer]) -> tuple[str, shell.StreamResult]:
+        """Start ``spec`` as the sandbox user and read its output until its trailers, the end or a full capture."""
         client = engine.api()
         with engine.engine_errors("exec in the sandbox"):
             exec_id = client.exec_create(container_id, spec.argv, stdin=stdin is not None,
                                          user=self.config.user, workdir=self.config.working_dir)["Id"]
             response, reader, sock = _hijack(client, exec_id)
-        deadline = started + limit + self.config.kill_grace + self.config.backstop_grace
         try:
             if stdin is not None:
                 _feed_stdin(sock, stdin.encode() if isinstance(stdin, str) else stdin)
-            streams = shell.read_exec_stream(reader, sock, deadline, self.config.max_output, spec.begin, spec.end)
-        except shell.Backstop:
-            self._raise_if_dead(container_id)
-            return ExecResult(124, "", f"[agentgym: the sandbox did not answer within {deadline - started:.0f}s; "
-                              "the command was abandoned]", timed_out=True, duration_s=time.monotonic() - started)
+            return exec_id, shell.read_exec_stream(reader, sock, deadline, capture, spec.begin, spec.end)
         finally:
             response.close()
-        records = streams.trailer.records()
-        if records:
-            exit_code = int(records[0])
-            self._state = shell.ShellState.parse(records[1:], self._state)
-        else:  # the wrapper itself died (the container stopped, or the OOM killer chose it)
-            self._raise_if_dead(container_id)
-            exit_code = client.exec_inspect(exec_id).get("ExitCode")
-            exit_code = -1 if exit_code is None else exit_code
-        duration = time.monotonic() - started
-        timed_out = exit_code == 124 or (exit_code == 137 and duration >= limit)
-        return ExecResult(124 if timed_out else exit_code, streams.stdout.text(), streams.stderr.text(),
-                          timed_out=timed_out, truncated=bool(streams.stdout.dropped or streams.stderr.dropped),
-                          duration_s=duration)
 
-    def _raise_if_dead(self, container_id: str) -> None:
-        try:
-            status = engine.api().inspect_container(container_id)["State"]
-        except docker.errors.NotFound:
-            raise SandboxError(f"the sandbox container {container_id[:12]} was removed") from None
+    def _exit_without_trailer(self, container_id: str, exec_id: str) -> int:
+        """The exit status of an exec that ended without its trailer: SandboxError when the container died
+        (that is not the command's failure); :data:`_NOT_STARTED` when the runtime could not start it (no
+        free process slot); else what the engine recorded (the OOM killer or the agent killed the wrapper)."""
+        with engine.engine_errors("inspecting an exec"):
+            exit_code = engine.api().exec_inspect(exec_id).get("ExitCode")
+        self._raise_if_dead(container_id, notice=0.0 if exit_code == _NOT_STARTED else _DEATH_NOTICE_S)
+        return -1 if exit_code is None else exit_code
+
+    def _raise_if_dead(self, container_id: str, *, notice: float = 0.0) -> None:
+        """SandboxError unless the container is running; ``notice``: how long the engine may take to notice
+        that it stopped."""
+        client = engine.api()
+        with engine.engine_errors("inspecting the sandbox container"):
+            try:
+                if notice:
+                    try:
+                        client.wait(container_id, timeout=notice, condition="not-running")
+                    except requests.exceptions.RequestException:
+                        pass  # still running when the wait gave up
+                status = client.inspect_container(container_id)["State"]
+            except docker.errors.NotFound:
+                raise SandboxError(f"the sandbox container {container_id[:12]} was removed") from None
         if not status.get("Running"):
             raise SandboxError(f"the sandbox container {container_id[:12]} stopped "
                                f"(exit {status.get('ExitCode')}, OOMKilled={status.get('OOMKilled')})")
 
-    def run_argv(self, argv: list[str], *, timeout: float | None = None) -> tuple[int, bytes, bytes]:
+    def _call(self, container_id: str, argv: list[str], *, what: str, max_bytes: int,
+              stdin: bytes | None = None, timeout: float | None = None) -> tuple[int, bytes, bytes]:
+        """Run a helper program as the sandbox user under :data:`shell.PLAIN` (shell state untouched):
+        ``(exit status, stdout, stderr)``, each stream at most ``max_bytes`` (more: FileTooLargeError)."""
+        limit = self.config.default_timeout if timeout is None else timeout
+        result = self._call_once(container_id, argv, what, max_bytes, stdin, limit)
+        if result is None:  # no free process slot for the helper: clear the table once
+            self._kill_all(container_id)
+            result = self._call_once(container_id, argv, what, max_bytes, stdin, limit)
+        if result is None:
+            raise SandboxSaturatedError(f"{what}: the sandbox's process table refills as soon as it is cleared")
+        return result
+
+    def _call_once(self, container_id: str, argv: list[str], what: str, max_bytes: int, stdin: bytes | None,
+                   limit: float) -> tuple[int, bytes, bytes] | None:
+        """One try of :meth:`_call`; None when the runtime could not start the helper."""
+        spec = shell.plain_command(argv, timeout=limit, kill_grace=self.config.kill_grace)
+        wait = limit + self.config.kill_grace + self.config.backstop_grace
+        try:
+            exec_id, streams = self._stream(container_id, spec, stdin, time.monotonic() + wait,
+                                            lambda: shell.BoundedBuffer(max_bytes))
+        except shell.Backstop:
+            self._raise_if_dead(container_id)
+            raise SandboxError(f"{what}: the sandbox did not answer within {wait:.0f}s") from None
+        if streams.full:
+            raise FileTooLargeError(what, None, max_bytes)
+        records = streams.trailer.records()
+        exit_code = int(records[0]) if records else self._exit_without_trailer(container_id, exec_id)
+        if not records and exit_code == _NOT_STARTED:
+            return None
+        return exit_code, bytes(streams.stdout.data), bytes(streams.stderr.data)
+
+    def run_argv(self, argv: list[str], *, timeout: float | None = None,
+                 max_bytes: int | None = None) -> tuple[int, bytes, bytes]:
         """Run a program directly as the sandbox user, outside the shell wrapper (shell state untouched),
-        and return ``(exit code, stdout bytes, stderr bytes)`` uncapped; for helpers whose output is binary
-        (the desktop sandbox's screenshots). ``timeout`` is enforced in the container as for :meth:`exec`."""
+        and return ``(exit code, stdout bytes, stderr bytes)``; for helpers whose output is binary (the
+        desktop sandbox's screenshots). ``timeout`` is enforced in the container as for :meth:`exec`.
+        Each stream brings back at most ``max_bytes`` (default ``config.max_read_bytes``); more raises
+        :class:`~agentgym.sandbox.base.FileTooLargeError`. $PATH holds only the system directories."""
         limit = self.config.default_timeout if timeout is None else float(timeout)
-        argv = ["timeout", "-k", str(self.config.kill_grace), str(limit), *argv]
         with self._lock:
             container_id = self._running_id()
-            client = engine.api()
-            with engine.engine_errors("exec in the sandbox"):
-                exec_id = client.exec_create(container_id, argv, user=self.config.user)["Id"]
-                stdout, stderr = client.exec_start(exec_id, demux=True)
-                exit_code = client.exec_inspect(exec_id)["ExitCode"]
-            if exit_code is None or exit_code < 0:
-                self._raise_if_dead(container_id)
-            return exit_code if exit_code is not None else -1, stdout or b"", stderr or b""
+            return self._call(container_id, argv, what=f"the output of {argv[0]}", timeout=limit,
+                              max_bytes=self.config.max_read_bytes if max_bytes is None else max_bytes)
 
-    def _run_plain(self, container_id: str, argv: list[str]) -> tuple[int, str]:
-        """Run a helper command as the sandbox user without the shell wrapper (so shell state is untouched)."""
-        client = engine.api()
-        with engine.engine_errors("exec in the sandbox"):
-            exec_id = client.exec_create(container_id, argv, user=self.config.user)["Id"]
-            output = client.exec_start(exec_id)
-            return client.exec_inspect(exec_id)["ExitCode"], output.decode(errors="replace")
+    def stop_processes(self) -> None:
+        """Kill every process the sandbox user runs (what commands left in the background, daemons that
+        left their session, a fork bomb), then check the disk limit. Call it before grading reads the
+        sandbox, so that nothing can change the work after it was submitted.
+
+        Raises SandboxSaturatedError when processes survive a second of that.
+        """
+        with self._lock:
+            container_id = self._running_id()
+            self._kill_all(container_id)
+            self._check_disk(container_id, force=True)
+
+    def _kill_all(self, container_id: str) -> None:
+        """Run :data:`shell.STOP` (retried while the runtime finds no process slot to start it in)."""
+        for _ in range(3):
+            try:
+                exec_id, streams = self._stream(container_id, shell.stop_command(), None,
+                                                time.monotonic() + _STOP_TIMEOUT_S, lambda: shell.OutputCapture(1024))
+            except shell.Backstop:
+                self._raise_if_dead(container_id)
+                raise SandboxSaturatedError(
+                    f"killing the sandbox's processes took over {_STOP_TIMEOUT_S:.0f}s") from None
+            records = streams.trailer.records()
+            if records:
+                if records[0] == b"busy":
+                    raise SandboxSaturatedError("the sandbox's processes survived being killed for a second")
+                return
+            if self._exit_without_trailer(container_id, exec_id) != _NOT_STARTED:
+                break
+            time.sleep(0.2)
+        raise SandboxSaturatedError(f"the sandbox's process table (pids limit {self.config.pids_limit}) stays "
+                                    f"full: no process could be started to clear it ({streams.stdout.text()[:200]})")
+
+    def _check_disk(self, container_id: str, *, force: bool = False) -> int:
+        """Raise DiskLimitError when the sandbox has written more than its limit; the bytes written (0 where
+        there is no limit or the engine enforces it)."""
+        if self.config.disk_limit is None or disk.engine_enforces_size(self.image):
+            return 0
+        if self._meter is None or self._meter.container_id != container_id:
+            self._meter = disk.DiskMeter(container_id, self.config.disk_limit, self._disk_used)
+        self._meter.check(force=force)
+        return self._meter.size
 
     # ------------------------------------------------------------------ files
 
     def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
-        """The bytes of a regular file (symlinks followed); FileNotFoundError when it is missing.
+        """The bytes of a regular file, read as the sandbox user (symlinks followed); FileNotFoundError,
+        PermissionError or IsADirectoryError as the agent would get them.
 
         At most ``max_bytes`` (default ``config.max_read_bytes``) come back: a larger file raises
         :class:`~agentgym.sandbox.base.FileTooLargeError` before its content is transferred.
@@ -304,42 +471,64 @@ class DockerSandbox:
         with self._lock:
             container_id = self._running_id()
             path = self._absolute(path)
-            for _ in range(_MAX_SYMLINKS):
-                chunks, stat = self._get_archive(container_id, path)
-                if stat["mode"] & _GO_MODE_SYMLINK:
-                    chunks.close()
-                    path = posixpath.normpath(posixpath.join(posixpath.dirname(path), stat["linkTarget"]))
-                    continue
-                if stat["mode"] & _GO_MODE_DIR:
-                    chunks.close()
-                    raise IsADirectoryError(path)
-                if stat["size"] > limit:
-                    chunks.close()
-                    raise FileTooLargeError(path, stat["size"], limit)
-                with tarfile.open(fileobj=io.BytesIO(_bounded_join(chunks, limit, path))) as tar:
-                    member = tar.next()
-                    return tar.extractfile(member).read()
-            raise SandboxError(f"too many levels of symbolic links: {path}")
+            code, out, err = self._call(container_id, ["/bin/sh", "-c", _READ, "agentgym", path, str(limit)],
+                                        what=path, max_bytes=limit)
+        if code == _TOO_LARGE:
+            raise FileTooLargeError(path, int(out), limit)
+        if code != 0:
+            raise _os_error(path, code, err)
+        return out
 
-    def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
-        """Write a file owned by the sandbox user, creating missing parent directories as that user."""
-        payload = data.encode() if isinstance(data, str) else data
+    def read_lines(self, path: str, start: int = 1, end: int | None = None, *,
+                   max_bytes: int = 64 * 1024) -> tuple[bytes, int, bool]:
+        """Lines ``start``..``end`` (1-based, inclusive; ``end=None``: to the end) of a file, read as the
+        sandbox user and cut in the container after ``max_bytes``: ``(bytes, the file's line count,
+        whether they were cut)``. Pages through a file of any size, or with lines of any length, at the
+        cost of reading it once in the container to count its lines."""
+        if start < 1 or (end is not None and end < start):
+            raise ValueError(f"bad line range {start}..{end}")
+        count = "" if end is None else str(end - start + 1)
         with self._lock:
             container_id = self._running_id()
-            directory, name = posixpath.split(self._absolute(path))
-            self._put_archive(container_id, directory, _tar_files([(name, payload, mode)], self.config))
+            path = self._absolute(path)
+            argv = ["/bin/sh", "-c", _READ_LINES, "agentgym", path, str(start), count, str(max_bytes)]
+            code, out, err = self._call(container_id, argv, what=path, max_bytes=max_bytes + 64)
+        if code != 0:
+            raise _os_error(path, code, err)
+        total, _, data = out.partition(b"\n")
+        return data[:max_bytes], int(total), len(data) > max_bytes
+
+    def write_file(self, path: str, data: bytes | str, mode: int | None = None) -> None:
+        """Write a file as the sandbox user, creating missing parent directories as that user. Fails with
+        the OSError the agent's own shell would get (PermissionError in /etc, EFBIG past the disk
+        limit, ...). ``mode`` is applied when given; else a new file gets 0644, an existing one keeps its own."""
+        payload = data.encode() if isinstance(data, str) else data
+        with self._lock:
+            self._write(self._running_id(), self._absolute(path), payload, mode)
+
+    def _write(self, container_id: str, path: str, payload: bytes, mode: int | None) -> None:
+        argv = ["/bin/sh", "-c", _WRITE, "agentgym", path, posixpath.dirname(path), "" if mode is None else f"{mode:o}"]
+        code, _, err = self._call(container_id, argv, what=path, max_bytes=64 * 1024, stdin=payload)
+        if code != 0:
+            raise _os_error(path, code, err)
 
     def put_tree(self, dest_dir: str, source: str | Path | bytes) -> None:
-        """Copy a host directory into ``dest_dir`` in one archive call (owned by the sandbox user),
-        or extract tar bytes there as they are."""
+        """Copy a host directory into ``dest_dir`` (created if missing), or extract tar bytes there, in one
+        call. The archive is extracted by the sandbox user (modes and times kept), so it lands only where
+        the agent could write itself, whatever links the agent left on the way."""
         data = source if isinstance(source, bytes) else tar_directory(Path(source), self.config)
         with self._lock:
             container_id = self._running_id()
-            self._put_archive(container_id, self._absolute(dest_dir), data)
+            dest = self._absolute(dest_dir)
+            code, _, err = self._call(container_id, ["/bin/sh", "-c", _EXTRACT, "agentgym", dest],
+                                      what=dest, max_bytes=64 * 1024, stdin=data)
+        if code != 0:
+            raise SandboxError(f"extracting into {dest}: {err.decode(errors='replace').strip()[-500:]}")
 
     def fs_hash(self, paths: Iterable[str] = ("/workspace",)) -> str:
         """A digest of the trees at ``paths``: relative paths, types, modes, file contents and symlink
-        targets; owners and mtimes are left out, so equal work in two sandboxes gives equal digests."""
+        targets; owners and mtimes are left out, so equal work in two sandboxes gives equal digests.
+        The trees stream through the hash: their size does not weigh on the host's memory."""
         digest = hashlib.sha256()
         with self._lock:
             container_id = self._running_id()
@@ -350,7 +539,7 @@ class DockerSandbox:
                 except FileNotFoundError:
                     digest.update(b"missing\0")
                     continue
-                for entry in sorted(_tree_entries(b"".join(chunks))):
+                for entry in sorted(_tree_entries(chunks)):
                     digest.update(repr(entry).encode() + b"\0")
         return digest.hexdigest()
 
@@ -366,33 +555,20 @@ class DockerSandbox:
         except docker.errors.APIError as exc:
             raise SandboxError(f"reading {path}: {engine.explain(exc)}") from exc
 
-    def _put_archive(self, container_id: str, directory: str, data: bytes) -> None:
-        client = engine.api()
-        with engine.engine_errors(f"writing into {directory}"):
-            try:
-                client.put_archive(container_id, directory, data)
-                return
-            except docker.errors.NotFound:
-                self._raise_if_dead(container_id)
-            # Created by the sandbox user, so the agent can write there and cannot gain access
-            # to places it could not reach itself.
-            code, output = self._run_plain(container_id, ["mkdir", "-p", "--", directory])
-            if code != 0:
-                raise SandboxError(f"cannot create {directory}: {output.strip()}")
-            client.put_archive(container_id, directory, data)
-
     # ------------------------------------------------------------------ branching
 
     def snapshot(self) -> DockerSnapshot:
         """Commit the container (paused for consistency) to an image labelled as a snapshot."""
         with self._lock:
             container_id = self._running_id()
+            # What the commit holds counts against the disk limit of every sandbox started from it.
+            disk_used = self._check_disk(container_id, force=True)
             change = "LABEL " + " ".join(f'{k}="{v}"' for k, v in labels.owner_labels(labels.KIND_SNAPSHOT).items())
             with engine.engine_errors("committing a snapshot"):
                 image_id = engine.api().commit(container_id, changes=[change], pause=True)["Id"]
             cleanup.track_snapshot(image_id, parent=self.image)
             return DockerSnapshot(ref=image_id, cwd=self._state.cwd, env=dict(self._state.env),
-                                  metadata={"image": image_id, "parent": self.image})
+                                  metadata={"image": image_id, "parent": self.image, "disk_used": disk_used})
 
     def restore(self, snapshot: SandboxSnapshot) -> None:
         """Replace this sandbox's container by one started from ``snapshot`` (the old one goes in the background)."""
@@ -403,6 +579,7 @@ class DockerSandbox:
             self._container_id, self._starting = replacement, engine.submit(start_container, replacement)
             self.image = snapshot.ref
             self._state = shell.ShellState(snapshot.cwd, dict(snapshot.env))
+            self._disk_used = snapshot.metadata.get("disk_used", 0)
         engine.submit(_remove_when_started, old_id, old_starting)
 
     def fork(self, snapshot: SandboxSnapshot | None = None) -> "DockerSandbox":
@@ -415,7 +592,8 @@ class DockerSandbox:
                 source.release()  # deferred by the engine bookkeeping until the fork is closed
 
     def close(self, wait: bool = True) -> None:
-        """Remove the container (idempotent). ``wait=False`` removes it in the background."""
+        """Remove the container (idempotent), which ends every process in it; ``wait=False`` removes it
+        in the background."""
         with self._close_lock:  # not the command lock: closing must not wait for a running command
             if self._closed:
                 return
@@ -435,17 +613,55 @@ class DockerSandbox:
         return f"DockerSandbox({self._container_id[:12]}, image={self.image!r}, {state})"
 
 
-def _bounded_join(chunks, limit: int, path: str) -> bytes:
-    """A tar stream's bytes, refusing to hold more than one file of ``limit`` bytes plus tar's framing
-    (the size Docker reported may have grown while the archive streamed)."""
-    cap = limit + 64 * 1024
-    data = bytearray()
-    for chunk in chunks:
-        data += chunk
-        if len(data) > cap:
-            chunks.close()
-            raise FileTooLargeError(path, len(data), limit)
-    return bytes(data)
+# File operations run as the sandbox user through these scripts (under shell.PLAIN, so only system
+# directories are on $PATH): a file tool then does nothing the agent's own shell could not, since
+# the kernel checks every permission and resolves every symlink as it would for the agent, at the
+# moment of the access (no check-then-write race). $1 is an absolute path.
+_READABLE = r'''
+[ -d "$1" ] && { echo "Is a directory" >&2; exit 1; }
+[ -e "$1" ] && ! [ -f "$1" ] && { echo "not a regular file" >&2; exit 1; }
+true <"$1" || exit 1
+'''
+_TOO_LARGE = 3  # _READ's exit status for a file over the limit (its size on stdout)
+# $2: the most bytes to send; a file that grows meanwhile still sends at most one byte more.
+_READ = _READABLE + r'''
+size=$(stat -L -c %s -- "$1") || exit 1
+[ "$size" -gt "$2" ] && { printf %s "$size"; exit 3; }
+exec head -c "$(($2 + 1))" -- "$1"
+'''
+# $2 the first line, $3 how many ("": to the end), $4 the most bytes to send; the line count first.
+# tail and head stream, so neither a huge file nor a huge line is held in memory.
+_READ_LINES = _READABLE + r'''
+n=$(wc -l <"$1") || exit 1
+[ -s "$1" ] && [ "$(tail -c 1 -- "$1" | wc -l)" = 0 ] && n=$((n + 1))
+echo "$n"
+if [ -n "$3" ]; then tail -n "+$2" -- "$1" | head -n "$3"; else tail -n "+$2" -- "$1"; fi | head -c "$(($4 + 1))"
+'''
+# $2 the parent directory, $3 an octal mode or ""; the content comes on stdin.
+_WRITE = r'''
+[ -d "$1" ] && { echo "Is a directory" >&2; exit 1; }
+mkdir -p -- "$2" && cat >"$1" || exit 1
+[ -z "$3" ] || chmod -- "$3" "$1"
+'''
+_EXTRACT = r'''
+mkdir -p -- "$1" && cd -- "$1" && exec tar -x -p --no-same-owner -f -
+'''
+# The errors that file operations report, as the OSError subclasses Python gives them, found by
+# their strerror text (which the container's libc and this one spell alike; dash shortens ENOENT).
+_ERROR_TEXTS = [(os.strerror(code), code) for code in (
+    errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.EFBIG, errno.ENOSPC, errno.EDQUOT, errno.EROFS,
+    errno.ELOOP, errno.ENAMETOOLONG, errno.ETXTBSY)] + [("No such file", errno.ENOENT)]
+_SIGXFSZ_EXIT = 128 + 25  # killed for writing past the per-file size limit
+
+
+def _os_error(path: str, exit_code: int, stderr: bytes) -> OSError:
+    text = stderr.decode(errors="replace").strip()
+    if exit_code == _SIGXFSZ_EXIT:
+        return OSError(errno.EFBIG, os.strerror(errno.EFBIG), path)
+    for message, code in _ERROR_TEXTS:
+        if message in text:
+            return OSError(code, os.strerror(code), path)
+    return OSError(f"{path}: {text.splitlines()[-1] if text else f'failed with exit status {exit_code}'}")
 
 
 def _hijack(client: docker.APIClient, exec_id: str):
@@ -479,16 +695,6 @@ def _owned(info: tarfile.TarInfo, config: SandboxConfig) -> tarfile.TarInfo:
     return info
 
 
-def _tar_files(files: list[tuple[str, bytes, int]], config: SandboxConfig) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data, mode in files:
-            info = _owned(tarfile.TarInfo(name), config)
-            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
 def tar_directory(root: Path, config: SandboxConfig) -> bytes:
     """A directory's contents as a tar archive owned by the sandbox user, ready for :meth:`DockerSandbox.put_tree`."""
     if not root.is_dir():
@@ -501,13 +707,39 @@ def tar_directory(root: Path, config: SandboxConfig) -> bytes:
     return buffer.getvalue()
 
 
-def _tree_entries(archive: bytes) -> Iterable[tuple[str, str, int, str]]:
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+class _ChunkReader(io.RawIOBase):
+    """A read-only file over an iterator of byte chunks (Docker's archive stream), for tarfile's stream mode."""
+
+    def __init__(self, chunks: Iterable[bytes]):
+        self._chunks = iter(chunks)
+        self._chunk = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._chunk:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return 0
+            self._chunk = memoryview(chunk)
+        n = min(len(buffer), len(self._chunk))
+        buffer[:n] = self._chunk[:n]
+        self._chunk = self._chunk[n:]
+        return n
+
+
+def _tree_entries(chunks: Iterable[bytes]) -> Iterable[tuple[str, str, int, str]]:
+    with tarfile.open(fileobj=io.BufferedReader(_ChunkReader(chunks), 1 << 16), mode="r|") as tar:
         for member in tar:
             # Docker names entries after the requested path's basename; drop it.
             relative = member.name.partition("/")[2]
             if member.isfile():
-                content = hashlib.sha256(tar.extractfile(member).read()).hexdigest()
+                content = hashlib.sha256()
+                stream = tar.extractfile(member)
+                for block in iter(lambda: stream.read(1 << 20), b""):
+                    content.update(block)
+                digest = content.hexdigest()
             else:
-                content = member.linkname.partition("/")[2] if member.islnk() else member.linkname
-            yield relative, member.type.decode(), member.mode, content
+                digest = member.linkname.partition("/")[2] if member.islnk() else member.linkname
+            yield relative, member.type.decode(), member.mode, digest

@@ -8,7 +8,7 @@ import time
 from collections import Counter, OrderedDict, deque
 
 from agentgym.sandbox import cleanup, engine, labels
-from agentgym.sandbox.docker import DockerSandbox, SandboxConfig, create_container, start_container
+from agentgym.sandbox.docker import DockerSandbox, SandboxConfig, container_running, create_container, start_container
 from agentgym.sandbox.images import require_base_image
 
 __all__ = ["WarmPool", "default_pool"]
@@ -39,17 +39,21 @@ class WarmPool:
         cleanup.on_shutdown(self)
 
     def acquire(self, image: str | None = None, *, config: SandboxConfig | None = None) -> DockerSandbox:
-        """A sandbox from ``image`` (default: the base image); warm when one is ready, else a cold start."""
+        """A sandbox from ``image`` (default: the base image); warm when a ready one is still running
+        (checked now: an idle container may have been killed), else a cold start."""
         key = self._key(image, config)
-        with self._cond:
-            if self._closed:
-                raise RuntimeError("the warm pool is shut down")
-            ready = self._use(key)
-            container_id = ready.popleft() if ready else None
-            self._wake()
-        if container_id is None:
-            return DockerSandbox.launch(*key)
-        return DockerSandbox(container_id, *key)
+        while True:
+            with self._cond:
+                if self._closed:
+                    raise RuntimeError("the warm pool is shut down")
+                ready = self._use(key)
+                container_id = ready.popleft() if ready else None
+                self._wake()
+            if container_id is None:
+                return DockerSandbox.launch(*key)
+            if container_running(container_id):
+                return DockerSandbox(container_id, *key)
+            engine.submit(cleanup.remove_container, container_id)
 
     def prewarm(self, image: str | None = None, *, config: SandboxConfig | None = None,
                 wait: bool = False, timeout: float = 120.0) -> None:

@@ -9,7 +9,7 @@ import shlex
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
 STDOUT, STDERR = 1, 2
 _FRAME_HEADER = 8
@@ -57,20 +57,117 @@ trap __ag_save EXIT
 eval "$4"
 '''
 
+# The most trailer bytes the host keeps: the state file is the agent's to fill (a huge exported
+# variable), and every byte read back from a sandbox is bounded.
+MAX_TRAILER = 1 << 20
+
+
 # The exec's own process: it enforces the wall-clock limit inside the container (so a frozen
 # client cannot leave a command running) and then writes a trailer, framed by per-exec random
-# markers, with the exit status and the state file on stderr, and an empty one on stdout.
+# markers, with the exit status, a note and the state file on stderr, and an empty one on stdout.
 # Docker copies the two pipes independently, so each stream needs its own end mark; the
 # trailers also tell the reader that the command is over when a background process keeps
-# the pipes open.
+# the pipes open. Programs are named by absolute path: the agent can put its own `timeout` or
+# `bash` first in $PATH (~/.local/bin), and would then run without a time limit.
+#
+# Processes. After a timeout (124, or 137 when the kill was needed) `timeout` has killed the
+# command's process group; __ag_sweep then kills what the command started that left the group
+# or the session (setsid, nohup, daemons): every process started no earlier than this wrapper
+# (/proc/PID/stat field 22, in clock ticks), pass after pass until a pass finds none, so that a
+# fork bomb cannot outgrow it. kill fails on what the sandbox user may not signal, which leaves
+# the container's keep-alive alone. The same sweep follows a command that leaves the pids cgroup
+# more than half full (a fork bomb that backgrounded itself). The note says "full" when the
+# table stays (nearly) full after the sweep, and "refused" when it was full before the command
+# (which then does not run: its forks would fail and block); the host then clears the table.
+# On the normal path this costs two reads of cgroup files. Nothing after the command forks (the
+# state file is copied with builtins), so a full table cannot block the trailer.
 # $1 timeout, $2 kill grace, $3/$4 markers, $5 state file, $6 INNER, $7.. INNER's arguments.
 OUTER = r'''
-timeout -k "$2" "$1" bash -c "$6" agentgym "$5" "${@:7}"
-rc=$?
+__ag_pids() {  # the pids cgroup's use and limit into __ag_cur/__ag_max; false without a limit
+  local dir
+  for dir in /sys/fs/cgroup/pids /sys/fs/cgroup; do [[ -r $dir/pids.max ]] && break; done
+  read -r __ag_max 2>/dev/null <"$dir/pids.max" && [[ $__ag_max =~ ^[0-9]+$ ]] && read -r __ag_cur <"$dir/pids.current"
+}
+__ag_full() {  # fewer than 8 free slots, still after half a second (the killed leave once init reaps them)
+  local until=$(( ${EPOCHREALTIME//[!0-9]/} + 500000 ))
+  while __ag_pids && (( __ag_max - __ag_cur < 8 )); do
+    (( ${EPOCHREALTIME//[!0-9]/} < until )) || return 0
+  done
+  return 1
+}
+__ag_sweep() {
+  local line start p n found
+  read -r line </proc/$$/stat; set -- ${line##*) }; start=${20}
+  for n in {1..50}; do
+    found=
+    for p in /proc/[1-9]*; do
+      p=${p#/proc/}
+      (( p == $$ )) && continue
+      read -r line 2>/dev/null <"/proc/$p/stat" || continue
+      set -- ${line##*) }
+      [[ $1 != Z ]] && (( ${20} >= start )) && kill -9 "$p" 2>/dev/null && found=1
+    done
+    [[ $found ]] || return
+  done
+}
+note=
+if __ag_pids && (( __ag_max - __ag_cur < 8 )); then
+  rc=126 note=refused
+else
+  /usr/bin/timeout -k "$2" "$1" /bin/bash -c "$6" agentgym "$5" "${@:7}"
+  rc=$?
+  if (( rc == 124 || rc == 137 )) || { __ag_pids && (( 2 * __ag_cur > __ag_max )); }; then
+    __ag_sweep
+    __ag_full && note=full
+  fi
+fi
 printf '%s%s' "$3" "$4"
-{ printf '%s%s\0' "$3" "$rc"; cat -- "$5" 2>/dev/null; printf '%s' "$4"; } >&2
+{ printf '%s%s\0%s\0' "$3" "$rc" "$note"
+  n=0  # at most MAX_TRAILER bytes of it, however large the agent made it
+  while (( n < MAX_TRAILER )) && IFS= read -r -d '' -n MAX_TRAILER record; do
+    printf '%s\0' "$record"
+    (( n += ${#record} + 1 ))
+  done 2>/dev/null <"$5"
+  printf '%s' "$4"; } >&2
+'''.replace("MAX_TRAILER", str(MAX_TRAILER))
+
+# The wrapper of the host's own helper commands (file reads and writes, run_argv): the same time
+# limit and trailer as OUTER (exit status only), no shell state, and a $PATH of system directories
+# only, which the agent cannot write to. $1 timeout, $2 kill grace, $3/$4 markers, $5.. the argv.
+PLAIN = r'''
+t=$1 k=$2 b=$3 e=$4
+shift 4
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin /usr/bin/timeout -k "$k" "$t" "$@"
+rc=$?
+printf '%s%s' "$b" "$e"
+printf '%s%s\0%s' "$b" "$rc" "$e" >&2
 '''
 
+# Stops every process the sandbox user may signal (kill(-1) spares pid 1 and the caller, and is
+# atomic against fork, so a fork bomb dies in one call), again and again until only zombies are
+# left; "busy" when processes survive a second of that. Only builtins, since a full process table
+# refuses forks; it runs as the exec's own process, not under PLAIN, whose `timeout` it would
+# kill. $1/$2 markers.
+STOP = r'''
+until=$(( ${EPOCHREALTIME//[!0-9]/} + 1000000 )) left=busy
+while (( ${EPOCHREALTIME//[!0-9]/} < until )); do
+  kill -9 -1 2>/dev/null
+  alive=
+  for d in /proc/[1-9]*; do
+    p=${d#/proc/}
+    (( p == $$ )) && continue
+    kill -0 "$p" 2>/dev/null || continue
+    read -r s 2>/dev/null <"$d/stat" || continue
+    s=${s##*) }
+    [[ $s == Z* ]] && continue
+    alive=1
+    break
+  done
+  [[ $alive ]] || { left=; break; }
+done
+printf '%s%s' "$1" "$2"
+printf '%s%s\0%s' "$1" "$left" "$2" >&2
+'''
 
 @dataclass
 class ShellState:
@@ -100,14 +197,31 @@ class ExecCommand:
     end: bytes
 
 
+def _markers() -> tuple[str, str]:
+    nonce = secrets.token_hex(8)
+    return f"\x1e[agentgym {nonce}]", f"\x1e[/agentgym {nonce}]"
+
+
 def exec_command(command: str, *, timeout: float, kill_grace: float, state_file: str,
                  workdir: str | None, env: dict[str, str] | None) -> ExecCommand:
-    nonce = secrets.token_hex(8)
-    begin, end = f"\x1e[agentgym {nonce}]", f"\x1e[/agentgym {nonce}]"
+    begin, end = _markers()
     assignments = "".join(f"__ag_env {_checked_name(k)} {shlex.quote(v)}\n" for k, v in (env or {}).items())
-    argv = ["bash", "-c", OUTER, "agentgym", f"{timeout:g}", f"{kill_grace:g}", begin, end, state_file,
+    argv = ["/bin/bash", "-c", OUTER, "agentgym", f"{timeout:g}", f"{kill_grace:g}", begin, end, state_file,
             INNER, workdir or "", assignments, command]
     return ExecCommand(argv, begin.encode(), end.encode())
+
+
+def plain_command(argv: list[str], *, timeout: float, kill_grace: float) -> ExecCommand:
+    """``argv`` under :data:`PLAIN`: a helper command with a time limit and an exit-status trailer."""
+    begin, end = _markers()
+    return ExecCommand(["/bin/sh", "-c", PLAIN, "agentgym", f"{timeout:g}", f"{kill_grace:g}", begin, end, *argv],
+                       begin.encode(), end.encode())
+
+
+def stop_command() -> ExecCommand:
+    """:data:`STOP`, whose trailer's one record is empty when no process is left, else ``busy``."""
+    begin, end = _markers()
+    return ExecCommand(["/bin/bash", "-c", STOP, "agentgym", begin, end], begin.encode(), end.encode())
 
 
 def _checked_name(name: str) -> str:
@@ -118,6 +232,8 @@ def _checked_name(name: str) -> str:
 
 class OutputCapture:
     """Keeps the first and the last bytes of a stream within ``limit``, counting what it drops between them."""
+
+    full = False  # it never stops the stream: what is dropped is only counted
 
     def __init__(self, limit: int):
         self.head_limit = limit // 2
@@ -149,21 +265,48 @@ class OutputCapture:
         return self.head.decode(errors="replace") + note + self.tail.decode(errors="replace")
 
 
+class BoundedBuffer:
+    """Keeps a stream's bytes while they fit in ``limit``; one byte more makes it ``full``, which ends the read
+    (for binary output that is useless cut: file contents, screenshots)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.data = bytearray()
+        self.full = False
+
+    def write(self, data: bytes) -> None:
+        if self.full:
+            return
+        if len(self.data) + len(data) > self.limit:
+            self.full = True
+            data = data[:self.limit - len(self.data)]
+        self.data += data
+
+
 class TrailerFilter:
-    """Passes stderr through while cutting out the trailer between ``begin`` and ``end``."""
+    """Passes stderr through while cutting out the trailer between ``begin`` and ``end``.
+
+    At most :data:`MAX_TRAILER` bytes of the trailer are kept (its last, cut record is dropped).
+    """
 
     def __init__(self, begin: bytes, end: bytes):
         self.begin, self.end = begin, end
-        self.pending = b""  # a suffix that could be the start of the begin marker
+        self.pending = b""  # a suffix that could be the start of the begin (or, in the trailer, the end) marker
         self.payload: bytearray | None = None
         self.done = False
 
     def feed(self, data: bytes) -> bytes:
         if self.payload is not None:
-            self.payload += data
-            if self.end in self.payload:
-                del self.payload[self.payload.index(self.end):]
+            data = self.pending + data
+            at = data.find(self.end)
+            if at >= 0:
                 self.done = True
+                self.pending = b""
+                self._keep(data[:at])
+            else:
+                keep = min(len(data), len(self.end) - 1)
+                self.pending = data[len(data) - keep:]
+                self._keep(data[:len(data) - keep])
             return b""
         data = self.pending + data
         at = data.find(self.begin)
@@ -176,12 +319,17 @@ class TrailerFilter:
         self.pending = data[len(data) - keep:]
         return data[:len(data) - keep]
 
+    def _keep(self, data: bytes) -> None:
+        self.payload += data[:MAX_TRAILER - len(self.payload)]
+
     def flush(self) -> bytes:
+        if self.payload is not None:
+            return b""  # an unfinished trailer is not output
         pending, self.pending = self.pending, b""
         return pending
 
     def records(self) -> list[bytes]:
-        """The trailer's NUL-separated fields: exit status, then the state file's records."""
+        """The trailer's NUL-separated fields (for OUTER: exit status, note, then the state file's records)."""
         return bytes(self.payload).split(b"\0")[:-1] if self.done else []
 
 
@@ -191,18 +339,24 @@ class Backstop(Exception):
 
 @dataclass
 class StreamResult:
-    stdout: OutputCapture
-    stderr: OutputCapture
-    trailer: TrailerFilter  # stderr's, which carries the exit status and the shell state
+    stdout: OutputCapture | BoundedBuffer
+    stderr: OutputCapture | BoundedBuffer
+    trailer: TrailerFilter  # stderr's, which carries the exit status (and the shell state)
+
+    @property
+    def full(self) -> bool:
+        """Whether a bounded stream overflowed (and the read stopped there)."""
+        return self.stdout.full or self.stderr.full
 
 
-def read_exec_stream(reader: BinaryIO, sock: socket.socket, deadline: float, limit: int,
-                     begin: bytes, end: bytes) -> StreamResult:
-    """Read Docker's multiplexed frames until both trailers or the end of the stream; raise Backstop at ``deadline``."""
-    out = {STDOUT: OutputCapture(limit), STDERR: OutputCapture(limit)}
+def read_exec_stream(reader: BinaryIO, sock: socket.socket, deadline: float,
+                     capture: Callable[[], OutputCapture | BoundedBuffer], begin: bytes, end: bytes) -> StreamResult:
+    """Read Docker's multiplexed frames until both trailers, the end of the stream or a full capture
+    (``capture()`` makes one per stream); raise Backstop at ``deadline``."""
+    out = {STDOUT: capture(), STDERR: capture()}
     trailers = {STDOUT: TrailerFilter(begin, end), STDERR: TrailerFilter(begin, end)}
     buffer = bytearray()
-    while not all(t.done for t in trailers.values()):
+    while not all(t.done for t in trailers.values()) and not any(c.full for c in out.values()):
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise Backstop
@@ -220,7 +374,8 @@ def read_exec_stream(reader: BinaryIO, sock: socket.socket, deadline: float, lim
     return StreamResult(out[STDOUT], out[STDERR], trailers[STDERR])
 
 
-def _drain_frames(buffer: bytearray, out: dict[int, OutputCapture], trailers: dict[int, TrailerFilter]) -> None:
+def _drain_frames(buffer: bytearray, out: dict[int, OutputCapture | BoundedBuffer],
+                  trailers: dict[int, TrailerFilter]) -> None:
     while len(buffer) >= _FRAME_HEADER:
         size = int.from_bytes(buffer[4:_FRAME_HEADER], "big")
         if len(buffer) < _FRAME_HEADER + size:

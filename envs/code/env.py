@@ -12,7 +12,13 @@ Tools (subclasses add to or trim :meth:`tools`):
 * ``python(code, timeout?)`` — run a Python program;
 * ``read_file(path, start_line?, end_line?)``, ``write_file(path, content)``,
   ``str_replace(path, old, new)`` — file editing, with errors the model can act on;
-* ``submit()`` — end the episode and get graded.
+* ``submit()`` — stop every process the agent left running, then grade (the episode ends).
+
+The tools act with the agent's own permissions: the file tools run as the sandbox user, like
+``bash``, so they cannot write where a shell could not (``/etc``, the sandbox's own programs).
+An agent-chosen ``timeout`` is capped at ``max_exec_timeout`` (default 120 s; the schema and the
+observation say so). read_file pages a file of any size in the container and shows at most
+:data:`MAX_READ_BYTES` per call; str_replace edits files up to :data:`MAX_EDIT_BYTES`.
 
 Fenced ```` ```python ```` and ```` ```bash ```` blocks in a reply run as ``python``/``bash`` calls.
 """
@@ -24,7 +30,7 @@ from typing import Any, Callable
 
 from agentgym.actions import ToolCall, ToolSpec
 from agentgym.core import AgentEnv, Outcome
-from agentgym.sandbox.base import ExecResult
+from agentgym.sandbox.base import ExecResult, FileTooLargeError
 from agentgym.sandbox.docker import DockerSandbox, SandboxConfig
 
 
@@ -32,13 +38,20 @@ def _tool(name: str, description: str, required: list[str], **properties: dict) 
     return ToolSpec(name, description, {"type": "object", "properties": properties, "required": required})
 
 
-_TIMEOUT = {"type": "integer", "description": "seconds before the command is killed (default: the env's exec timeout)"}
+#: How much of a file read_file shows at most, so one call cannot flood the context.
+MAX_READ_BYTES = 20_000
+#: The largest file str_replace edits (it brings the whole file to the host and back).
+MAX_EDIT_BYTES = 1024 * 1024
+
+_TIMEOUT = {"type": "integer", "description": "seconds before the command is killed (default: the env's exec timeout; "
+           "capped at its max_exec_timeout)"}
 
 BASH = _tool("bash", "Run a bash command in the sandbox. The working directory and exported variables persist.",
              ["command"], command={"type": "string"}, timeout=_TIMEOUT)
 PYTHON = _tool("python", "Run a Python 3 program in the sandbox and show its output.",
                ["code"], code={"type": "string"}, timeout=_TIMEOUT)
-READ_FILE = _tool("read_file", "Show a text file with line numbers (optionally a 1-based inclusive line range).",
+READ_FILE = _tool("read_file", "Show a text file with line numbers (optionally a 1-based inclusive line range); "
+                  f"at most {MAX_READ_BYTES} bytes per call, so page through long files with the range.",
                   ["path"], path={"type": "string"}, start_line={"type": "integer"}, end_line={"type": "integer"})
 WRITE_FILE = _tool("write_file", "Create or overwrite a file with the given content.",
                    ["path", "content"], path={"type": "string"}, content={"type": "string"})
@@ -46,8 +59,6 @@ STR_REPLACE = _tool("str_replace", "Replace the exactly-once occurrence of `old`
                     ["path", "old", "new"], path={"type": "string"}, old={"type": "string"}, new={"type": "string"})
 SUBMIT = _tool("submit", "Finish the task and have your work graded. This ends the episode.", [])
 
-#: How much of a file read_file shows at most, so one call cannot flood the context.
-MAX_READ_CHARS = 20_000
 
 
 @dataclass
@@ -65,12 +76,15 @@ class CodeEnv(AgentEnv):
     code_block_tools = {"python": ("python", "code"), "py": ("python", "code"),
                         "bash": ("bash", "command"), "sh": ("bash", "command"), "shell": ("bash", "command")}
 
-    def __init__(self, *, image: str | None = None, exec_timeout: float = 30.0, max_turns: int = 30,
-                 sandbox_config: SandboxConfig | None = None, warm_pool: bool = True,
+    def __init__(self, *, image: str | None = None, exec_timeout: float = 30.0, max_exec_timeout: float = 120.0,
+                 max_turns: int = 30, sandbox_config: SandboxConfig | None = None, warm_pool: bool = True,
                  render_mode: str | None = None):
         super().__init__(max_turns=max_turns, render_mode=render_mode)
+        if not 0 < exec_timeout <= max_exec_timeout:
+            raise ValueError(f"need 0 < exec_timeout ({exec_timeout}) <= max_exec_timeout ({max_exec_timeout})")
         self.image = image
         self.exec_timeout = exec_timeout
+        self.max_exec_timeout = max_exec_timeout
         self.sandbox_config = sandbox_config
         self.warm_pool = warm_pool
         self.sandbox: DockerSandbox | None = None
@@ -105,7 +119,14 @@ class CodeEnv(AgentEnv):
 
     # ------------------------------------------------------------------ AgentEnv hooks
     def tools(self) -> list[ToolSpec]:
-        return [BASH, PYTHON, READ_FILE, WRITE_FILE, STR_REPLACE, SUBMIT]
+        return [self._with_limits(BASH), self._with_limits(PYTHON), READ_FILE, WRITE_FILE, STR_REPLACE, SUBMIT]
+
+    def _with_limits(self, tool: ToolSpec) -> ToolSpec:
+        """``tool`` with its timeout argument described by this env's numbers."""
+        timeout = {"type": "integer", "description": f"seconds before the command is killed (default "
+                   f"{self.exec_timeout:g}, at most {self.max_exec_timeout:g})"}
+        parameters = {**tool.parameters, "properties": {**tool.properties, "timeout": timeout}}
+        return ToolSpec(tool.name, tool.description, parameters)
 
     def _begin(self, task_id: str) -> str:
         self._close_sandbox(wait=False)  # the old container goes away in the background
@@ -114,7 +135,11 @@ class CodeEnv(AgentEnv):
         return self._prepare(self.sandbox, task_id)
 
     def _call_tool(self, call: ToolCall) -> Outcome:
-        return self._handlers[call.name](call.arguments)
+        # Every agent-chosen timeout, the subclasses' tools' included, is capped here.
+        arguments, note = self._capped(call.arguments)
+        outcome = self._handlers[call.name](arguments)
+        outcome.text += note
+        return outcome
 
     def _capture(self):
         sandbox = self._live_sandbox()
@@ -143,43 +168,61 @@ class CodeEnv(AgentEnv):
         return self._exec_outcome(sandbox.exec("python3 -", stdin=args["code"], timeout=self._timeout(args)))
 
     def _read_file(self, args: dict) -> Outcome:
-        text, error = self._read_text(args["path"])
-        if error:
-            return Outcome(f"Error: {error}", error=error)
-        lines = text.splitlines()
-        start = max(1, args.get("start_line") or 1)
-        end = min(len(lines), args.get("end_line") or len(lines))
-        if lines and start > end:
-            error = f"empty line range {start}..{end}; the file has {len(lines)} lines"
-            return Outcome(f"Error: {error}", error=error)
-        shown = "\n".join(f"{n:6}\t{lines[n - 1]}" for n in range(start, end + 1))
-        if len(shown) > MAX_READ_CHARS:
-            shown = shown[:MAX_READ_CHARS] + (f"\n[... truncated: showing {MAX_READ_CHARS} characters; "
-                                              "use start_line/end_line to read the rest ...]")
-        return Outcome(shown if lines else "(empty file)")
+        path = self._resolve(args["path"])
+        start, end = max(1, args.get("start_line") or 1), args.get("end_line")
+        if end is not None and end < start:
+            return _error(f"empty line range {start}..{end}")
+        try:
+            data, total, cut = self._live_sandbox().read_lines(path, start, end, max_bytes=MAX_READ_BYTES)
+        except OSError as exc:
+            return _error(_file_error(path, exc))
+        if total == 0:
+            return Outcome("(empty file)")
+        if start > total:
+            return _error(f"empty line range {start}..{end or total}; the file has {total} lines")
+        lines = [line.removesuffix("\r") for line in data.decode("utf-8", errors="replace").split("\n")]
+        if not cut and data.endswith(b"\n"):
+            lines.pop()
+        shown = "\n".join(f"{start + i:6}\t{line}" for i, line in enumerate(lines))
+        if cut:
+            last = start + len(lines) - 1
+            shown += (f"\n[... truncated after {MAX_READ_BYTES} bytes, within line {last} of {total}; "
+                      "use start_line/end_line to read the rest ...]")
+        return Outcome(shown)
 
     def _write_file(self, args: dict) -> Outcome:
         path = self._resolve(args["path"])
         try:
             self._live_sandbox().write_file(path, args["content"])
-        except (OSError, ValueError) as exc:
-            return Outcome(f"Error: cannot write {path}: {exc}", error=str(exc))
+        except OSError as exc:
+            return _error(f"cannot write {_file_error(path, exc)}")
         return Outcome(f"Wrote {len(args['content'])} characters to {path}.")
 
     def _str_replace(self, args: dict) -> Outcome:
         path = self._resolve(args["path"])
-        text, error = self._read_text(path)
-        if error is None:
-            count = text.count(args["old"]) if args["old"] else 0
-            if count != 1:
-                error = (f"`old` must occur exactly once in {path}; it occurs {count} times"
-                         + (" (it is empty)" if not args["old"] else ""))
-        if error:
-            return Outcome(f"Error: {error}", error=error)
-        self._live_sandbox().write_file(path, text.replace(args["old"], args["new"], 1))
+        sandbox = self._live_sandbox()
+        try:
+            data = sandbox.read_file(path, max_bytes=MAX_EDIT_BYTES)
+        except FileTooLargeError as exc:
+            return _error(f"{path} is {exc.size} bytes; str_replace edits files of up to {MAX_EDIT_BYTES} bytes "
+                          "(use bash, e.g. sed -i or python, for larger ones)")
+        except OSError as exc:
+            return _error(_file_error(path, exc))
+        # On bytes, so that whatever is not valid UTF-8 elsewhere in the file stays as it was.
+        old, new = args["old"].encode(), args["new"].encode()
+        count = data.count(old) if old else 0
+        if count != 1:
+            return _error(f"`old` must occur exactly once in {path}; it occurs {count} times"
+                          + (" (it is empty)" if not old else ""))
+        try:
+            sandbox.write_file(path, data.replace(old, new, 1))
+        except OSError as exc:
+            return _error(f"cannot write {_file_error(path, exc)}")
         return Outcome(f"Replaced 1 occurrence in {path}.")
 
     def _submit(self, args: dict) -> Outcome:
+        # Nothing the agent started may change the work while (or after) it is graded.
+        self._live_sandbox().stop_processes()
         return self._grade()
 
     # ------------------------------------------------------------------ helpers
@@ -193,6 +236,15 @@ class CodeEnv(AgentEnv):
             self.sandbox.close(wait=wait)
             self.sandbox = None
 
+    def _capped(self, arguments: dict) -> tuple[dict, str]:
+        """The call's arguments with an agent-chosen timeout cut to ``max_exec_timeout``, and the note saying so."""
+        requested = arguments.get("timeout")
+        if not isinstance(requested, (int, float)) or requested <= self.max_exec_timeout:
+            return arguments, ""
+        note = (f"\n[timeout capped at {self.max_exec_timeout:g} s, this environment's maximum "
+                f"({requested:g} s was asked)]")
+        return {**arguments, "timeout": self.max_exec_timeout}, note
+
     def _timeout(self, args: dict) -> float:
         requested = args.get("timeout")
         return float(requested) if requested and requested > 0 else self.exec_timeout
@@ -201,16 +253,6 @@ class CodeEnv(AgentEnv):
         if path.startswith("/"):
             return path
         return f"{self._live_sandbox().cwd.rstrip('/')}/{path}"
-
-    def _read_text(self, path: str) -> tuple[str, str | None]:
-        path = self._resolve(path)
-        try:
-            data = self._live_sandbox().read_file(path)
-        except FileNotFoundError:
-            return "", f"{path}: no such file"
-        except IsADirectoryError:
-            return "", f"{path} is a directory"
-        return data.decode("utf-8", errors="replace"), None
 
     @staticmethod
     def _exec_outcome(result: ExecResult) -> Outcome:
@@ -221,3 +263,19 @@ class CodeEnv(AgentEnv):
         elif result.exit_code != 0:
             notes.append(f"[exit code {result.exit_code}]")
         return Outcome("\n".join([text, *notes]), info={"exit_code": result.exit_code})
+
+
+def _error(message: str) -> Outcome:
+    return Outcome(f"Error: {message}", error=message)
+
+
+def _file_error(path: str, exc: OSError) -> str:
+    """What a file tool tells the model about a failed access, in the words of the shell it also has."""
+    if isinstance(exc, FileTooLargeError):
+        return (f"{path} is too large to show whole (over {exc.limit} bytes); "
+                "read it in parts with start_line/end_line")
+    reasons = {FileNotFoundError: "no such file", IsADirectoryError: "is a directory",
+               NotADirectoryError: "a component of the path is not a directory",
+               PermissionError: "permission denied (the tools run as the sandbox user, like bash)"}
+    reason = next((text for kind, text in reasons.items() if isinstance(exc, kind)), None)
+    return f"{path}: {reason or exc.strerror or exc}"

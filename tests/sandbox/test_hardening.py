@@ -54,3 +54,13 @@ def test_memory_and_cpu_limits_are_set(sandbox):
     hog = sandbox.exec("python3 -c 'b = bytearray(2 * 1024 ** 3)'", timeout=30)
     assert hog.exit_code != 0
     assert sandbox.exec("echo survived").stdout == "survived\n"
+
+
+def test_the_per_file_size_limit_is_hard(sandbox):
+    assert sandbox.exec("ulimit -Hf").stdout == f"{SandboxConfig().disk_limit // 1024}\n"  # in KiB
+    assert sandbox.exec("ulimit -f unlimited").exit_code != 0  # raising it needs CAP_SYS_RESOURCE
+
+
+def test_the_keep_alive_process_is_out_of_the_agents_reach(sandbox):
+    assert sandbox.exec("ps -o user= -p 1").stdout == "nobody\n"
+    assert "Operation not permitted" in sandbox.exec("kill -9 $(pgrep -x sleep)").stderr

@@ -62,7 +62,8 @@ def test_a_desktop_in_a_hardened_container(desktop_image):
         assert state.windows == [] and state.pointer == (400, 300) and state.stable
         info = engine.api().inspect_container(desktop.sandbox.id)
         assert info["HostConfig"]["NetworkMode"] == "none" and info["HostConfig"]["CapDrop"] == ["ALL"]
-        assert info["Config"]["User"] == "1000:1000"
+        # The container's keep-alive runs as nobody (out of the agent's reach); commands run as the agent.
+        assert info["Config"]["User"] == "65534:65534" and desktop.sandbox.exec("id -u").stdout == "1000\n"
         # The X server runs inside the container, as the sandbox user, reachable only there.
         processes = desktop.sandbox.exec("ps -o user=,args= -C Xvfb").stdout
         assert processes.startswith("agent") and "-nolisten tcp" in processes

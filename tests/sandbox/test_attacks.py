@@ -1,0 +1,272 @@
+"""Attacks on the sandbox from inside it (what a policy under RL finds), against the real engine: each must fail.
+
+The first part drives DockerSandbox directly; the second drives a code env through its tools,
+as a model would, and checks what the step reports.
+"""
+
+import json
+import threading
+import time
+
+import gymnasium
+import pytest
+
+import agentgym  # noqa: F401  (registers the envs)
+from agentgym.sandbox import disk, engine, labels
+from agentgym.sandbox.base import DiskLimitError, FileTooLargeError, SandboxError
+from agentgym.sandbox.docker import DockerSandbox, SandboxConfig
+from agentgym.sandbox.pool import WarmPool
+
+pytestmark = pytest.mark.docker
+
+MiB = 1024 ** 2
+
+
+def _alive(box, word: str) -> str:
+    """The command lines of the sandbox's processes that contain ``word``."""
+    # As a regex [a]bc matches "abc" but not the command line that holds "[a]bc" (this one's).
+    return box.exec(f"pgrep -af -- '[{word[0]}]{word[1:]}' || true").stdout
+
+
+def _rss_peak_kib() -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM in /proc/self/status")
+
+
+def _reset_rss_peak() -> None:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current RSS
+
+
+# ---------------------------------------------------------------- file tools act as the agent
+
+def test_write_file_cannot_write_where_the_agent_cannot(sandbox):
+    sandbox.exec("ln -s /etc /workspace/etc-link")
+    for path in ("/etc/agentgym-probe", "/usr/local/bin/timeout", "/workspace/etc-link/agentgym-probe"):
+        with pytest.raises(PermissionError):
+            sandbox.write_file(path, "#!/bin/sh\nexec \"$@\"\n", mode=0o755)
+    assert sandbox.exec("ls /etc/agentgym-probe /usr/local/bin/timeout").exit_code == 2
+    sandbox.write_file("/workspace/ok/fine.txt", "fine")
+    assert sandbox.exec("stat -c '%u %a' ok/fine.txt").stdout == "1000 644\n"
+
+
+def test_put_tree_lands_only_where_the_agent_could_write(sandbox, tmp_path):
+    (tmp_path / "timeout").write_text("#!/bin/sh\nexec \"$@\"\n")
+    sandbox.exec("ln -s /usr/local/bin /workspace/bin-link")
+    with pytest.raises(SandboxError):
+        sandbox.put_tree("/workspace/bin-link", tmp_path)
+    assert sandbox.exec("ls /usr/local/bin/timeout").exit_code == 2
+
+
+def test_read_file_reads_as_the_agent(sandbox):
+    with pytest.raises(PermissionError):
+        sandbox.read_file("/etc/shadow")
+    with pytest.raises(OSError, match="not a regular file"):
+        sandbox.read_file("/dev/zero")  # nor does it block on a device or a FIFO
+
+
+def test_programs_first_on_path_cannot_replace_the_wrappers(sandbox):
+    # ~/.local/bin comes first on $PATH and belongs to the agent: a `timeout` there that drops its
+    # options ("-k GRACE LIMIT") would run every later command without a limit.
+    sandbox.write_file("/home/agent/.local/bin/timeout", '#!/bin/sh\nshift 3\nexec "$@"\n', mode=0o755)
+    for name in ("cat", "head", "stat", "tar"):
+        sandbox.write_file(f"/home/agent/.local/bin/{name}", "#!/bin/sh\necho forged\n", mode=0o755)
+    started = time.monotonic()
+    result = sandbox.exec("/bin/sleep 6", timeout=1)
+    assert result.timed_out and time.monotonic() - started < 5
+    sandbox.write_file("/workspace/f", "content")
+    assert sandbox.read_file("/workspace/f") == b"content"
+
+
+# ---------------------------------------------------------------- process trees
+
+def test_a_timeout_kills_what_left_the_session(sandbox):
+    result = sandbox.exec("setsid nohup bash -c 'while :; do sleep 0.2; done # agentgym-loop' >/dev/null 2>&1 &"
+                          " sleep 100", timeout=2)
+    assert result.timed_out
+    assert "agentgym-loop" not in _alive(sandbox, "agentgym-loop")
+
+
+def test_stop_processes_kills_everything_the_agent_left(sandbox):
+    sandbox.exec("setsid nohup bash -c 'while :; do sleep 0.2; done # agentgym-loop' >/dev/null 2>&1 &")
+    sandbox.exec("sleep 1000 &")
+    assert "agentgym-loop" in _alive(sandbox, "agentgym-loop")
+    sandbox.stop_processes()
+    assert _alive(sandbox, "agentgym-loop") == _alive(sandbox, "sleep 1000") == ""
+    assert sandbox.exec("echo still here").stdout == "still here\n"
+
+
+def test_the_agent_cannot_kill_its_container(sandbox):
+    sandbox.exec("kill -9 1; kill -9 -1")  # kills the command's own wrapper too: an ordinary result
+    assert sandbox.exec("echo alive").stdout == "alive\n"
+
+
+@pytest.mark.parametrize("bomb", [":(){ :|:& };:", "setsid bash -c 'while :; do sleep 100 & done' >/dev/null 2>&1 &"])
+def test_a_fork_bomb_does_not_outlive_its_command(docker_ready, bomb):
+    with DockerSandbox.create(docker_ready, config=SandboxConfig(pids_limit=64), warm=False) as box:
+        box.exec(bomb, timeout=3)
+        time.sleep(1)  # a bomb that backgrounded itself fills the table meanwhile
+        result = box.exec("echo ok", timeout=5)
+        assert result.stdout == "ok\n"
+        assert int(box.exec("cat /sys/fs/cgroup/pids/pids.current").stdout) < 16
+
+
+# ---------------------------------------------------------------- disk
+
+def test_a_file_cannot_outgrow_the_disk_limit(sandbox):
+    result = sandbox.exec("fallocate -l 3G /workspace/big; echo $?; stat -c %s /workspace/big")
+    assert result.stdout.split() == ["153", "0"], result  # SIGXFSZ: past the per-file limit
+    assert sandbox.exec("head -c 3000000 /dev/zero > /workspace/small && stat -c %s /workspace/small").stdout == \
+        "3000000\n"
+
+
+def test_many_files_over_the_limit_end_the_sandbox(docker_ready):
+    if disk.engine_enforces_size(docker_ready):
+        pytest.skip("this engine enforces the size itself: the writes fail with ENOSPC instead")
+    config = SandboxConfig(disk_limit=64 * MiB)
+    with DockerSandbox.create(docker_ready, config=config, warm=False) as box:
+        box.exec("fallocate -l 40M /workspace/a")
+        with pytest.raises(DiskLimitError, match="disk limit"):
+            box.exec("for i in 1 2 3; do fallocate -l 20M /tmp/f$i; done")
+
+
+def test_snapshot_layers_count_against_the_forks_limit(docker_ready):
+    if disk.engine_enforces_size(docker_ready):
+        pytest.skip("this engine enforces the size itself")
+    config = SandboxConfig(disk_limit=64 * MiB)
+    with DockerSandbox.create(docker_ready, config=config, warm=False) as box:
+        box.exec("fallocate -l 40M /workspace/a")
+        with box.fork() as fork:
+            with pytest.raises(DiskLimitError):
+                fork.exec("fallocate -l 40M /workspace/b")
+
+
+# ---------------------------------------------------------------- host memory
+
+def test_host_memory_stays_bounded_by_huge_sandbox_files(sandbox):
+    sandbox.exec("truncate -s 300M /workspace/sparse && mkdir -p /workspace/t && truncate -s 300M /workspace/t/s")
+    _reset_rss_peak()
+    before = _rss_peak_kib()
+    with pytest.raises(FileTooLargeError):
+        sandbox.read_file("/workspace/sparse")
+    data, total, cut = sandbox.read_lines("/workspace/sparse", 1, 1, max_bytes=20_000)
+    assert (len(data), total, cut) == (20_000, 1, True)
+    sandbox.fs_hash(["/workspace/t"])
+    with pytest.raises(FileTooLargeError):
+        sandbox.run_argv(["cat", "/workspace/sparse"], max_bytes=MiB)
+    # The shell state file is the agent's: a command can fill it after its own save.
+    sandbox.exec("trap - EXIT; { printf '/workspace\\0BIG='; head -c 50000000 /dev/zero | tr '\\0' a; printf '\\0'; }"
+                 " > ~/.agentgym_shell")
+    assert len(sandbox.env.get("BIG", "")) <= 1 << 20
+    assert _rss_peak_kib() - before < 60 * 1024
+
+
+# ---------------------------------------------------------------- faults where they happen
+
+def test_a_container_killed_under_a_command_raises(sandbox):
+    sandbox.exec("true")
+    threading.Timer(1.0, engine.api().kill, args=(sandbox.id,)).start()
+    with pytest.raises(SandboxError, match="stopped|removed"):
+        sandbox.exec("sleep 30")
+
+
+def test_an_oom_kill_in_a_live_container_is_the_commands_result(docker_ready):
+    with DockerSandbox.create(docker_ready, config=SandboxConfig(mem_limit="256m"), warm=False) as box:
+        result = box.exec("python3 -c 'b = bytearray(1024 ** 3)'", timeout=30)
+        assert result.exit_code == 137 and not result.timed_out
+        assert box.exec("echo alive").stdout == "alive\n"
+
+
+def test_the_pool_replaces_containers_that_died_while_idle(docker_ready):
+    filters = {"label": [*labels.session_filter()["label"], f"{labels.KIND}={labels.KIND_POOL}"]}
+    others = {c["Id"] for c in engine.api().containers(filters=filters)}  # the default pool's
+    with WarmPool(2) as pool:
+        pool.prewarm(docker_ready, wait=True)
+        idle = [c["Id"] for c in engine.api().containers(filters=filters) if c["Id"] not in others]
+        assert len(idle) == 2
+        for container_id in idle:
+            engine.api().kill(container_id)
+        boxes = [pool.acquire(docker_ready) for _ in range(4)]
+        try:
+            assert all(box.id not in idle for box in boxes)
+            assert [box.exec("echo ok").stdout for box in boxes] == ["ok\n"] * 4
+        finally:
+            for box in boxes:
+                box.close()
+
+
+# ---------------------------------------------------------------- through a code env's tools
+
+def call(name, **arguments):
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+@pytest.fixture
+def code_env(docker_ready):
+    env = gymnasium.make("agentgym/HumanEval-v0", exec_timeout=1, max_exec_timeout=2).unwrapped
+    env.reset(options={"task_id": "HumanEval/0"})
+    yield env
+    env.close()
+
+
+def test_file_tools_refuse_what_bash_could_not_do(code_env):
+    code_env.sandbox.exec("ln -s /etc /workspace/etc-link")
+    for path in ("/etc/x", "/usr/local/bin/timeout", "/workspace/etc-link/x"):
+        obs, _, terminated, truncated, info = code_env.step(call("write_file", path=path, content="x"))
+        assert "permission denied" in info["error"] and not (terminated or truncated), obs
+        assert "env_error" not in info
+    obs, *_, info = code_env.step(call("str_replace", path="/etc/passwd", old="root:x", new="root:"))
+    assert "permission denied" in info["error"]
+    obs, *_, info = code_env.step(call("read_file", path="/etc/shadow"))
+    assert "permission denied" in info["error"]
+
+
+def test_an_agent_chosen_timeout_is_capped(code_env):
+    bash = next(tool for tool in code_env.tools() if tool.name == "bash")
+    assert "at most 2" in bash.properties["timeout"]["description"]
+    started = time.monotonic()
+    obs, *_, info = code_env.step(call("bash", command="sleep 30", timeout=1000000))
+    assert info["exit_code"] == 124 and time.monotonic() - started < 6
+    assert "timeout capped at 2 s" in obs["text"]
+
+
+def test_submit_stops_what_the_agent_left_running(code_env):
+    code_env.step(call("bash", command="setsid nohup bash -c 'while :; do sleep 0.2; done # agentgym-loop' "
+                                       ">/dev/null 2>&1 &"))
+    _, _, terminated, _, info = code_env.step(call("submit"))
+    assert terminated and "env_error" not in info
+    assert "agentgym-loop" not in _alive(code_env.sandbox, "agentgym-loop")
+
+
+def test_a_huge_file_gets_a_hint_not_the_host_memory(code_env):
+    code_env.sandbox.exec("truncate -s 300M /workspace/sparse; seq 1 200000 > /workspace/long.txt")
+    _reset_rss_peak()
+    before = _rss_peak_kib()
+    obs, *_, info = code_env.step(call("read_file", path="/workspace/sparse"))
+    assert "env_error" not in info and "truncated after" in obs["text"]
+    obs, *_, info = code_env.step(call("str_replace", path="/workspace/sparse", old="a", new="b"))
+    assert "str_replace edits files of up to" in info["error"]
+    assert _rss_peak_kib() - before < 60 * 1024
+    obs, *_ = code_env.step(call("read_file", path="/workspace/long.txt", start_line=199999))
+    assert obs["text"] == "199999\t199999\n200000\t200000"
+
+
+def test_writing_past_the_disk_limit_is_an_env_error(docker_ready):
+    if disk.engine_enforces_size(docker_ready):
+        pytest.skip("this engine enforces the size itself")
+    env = gymnasium.make("agentgym/HumanEval-v0", sandbox_config=SandboxConfig(disk_limit=64 * MiB),
+                         warm_pool=False).unwrapped
+    try:
+        env.reset(options={"task_id": "HumanEval/0"})
+        _, _, _, truncated, info = env.step(call("bash", command="for i in 1 2 3 4; do fallocate -l 20M f$i; done"))
+        assert truncated and "disk limit" in info["env_error"]
+    finally:
+        env.close()
+
+
+def test_a_container_killed_under_a_step_is_an_env_error(code_env):
+    threading.Timer(0.5, engine.api().kill, args=(code_env.sandbox.id,)).start()
+    _, _, _, truncated, info = code_env.step(call("bash", command="sleep 1.5"))
+    assert truncated and ("stopped" in info["env_error"] or "removed" in info["env_error"])

@@ -15,7 +15,11 @@ replaying the same actions from :meth:`reset`; each env kind has a test for this
 Bad model output is normal input. :meth:`step` never raises for what the model wrote: a
 malformed or unknown tool call yields ``info["error"]`` and an observation that says what was
 wrong and what is allowed. A failure of the environment itself (a dead sandbox) ends the
-episode as truncated with ``info["env_error"]`` set, so a trainer can drop the sample.
+episode as truncated with ``info["env_error"]`` set, so a trainer can drop the sample. A limit
+the agent used up (:class:`ResourceLimitExceeded`: a full disk, a process table that a fork
+bomb keeps full) is the agent's failure instead: the episode terminates with reward 0 and
+``info["limit_exceeded"]``, since a dropped or retried sample would let a policy that is about to
+fail escape its 0 by exhausting the sandbox.
 
 ``info`` always carries ``task_id``, ``turn``, ``success``, ``error`` and ``tools`` (the
 available tools in OpenAI function-calling JSON schema).
@@ -180,6 +184,15 @@ class Snapshot:
         return f"Snapshot({self.kind}, task={self.task_id!r}, turn={self.turn}, {state})"
 
 
+class ResourceLimitExceeded(RuntimeError):
+    """The agent used up a resource its env limits (disk, processes); the episode ends as its failure.
+
+    Backends raise subclasses of this (e.g. the Docker sandbox's disk and process-table limits);
+    :meth:`AgentEnv.step` turns one into a terminated step with reward 0 and
+    ``info["limit_exceeded"]``, never an ``env_error`` (see the module docstring).
+    """
+
+
 @dataclass
 class Outcome:
     """What one tool call (or one whole reply) did to the env.
@@ -335,6 +348,9 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
         try:
             parsed = self.parse(action)
             outcome = self._act(parsed)
+        except ResourceLimitExceeded as exc:  # the agent's doing: a failure to score, not a sample to drop
+            outcome = Outcome(f"The episode is over: {exc}", reward=0.0, terminated=True, success=False,
+                              error=str(exc), info={"limit_exceeded": f"{type(exc).__name__}: {exc}"})
         except Exception as exc:  # the env broke, not the model: end the episode, keep the process
             outcome = Outcome(f"Environment error: {type(exc).__name__}: {exc}", error=str(exc),
                               info={"env_error": f"{type(exc).__name__}: {exc}"})

@@ -73,6 +73,20 @@ def test_env_failure_truncates_with_env_error(env, monkeypatch):
     assert info["env_error"].startswith("ZeroDivisionError") and "Environment error" in obs["text"]
 
 
+def test_a_limit_the_agent_used_up_is_its_failure_not_an_env_error(env, monkeypatch):
+    from agentgym.core import ResourceLimitExceeded
+
+    def exhaust(call):
+        raise ResourceLimitExceeded("the sandbox wrote more than its 2 GiB disk limit")
+
+    env.reset(options={"task_id": "reach-7"})
+    monkeypatch.setattr(env, "_call_tool", exhaust)
+    obs, reward, terminated, truncated, info = env.step(add(1))
+    # An env error would be dropped or retried by trainers and the harness: a way out of a 0.
+    assert terminated and not truncated and reward == 0.0 and info["success"] is False
+    assert "env_error" not in info and "disk limit" in info["limit_exceeded"] and "disk limit" in obs["text"]
+
+
 def test_max_turns_truncates_and_stepping_after_the_end_is_harmless():
     env = CounterEnv(max_turns=2)
     env.reset(options={"task_id": "reach-30"})

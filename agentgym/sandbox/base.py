@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from agentgym.core import ResourceLimitExceeded
+
 
 class SandboxError(RuntimeError):
     """A sandbox operation failed for a reason the caller cannot fix by retrying the same call."""
@@ -14,14 +16,15 @@ class SandboxUnavailableError(SandboxError):
     """The backend (engine, image) is missing; the message names the command that provides it."""
 
 
-class SandboxSaturatedError(SandboxError):
+class SandboxSaturatedError(SandboxError, ResourceLimitExceeded):
     """The sandbox's process table stays full after its processes were swept (a fork bomb left running
-    in the background): no command can run in it any more."""
+    in the background): no command can run in it any more. The agent's doing, so an env step scores it
+    as a failure (:class:`~agentgym.core.ResourceLimitExceeded`), not an env error."""
 
 
-class DiskLimitError(SandboxError):
+class DiskLimitError(SandboxError, ResourceLimitExceeded):
     """The sandbox wrote more than ``SandboxConfig.disk_limit`` where the engine has no quota to stop it
-    (see :mod:`agentgym.sandbox.disk`); the episode cannot go on."""
+    (see :mod:`agentgym.sandbox.disk`); the episode cannot go on, and it is the agent's failure."""
 
 
 class FileTooLargeError(OSError):

@@ -253,15 +253,19 @@ def test_a_huge_file_gets_a_hint_not_the_host_memory(code_env):
     assert obs["text"] == "199999\t199999\n200000\t200000"
 
 
-def test_writing_past_the_disk_limit_is_an_env_error(docker_ready):
+def test_writing_past_the_disk_limit_ends_the_episode_as_the_agents_failure(docker_ready):
     if disk.engine_enforces_size(docker_ready):
         pytest.skip("this engine enforces the size itself")
     env = gymnasium.make("agentgym/HumanEval-v0", sandbox_config=SandboxConfig(disk_limit=64 * MiB),
                          warm_pool=False).unwrapped
     try:
         env.reset(options={"task_id": "HumanEval/0"})
-        _, _, _, truncated, info = env.step(call("bash", command="for i in 1 2 3 4; do fallocate -l 20M f$i; done"))
-        assert truncated and "disk limit" in info["env_error"]
+        # Not an env error: that sample would be dropped or retried, and filling the disk would let a
+        # policy about to fail escape its 0.
+        _, reward, terminated, truncated, info = env.step(
+            call("bash", command="for i in 1 2 3 4; do fallocate -l 20M f$i; done"))
+        assert terminated and not truncated and reward == 0.0 and not info["success"]
+        assert "disk limit" in info["limit_exceeded"] and "env_error" not in info
     finally:
         env.close()
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import importlib
 
-from agentgym.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSnapshot, SandboxUnavailableError
+from agentgym.sandbox.base import (DiskLimitError, ExecResult, FileTooLargeError, Sandbox, SandboxError,
+                                   SandboxSaturatedError, SandboxSnapshot, SandboxUnavailableError)
 
 __all__ = [
     "ExecResult", "Sandbox", "SandboxError", "SandboxSnapshot", "SandboxUnavailableError",
+    "DiskLimitError", "FileTooLargeError", "SandboxSaturatedError",
     "DockerSandbox", "DockerSnapshot", "SandboxConfig", "WarmPool", "default_pool", "gc",
     "build_base_image", "require_base_image", "base_image_tag",
 ]

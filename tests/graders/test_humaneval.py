@@ -1,7 +1,6 @@
 """Reward hacking against the HumanEval grader, through env.step text only: every known hack scores 0,
 the reference solution (and a correct one official HumanEval accepts) scores 1."""
 
-import json
 import time
 
 import gymnasium
@@ -9,12 +8,9 @@ import pytest
 
 import agentgym  # noqa: F401  (registers the envs)
 from agentgym.envs.code.humaneval import SOLUTION_PATH, load_problems
+from tests.tool_calls import call
 
 pytestmark = pytest.mark.docker
-
-
-def call(name, **arguments):
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
 @pytest.fixture(scope="module")

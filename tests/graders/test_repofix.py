@@ -7,6 +7,7 @@ import pytest
 
 import agentgym  # noqa: F401
 from agentgym.envs.code import repofix_gen
+from tests.tool_calls import call
 
 pytestmark = pytest.mark.docker
 
@@ -15,10 +16,6 @@ TASKS = {task["instance_id"]: task for task in repofix_gen.load_tasks()}
 TASK = TASKS["boltons__Stats_init-0"]
 PACKAGE_INIT = "boltons/__init__.py"
 ORIGINAL_INIT = "__version__ = '26.2.0'\n"
-
-
-def call(name, **arguments):
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from transformers import AutoTokenizer
 from agentgym.models import tiny_model_path
 from agentgym.rollout.chat import ChatFormat
 from agentgym.rollout.policy import Completion, Policy
+from tests.tool_calls import call  # noqa: F401  (re-exported for the rollout tests)
 
 
 class ScriptedPolicy(Policy):
@@ -34,8 +35,3 @@ class ScriptedPolicy(Policy):
                           logprobs=[-0.5] * len(ids), finish_reason="stop" if stopped else "length",
                           policy_version=self.version, entropy=1.0)
 
-
-def call(name: str, **arguments) -> str:
-    import json
-
-    return f'<tool_call>{json.dumps({"name": name, "arguments": arguments})}</tool_call>'

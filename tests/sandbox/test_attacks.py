@@ -4,7 +4,6 @@ The first part drives DockerSandbox directly; the second drives a code env throu
 as a model would, and checks what the step reports.
 """
 
-import json
 import threading
 import time
 
@@ -16,6 +15,7 @@ from agentgym.sandbox import disk, engine, labels
 from agentgym.sandbox.base import DiskLimitError, FileTooLargeError, SandboxError
 from agentgym.sandbox.docker import DockerSandbox, SandboxConfig
 from agentgym.sandbox.pool import WarmPool
+from tests.tool_calls import call
 
 pytestmark = pytest.mark.docker
 
@@ -198,10 +198,6 @@ def test_the_pool_replaces_containers_that_died_while_idle(docker_ready):
 
 
 # ---------------------------------------------------------------- through a code env's tools
-
-def call(name, **arguments):
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
-
 
 @pytest.fixture
 def code_env(docker_ready):

@@ -1,19 +1,15 @@
 """Forked code envs are indistinguishable from envs that replayed the same actions (real Docker)."""
 
-import json
 
 import gymnasium
 import pytest
 
 import agentgym  # noqa: F401
+from tests.tool_calls import call
 
 pytestmark = pytest.mark.docker
 
 HASHED = ("/workspace", "/home/agent", "/tmp")
-
-
-def call(name, **arguments):
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
 PREFIX = [

@@ -10,10 +10,7 @@ import pytest
 import agentgym  # noqa: F401  (registers the envs)
 from agentgym.envs.code.humaneval import SOLUTION_PATH, load_problems, run_official_tests
 from agentgym.envs.code.humaneval_harness import NotPlainData, ProtocolError, decode, encode
-
-
-def call(name, **arguments):
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+from tests.tool_calls import call
 
 
 @pytest.fixture

@@ -9,14 +9,11 @@ import pytest
 import agentgym  # noqa: F401
 from agentgym.envs.code import repofix_gen
 from agentgym.envs.code.repofix import grade_diff, reporter_command, workspace_tarball
+from tests.tool_calls import call
 
 pytestmark = pytest.mark.docker
 
 TASKS = repofix_gen.load_tasks()
-
-
-def call(name, **arguments):
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
 def test_every_shipped_task_is_verified_in_the_sandbox(docker_ready):

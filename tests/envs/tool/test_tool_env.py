@@ -13,12 +13,9 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from agentgym.envs.tool import SQLiteState, Tool, ToolEnv, tool_from_callable, tools_from_object
+from tests.tool_calls import call
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def call(name, **arguments):
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
 class Color(enum.Enum):

@@ -122,25 +122,26 @@ def test_a_file_cannot_outgrow_the_disk_limit(sandbox):
         "3000000\n"
 
 
-def test_many_files_over_the_limit_end_the_sandbox(docker_ready):
+@pytest.fixture
+def metered_sandbox(docker_ready):
+    """A sandbox with a 64 MiB disk limit that the writable-layer meter enforces (not an engine quota)."""
     if disk.engine_enforces_size(docker_ready):
         pytest.skip("this engine enforces the size itself: the writes fail with ENOSPC instead")
-    config = SandboxConfig(disk_limit=64 * MiB)
-    with DockerSandbox.create(docker_ready, config=config, warm=False) as box:
-        box.exec("fallocate -l 40M /workspace/a")
-        with pytest.raises(DiskLimitError, match="disk limit"):
-            box.exec("for i in 1 2 3; do fallocate -l 20M /tmp/f$i; done")
+    with DockerSandbox.create(docker_ready, config=SandboxConfig(disk_limit=64 * MiB), warm=False) as box:
+        yield box
 
 
-def test_snapshot_layers_count_against_the_forks_limit(docker_ready):
-    if disk.engine_enforces_size(docker_ready):
-        pytest.skip("this engine enforces the size itself")
-    config = SandboxConfig(disk_limit=64 * MiB)
-    with DockerSandbox.create(docker_ready, config=config, warm=False) as box:
-        box.exec("fallocate -l 40M /workspace/a")
-        with box.fork() as fork:
-            with pytest.raises(DiskLimitError):
-                fork.exec("fallocate -l 40M /workspace/b")
+def test_many_files_over_the_limit_end_the_sandbox(metered_sandbox):
+    metered_sandbox.exec("fallocate -l 40M /workspace/a")
+    with pytest.raises(DiskLimitError, match="disk limit"):
+        metered_sandbox.exec("for i in 1 2 3; do fallocate -l 20M /tmp/f$i; done")
+
+
+def test_snapshot_layers_count_against_the_forks_limit(metered_sandbox):
+    metered_sandbox.exec("fallocate -l 40M /workspace/a")
+    with metered_sandbox.fork() as fork:
+        with pytest.raises(DiskLimitError):
+            fork.exec("fallocate -l 40M /workspace/b")
 
 
 # ---------------------------------------------------------------- host memory

@@ -63,6 +63,12 @@ def start(arg):
     """Xvfb and openbox; returns once the window manager answers."""
     width, height = int(arg["width"]), int(arg["height"])
     os.makedirs(A11Y_DIR, exist_ok=True)
+    # A desktop forked from a snapshot inherits the old X server's lock file and socket. Xvfb refuses to
+    # start when the pid in the lock is alive, and in the new container that pid may well be one of ours.
+    number = DISPLAY.lstrip(":")
+    for stale in (f"/tmp/.X{number}-lock", f"/tmp/.X11-unix/X{number}"):
+        if os.path.lexists(stale):
+            os.remove(stale)
     spawn("xvfb", ["Xvfb", DISPLAY, "-screen", "0", f"{width}x{height}x24", "-nolisten", "tcp",
                    "-dpi", "96", "-br", "-noreset", "+extension", "XTEST", "-s", "0", "-ac",
                    # No key auto-repeat: on a loaded machine a key held between xdotool's press and release

@@ -48,7 +48,7 @@ fi
 
 # 3. The virtual environment (reinstalled only when the project metadata changes).
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-stamp=".venv/.agentgym-installed-$(cat pyproject.toml setup.py scripts/setup.sh | sha256sum | cut -c1-16)-$EXTRAS"
+stamp=".venv/.agentgym-installed-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)-$EXTRAS"
 if [ ! -f "$stamp" ]; then
   echo "== installing agentgym[$EXTRAS] into .venv"
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null

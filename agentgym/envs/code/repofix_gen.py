@@ -7,7 +7,7 @@ repo into the agent's starting workspace. As in SWE-bench, the test files that
 expose the bug are hidden: `bug_patch` deletes them and `test_patch` restores
 them at grading time.
 
-    python envs/code/repofix_gen.py --out envs/code/tasks/repofix/tasks.jsonl
+    python agentgym/envs/code/repofix_gen.py --out agentgym/envs/code/tasks/repofix/tasks.jsonl
 
 The module is importable too: `load_tasks`, `materialize_workspace`,
 `apply_patch`, `parse_pytest_report`, `grade_results` and `verify_task` are the

@@ -5,16 +5,34 @@ environment plugins, so ``gymnasium.make("agentgym/HumanEval-v0")`` works after 
 """
 
 from agentgym.actions import ParsedAction, ToolCall, ToolSpec, parse_action
-from agentgym.core import (AgentEnv, AgentText, Outcome, Snapshot, SnapshotError,
-                           SnapshotMismatchError, SnapshotReleasedError)
+from agentgym.core import (
+    AgentEnv,
+    AgentText,
+    Outcome,
+    Snapshot,
+    SnapshotError,
+    SnapshotMismatchError,
+    SnapshotReleasedError,
+)
 from agentgym.registration import load_plugins, register_builtin_envs, register_env, registered_env_ids
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AgentEnv", "AgentText", "Outcome", "Snapshot", "SnapshotError", "SnapshotMismatchError",
-    "SnapshotReleasedError", "ParsedAction", "ToolCall", "ToolSpec", "parse_action",
-    "register_env", "registered_env_ids", "__version__",
+    "AgentEnv",
+    "AgentText",
+    "Outcome",
+    "Snapshot",
+    "SnapshotError",
+    "SnapshotMismatchError",
+    "SnapshotReleasedError",
+    "ParsedAction",
+    "ToolCall",
+    "ToolSpec",
+    "parse_action",
+    "register_env",
+    "registered_env_ids",
+    "__version__",
 ]
 
 register_builtin_envs()

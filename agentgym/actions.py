@@ -26,8 +26,9 @@ import ast
 import json
 import re
 import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 __all__ = [
     "ToolSpec",
@@ -66,9 +67,7 @@ class ToolSpec:
 
     name: str
     description: str
-    parameters: Mapping[str, Any] = field(
-        default_factory=lambda: {"type": "object", "properties": {}, "required": []}
-    )
+    parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}, "required": []})
 
     def to_openai(self) -> dict:
         """The OpenAI function-calling form (``{"type": "function", "function": {...}}``)."""
@@ -235,8 +234,9 @@ def _validate_call(call: ToolCall, by_name: Mapping[str, ToolSpec]) -> None:
         call.error = validate_arguments(spec, call.arguments)
 
 
-def _extract(action: Any, by_name: Mapping[str, ToolSpec],
-             code_block_tools: Mapping[str, tuple[str, str]]) -> tuple[list[ToolCall], str]:
+def _extract(
+    action: Any, by_name: Mapping[str, ToolSpec], code_block_tools: Mapping[str, tuple[str, str]]
+) -> tuple[list[ToolCall], str]:
     if isinstance(action, (bytes, bytearray)):
         action = action.decode("utf-8", errors="replace")
     if not isinstance(action, str):
@@ -266,9 +266,12 @@ def _from_structured(obj: Any) -> list[ToolCall]:
         return [_call_from_json(dict(obj))]
     function = getattr(obj, "function", None)  # openai SDK objects
     if function is not None:
-        return [_call_from_json({"name": getattr(function, "name", None),
-                                 "arguments": getattr(function, "arguments", None)},
-                                call_id=getattr(obj, "id", None))]
+        return [
+            _call_from_json(
+                {"name": getattr(function, "name", None), "arguments": getattr(function, "arguments", None)},
+                call_id=getattr(obj, "id", None),
+            )
+        ]
     if getattr(obj, "tool_calls", None) is not None:
         return _from_structured(list(obj.tool_calls))
     return [ToolCall(name="?", error=f"unsupported action type {type(obj).__name__}")]
@@ -361,7 +364,7 @@ def _from_call_syntax(text: str, by_name: Mapping[str, ToolSpec]) -> tuple[list[
         if end is None:
             position = match.end()
             continue
-        calls.append(_call_from_source(by_name[name], text[match.start():end + 1]))
+        calls.append(_call_from_source(by_name[name], text[match.start() : end + 1]))
         spans.append((match.start(), end + 1))
         position = end + 1
     rest, last = [], 0
@@ -405,7 +408,9 @@ def _call_from_source(spec: ToolSpec, source: str) -> ToolCall:
         return ToolCall(name=spec.name, error=f"could not read the arguments of {source[:80]!r} ({exc})")
     names = list(spec.properties)
     if len(positional) > len(names):
-        return ToolCall(name=spec.name, error=f"{spec.signature()} takes {len(names)} argument(s), got {len(positional)}")
+        return ToolCall(
+            name=spec.name, error=f"{spec.signature()} takes {len(names)} argument(s), got {len(positional)}"
+        )
     arguments = dict(zip(names, positional))
     duplicated = set(arguments) & set(keywords)
     if duplicated:

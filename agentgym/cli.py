@@ -107,8 +107,14 @@ def _serve(args: argparse.Namespace) -> int:
 
     _model_dir(args.model, "--model")
     try:
-        serve(args.model, host=args.host, port=args.port, max_batch_size=args.max_batch_size,
-              served_model_name=args.served_model_name, device=args.device)
+        serve(
+            args.model,
+            host=args.host,
+            port=args.port,
+            max_batch_size=args.max_batch_size,
+            served_model_name=args.served_model_name,
+            device=args.device,
+        )
     except OSError as exc:
         if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
             raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
@@ -141,17 +147,28 @@ def _print_summary(summary: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    columns = ("success_rate", "success_ci95", *(f"pass@{j}" for j in summary["metrics"]["pass_at_k"]), "mean_turns",
-               "env_error_rate")
+    columns = (
+        "success_rate",
+        "success_ci95",
+        *(f"pass@{j}" for j in summary["metrics"]["pass_at_k"]),
+        "mean_turns",
+        "env_error_rate",
+    )
 
     def cells(metrics: dict) -> list[str]:
-        values = {"success_rate": metrics["success_rate"], "success_ci95": metrics["success_ci95"],
-                  **{f"pass@{j}": v for j, v in metrics["pass_at_k"].items()},
-                  "mean_turns": metrics["mean_turns"], "env_error_rate": metrics["env_error_rate"]}
+        values = {
+            "success_rate": metrics["success_rate"],
+            "success_ci95": metrics["success_ci95"],
+            **{f"pass@{j}": v for j, v in metrics["pass_at_k"].items()},
+            "mean_turns": metrics["mean_turns"],
+            "env_error_rate": metrics["env_error_rate"],
+        }
         return [_fmt(values[c]) for c in columns]
 
-    table = Table(title=f"{summary['suite']} · {summary['model']} · k={summary['k']} · "
-                        f"{summary['episodes']} episodes of {summary['tasks']} tasks")
+    table = Table(
+        title=f"{summary['suite']} · {summary['model']} · k={summary['k']} · "
+        f"{summary['episodes']} episodes of {summary['tasks']} tasks"
+    )
     for column in ("category", *columns):
         table.add_column(column)
     for category, metrics in summary["by_category"].items():
@@ -165,8 +182,10 @@ def _print_summary(summary: dict) -> None:
     if errors:
         print("failed episodes by error: " + ", ".join(f"{kind} {count}" for kind, count in errors.items()))
     if errors.get("context_overflow"):
-        print(f"{errors['context_overflow']} episode(s) outgrew the model's context window (counted as failures): "
-              "lower --max-turns, or serve the model with a longer context")
+        print(
+            f"{errors['context_overflow']} episode(s) outgrew the model's context window (counted as failures): "
+            "lower --max-turns, or serve the model with a longer context"
+        )
 
 
 def _fmt(value) -> str:
@@ -204,9 +223,18 @@ def _eval(args: argparse.Namespace) -> int:
 
     async def run() -> dict:
         try:
-            return await evaluate(suite, policy, k=args.k, concurrency=args.concurrency, out_dir=out,
-                                  max_turns=args.max_turns, timeout=args.timeout, seed=args.seed, model=model,
-                                  memory=memory)
+            return await evaluate(
+                suite,
+                policy,
+                k=args.k,
+                concurrency=args.concurrency,
+                out_dir=out,
+                max_turns=args.max_turns,
+                timeout=args.timeout,
+                seed=args.seed,
+                model=model,
+                memory=memory,
+            )
         finally:
             if hasattr(policy, "aclose"):
                 await policy.aclose()
@@ -219,8 +247,11 @@ def _eval(args: argparse.Namespace) -> int:
     except ValueError as exc:  # e.g. --out holds a run with other settings
         raise UsageError(str(exc)) from None
     except KeyboardInterrupt:
-        print(f"agentgym eval: interrupted; finished episodes are kept in {out}/results.jsonl "
-              "(rerun the same command to resume)", file=sys.stderr)
+        print(
+            f"agentgym eval: interrupted; finished episodes are kept in {out}/results.jsonl "
+            "(rerun the same command to resume)",
+            file=sys.stderr,
+        )
         return 130
     _print_summary(summary)
     print(f"results in {out}")
@@ -239,8 +270,10 @@ def _check_suite_envs(suite) -> None:
         try:
             gymnasium.spec(env_id)
         except gymnasium.error.Error:
-            raise UsageError(f"suite {suite.name!r} names env {env_id!r}, which is not registered "
-                             "(`agentgym envs list` shows the ids)") from None
+            raise UsageError(
+                f"suite {suite.name!r} names env {env_id!r}, which is not registered "
+                "(`agentgym envs list` shows the ids)"
+            ) from None
 
 
 def _run_dir(path: str) -> Path:
@@ -263,8 +296,10 @@ def _eval_compare(args: argparse.Namespace) -> int:
     run_a, run_b = _run_dir(args.run_a), _run_dir(args.run_b)
     result = compare(load_results(run_a), load_results(run_b), seed=args.seed)
     if not result["tasks"]:
-        raise UsageError(f"the two runs share no task ({result['only_a']} tasks only in A, {result['only_b']} only "
-                         "in B), so there is nothing to compare")
+        raise UsageError(
+            f"the two runs share no task ({result['only_a']} tasks only in A, {result['only_b']} only "
+            "in B), so there is nothing to compare"
+        )
     print(f"A = {args.run_a}\nB = {args.run_b}")
     for key, value in result.items():
         print(f"{key:18} {_fmt(value)}")
@@ -309,7 +344,9 @@ def _memory_show(args: argparse.Namespace) -> int:
     entry = _memory_bank(args).store.get(args.id)
     if entry is None:
         raise UsageError(f"no entry {args.id} in {args.store}")
-    print(f"entry {entry.id}: {entry.kind}  env={entry.env or '-'} family={entry.family or '-'} task={entry.task or '-'}")
+    print(
+        f"entry {entry.id}: {entry.kind}  env={entry.env or '-'} family={entry.family or '-'} task={entry.task or '-'}"
+    )
     print(f"title: {entry.title}\ntags: {', '.join(entry.tags) or '-'}\n\n{entry.text}\n")
     if entry.kind == "skill":
         try:
@@ -330,9 +367,13 @@ def _memory_search(args: argparse.Namespace) -> int:
 
 
 def _memory_prune(args: argparse.Namespace) -> int:
-    report = _memory_bank(args).refine(merge_threshold=args.merge_threshold, min_uses=args.min_uses,
-                                       prune_below=args.below, max_skills=args.max_skills,
-                                       max_episodes=args.max_episodes)
+    report = _memory_bank(args).refine(
+        merge_threshold=args.merge_threshold,
+        min_uses=args.min_uses,
+        prune_below=args.below,
+        max_skills=args.max_skills,
+        max_episodes=args.max_episodes,
+    )
     print(json.dumps(report))
     return 0
 
@@ -368,7 +409,11 @@ def _memory_import(args: argparse.Namespace) -> int:
                 continue
             try:
                 row = json.loads(line)
-                if not isinstance(row, dict) or not isinstance(row.get("kind"), str) or not isinstance(row.get("text"), str):
+                if (
+                    not isinstance(row, dict)
+                    or not isinstance(row.get("kind"), str)
+                    or not isinstance(row.get("text"), str)
+                ):
                     raise ValueError("each line needs a JSON object with string 'kind' and 'text'")
                 if not isinstance(row.get("data", {}), dict):
                     raise ValueError("'data' must be a JSON object")
@@ -421,8 +466,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     envs = commands.add_parser("envs", help="environments").add_subparsers(dest="action", required=True)
     listing = envs.add_parser("list", help="list registered envs: id, number of tasks, description")
-    listing.add_argument("pattern", nargs="?", help="only ids containing this word, or matching this glob "
-                                                    "(case-insensitive), e.g. miniwob or 'agentgym/web.*'")
+    listing.add_argument(
+        "pattern",
+        nargs="?",
+        help="only ids containing this word, or matching this glob "
+        "(case-insensitive), e.g. miniwob or 'agentgym/web.*'",
+    )
     listing.set_defaults(run=_envs_list)
     tasks = envs.add_parser("tasks", help="list one env's task ids (for reset(options={'task_id': ...}) and --tasks)")
     tasks.add_argument("env_id", help="a registered id, e.g. agentgym/HumanEval-v0 (the agentgym/ may be left out)")
@@ -432,8 +481,11 @@ def build_parser() -> argparse.ArgumentParser:
     build = images.add_parser("build", help="build the base sandbox image offline (debootstrap + docker import)")
     build.add_argument("--force", action="store_true", help="rebuild even if the image exists")
     build.add_argument("--dockerfile", help="build from this Dockerfile instead (needs a reachable registry)")
-    build.add_argument("--desktop", action="store_true",
-                       help="build the desktop image for the GUI envs instead (Xvfb, openbox, xdotool, apps)")
+    build.add_argument(
+        "--desktop",
+        action="store_true",
+        help="build the desktop image for the GUI envs instead (Xvfb, openbox, xdotool, apps)",
+    )
     build.set_defaults(run=_images_build)
 
     sandbox = commands.add_parser("sandbox", help="sandboxes").add_subparsers(dest="action", required=True)
@@ -445,18 +497,26 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--model", required=True, help="a local Hugging Face checkpoint directory")
     serve.add_argument("--port", type=int, required=True)
     serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: %(default)s)")
-    serve.add_argument("--max-batch-size", type=int, default=16, help="requests per forward batch (default: %(default)s)")
+    serve.add_argument(
+        "--max-batch-size", type=int, default=16, help="requests per forward batch (default: %(default)s)"
+    )
     serve.add_argument("--served-model-name", help="the model name clients send (default: the --model value)")
     serve.add_argument("--device", help="torch device, e.g. cuda:0 (default: the policy's choice)")
     serve.set_defaults(run=_serve)
 
-    evaluation = commands.add_parser("eval", help="evaluate a policy on a suite (or compare two runs)",
-                                     formatter_class=_HelpFormatter,
-                                     description="Run k samples of every task of a suite; results.jsonl, summary.json "
-                                                 "and report.html go to --out, and a rerun resumes.")
+    evaluation = commands.add_parser(
+        "eval",
+        help="evaluate a policy on a suite (or compare two runs)",
+        formatter_class=_HelpFormatter,
+        description="Run k samples of every task of a suite; results.jsonl, summary.json "
+        "and report.html go to --out, and a rerun resumes.",
+    )
     evaluation.add_argument("--suite", help=f"{', '.join(BUILTIN_SUITES)}, or a JSONL/YAML suite file")
-    evaluation.add_argument("--policy", help="an http(s) OpenAI-compatible endpoint URL, a local model directory, "
-                                             "'oracle' (the tasks' known solutions) or 'nonsense' (gibberish)")
+    evaluation.add_argument(
+        "--policy",
+        help="an http(s) OpenAI-compatible endpoint URL, a local model directory, "
+        "'oracle' (the tasks' known solutions) or 'nonsense' (gibberish)",
+    )
     evaluation.add_argument("--model", help="the model name the endpoint serves (required with a URL)")
     evaluation.add_argument("--tokenizer", help="with a URL: the served model's tokenizer, for token mode")
     evaluation.add_argument("-k", type=int, default=1, help="samples per task (default: %(default)s)")
@@ -466,10 +526,15 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--max-turns", type=int, help="turns per episode (default: the env's limit)")
     evaluation.add_argument("--timeout", type=float, help="seconds per episode (default: none)")
     evaluation.add_argument("--seed", type=int, default=0, help="base of the reset seeds (default: %(default)s)")
-    evaluation.add_argument("--memory", metavar="PATH", help="a memory store: retrieved memories and skills go into "
-                                                             "each task's prompt")
-    evaluation.add_argument("--memory-mode", choices=("read", "learn"), default="read",
-                            help="read: retrieve only; learn: also write each episode back (default: %(default)s)")
+    evaluation.add_argument(
+        "--memory", metavar="PATH", help="a memory store: retrieved memories and skills go into each task's prompt"
+    )
+    evaluation.add_argument(
+        "--memory-mode",
+        choices=("read", "learn"),
+        default="read",
+        help="read: retrieve only; learn: also write each episode back (default: %(default)s)",
+    )
     evaluation.set_defaults(run=_eval)
     compare = evaluation.add_subparsers(dest="action").add_parser("compare", help="paired difference of two runs")
     compare.add_argument("run_a", help="a run directory (or its results.jsonl)")
@@ -498,12 +563,23 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("-k", type=int, default=5, help="results (default: %(default)s)")
     search.add_argument("--kind", choices=kinds)
     search.add_argument("--env", help="only entries of this env kind")
-    prune = memory_command("prune", _memory_prune, "merge near-duplicate skills, prune low-utility ones, "
-                                                   "enforce capacity; prints what was removed")
-    prune.add_argument("--merge-threshold", type=float, default=0.8,
-                       help="Jaccard similarity of procedures that merges two skills (default: %(default)s)")
-    prune.add_argument("--min-uses", type=int, default=5, help="uses before a skill can be pruned (default: %(default)s)")
-    prune.add_argument("--below", type=float, default=0.0, help="prune skills with utility below this (default: %(default)s)")
+    prune = memory_command(
+        "prune",
+        _memory_prune,
+        "merge near-duplicate skills, prune low-utility ones, enforce capacity; prints what was removed",
+    )
+    prune.add_argument(
+        "--merge-threshold",
+        type=float,
+        default=0.8,
+        help="Jaccard similarity of procedures that merges two skills (default: %(default)s)",
+    )
+    prune.add_argument(
+        "--min-uses", type=int, default=5, help="uses before a skill can be pruned (default: %(default)s)"
+    )
+    prune.add_argument(
+        "--below", type=float, default=0.0, help="prune skills with utility below this (default: %(default)s)"
+    )
     prune.add_argument("--max-skills", type=int, help="capacity: keep the highest-utility skills")
     prune.add_argument("--max-episodes", type=int, help="capacity: keep the newest episodes")
     export = memory_command("export", _memory_export, "write entries as JSON lines")
@@ -512,9 +588,11 @@ def build_parser() -> argparse.ArgumentParser:
     importing = memory_command("import", _memory_import, "add entries from JSON lines (the store is created if needed)")
     importing.add_argument("file", help="a JSONL file written by `agentgym memory export`")
 
-    train = commands.add_parser("train", help="train a policy on an env (TreeGRPO or SAO) from a YAML config",
-                                description="One process; for several, run "
-                                            "`accelerate launch -m agentgym.train --config X.yaml`.")
+    train = commands.add_parser(
+        "train",
+        help="train a policy on an env (TreeGRPO or SAO) from a YAML config",
+        description="One process; for several, run `accelerate launch -m agentgym.train --config X.yaml`.",
+    )
     train.add_argument("--config", required=True, help="a YAML config (see examples/configs/)")
     train.add_argument("overrides", nargs="*", help="key=value overrides of config fields, e.g. max_steps=10")
     train.set_defaults(run=_train)

@@ -59,8 +59,9 @@ import threading
 import time
 import uuid
 import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -122,8 +123,16 @@ class Snapshot:
     trajectory stores; the state itself stays in this process.
     """
 
-    def __init__(self, *, kind: str, task_id: str, turn: int, payload: Any,
-                 release: Callable[[], None] | None = None, metadata: dict | None = None):
+    def __init__(
+        self,
+        *,
+        kind: str,
+        task_id: str,
+        turn: int,
+        payload: Any,
+        release: Callable[[], None] | None = None,
+        metadata: dict | None = None,
+    ):
         self.id = uuid.uuid4().hex
         self.kind = kind
         self.task_id = task_id
@@ -152,10 +161,16 @@ class Snapshot:
 
     @property
     def metadata(self) -> dict:
-        return {"id": self.id, "kind": self.kind, "task_id": self.task_id, "turn": self.turn,
-                "created_at": self.created_at, **self._extra_metadata}
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "task_id": self.task_id,
+            "turn": self.turn,
+            "created_at": self.created_at,
+            **self._extra_metadata,
+        }
 
-    def retain(self) -> "Snapshot":
+    def retain(self) -> Snapshot:
         with self._lock:
             if self._refs == 0:
                 raise SnapshotReleasedError(f"snapshot {self.id[:8]} was released; it cannot be retained")
@@ -173,7 +188,7 @@ class Snapshot:
             self._payload = None
             self._finalizer()
 
-    def __enter__(self) -> "Snapshot":
+    def __enter__(self) -> Snapshot:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -277,8 +292,14 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
         if init is not None and not _takes_render_mode(init):
             cls.__init__ = _with_render_mode(init)
 
-    def __init__(self, *, max_turns: int = 30, render_mode: str | None = None,
-                 image_shape: tuple[int, int] | None = None, max_text_length: int = 1 << 20):
+    def __init__(
+        self,
+        *,
+        max_turns: int = 30,
+        render_mode: str | None = None,
+        image_shape: tuple[int, int] | None = None,
+        max_text_length: int = 1 << 20,
+    ):
         self.max_turns = max_turns
         self.render_mode = self._checked_render_mode(render_mode)
         obs_spaces: dict[str, spaces.Space] = {"text": AgentText(max_text_length)}
@@ -342,18 +363,32 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
             raise gym.error.ResetNeeded("call reset() before step()")
         if episode.terminated or episode.truncated:
             text = "Error: the episode is over; call reset() to start a new one."
-            return (self._as_observation(text), 0.0, episode.terminated, episode.truncated,
-                    self._info(error="episode is over"))
+            return (
+                self._as_observation(text),
+                0.0,
+                episode.terminated,
+                episode.truncated,
+                self._info(error="episode is over"),
+            )
         episode.turn += 1
         try:
             parsed = self.parse(action)
             outcome = self._act(parsed)
         except ResourceLimitExceeded as exc:  # the agent's doing: a failure to score, not a sample to drop
-            outcome = Outcome(f"The episode is over: {exc}", reward=0.0, terminated=True, success=False,
-                              error=str(exc), info={"limit_exceeded": f"{type(exc).__name__}: {exc}"})
+            outcome = Outcome(
+                f"The episode is over: {exc}",
+                reward=0.0,
+                terminated=True,
+                success=False,
+                error=str(exc),
+                info={"limit_exceeded": f"{type(exc).__name__}: {exc}"},
+            )
         except Exception as exc:  # the env broke, not the model: end the episode, keep the process
-            outcome = Outcome(f"Environment error: {type(exc).__name__}: {exc}", error=str(exc),
-                              info={"env_error": f"{type(exc).__name__}: {exc}"})
+            outcome = Outcome(
+                f"Environment error: {type(exc).__name__}: {exc}",
+                error=str(exc),
+                info={"env_error": f"{type(exc).__name__}: {exc}"},
+            )
             episode.truncated = True
         if outcome.success is not None:
             episode.success = bool(outcome.success)
@@ -385,8 +420,9 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
     # ------------------------------------------------------------------ replies and tools
     def parse(self, action: Any) -> ParsedAction:
         """Parse a reply with this env's tools; never raises (see :func:`agentgym.actions.parse_action`)."""
-        return parse_action(action, self.tools(), code_block_tools=self.code_block_tools,
-                            allow_text=self.allow_text_replies)
+        return parse_action(
+            action, self.tools(), code_block_tools=self.code_block_tools, allow_text=self.allow_text_replies
+        )
 
     def _act(self, parsed: ParsedAction) -> Outcome:
         """Run the reply's calls in order; invalid calls report their error, valid ones run.
@@ -428,9 +464,14 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
         episode = self._require_episode()
         payload, release = self._capture()
         state = _EpisodeState(**vars(episode))
-        return Snapshot(kind=self.kind, task_id=episode.task_id, turn=episode.turn,
-                        payload=(state, payload), release=release,
-                        metadata=self._snapshot_metadata(payload))
+        return Snapshot(
+            kind=self.kind,
+            task_id=episode.task_id,
+            turn=episode.turn,
+            payload=(state, payload),
+            release=release,
+            metadata=self._snapshot_metadata(payload),
+        )
 
     def restore(self, snapshot: Snapshot) -> None:
         """Put this env into ``snapshot``'s state (the snapshot stays valid and owned by the caller)."""
@@ -439,7 +480,7 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
         self._load(payload)
         self._episode = _EpisodeState(**vars(state))
 
-    def fork(self, snapshot: Snapshot | None = None) -> "AgentEnv":
+    def fork(self, snapshot: Snapshot | None = None) -> AgentEnv:
         """A new, independent env at ``snapshot``'s state (default: the current state).
 
         The returned env is not wrapped; it has the same configuration as this one and must be
@@ -467,13 +508,13 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
         if self._episode is not None and self._episode.task_id != snapshot.task_id:
             raise SnapshotMismatchError(
                 f"snapshot of task {snapshot.task_id!r} cannot restore into an env on task "
-                f"{self._episode.task_id!r}; fork() it or reset to that task first")
+                f"{self._episode.task_id!r}; fork() it or reset to that task first"
+            )
         return snapshot.payload
 
     def _snapshot_metadata(self, payload: Any) -> dict:
         """Serialisable backend details for :attr:`Snapshot.metadata` (e.g. an image id)."""
         return {}
-
 
     @property
     def task_id(self) -> str | None:
@@ -505,8 +546,9 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
             # Keep the last screenshot when a step did not take a new one (the space requires it); a copy,
             # since callers own what a step returns (Gymnasium's check_env tests that no two share data).
             previous = self._episode.last_observation.get("image") if self._episode else None
-            observation["image"] = previous.copy() if previous is not None else np.zeros(
-                self.observation_space["image"].shape, np.uint8)
+            observation["image"] = (
+                previous.copy() if previous is not None else np.zeros(self.observation_space["image"].shape, np.uint8)
+            )
         return observation
 
     def _info(self, error: str | None = None) -> dict:
@@ -555,5 +597,6 @@ async def _in_env_thread(function: Callable, *args, **kwargs):
         with _env_pool_lock:
             if _env_pool is None:
                 _env_pool = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=int(os.environ.get("AGENTGYM_ENV_THREADS", "64")), thread_name_prefix="agentgym-env")
+                    max_workers=int(os.environ.get("AGENTGYM_ENV_THREADS", "64")), thread_name_prefix="agentgym-env"
+                )
     return await asyncio.get_running_loop().run_in_executor(_env_pool, functools.partial(function, *args, **kwargs))

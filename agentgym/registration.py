@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import importlib.util
 import warnings
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium
 
@@ -41,8 +42,10 @@ BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
     "RepoFix-v0": ("agentgym.envs.code.repofix:RepoFixEnv", {}),
     "Desktop-v0": ("agentgym.envs.gui.env:DesktopEnv", {}),
     "KeyChain-v0": ("agentgym.envs.tool.keychain:KeyChainEnv", {}),
-    **{f"BFCL-multi-turn-{category}-v0": ("agentgym.envs.tool.bfcl:BFCLMultiTurnEnv", {"category": category})
-       for category in ("base", "miss_func", "miss_param", "long_context")},
+    **{
+        f"BFCL-multi-turn-{category}-v0": ("agentgym.envs.tool.bfcl:BFCLMultiTurnEnv", {"category": category})
+        for category in ("base", "miss_func", "miss_param", "long_context")
+    },
     **{f"web.{app}-v0": ("agentgym.envs.web.app_env:WebAppEnv", {"app": app}) for app in ("shop", "mail", "wiki")},
     # MiniWoB++: one env per task page of the miniwob package (none when it is not installed).
     **{f"miniwob.{task}-v0": ("agentgym.envs.web.miniwob:MiniWoBEnv", {"task": task}) for task in _miniwob_tasks()},
@@ -68,11 +71,12 @@ def register_env(name: str, entry_point: str | Callable[..., Any], **kwargs: Any
     if old is not None:
         if old.entry_point == entry_point and _same(old.kwargs, kwargs):
             return env_id
-        warnings.warn(f"{env_id} was registered already (to {_name(old.entry_point)}); it now makes "
-                      f"{_name(entry_point)}", stacklevel=2)
+        warnings.warn(
+            f"{env_id} was registered already (to {_name(old.entry_point)}); it now makes {_name(entry_point)}",
+            stacklevel=2,
+        )
         del gymnasium.registry[env_id]
-    gymnasium.register(id=env_id, entry_point=entry_point, kwargs=kwargs,
-                       order_enforce=False, disable_env_checker=True)
+    gymnasium.register(id=env_id, entry_point=entry_point, kwargs=kwargs, order_enforce=False, disable_env_checker=True)
     return env_id
 
 

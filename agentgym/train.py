@@ -45,8 +45,16 @@ from pathlib import Path
 
 import yaml
 
-__all__ = ["TRAINERS", "ConfigError", "NO_SIGNAL_PATIENCE", "build_trainer", "has_learning_signal",
-           "last_complete_checkpoint", "load_config", "main"]
+__all__ = [
+    "TRAINERS",
+    "ConfigError",
+    "NO_SIGNAL_PATIENCE",
+    "build_trainer",
+    "has_learning_signal",
+    "last_complete_checkpoint",
+    "load_config",
+    "main",
+]
 
 TRAINERS = {
     "tree_grpo": ("agentgym.trainers.tree_grpo:TreeGRPOTrainer", "agentgym.trainers.tree_grpo_config:TreeGRPOConfig"),
@@ -111,8 +119,11 @@ def last_complete_checkpoint(output_dir: str | os.PathLike, world_size: int) -> 
     folder = Path(output_dir)
     if not folder.is_dir():
         return None
-    steps = sorted((int(m.group(1)), p) for p in folder.iterdir()
-                   if (m := re.fullmatch(r"checkpoint-(\d+)", p.name)) and p.is_dir())
+    steps = sorted(
+        (int(m.group(1)), p)
+        for p in folder.iterdir()
+        if (m := re.fullmatch(r"checkpoint-(\d+)", p.name)) and p.is_dir()
+    )
     for _, path in reversed(steps):
         if all((path / STATE_FILE.format(rank=r)).exists() for r in range(world_size)):
             return str(path)
@@ -131,8 +142,10 @@ def build_trainer(config: dict):
     config = dict(config)
     kind = config.pop("trainer", None)
     if kind not in TRAINERS:
-        raise ConfigError(f"the config's `trainer` must be one of {', '.join(sorted(TRAINERS))}"
-                          + ("; it sets none" if kind is None else f", got {kind!r}"))
+        raise ConfigError(
+            f"the config's `trainer` must be one of {', '.join(sorted(TRAINERS))}"
+            + ("; it sets none" if kind is None else f", got {kind!r}")
+        )
     trainer_cls, config_cls = (_load(t) for t in TRAINERS[kind])
     _check_keys(config, config_cls, kind)
     if not config.get("output_dir"):
@@ -148,8 +161,9 @@ def build_trainer(config: dict):
         model = str(_warm_start(model, warm_start, args))
     # TensorBoard's default folder is new per start (a date and host name); one fixed folder keeps
     # a resumed run's curves with the first run's. An explicit TENSORBOARD_LOGGING_DIR still wins.
-    with _environment(TENSORBOARD_LOGGING_DIR=os.environ.get("TENSORBOARD_LOGGING_DIR")
-                      or str(Path(args.output_dir) / "tensorboard")):
+    with _environment(
+        TENSORBOARD_LOGGING_DIR=os.environ.get("TENSORBOARD_LOGGING_DIR") or str(Path(args.output_dir) / "tensorboard")
+    ):
         trainer = trainer_cls(model, args)
     trainer.add_callback(_learning_signal_callback())
     return trainer
@@ -159,12 +173,14 @@ def _check_keys(config: dict, config_cls, kind: str) -> None:
     valid = {f.name for f in dataclasses.fields(config_cls) if f.init} | set(OWN_KEYS)
     for key in config:
         if key not in valid:
-            raise ConfigError(f"unknown config key {key!r} for trainer {kind}"
-                              + _closest(key, valid, f" (see {TRAINERS[kind][1].replace(':', '.')})"))
+            raise ConfigError(
+                f"unknown config key {key!r} for trainer {kind}"
+                + _closest(key, valid, f" (see {TRAINERS[kind][1].replace(':', '.')})")
+            )
 
 
 def _closest(key: str, valid, otherwise: str) -> str:
-    """"; did you mean 'x'?" for the valid key nearest to a typo, else ``otherwise``."""
+    """ "; did you mean 'x'?" for the valid key nearest to a typo, else ``otherwise``."""
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else otherwise
 
@@ -190,19 +206,27 @@ def _warm_start(base: str, settings, args) -> Path:
         raise ConfigError(f"warm_start is true or a mapping of {', '.join(WARM_START_KEYS)}, got {settings!r}")
     for key in settings:
         if key not in WARM_START_KEYS:
-            raise ConfigError(f"unknown warm_start key {key!r}"
-                              + _closest(key, WARM_START_KEYS, f" (one of {', '.join(WARM_START_KEYS)})"))
+            raise ConfigError(
+                f"unknown warm_start key {key!r}"
+                + _closest(key, WARM_START_KEYS, f" (one of {', '.join(WARM_START_KEYS)})")
+            )
     # Demonstrations need a scripted solution per task, which only KeyChain generates for any task id.
     if "keychain" not in str(args.env_id).lower():
-        raise ConfigError(f"warm_start builds demonstrations for KeyChain only; for {args.env_id}, train a start "
-                          "with agentgym.trainers.warm_start.sft_warm_start and set `model:` to it")
+        raise ConfigError(
+            f"warm_start builds demonstrations for KeyChain only; for {args.env_id}, train a start "
+            "with agentgym.trainers.warm_start.sft_warm_start and set `model:` to it"
+        )
     from agentgym.trainers.recipe import keychain_warm_start
 
-    config = {"env_id": args.env_id, "env_kwargs": args.env_kwargs, "max_turns": args.max_turns,
-              "max_turn_tokens": args.max_turn_tokens, "system_prompt": args.system_prompt}
+    config = {
+        "env_id": args.env_id,
+        "env_kwargs": args.env_kwargs,
+        "max_turns": args.max_turns,
+        "max_turn_tokens": args.max_turn_tokens,
+        "system_prompt": args.system_prompt,
+    }
     with args.main_process_first(desc="the SFT warm start"):  # one process builds it, the others load it
-        return keychain_warm_start(Path(args.output_dir) / "warm_start", config, seed=args.seed, base=base,
-                                   **settings)
+        return keychain_warm_start(Path(args.output_dir) / "warm_start", config, seed=args.seed, base=base, **settings)
 
 
 @contextlib.contextmanager
@@ -249,11 +273,15 @@ def _learning_signal_callback():
             self.quiet_steps = 0 if signal else self.quiet_steps + 1
             if self.quiet_steps >= NO_SIGNAL_PATIENCE and not self.warned and state.is_world_process_zero:
                 self.warned = True
-                print(f"agentgym train: warning: no learning signal in {self.quiet_steps} steps in a row (every "
-                      "group's episodes got the same reward, so every advantage is 0; loss stays 0). A model that "
-                      "never succeeds, such as the random `tiny` one, gives RL nothing to learn from: start from a "
-                      "warm start (`model:` an SFT checkpoint; for KeyChain, `warm_start: true` in the config or "
-                      "as an override builds one), or make the tasks easier.", file=sys.stderr, flush=True)
+                print(
+                    f"agentgym train: warning: no learning signal in {self.quiet_steps} steps in a row (every "
+                    "group's episodes got the same reward, so every advantage is 0; loss stays 0). A model that "
+                    "never succeeds, such as the random `tiny` one, gives RL nothing to learn from: start from a "
+                    "warm start (`model:` an SFT checkpoint; for KeyChain, `warm_start: true` in the config or "
+                    "as an override builds one), or make the tasks easier.",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
     return LearningSignal()
 
@@ -295,8 +323,10 @@ def _run(config: dict) -> int:
             lock.close()
     if trainer.accelerator.is_main_process:
         start = f"resumed from {checkpoint}" if checkpoint else "started from scratch"
-        print(f"agentgym train: {trainer.state.global_step} steps on {trainer.accelerator.num_processes} process(es), "
-              f"loss {result.training_loss:.4f}, {start}; model in {output_dir}")
+        print(
+            f"agentgym train: {trainer.state.global_step} steps on {trainer.accelerator.num_processes} process(es), "
+            f"loss {result.training_loss:.4f}, {start}; model in {output_dir}"
+        )
     return 0
 
 
@@ -308,16 +338,20 @@ def _check_launch() -> None:
     # accelerate's single-process launcher sets ACCELERATE_USE_CPU always and MASTER_ADDR only when
     # asked for more than one process; torchrun, which starts several, sets WORLD_SIZE.
     if "ACCELERATE_USE_CPU" in os.environ and "MASTER_ADDR" in os.environ and "WORLD_SIZE" not in os.environ:
-        raise ConfigError("accelerate launch was asked for several processes but started one (with --cpu it runs "
-                          f"a single process unless MPI is set up); for N CPU processes run: {_MULTI_CPU}")
+        raise ConfigError(
+            "accelerate launch was asked for several processes but started one (with --cpu it runs "
+            f"a single process unless MPI is set up); for N CPU processes run: {_MULTI_CPU}"
+        )
 
 
 def _check_world_size(num_processes: int) -> None:
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     if launched != num_processes:
-        raise ConfigError(f"the launcher started {launched} processes but they did not join one run (world size "
-                          f"{num_processes}): each would train alone into the same output_dir. Without GPUs, run "
-                          f"{_MULTI_CPU} (use_cpu=true makes the processes join over gloo)")
+        raise ConfigError(
+            f"the launcher started {launched} processes but they did not join one run (world size "
+            f"{num_processes}): each would train alone into the same output_dir. Without GPUs, run "
+            f"{_MULTI_CPU} (use_cpu=true makes the processes join over gloo)"
+        )
 
 
 def _claim_output_dir(output_dir: str):
@@ -332,8 +366,9 @@ def _claim_output_dir(output_dir: str):
         lock.seek(0)
         holder = lock.read().strip() or "another process"
         lock.close()
-        raise ConfigError(f"{output_dir} is in use by another training run ({holder}); give this run its own "
-                          "output_dir=...") from None
+        raise ConfigError(
+            f"{output_dir} is in use by another training run ({holder}); give this run its own output_dir=..."
+        ) from None
     lock.truncate(0)
     lock.write(f"pid {os.getpid()}\n")
     lock.flush()
@@ -347,9 +382,11 @@ def _check_resumable(checkpoint: str, max_steps: int) -> None:
         return
     planned = json.loads(state.read_text()).get("max_steps")
     if planned is not None and planned != max_steps:
-        raise ConfigError(f"{checkpoint} belongs to a run of max_steps={planned}, and resuming continues that run's "
-                          f"learning-rate schedule, so max_steps={max_steps} would not take effect: keep "
-                          f"max_steps={planned}, or start a new run (another output_dir, or resume=false)")
+        raise ConfigError(
+            f"{checkpoint} belongs to a run of max_steps={planned}, and resuming continues that run's "
+            f"learning-rate schedule, so max_steps={max_steps} would not take effect: keep "
+            f"max_steps={planned}, or start a new run (another output_dir, or resume=false)"
+        )
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ def _timed(method, key: str):
             clock = _clock.get(None)
             if clock is not None:
                 clock[key] += time.perf_counter() - started
+
     return wrapper
 
 
@@ -66,6 +67,7 @@ def instrument() -> None:
         policy = original_factory(env_id, env_kwargs)
         policy.chat = _timed(type(policy).chat, "policy").__get__(policy)
         return policy
+
     return factory
 
 
@@ -75,17 +77,24 @@ async def measure(suite_name: str, tasks: int, concurrency: int, factory) -> dic
     clocks.clear()
     with tempfile.TemporaryDirectory() as out:
         started = time.perf_counter()
-        summary = await evaluate(suite, factory, k=1, concurrency=concurrency, out_dir=out, progress=False,
-                                 model="oracle")
+        summary = await evaluate(
+            suite, factory, k=1, concurrency=concurrency, out_dir=out, progress=False, model="oracle"
+        )
         wall = time.perf_counter() - started
         rows = load_results(Path(out))
-    overheads = [1000 * (row["wall_s"] - clocks[row["task_id"]]["env"] - clocks[row["task_id"]]["policy"])
-                 for row in rows]
-    return {"suite": suite_name, "concurrency": concurrency, "episodes": len(rows),
-            "success_rate": summary["metrics"]["success_rate"], "wall_s": round(wall, 2),
-            "episodes_per_s": round(len(rows) / wall, 2),
-            "overhead_p50_ms": round(statistics.median(overheads), 2),
-            "overhead_p95_ms": round(sorted(overheads)[int(0.95 * (len(overheads) - 1))], 2)}
+    overheads = [
+        1000 * (row["wall_s"] - clocks[row["task_id"]]["env"] - clocks[row["task_id"]]["policy"]) for row in rows
+    ]
+    return {
+        "suite": suite_name,
+        "concurrency": concurrency,
+        "episodes": len(rows),
+        "success_rate": summary["metrics"]["success_rate"],
+        "wall_s": round(wall, 2),
+        "episodes_per_s": round(len(rows) / wall, 2),
+        "overhead_p50_ms": round(statistics.median(overheads), 2),
+        "overhead_p95_ms": round(sorted(overheads)[int(0.95 * (len(overheads) - 1))], 2),
+    }
 
 
 def main() -> None:
@@ -104,8 +113,10 @@ def main() -> None:
     print("| suite | concurrency | episodes | success | episodes/s | harness overhead p50 / p95 ms |")
     print("|---|---:|---:|---:|---:|---:|")
     for row in rows:
-        print(f"| {row['suite']} | {row['concurrency']} | {row['episodes']} | {row['success_rate']:.0%} "
-              f"| {row['episodes_per_s']} | {row['overhead_p50_ms']} / {row['overhead_p95_ms']} |")
+        print(
+            f"| {row['suite']} | {row['concurrency']} | {row['episodes']} | {row['success_rate']:.0%} "
+            f"| {row['episodes_per_s']} | {row['overhead_p50_ms']} / {row['overhead_p95_ms']} |"
+        )
     print(json.dumps({"benchmark": "eval", "rows": rows}))
 
 

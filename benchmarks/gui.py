@@ -26,10 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gymnasium  # noqa: E402
+from timing import summary, timed  # noqa: E402
 
 import agentgym  # noqa: E402,F401
 from agentgym.envs.gui.tasks import cell_xy  # noqa: E402
-from timing import summary, timed  # noqa: E402
 
 SHEET_TASK, XEDIT_TASK = "sheet-line-totals", "xedit-insert-item"
 TURNS = 10
@@ -45,9 +45,6 @@ def prefix(task_id: str, turns: int = TURNS) -> list[str]:
     else:
         cycle = ["click(400, 300)", 'key("Home Down")', 'type("a new line\\n")', 'key("ctrl+e")', 'type(" more")']
     return [cycle[i % len(cycle)] for i in range(turns)]
-
-
-
 
 
 def play(env, task_id: str, turns: int = TURNS) -> None:
@@ -91,10 +88,16 @@ def measure_branching(task_id: str, repeats: int) -> dict:
     finally:
         env.close()
         replay_env.close()
-    return {"task": task_id, "fork_mode": fork_mode, "snapshot": summary(snapshots), "fork": summary(forks),
-            "replay": summary(replays), "replay_over_fork": statistics.median(replays) / statistics.median(forks),
-            "replay_over_snapshot_fork": statistics.median(replays) / (statistics.median(forks)
-                                                                       + statistics.median(snapshots))}
+    return {
+        "task": task_id,
+        "fork_mode": fork_mode,
+        "snapshot": summary(snapshots),
+        "fork": summary(forks),
+        "replay": summary(replays),
+        "replay_over_fork": statistics.median(replays) / statistics.median(forks),
+        "replay_over_snapshot_fork": statistics.median(replays)
+        / (statistics.median(forks) + statistics.median(snapshots)),
+    }
 
 
 def measure_concurrency(desktops: int, seconds: float = 15.0) -> dict:
@@ -148,23 +151,35 @@ def main() -> None:
 
     print("| operation (1024×768 desktop) | p50 ms | p95 ms |")
     print("|---|---:|---:|")
-    print(f"| reset (warm pool: X server, window manager, task files, app on screen) | "
-          f"{basics['reset']['p50']:.0f} | {basics['reset']['p95']:.0f} |")
-    print(f"| screenshot (settled screen + window list + accessibility text) | "
-          f"{basics['screenshot']['p50']:.0f} | {basics['screenshot']['p95']:.0f} |")
-    print(f"| action (click / type / key, until the screen settles, with its screenshot) | "
-          f"{basics['action']['p50']:.0f} | {basics['action']['p95']:.0f} |")
+    print(
+        f"| reset (warm pool: X server, window manager, task files, app on screen) | "
+        f"{basics['reset']['p50']:.0f} | {basics['reset']['p95']:.0f} |"
+    )
+    print(
+        f"| screenshot (settled screen + window list + accessibility text) | "
+        f"{basics['screenshot']['p50']:.0f} | {basics['screenshot']['p95']:.0f} |"
+    )
+    print(
+        f"| action (click / type / key, until the screen settles, with its screenshot) | "
+        f"{basics['action']['p50']:.0f} | {basics['action']['p95']:.0f} |"
+    )
     for row in branching:
         label = f"{row['task']} ({row['fork_mode']})"
         print(f"| snapshot at turn {TURNS}, {label} | {row['snapshot']['p50']:.0f} | {row['snapshot']['p95']:.0f} |")
         print(f"| fork at turn {TURNS}, {label} | {row['fork']['p50']:.0f} | {row['fork']['p95']:.0f} |")
-        print(f"| replay to turn {TURNS} (reset + {TURNS} actions), {row['task']} | {row['replay']['p50']:.0f} | "
-              f"{row['replay']['p95']:.0f} |")
-        print(f"| **replay ÷ fork** at turn {TURNS}, {label} | {row['replay_over_fork']:.1f}× "
-              f"({row['replay_over_snapshot_fork']:.1f}× incl. snapshot) | |")
+        print(
+            f"| replay to turn {TURNS} (reset + {TURNS} actions), {row['task']} | {row['replay']['p50']:.0f} | "
+            f"{row['replay']['p95']:.0f} |"
+        )
+        print(
+            f"| **replay ÷ fork** at turn {TURNS}, {label} | {row['replay_over_fork']:.1f}× "
+            f"({row['replay_over_snapshot_fork']:.1f}× incl. snapshot) | |"
+        )
     rates = ", ".join(f"{c['desktops']}: {c['min_steps_per_s']:.1f}" for c in concurrency)
-    print(f"| concurrent desktops at ≥ {TARGET_STEPS_PER_S:g} steps/s each | **{sustained}** | "
-          f"slowest desktop's steps/s by N = {rates} |")
+    print(
+        f"| concurrent desktops at ≥ {TARGET_STEPS_PER_S:g} steps/s each | **{sustained}** | "
+        f"slowest desktop's steps/s by N = {rates} |"
+    )
     print(json.dumps({"basics": basics, "branching": branching, "concurrency": concurrency, "sustained": sustained}))
 
 

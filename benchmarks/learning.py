@@ -36,8 +36,15 @@ import shutil
 from pathlib import Path
 
 from agentgym.train import load_config
-from agentgym.trainers.recipe import (held_out_success, keychain_warm_start, log_series, smooth, train_run,
-                                      training_curve, write_learning_curve)
+from agentgym.trainers.recipe import (
+    held_out_success,
+    keychain_warm_start,
+    log_series,
+    smooth,
+    train_run,
+    training_curve,
+    write_learning_curve,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "examples" / "configs"
@@ -55,19 +62,37 @@ def steps_to_reach(log: list[dict], target: float) -> float | None:
 
 def learning(args, out: Path) -> dict:
     config = load_config(CONFIGS / RUNS["tree_grpo"])
-    sft = keychain_warm_start(out / "sft", config, tasks=args.sft_tasks, epochs=args.sft_epochs,
-                              learning_rate=args.sft_lr, seed=args.seed)
-    results = {"seed": args.seed, "minutes": args.minutes, "heldout_tasks": args.heldout,
-               "sft": {"heldout_success": held_out_success(sft, config, args.heldout),
-                       "heldout_success_sampled": held_out_success(sft, config, args.heldout, greedy=False),
-                       "tasks": args.sft_tasks, "epochs": args.sft_epochs, "learning_rate": args.sft_lr}}
-    print(f"SFT start: held-out success {results['sft']['heldout_success']:.3f} greedy, "
-          f"{results['sft']['heldout_success_sampled']:.3f} at the training temperature", flush=True)
+    sft = keychain_warm_start(
+        out / "sft", config, tasks=args.sft_tasks, epochs=args.sft_epochs, learning_rate=args.sft_lr, seed=args.seed
+    )
+    results = {
+        "seed": args.seed,
+        "minutes": args.minutes,
+        "heldout_tasks": args.heldout,
+        "sft": {
+            "heldout_success": held_out_success(sft, config, args.heldout),
+            "heldout_success_sampled": held_out_success(sft, config, args.heldout, greedy=False),
+            "tasks": args.sft_tasks,
+            "epochs": args.sft_epochs,
+            "learning_rate": args.sft_lr,
+        },
+    }
+    print(
+        f"SFT start: held-out success {results['sft']['heldout_success']:.3f} greedy, "
+        f"{results['sft']['heldout_success_sampled']:.3f} at the training temperature",
+        flush=True,
+    )
     for name in args.runs:
         config_name = RUNS[name]
-        overrides = [f"model={sft}", f"output_dir={out / name}", f"seed={args.seed}", "resume=false",
-                     f"time_budget_s={args.minutes * 60}", "max_steps=100000",
-                     "save_steps=100000"]
+        overrides = [
+            f"model={sft}",
+            f"output_dir={out / name}",
+            f"seed={args.seed}",
+            "resume=false",
+            f"time_budget_s={args.minutes * 60}",
+            "max_steps=100000",
+            "save_steps=100000",
+        ]
         run = train_run(CONFIGS / config_name, overrides)
         run_config = load_config(CONFIGS / config_name)
         run["heldout_success"] = held_out_success(run["output_dir"], run_config, args.heldout)
@@ -75,9 +100,12 @@ def learning(args, out: Path) -> dict:
         run["gain_points"] = 100 * (run["heldout_success"] - results["sft"]["heldout_success"])
         run["gain_points_sampled"] = 100 * (run["heldout_success_sampled"] - results["sft"]["heldout_success_sampled"])
         results[name] = run
-        print(f"{name}: {run['steps']} steps in {run['wall_s']:.0f}s, held-out success {run['heldout_success']:.3f} "
-              f"greedy ({run['gain_points']:+.1f} points), {run['heldout_success_sampled']:.3f} at the training "
-              f"temperature ({run['gain_points_sampled']:+.1f})", flush=True)
+        print(
+            f"{name}: {run['steps']} steps in {run['wall_s']:.0f}s, held-out success {run['heldout_success']:.3f} "
+            f"greedy ({run['gain_points']:+.1f} points), {run['heldout_success_sampled']:.3f} at the training "
+            f"temperature ({run['gain_points_sampled']:+.1f})",
+            flush=True,
+        )
     if {"tree_grpo", "linear_grpo"} <= set(args.runs):
         linear = results["linear_grpo"]["log"]
         linear_last = log_series(linear, "rollout/success_rate")[-5:]
@@ -85,24 +113,32 @@ def learning(args, out: Path) -> dict:
         linear_steps = max(log_series(linear, "rollout/env_steps_total"), default=0.0)
         tree_steps = steps_to_reach(results["tree_grpo"]["log"], linear_final)
         results["tree_vs_linear"] = {
-            "linear_final_train_success": linear_final, "linear_env_steps": linear_steps,
+            "linear_final_train_success": linear_final,
+            "linear_env_steps": linear_steps,
             "tree_env_steps_to_match": tree_steps,
-            "fraction": None if tree_steps is None or not linear_steps else tree_steps / linear_steps}
+            "fraction": None if tree_steps is None or not linear_steps else tree_steps / linear_steps,
+        }
     if "sao" in args.runs:
         sao = results["sao"]["log"]
         rewards = log_series(sao, "rollout/success_rate")
         kl = log_series(sao, "kl_to_start")
         window = smooth(rewards, 20)
-        results["sao_stability"] = {"updates": results["sao"]["steps"],
-                                    "first20_success": window[19] if len(window) >= 20 else None,
-                                    "last20_success": window[-1] if window else None,
-                                    "min20_success_after_update_20": min(window[19:], default=None),
-                                    "success20_at_update_300": window[299] if len(window) >= 300 else None,
-                                    "max_kl_to_start": max(kl, default=None), "last_kl_to_start": kl[-1] if kl else None,
-                                    "max_entropy": max(log_series(sao, "entropy"), default=None),
-                                    "dropped_stale": max(log_series(sao, "staleness/dropped_total"), default=0.0)}
-    write_learning_curve({name: training_curve(results[name]["log"]) for name in args.runs},
-                         out / "learning_curve.svg", title=f"KeyChain, tiny model, CPU, seed {args.seed}")
+        results["sao_stability"] = {
+            "updates": results["sao"]["steps"],
+            "first20_success": window[19] if len(window) >= 20 else None,
+            "last20_success": window[-1] if window else None,
+            "min20_success_after_update_20": min(window[19:], default=None),
+            "success20_at_update_300": window[299] if len(window) >= 300 else None,
+            "max_kl_to_start": max(kl, default=None),
+            "last_kl_to_start": kl[-1] if kl else None,
+            "max_entropy": max(log_series(sao, "entropy"), default=None),
+            "dropped_stale": max(log_series(sao, "staleness/dropped_total"), default=0.0),
+        }
+    write_learning_curve(
+        {name: training_curve(results[name]["log"]) for name in args.runs},
+        out / "learning_curve.svg",
+        title=f"KeyChain, tiny model, CPU, seed {args.seed}",
+    )
     for name in args.runs:  # the full histories stay in each run's trainer_state.json
         results[name].pop("log")
     return results
@@ -111,32 +147,68 @@ def learning(args, out: Path) -> dict:
 def throughput(args, out: Path) -> dict:
     """Async SAO vs. the synchronous group pipeline on a long-tailed env, same batch and concurrency."""
     # From the SFT start: its episodes call lookup (where the latency is), a random model's do not.
-    sft = keychain_warm_start(out / "sft", load_config(CONFIGS / RUNS["sao"]), tasks=args.sft_tasks,
-                              epochs=args.sft_epochs, learning_rate=args.sft_lr, seed=args.seed)
-    common = [f"model={sft}", f"max_steps={args.steps}", "save_steps=100000", "resume=false", "report_to=none",
-              "env_kwargs={split: train, num_tasks: 200, max_hops: 2, step_latency: %g}" % args.latency,
-              f"rollout_concurrency={args.concurrency}", f"seed={args.seed}"]
+    sft = keychain_warm_start(
+        out / "sft",
+        load_config(CONFIGS / RUNS["sao"]),
+        tasks=args.sft_tasks,
+        epochs=args.sft_epochs,
+        learning_rate=args.sft_lr,
+        seed=args.seed,
+    )
+    common = [
+        f"model={sft}",
+        f"max_steps={args.steps}",
+        "save_steps=100000",
+        "resume=false",
+        "report_to=none",
+        "env_kwargs={split: train, num_tasks: 200, max_hops: 2, step_latency: %g}" % args.latency,
+        f"rollout_concurrency={args.concurrency}",
+        f"seed={args.seed}",
+    ]
     for name in ("throughput-sao", "throughput-sync"):  # a fresh store each time: nothing from an earlier measurement
         shutil.rmtree(out / name, ignore_errors=True)
     # BATCH trajectories per learner step in both: SAO takes BATCH episodes, the group pipeline BATCH / 4 tasks × 4.
-    sao = train_run(CONFIGS / RUNS["sao"], [*common, f"output_dir={out / 'throughput-sao'}",
-                                            f"per_device_train_batch_size={BATCH}", "log_kl_to_start=false"])
-    sync = train_run(CONFIGS / RUNS["linear_grpo"], [*common, f"output_dir={out / 'throughput-sync'}",
-                                                     f"per_device_train_batch_size={BATCH // 4}", "num_generations=4"])
+    sao = train_run(
+        CONFIGS / RUNS["sao"],
+        [
+            *common,
+            f"output_dir={out / 'throughput-sao'}",
+            f"per_device_train_batch_size={BATCH}",
+            "log_kl_to_start=false",
+        ],
+    )
+    sync = train_run(
+        CONFIGS / RUNS["linear_grpo"],
+        [
+            *common,
+            f"output_dir={out / 'throughput-sync'}",
+            f"per_device_train_batch_size={BATCH // 4}",
+            "num_generations=4",
+        ],
+    )
     # Trained trajectories (SAO's dropped stale ones are counted apart, as waste).
     result = {
-        "latency_median_s": args.latency, "steps": args.steps, "batch_trajectories": BATCH,
+        "latency_median_s": args.latency,
+        "steps": args.steps,
+        "batch_trajectories": BATCH,
         "rollout_concurrency": args.concurrency,
-        "sao": {"trajectories_per_s": BATCH * sao["steps"] / sao["wall_s"],
-                "dropped_stale": max(log_series(sao["log"], "staleness/dropped_total"), default=0.0),
-                "learner_idle_fraction": sum(log_series(sao["log"], "learner/wait_s")) / sao["wall_s"]},
-        "sync": {"trajectories_per_s": BATCH * sync["steps"] / sync["wall_s"],
-                 "learner_idle_fraction": sum(log_series(sync["log"], "rollout/time_s")) / sync["wall_s"]},
+        "sao": {
+            "trajectories_per_s": BATCH * sao["steps"] / sao["wall_s"],
+            "dropped_stale": max(log_series(sao["log"], "staleness/dropped_total"), default=0.0),
+            "learner_idle_fraction": sum(log_series(sao["log"], "learner/wait_s")) / sao["wall_s"],
+        },
+        "sync": {
+            "trajectories_per_s": BATCH * sync["steps"] / sync["wall_s"],
+            "learner_idle_fraction": sum(log_series(sync["log"], "rollout/time_s")) / sync["wall_s"],
+        },
     }
     result["speedup"] = result["sao"]["trajectories_per_s"] / result["sync"]["trajectories_per_s"]
-    print(f"throughput: SAO {result['sao']['trajectories_per_s']:.2f} traj/s (learner idle "
-          f"{result['sao']['learner_idle_fraction']:.0%}) vs sync {result['sync']['trajectories_per_s']:.2f} traj/s "
-          f"(idle {result['sync']['learner_idle_fraction']:.0%}): {result['speedup']:.2f}x", flush=True)
+    print(
+        f"throughput: SAO {result['sao']['trajectories_per_s']:.2f} traj/s (learner idle "
+        f"{result['sao']['learner_idle_fraction']:.0%}) vs sync {result['sync']['trajectories_per_s']:.2f} traj/s "
+        f"(idle {result['sync']['learner_idle_fraction']:.0%}): {result['speedup']:.2f}x",
+        flush=True,
+    )
     return result
 
 
@@ -151,8 +223,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=["all", "learning", "throughput"], default="all")
     parser.add_argument("--minutes", type=float, default=20.0, help="wall time per RL run (default: %(default)s)")
-    parser.add_argument("--runs", type=run_names, default=list(RUNS),
-                        help=f"learning: which of {','.join(RUNS)} to run (default: all)")
+    parser.add_argument(
+        "--runs", type=run_names, default=list(RUNS), help=f"learning: which of {','.join(RUNS)} to run (default: all)"
+    )
     parser.add_argument("--heldout", type=int, default=100, help="held-out tasks to evaluate (default: %(default)s)")
     # Held-out success of the start at 3e-3 (seed 0): 1000 × 2 epochs 13%, × 2.5 58%, × 3 69.5%.
     parser.add_argument("--sft-tasks", type=int, default=1000, help="demonstrations (train tasks) for the SFT start")
@@ -160,8 +233,12 @@ def main() -> None:
     parser.add_argument("--sft-lr", type=float, default=3e-3)
     parser.add_argument("--steps", type=int, default=20, help="throughput: learner steps per pipeline")
     parser.add_argument("--latency", type=float, default=0.3, help="throughput: median seconds per lookup")
-    parser.add_argument("--concurrency", type=int, default=BATCH,
-                        help="throughput: episodes in flight in both pipelines (default: one per trajectory of a batch)")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=BATCH,
+        help="throughput: episodes in flight in both pipelines (default: one per trajectory of a batch)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="runs/learning")
     args = parser.parse_args()

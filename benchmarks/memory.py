@@ -31,10 +31,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from agentgym.memory.store import Entry, MemoryStore  # noqa: E402
 from timing import percentiles, timed  # noqa: E402
 
-FUNCTION_WORDS = ("the a to of and in on for with then after before it was by from into".split())
+from agentgym.memory.store import Entry, MemoryStore  # noqa: E402
+
+FUNCTION_WORDS = "the a to of and in on for with then after before it was by from into".split()
 DOMAIN_WORDS = (
     "file test parser tokenizer function error traceback import module class method return "
     "list dict string integer loop bound index edit save open close click button menu window "
@@ -42,7 +43,8 @@ DOMAIN_WORDS = (
     "flight booking ticket message user account balance trade stock order price search browser "
     "page form submit login password field dropdown checkbox link scroll assert fix bug crash "
     "patch diff commit branch repository install dependency timeout retry api call argument "
-    "parameter missing wrong value output input empty none null exception handler").split()
+    "parameter missing wrong value output input empty none null exception handler"
+).split()
 ENVS = ("code", "repofix", "humaneval", "desktop", "bfcl", "web")
 CHUNK = 10_000
 
@@ -95,9 +97,18 @@ class Corpus:
             text = self._phrase(rng, int(rng.integers(30, 81)))
             family = self.families[ENVS.index(env) * 5 + int(rng.integers(5))]
             tags = sorted({self.tags[j] for j in rng.integers(len(self.tags), size=int(rng.integers(1, 4)))})
-            out.append(Entry(kind, f"{'Skill' if kind == 'skill' else 'Episode'}: {text}", title=title,
-                             env=env, family=family, task=f"{family}/{i % 97}", tags=tags,
-                             data={"reward": float(rng.random() < 0.5), "steps": int(rng.integers(1, 30))}))
+            out.append(
+                Entry(
+                    kind,
+                    f"{'Skill' if kind == 'skill' else 'Episode'}: {text}",
+                    title=title,
+                    env=env,
+                    family=family,
+                    task=f"{family}/{i % 97}",
+                    tags=tags,
+                    data={"reward": float(rng.random() < 0.5), "steps": int(rng.integers(1, 30))},
+                )
+            )
         return out
 
     def queries(self, n: int, size: int) -> list[tuple[str, int | None]]:
@@ -149,11 +160,15 @@ def source_ranks(store: MemoryStore, queries: list[tuple[str, int | None]], mode
     index + 1: the store was written in order by one writer)."""
     drawn = [(q, source + 1) for q, source in queries if source is not None]
     found = [[hit.entry.id for hit in store.search(q, k=5, mode=mode)] for q, _ in drawn]
-    return (float(np.mean([ids[:1] == [source] for ids, (_, source) in zip(found, drawn)])),
-            float(np.mean([source in ids for ids, (_, source) in zip(found, drawn)])))
+    return (
+        float(np.mean([ids[:1] == [source] for ids, (_, source) in zip(found, drawn)])),
+        float(np.mean([source in ids for ids, (_, source) in zip(found, drawn)])),
+    )
 
 
-def measure_search(path: Path, embedder, drawn_queries: list[tuple[str, int | None]], filters: dict) -> tuple[dict, dict]:
+def measure_search(
+    path: Path, embedder, drawn_queries: list[tuple[str, int | None]], filters: dict
+) -> tuple[dict, dict]:
     """Latency rows {label: (p50, p95)} and ranking quality {mode: (@1, @5)}."""
     rows = {}
     queries = [q for q, _ in drawn_queries]
@@ -162,8 +177,12 @@ def measure_search(path: Path, embedder, drawn_queries: list[tuple[str, int | No
         rows["vector matrix load (first embedding search)"] = (load_ms, load_ms)
         embed_ms = [timed(lambda q=q: embedder.embed([q]))[0] for q in queries]
         rows["query embedding alone"] = percentiles(embed_ms)
-        for label, mode, where in (("bm25", "bm25", {}), ("bm25 + env filter", "bm25", filters),
-                                   ("hybrid", "hybrid", {}), ("hybrid + env filter", "hybrid", filters)):
+        for label, mode, where in (
+            ("bm25", "bm25", {}),
+            ("bm25 + env filter", "bm25", filters),
+            ("hybrid", "hybrid", {}),
+            ("hybrid + env filter", "hybrid", filters),
+        ):
             for q in queries[:5]:  # warm the page cache and the statement cache
                 store.search(q, k=5, mode=mode, **where)
             samples = []
@@ -175,7 +194,8 @@ def measure_search(path: Path, embedder, drawn_queries: list[tuple[str, int | No
         for q in queries:
             store.search(q, k=5, mode="hybrid")
         rows["hybrid, repeated query"] = percentiles(
-            [timed(lambda q=q: store.search(q, k=5, mode="hybrid"))[0] for q in queries])
+            [timed(lambda q=q: store.search(q, k=5, mode="hybrid"))[0] for q in queries]
+        )
         quality = {mode: source_ranks(store, drawn_queries, mode) for mode in ("bm25", "hybrid")}
     return rows, quality
 
@@ -189,7 +209,7 @@ def _writer(path: str, worker: int, n: int, batch: int, start: multiprocessing.E
         if batch == 1:
             store.add(entries[i])
         else:
-            store.add_many(entries[i:i + batch])
+            store.add_many(entries[i : i + batch])
     store.close()
 
 
@@ -233,8 +253,11 @@ def main() -> None:
     embedder = default_embedder(num_threads=1)
     corpus = Corpus(args.seed)
     pool_vectors, per_s = embed_pool(corpus, embedder, min(args.pool, max(sizes)))
-    print(f"MiniLM embedding throughput, 1 torch thread, batch 64: {per_s:.0f} entries/s "
-          f"(1M entries would take {1e6 / per_s / 3600:.1f} h)\n", flush=True)
+    print(
+        f"MiniLM embedding throughput, 1 torch thread, batch 64: {per_s:.0f} entries/s "
+        f"(1M entries would take {1e6 / per_s / 3600:.1f} h)\n",
+        flush=True,
+    )
 
     print(f"## Search latency, k=5, {args.queries} queries (ms)\n")
     print("| entries | what | p50 | p95 | entry vectors |")
@@ -259,18 +282,24 @@ def main() -> None:
         print(f"| {size:,} | {b1:.2f} | {b5:.2f} | {h1:.2f} | {h5:.2f} | {vectors_note} |")
 
     print("\n## Store size and build time\n")
-    print("| entries | build (s) | entries/s | file bytes/entry | of which vectors | of which FTS index | of which entries+indexes |")
+    print(
+        "| entries | build (s) | entries/s | file bytes/entry | of which vectors | of which FTS index | of which entries+indexes |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for size, build_s, file_bytes, tables in sizes_out:
         vectors = sum(v for k, v in tables.items() if k.startswith(("embeddings", "sqlite_autoindex_embeddings")))
         fts = sum(v for k, v in tables.items() if k.startswith("entries_fts"))
-        print(f"| {size:,} | {build_s:.1f} | {size / build_s:,.0f} | {file_bytes / size:,.0f} | "
-              f"{vectors / size:,.0f} | {fts / size:,.0f} | {(file_bytes - vectors - fts) / size:,.0f} |")
+        print(
+            f"| {size:,} | {build_s:.1f} | {size / build_s:,.0f} | {file_bytes / size:,.0f} | "
+            f"{vectors / size:,.0f} | {fts / size:,.0f} | {(file_bytes - vectors - fts) / size:,.0f} |"
+        )
 
     if args.skip_writes:
         return
-    print(f"\n## Write throughput, {args.writers} writer processes × {args.writes_per_writer} entries, "
-          "no embedder (entries/s)\n")
+    print(
+        f"\n## Write throughput, {args.writers} writer processes × {args.writes_per_writer} entries, "
+        "no embedder (entries/s)\n"
+    )
     print("| per transaction | entries/s |")
     print("|---|---:|")
     for batch in (1, 50):

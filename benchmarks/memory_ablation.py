@@ -44,8 +44,8 @@ import re
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -59,8 +59,10 @@ from agentgym.rollout.chat import Message  # noqa: E402
 from agentgym.rollout.policy import Completion, Policy, SamplingParams  # noqa: E402
 from agentgym.rollout.runner import Runner, RunnerConfig, Task  # noqa: E402
 
-POLICY_LABEL = ("procedure follower (scripted, not a language model): follows the skills in its prompt in order, "
-                "else a weak random heuristic")
+POLICY_LABEL = (
+    "procedure follower (scripted, not a language model): follows the skills in its prompt in order, "
+    "else a weak random heuristic"
+)
 EPISODE_SEED: contextvars.ContextVar[int] = contextvars.ContextVar("episode_seed", default=0)
 _WORD = re.compile(r"\b[a-z]{3,}\b")
 _NUMBER = re.compile(r"\b\d+\b")
@@ -113,8 +115,11 @@ class ProcedureFollower(Policy):
 
 def tasks(split: str, count: int, seeds: int, base_seed: int) -> list[Task]:
     """``count`` tasks × ``seeds`` reset seeds, every episode its own seed (KeyChain has only 8 distinct statements)."""
-    return [Task(f"{split}-{i}", seed=base_seed * 1_000_000 + i * 100 + s, repeat=s)
-            for i in range(count) for s in range(seeds)]
+    return [
+        Task(f"{split}-{i}", seed=base_seed * 1_000_000 + i * 100 + s, repeat=s)
+        for i in range(count)
+        for s in range(seeds)
+    ]
 
 
 async def rewards(agent: Agent, factory, work: list[Task]) -> list[float]:
@@ -133,8 +138,11 @@ async def main_async(args) -> dict:
     explore_bank = MemoryBank(folder / "explore.db")
     started = time.perf_counter()
     # 1. explore (no skills yet: the heuristic alone), writing episodes
-    explored = await rewards(agent, lambda: MemoryWrapper(make_env(), explore_bank, mode="learn", k_episodes=0),
-                             tasks("train", args.explore, 1, args.seed))
+    explored = await rewards(
+        agent,
+        lambda: MemoryWrapper(make_env(), explore_bank, mode="learn", k_episodes=0),
+        tasks("train", args.explore, 1, args.seed),
+    )
     # 2. induce
     candidates = RuleBasedDistiller(min_support=1).distill(explore_bank.episode_records())
     candidates.sort(key=lambda d: -d.support)
@@ -145,17 +153,34 @@ async def main_async(args) -> dict:
     # 4. validated bank
     validated = MemoryBank(folder / "validated.db")
     validation_tasks = tasks("train", args.validate_tasks, args.validate_seeds, args.seed + 1)
-    admitted = await admit_candidates(candidates, validated, agent, make_env, validation_tasks, margin=args.margin,
-                                      confidence=args.confidence, k_episodes=0)
+    admitted = await admit_candidates(
+        candidates,
+        validated,
+        agent,
+        make_env,
+        validation_tasks,
+        margin=args.margin,
+        confidence=args.confidence,
+        k_episodes=0,
+    )
     empty = MemoryBank(folder / "empty.db")
     decisions = []
     for draft, estimate, skill_id in admitted:
         # For the report only: the candidate's gain on its own (empty context), which shows the harmful ones.
-        alone = await validate_candidate(draft, empty, agent, make_env, validation_tasks, confidence=args.confidence,
-                                         k_episodes=0)
-        decisions.append({"skill": draft.name, "steps": draft.steps, "support": draft.support,
-                          "gain": round(estimate.gain, 3), "lower": round(estimate.lower, 3),
-                          "admitted": skill_id is not None, "gain_alone": round(alone.gain, 3)})
+        alone = await validate_candidate(
+            draft, empty, agent, make_env, validation_tasks, confidence=args.confidence, k_episodes=0
+        )
+        decisions.append(
+            {
+                "skill": draft.name,
+                "steps": draft.steps,
+                "support": draft.support,
+                "gain": round(estimate.gain, 3),
+                "lower": round(estimate.lower, 3),
+                "admitted": skill_id is not None,
+                "gain_alone": round(alone.gain, 3),
+            }
+        )
     # 5. evaluate on heldout tasks, same seeds for every condition
     work = tasks("heldout", args.eval_tasks, 1, args.seed + 2)
     conditions = {
@@ -172,13 +197,26 @@ async def main_async(args) -> dict:
             estimate = paired_gain(values, base, args.confidence)
             row.update(gain_vs_no_bank=estimate.gain, lower_bound=estimate.lower)
         rows.append(row)
-    return {"policy": POLICY_LABEL, "env": f"KeyChainEnv(max_hops={args.max_hops}, max_turns={args.max_turns})",
-            "seed": args.seed, "explore_episodes": len(explored), "explore_success": sum(explored) / len(explored),
-            "candidates": len(candidates), "admitted": sum(d["admitted"] for d in decisions),
-            "validation": {"tasks": args.validate_tasks, "seeds_per_task": args.validate_seeds,
-                           "margin": args.margin, "confidence": args.confidence, "method": "paired-t lower bound"},
-            "decisions": decisions, "rows": rows, "wall_s": round(time.perf_counter() - started, 1),
-            "stores": str(folder)}
+    return {
+        "policy": POLICY_LABEL,
+        "env": f"KeyChainEnv(max_hops={args.max_hops}, max_turns={args.max_turns})",
+        "seed": args.seed,
+        "explore_episodes": len(explored),
+        "explore_success": sum(explored) / len(explored),
+        "candidates": len(candidates),
+        "admitted": sum(d["admitted"] for d in decisions),
+        "validation": {
+            "tasks": args.validate_tasks,
+            "seeds_per_task": args.validate_seeds,
+            "margin": args.margin,
+            "confidence": args.confidence,
+            "method": "paired-t lower bound",
+        },
+        "decisions": decisions,
+        "rows": rows,
+        "wall_s": round(time.perf_counter() - started, 1),
+        "stores": str(folder),
+    }
 
 
 def main() -> None:
@@ -195,18 +233,22 @@ def main() -> None:
     args = parser.parse_args()
     report = asyncio.run(main_async(args))
     print(f"policy: {report['policy']}\nenv: {report['env']}  seed: {report['seed']}")
-    print(f"explore: {report['explore_episodes']} episodes, success {report['explore_success']:.1%}; "
-          f"{report['candidates']} candidate skills, {report['admitted']} admitted "
-          f"(margin {args.margin}, {args.confidence:.0%} one-sided paired-t, "
-          f"{args.validate_tasks} tasks x {args.validate_seeds} seeds)")
+    print(
+        f"explore: {report['explore_episodes']} episodes, success {report['explore_success']:.1%}; "
+        f"{report['candidates']} candidate skills, {report['admitted']} admitted "
+        f"(margin {args.margin}, {args.confidence:.0%} one-sided paired-t, "
+        f"{args.validate_tasks} tasks x {args.validate_seeds} seeds)"
+    )
     print("gain = marginal gain over the skills already admitted (what decides); gain alone = over an empty context")
     print("| candidate | support | gain | lower bound | admitted | gain alone |\n|---|---:|---:|---:|---|---:|")
     for d in report["decisions"]:
-        print(f"| {' ; '.join(d['steps'])} | {d['support']} | {d['gain']:+.3f} | {d['lower']:+.3f} | {d['admitted']} "
-              f"| {d['gain_alone']:+.3f} |")
+        print(
+            f"| {' ; '.join(d['steps'])} | {d['support']} | {d['gain']:+.3f} | {d['lower']:+.3f} | {d['admitted']} "
+            f"| {d['gain_alone']:+.3f} |"
+        )
     print("\n| condition | heldout episodes | success | gain vs no bank | lower bound |\n|---|---:|---:|---:|---:|")
     for row in report["rows"]:
-        extra = (f"{row['gain_vs_no_bank']:+.3f} | {row['lower_bound']:+.3f}" if "gain_vs_no_bank" in row else "- | -")
+        extra = f"{row['gain_vs_no_bank']:+.3f} | {row['lower_bound']:+.3f}" if "gain_vs_no_bank" in row else "- | -"
         print(f"| {row['condition']} | {row['episodes']} | {row['success']:.1%} | {extra} |")
     print(json.dumps({"benchmark": "memory_ablation", **report}))
 

@@ -32,13 +32,33 @@ def main() -> None:
     import rollout_tree
 
     for strategy in ("uniform", "entropy", "contrast"):
-        tree_args = argparse.Namespace(env=args.envs, strategy=strategy, leaves=8, roots=2, branch_every=2,
-                                       branches=2, tasks=2, max_turns=6, max_tokens=16, policy="tiny")
+        tree_args = argparse.Namespace(
+            env=args.envs,
+            strategy=strategy,
+            leaves=8,
+            roots=2,
+            branch_every=2,
+            branches=2,
+            tasks=2,
+            max_turns=6,
+            max_tokens=16,
+            policy="tiny",
+        )
         print(f"## Tree vs linear rollouts: {strategy}\n", flush=True)
         asyncio.run(rollout_tree._main(tree_args))
     for strategy in ("uniform", "contrast"):
-        tree_args = argparse.Namespace(env=["counter"], strategy=strategy, leaves=16, roots=4, branch_every=2,
-                                       branches=2, tasks=3, max_turns=10, max_tokens=64, policy="random-valid-actions")
+        tree_args = argparse.Namespace(
+            env=["counter"],
+            strategy=strategy,
+            leaves=16,
+            roots=4,
+            branch_every=2,
+            branches=2,
+            tasks=3,
+            max_turns=10,
+            max_tokens=64,
+            policy="random-valid-actions",
+        )
         print(f"## Tree vs linear rollouts with episodes of varying length: {strategy}\n", flush=True)
         asyncio.run(rollout_tree._main(tree_args))
     for mode in ("chat", "tokens"):

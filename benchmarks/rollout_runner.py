@@ -62,8 +62,12 @@ class LatencyStub(Policy):
             raise ValueError(f"mode must be 'tokens' or 'chat', got {mode!r}")
 
     def _completion(self) -> Completion:
-        return Completion(text=REPLY, token_ids=list(self.reply_ids), logprobs=[-0.5] * len(self.reply_ids),
-                          policy_version=self.version)
+        return Completion(
+            text=REPLY,
+            token_ids=list(self.reply_ids),
+            logprobs=[-0.5] * len(self.reply_ids),
+            policy_version=self.version,
+        )
 
     async def generate(self, prompt_ids, sampling):
         await asyncio.sleep(self.latency)
@@ -86,8 +90,14 @@ async def _episodes_per_second(policy: Policy, concurrency: int, episodes: int, 
     return episodes / elapsed, {"env_steps": result.stats.env_steps, "wall_s": elapsed}
 
 
-def measure_runner_throughput(concurrencies: tuple[int, ...] = (1, 8, 32), *, episodes: int = 64, turns: int = 3,
-                              latency: float = 0.2, mode: str = "chat") -> dict:
+def measure_runner_throughput(
+    concurrencies: tuple[int, ...] = (1, 8, 32),
+    *,
+    episodes: int = 64,
+    turns: int = 3,
+    latency: float = 0.2,
+    mode: str = "chat",
+) -> dict:
     """Episodes/s per concurrency level, the speed-up over concurrency 1, and the % of the ideal speed-up.
 
     The ideal speed-up at concurrency c is ``episodes / ceil(episodes / c)`` (whole waves of
@@ -98,14 +108,21 @@ def measure_runner_throughput(concurrencies: tuple[int, ...] = (1, 8, 32), *, ep
     levels = []
     for concurrency in concurrencies:
         rate, details = asyncio.run(_episodes_per_second(policy, concurrency, episodes, turns))
-        levels.append({"concurrency": concurrency, "episodes_per_s": rate, "wall_s": details["wall_s"],
-                       "ideal_episodes_per_s": episodes / (math.ceil(episodes / concurrency) * turns * latency)})
+        levels.append(
+            {
+                "concurrency": concurrency,
+                "episodes_per_s": rate,
+                "wall_s": details["wall_s"],
+                "ideal_episodes_per_s": episodes / (math.ceil(episodes / concurrency) * turns * latency),
+            }
+        )
     base = next((level["episodes_per_s"] for level in levels if level["concurrency"] == 1), None)
     for level in levels:
         ideal = episodes / math.ceil(episodes / level["concurrency"])
         speedup = level["episodes_per_s"] / base if base else None
-        level.update(ideal_speedup=ideal, speedup=speedup,
-                     efficiency_pct=None if speedup is None else 100 * speedup / ideal)
+        level.update(
+            ideal_speedup=ideal, speedup=speedup, efficiency_pct=None if speedup is None else 100 * speedup / ideal
+        )
     return {"settings": {"episodes": episodes, "turns": turns, "latency_s": latency, "mode": mode}, "levels": levels}
 
 
@@ -117,18 +134,23 @@ def main() -> None:
     parser.add_argument("--mode", choices=("chat", "tokens"), default="chat")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     args = parser.parse_args()
-    result = measure_runner_throughput(tuple(args.concurrency), episodes=args.episodes, turns=args.turns,
-                                       latency=args.latency, mode=args.mode)
+    result = measure_runner_throughput(
+        tuple(args.concurrency), episodes=args.episodes, turns=args.turns, latency=args.latency, mode=args.mode
+    )
     settings = result["settings"]
-    print(f"{settings['episodes']} episodes × {settings['turns']} turns, {settings['latency_s'] * 1000:g} ms per "
-          f"policy call, {settings['mode']} mode\n")
+    print(
+        f"{settings['episodes']} episodes × {settings['turns']} turns, {settings['latency_s'] * 1000:g} ms per "
+        f"policy call, {settings['mode']} mode\n"
+    )
     print("| concurrency | episodes/s | ideal episodes/s | speed-up | ideal speed-up | % of ideal |")
     print("|---:|---:|---:|---:|---:|---:|")
     for level in result["levels"]:
         speedup = "n/a" if level["speedup"] is None else f"{level['speedup']:.1f}×"
         efficiency = "n/a" if level["efficiency_pct"] is None else f"{level['efficiency_pct']:.0f}%"
-        print(f"| {level['concurrency']} | {level['episodes_per_s']:.2f} | {level['ideal_episodes_per_s']:.2f} | "
-              f"{speedup} | {level['ideal_speedup']:.0f}× | {efficiency} |")
+        print(
+            f"| {level['concurrency']} | {level['episodes_per_s']:.2f} | {level['ideal_episodes_per_s']:.2f} | "
+            f"{speedup} | {level['ideal_speedup']:.0f}× | {efficiency} |"
+        )
     print()
     print(json.dumps(result))
 

@@ -23,10 +23,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gymnasium  # noqa: E402
+from timing import summary, timed  # noqa: E402
 
 import agentgym  # noqa: E402,F401
 from agentgym.sandbox.docker import DockerSandbox  # noqa: E402
-from timing import summary, timed  # noqa: E402
 
 TURNS = (1, 5, 10, 20)
 
@@ -44,9 +44,6 @@ def prefix_action(turn: int) -> str:
         call("run_tests"),
     ]
     return cycle[(turn - 1) % len(cycle)]
-
-
-
 
 
 def ready(env):
@@ -114,11 +111,15 @@ def measure_branching(env, task_id: str, repeats: int) -> dict:
                 replay_ms.append(timed(lambda: play_prefix(replay_env, task_id, turns))[0])
         finally:
             replay_env.close()
-        rows[turns] = {"snapshot": summary(snapshot_ms), "fork": summary(fork_ms),
-                       "snapshot+fork": summary(snapshot_fork_ms), "restore": summary(restore_ms),
-                       "replay": summary(replay_ms),
-                       "replay_over_fork": statistics.median(replay_ms) / statistics.median(fork_ms),
-                       "replay_over_snapshot_fork": statistics.median(replay_ms) / statistics.median(snapshot_fork_ms)}
+        rows[turns] = {
+            "snapshot": summary(snapshot_ms),
+            "fork": summary(fork_ms),
+            "snapshot+fork": summary(snapshot_fork_ms),
+            "restore": summary(restore_ms),
+            "replay": summary(replay_ms),
+            "replay_over_fork": statistics.median(replay_ms) / statistics.median(fork_ms),
+            "replay_over_snapshot_fork": statistics.median(replay_ms) / statistics.median(snapshot_fork_ms),
+        }
     return rows
 
 
@@ -146,8 +147,13 @@ def measure_concurrency(task_ids: list[str], concurrency: int) -> dict:
     started = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
         durations = list(pool.map(episode, range(concurrency)))
-    return {"envs": concurrency, "errors": len(errors), "error_samples": errors[:3],
-            "wall_s": time.perf_counter() - started, "episode_p50_s": statistics.median(durations)}
+    return {
+        "envs": concurrency,
+        "errors": len(errors),
+        "error_samples": errors[:3],
+        "wall_s": time.perf_counter() - started,
+        "episode_p50_s": statistics.median(durations),
+    }
 
 
 def main() -> None:
@@ -172,19 +178,36 @@ def main() -> None:
     print(f"| reset, warm pool | {warm['p50']:.0f} | {warm['p95']:.0f} | p50 ≤ 150 |")
     print(f"| reset, cold | {cold['p50']:.0f} | {cold['p95']:.0f} | (for comparison) |")
     for turns, row in branching.items():
-        for op, label in (("snapshot", "snapshot (docker commit)"), ("fork", "fork from a snapshot, until ready"),
-                          ("snapshot+fork", "fork() of the live env, until ready"), ("restore", "restore, until ready"),
-                          ("replay", "replay from reset")):
+        for op, label in (
+            ("snapshot", "snapshot (docker commit)"),
+            ("fork", "fork from a snapshot, until ready"),
+            ("snapshot+fork", "fork() of the live env, until ready"),
+            ("restore", "restore, until ready"),
+            ("replay", "replay from reset"),
+        ):
             target = "p50 ≤ 300" if op == "fork" else ""
             print(f"| {label}, turn {turns} | {row[op]['p50']:.0f} | {row[op]['p95']:.0f} | {target} |")
         target = "≥ 3× at turn 10" if turns == 10 else ""
-        print(f"| replay ÷ fork, turn {turns} | {row['replay_over_fork']:.1f}× "
-              f"({row['replay_over_snapshot_fork']:.1f}× incl. snapshot) | | {target} |")
-    print(f"| {concurrency['envs']} concurrent envs (5 turns, snapshot, fork, submit) | "
-          f"{concurrency['episode_p50_s'] * 1000:.0f} | | zero errors: {concurrency['errors']} errors, "
-          f"{concurrency['wall_s']:.1f} s wall |")
-    print(json.dumps({"exec": exec_ms, "reset_warm": warm, "reset_cold": cold, "branching": branching,
-                      "concurrency": concurrency}))
+        print(
+            f"| replay ÷ fork, turn {turns} | {row['replay_over_fork']:.1f}× "
+            f"({row['replay_over_snapshot_fork']:.1f}× incl. snapshot) | | {target} |"
+        )
+    print(
+        f"| {concurrency['envs']} concurrent envs (5 turns, snapshot, fork, submit) | "
+        f"{concurrency['episode_p50_s'] * 1000:.0f} | | zero errors: {concurrency['errors']} errors, "
+        f"{concurrency['wall_s']:.1f} s wall |"
+    )
+    print(
+        json.dumps(
+            {
+                "exec": exec_ms,
+                "reset_warm": warm,
+                "reset_cold": cold,
+                "branching": branching,
+                "concurrency": concurrency,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

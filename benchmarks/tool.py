@@ -22,13 +22,14 @@ import os
 import pickle
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentgym.envs.tool import SQLiteState, ToolEnv  # noqa: E402
 from timing import percentiles  # noqa: E402
+
+from agentgym.envs.tool import SQLiteState, ToolEnv  # noqa: E402
 
 MB = 1 << 20
 WARMUP = 3
@@ -36,8 +37,10 @@ WARMUP = 3
 
 def python_state(megabytes: int) -> dict:
     def records(count: int) -> dict:
-        return {i: {"id": i, "owner": f"owner-{i:036d}", "balance": 0, "limits": [100, 200, i], "frozen": False}
-                for i in range(count)}
+        return {
+            i: {"id": i, "owner": f"owner-{i:036d}", "balance": 0, "limits": [100, 200, i], "frozen": False}
+            for i in range(count)
+        }
 
     per_record = len(pickle.dumps(records(1000))) / 1000
     return records(int(megabytes * MB / per_record))
@@ -71,7 +74,6 @@ def timings(action: Callable[[], object], repeats: int) -> list[float]:
     return samples[WARMUP:]
 
 
-
 def measure(backend: str, megabytes: int, repeats: int, steps: int) -> dict:
     started = time.perf_counter()
     state = python_state(megabytes) if backend == "python" else sqlite_state(megabytes)
@@ -83,9 +85,9 @@ def measure(backend: str, megabytes: int, repeats: int, steps: int) -> dict:
         actual_mb = len(pickle.dumps(state)) / MB
     tool = bump_python if backend == "python" else bump_sqlite
     # The factory hands out the prebuilt state: building 100 MB per reset would dominate the run.
-    env = ToolEnv([tool], {"bench": "benchmark"}, state_factory=lambda task: state, max_turns=10 ** 9)
+    env = ToolEnv([tool], {"bench": "benchmark"}, state_factory=lambda task: state, max_turns=10**9)
     env.reset()
-    accounts = iter(range(1, 10 ** 9))
+    accounts = iter(range(1, 10**9))
     step = timings(lambda: env.step({"name": tool.__name__, "arguments": {"account": next(accounts) % 500 + 1}}), steps)
     snapshot = timings(lambda: env.snapshot().release(), repeats)
     fork = timings(lambda: env.fork().close(), repeats)
@@ -129,8 +131,13 @@ async def bfcl_throughput(envs: int = 64, episodes: int = 256) -> dict:
         for env in pool:
             env.close()
     wall = time.perf_counter() - started
-    return {"envs": envs, **counts, "wall_s": round(wall, 2), "episodes_per_s": round(counts["episodes"] / wall, 1),
-            "steps_per_s": round(counts["steps"] / wall, 1)}
+    return {
+        "envs": envs,
+        **counts,
+        "wall_s": round(wall, 2),
+        "episodes_per_s": round(counts["episodes"] / wall, 1),
+        "steps_per_s": round(counts["steps"] / wall, 1),
+    }
 
 
 def main() -> None:
@@ -150,14 +157,18 @@ def main() -> None:
     print("| state | size (MB) | step p50 / p95 (ms) | snapshot p50 / p95 (ms) | fork p50 / p95 (ms) |")
     print("|---|---:|---:|---:|---:|")
     for row in rows:
-        print(f"| {row['backend']} | {row['size_mb']} | {row['step_p50_ms']:.3f} / {row['step_p95_ms']:.3f} "
-              f"| {row['snapshot_p50_ms']:.2f} / {row['snapshot_p95_ms']:.2f} "
-              f"| {row['fork_p50_ms']:.2f} / {row['fork_p95_ms']:.2f} |")
+        print(
+            f"| {row['backend']} | {row['size_mb']} | {row['step_p50_ms']:.3f} / {row['step_p95_ms']:.3f} "
+            f"| {row['snapshot_p50_ms']:.2f} / {row['snapshot_p95_ms']:.2f} "
+            f"| {row['fork_p50_ms']:.2f} / {row['fork_p95_ms']:.2f} |"
+        )
     bfcl = asyncio.run(bfcl_throughput(episodes=args.bfcl_episodes)) if args.bfcl_episodes else None
     if bfcl:
-        print(f"\nBFCL multi-turn base, {bfcl['envs']} concurrent envs replaying ground truth: {bfcl['episodes']} episodes "
-              f"({bfcl['successes']} scored successes), {bfcl['steps']} steps in {bfcl['wall_s']} s: "
-              f"{bfcl['episodes_per_s']} episodes/s, {bfcl['steps_per_s']} steps/s")
+        print(
+            f"\nBFCL multi-turn base, {bfcl['envs']} concurrent envs replaying ground truth: {bfcl['episodes']} episodes "
+            f"({bfcl['successes']} scored successes), {bfcl['steps']} steps in {bfcl['wall_s']} s: "
+            f"{bfcl['episodes_per_s']} episodes/s, {bfcl['steps_per_s']} steps/s"
+        )
     print(json.dumps({"benchmark": "tool", "rows": rows, "bfcl": bfcl}))
 
 

@@ -33,18 +33,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from timing import percentiles, timed  # noqa: E402
+
 from agentgym.envs.web.app_env import WebAppEnv  # noqa: E402
 from agentgym.envs.web.observation import elements  # noqa: E402
 from agentgym.sandbox.browser import BrowserHost  # noqa: E402
-from timing import percentiles, timed  # noqa: E402
 
 
 def browse(text: str, turn: int) -> str:
     """The benchmark's policy: a deterministic link click (or a no-op on a page without links)."""
     links = [element["id"] for element in elements(text) if element["role"] == "link"]
     return f"click({links[(turn * 7) % len(links)]})" if links else "noop()"
-
-
 
 
 def walk(env: WebAppEnv, task_id: str, turns: int) -> dict:
@@ -55,7 +54,7 @@ def walk(env: WebAppEnv, task_id: str, turns: int) -> dict:
 
 
 def latencies(app: str, repeats: int) -> dict:
-    env = WebAppEnv(app, max_turns=10 ** 6)
+    env = WebAppEnv(app, max_turns=10**6)
     task_id = env.task_ids()[0]
     samples: dict[str, list[float]] = {name: [] for name in ("reset", "step", "screenshot", "snapshot", "fork")}
     walk(env, task_id, 3)  # warm-up: browser launch, first page loads
@@ -76,7 +75,7 @@ def latencies(app: str, repeats: int) -> dict:
 
 
 def fork_vs_replay(app: str, repeats: int, turns: int = 10) -> dict:
-    env = WebAppEnv(app, max_turns=10 ** 6)
+    env = WebAppEnv(app, max_turns=10**6)
     task_id = env.task_ids()[0]
     forks, replays, modes = [], [], []
     for _ in range(repeats):
@@ -85,13 +84,18 @@ def fork_vs_replay(app: str, repeats: int, turns: int = 10) -> dict:
         forks.append(elapsed)
         modes.append(child.fork_mode)
         child.close()
-        fresh = WebAppEnv(app, max_turns=10 ** 6)
+        fresh = WebAppEnv(app, max_turns=10**6)
         replays.append(timed(lambda: walk(fresh, task_id, turns))[0])
         fresh.close()
     env.close()
     fork_p50, replay_p50 = statistics.median(forks), statistics.median(replays)
-    return {"fork_p50_ms": fork_p50, "replay_p50_ms": replay_p50, "ratio": replay_p50 / fork_p50,
-            "restored": modes.count("restore"), "replayed": modes.count("replay")}
+    return {
+        "fork_p50_ms": fork_p50,
+        "replay_p50_ms": replay_p50,
+        "ratio": replay_p50 / fork_p50,
+        "restored": modes.count("restore"),
+        "replayed": modes.count("replay"),
+    }
 
 
 def throughput(app: str, concurrency: int, steps_per_env: int) -> float:
@@ -102,7 +106,7 @@ def throughput(app: str, concurrency: int, steps_per_env: int) -> float:
         return steps_per_env
 
     async def main() -> float:
-        envs = [WebAppEnv(app, max_turns=10 ** 6) for _ in range(concurrency)]
+        envs = [WebAppEnv(app, max_turns=10**6) for _ in range(concurrency)]
         await asyncio.gather(*(env.areset(options={"task_id": env.task_ids()[0]}) for env in envs))
         started = time.perf_counter()
         steps = sum(await asyncio.gather(*(run(env) for env in envs)))
@@ -144,7 +148,7 @@ def memory_per_env(app: str) -> dict:
 
 def leaks(app: str, episodes: int) -> dict:
     host = BrowserHost.shared()
-    env = WebAppEnv(app, max_turns=10 ** 6)
+    env = WebAppEnv(app, max_turns=10**6)
     task_id = env.task_ids()[0]
     walk(env, task_id, 2)
     before = (host.run(host.context_count()), len(host.chromium_pids()))
@@ -157,8 +161,14 @@ def leaks(app: str, episodes: int) -> dict:
     time.sleep(1.0)  # renderers of closed contexts exit asynchronously
     after = (host.run(host.context_count()), len(host.chromium_pids()))
     env.close()
-    return {"episodes": episodes, "seconds": elapsed, "contexts_before": before[0], "contexts_after": after[0],
-            "chromium_processes_before": before[1], "chromium_processes_after": after[1]}
+    return {
+        "episodes": episodes,
+        "seconds": elapsed,
+        "contexts_before": before[0],
+        "contexts_after": after[0],
+        "chromium_processes_before": before[1],
+        "chromium_processes_after": after[1],
+    }
 
 
 def main() -> None:
@@ -167,14 +177,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--episodes", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=30, help="steps per env in the throughput runs")
-    parser.add_argument("--parts", default="latency,fork,throughput,memory,leaks",
-                        help="comma-separated subset of the measurements to run")
+    parser.add_argument(
+        "--parts",
+        default="latency,fork,throughput,memory,leaks",
+        help="comma-separated subset of the measurements to run",
+    )
     args = parser.parse_args()
     parts = set(args.parts.split(","))
 
     results: dict = {"app": args.app, "load_average_at_start": os.getloadavg()}
-    print(f"Web env on '{args.app}' (Chromium {BrowserHost.shared().executable}); "
-          f"load average at start {os.getloadavg()[0]:.1f}\n")
+    print(
+        f"Web env on '{args.app}' (Chromium {BrowserHost.shared().executable}); "
+        f"load average at start {os.getloadavg()[0]:.1f}\n"
+    )
     if "latency" in parts:
         results["latency_ms"] = latencies(args.app, args.repeats)
         print("| operation | p50 ms | p95 ms |\n|---|---:|---:|")
@@ -182,8 +197,10 @@ def main() -> None:
             print(f"| {name} | {p50:.1f} | {p95:.1f} |")
     if "fork" in parts:
         fvr = results["fork_vs_replay_turn10"] = fork_vs_replay(args.app, max(5, args.repeats // 3))
-        print(f"\nfork at turn 10: {fvr['fork_p50_ms']:.0f} ms (restored {fvr['restored']}, replayed {fvr['replayed']}); "
-              f"replay from reset: {fvr['replay_p50_ms']:.0f} ms; replay/fork = {fvr['ratio']:.1f}x")
+        print(
+            f"\nfork at turn 10: {fvr['fork_p50_ms']:.0f} ms (restored {fvr['restored']}, replayed {fvr['replayed']}); "
+            f"replay from reset: {fvr['replay_p50_ms']:.0f} ms; replay/fork = {fvr['ratio']:.1f}x"
+        )
     if "throughput" in parts:
         rates = results["steps_per_s"] = {n: throughput(args.app, n, args.steps) for n in (1, 4, 8)}
         print("\n| concurrent envs | steps/s | vs 1 env |\n|---:|---:|---:|")
@@ -194,9 +211,11 @@ def main() -> None:
         print(f"\nmemory per env: Chromium {memory['chromium_mb']:.1f} MB PSS, Python {memory['python_mb']:.1f} MB")
     if "leaks" in parts:
         leak = results["leaks"] = leaks(args.app, args.episodes)
-        print(f"leaks after {leak['episodes']} episodes ({leak['seconds']:.0f} s): contexts {leak['contexts_before']} -> "
-              f"{leak['contexts_after']}, Chromium processes {leak['chromium_processes_before']} -> "
-              f"{leak['chromium_processes_after']}")
+        print(
+            f"leaks after {leak['episodes']} episodes ({leak['seconds']:.0f} s): contexts {leak['contexts_before']} -> "
+            f"{leak['contexts_after']}, Chromium processes {leak['chromium_processes_before']} -> "
+            f"{leak['chromium_processes_after']}"
+        )
     print(json.dumps(results))
 
 

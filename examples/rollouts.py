@@ -25,8 +25,20 @@ import gymnasium
 
 import agentgym  # noqa: F401  (registers the envs)
 from agentgym.models import tiny_model_path
-from agentgym.rollout import (Agent, AgentConfig, OpenAIPolicy, Runner, RunnerConfig, SamplingParams, Task,
-                              TrajectoryStore, TreeConfig, TreeRollout, node_values, turn_advantages)
+from agentgym.rollout import (
+    Agent,
+    AgentConfig,
+    OpenAIPolicy,
+    Runner,
+    RunnerConfig,
+    SamplingParams,
+    Task,
+    TrajectoryStore,
+    TreeConfig,
+    TreeRollout,
+    node_values,
+    turn_advantages,
+)
 from agentgym.rollout.server import ServerProcess
 
 
@@ -38,20 +50,28 @@ async def demo(base_url: str, model: Path, workdir: Path) -> None:
 
         started = time.perf_counter()
         linear = await Runner(agent, make_env, RunnerConfig(concurrency=4, store=store)).run(
-            [Task(f"HumanEval/{i % 4}", seed=i) for i in range(8)])
-        print(f"linear: {len(linear.records)} episodes, {linear.stats.env_steps} env steps, "
-              f"{linear.stats.generated_tokens} tokens in {time.perf_counter() - started:.1f} s; "
-              f"failures: {len(linear.failures)}")
+            [Task(f"HumanEval/{i % 4}", seed=i) for i in range(8)]
+        )
+        print(
+            f"linear: {len(linear.records)} episodes, {linear.stats.env_steps} env steps, "
+            f"{linear.stats.generated_tokens} tokens in {time.perf_counter() - started:.1f} s; "
+            f"failures: {len(linear.failures)}"
+        )
 
         tree_config = TreeConfig(strategy="contrast", roots=2, max_leaves=6)
         started = time.perf_counter()
-        trees = await Runner(agent, make_env, RunnerConfig(concurrency=2, store=store),
-                             job=lambda agent, env, task: TreeRollout(agent, tree_config).run(env, task.task_id)
-                             ).run([Task("HumanEval/0"), Task("HumanEval/1")])
+        trees = await Runner(
+            agent,
+            make_env,
+            RunnerConfig(concurrency=2, store=store),
+            job=lambda agent, env, task: TreeRollout(agent, tree_config).run(env, task.task_id),
+        ).run([Task("HumanEval/0"), Task("HumanEval/1")])
         for tree in trees.records:
             shared = sum(len(tree.path(leaf.id)) for leaf in tree.leaves)
-            print(f"tree {tree.task_id}: {len(tree.leaves)} leaves, {tree.num_env_steps} env steps "
-                  f"({shared} if run linearly), branch points {tree.metadata['branch_points']}")
+            print(
+                f"tree {tree.task_id}: {len(tree.leaves)} leaves, {tree.num_env_steps} env steps "
+                f"({shared} if run linearly), branch points {tree.metadata['branch_points']}"
+            )
         print(f"trees took {time.perf_counter() - started:.1f} s")
 
     tree = trees.records[0]
@@ -61,11 +81,16 @@ async def demo(base_url: str, model: Path, workdir: Path) -> None:
     records = list(store.read())
     dataset = store.to_dataset()
     sequences = store.sequences_dataset()
-    print(f"store: {len(records)} records read back from {store.path} ({store.path.stat().st_size // 1024} KiB); "
-          f"dataset {dataset.num_rows} rows, training view {sequences.num_rows} sequences")
+    print(
+        f"store: {len(records)} records read back from {store.path} ({store.path.stat().st_size // 1024} KiB); "
+        f"dataset {dataset.num_rows} rows, training view {sequences.num_rows} sequences"
+    )
     first = sequences[0]
-    print(json.dumps({"input_ids": len(first["input_ids"]), "model_tokens": sum(first["mask"]),
-                      "reward": first["reward"]}))
+    print(
+        json.dumps(
+            {"input_ids": len(first["input_ids"]), "model_tokens": sum(first["mask"]), "reward": first["reward"]}
+        )
+    )
 
 
 def main() -> None:

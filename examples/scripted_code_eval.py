@@ -61,10 +61,16 @@ def evaluate(env_id: str, limit: int) -> list[dict]:
         for name, policy in POLICIES.items():
             started = time.perf_counter()
             results = [run_episode(env, t, policy(env, t)) for t in task_ids]
-            rows.append({"env": env_id, "policy": name, "tasks": len(task_ids),
-                         "success": sum(r for r, _ in results) / len(results),
-                         "mean_turns": statistics.mean(t for _, t in results),
-                         "seconds_per_episode": (time.perf_counter() - started) / len(results)})
+            rows.append(
+                {
+                    "env": env_id,
+                    "policy": name,
+                    "tasks": len(task_ids),
+                    "success": sum(r for r, _ in results) / len(results),
+                    "mean_turns": statistics.mean(t for _, t in results),
+                    "seconds_per_episode": (time.perf_counter() - started) / len(results),
+                }
+            )
     finally:
         env.close()
     return rows
@@ -87,8 +93,10 @@ def branching_demo() -> None:
                         _, reward, terminated, truncated, info = branch.step(action)
                         if terminated or truncated:
                             break
-                    print(f"  branch {name:10} fork() returned in {fork_ms:4.0f} ms (its container starts in the "
-                          f"background) -> reward {reward}, turn {info['turn']}")
+                    print(
+                        f"  branch {name:10} fork() returned in {fork_ms:4.0f} ms (its container starts in the "
+                        f"background) -> reward {reward}, turn {info['turn']}"
+                    )
                 finally:
                     branch.close()
     finally:
@@ -102,8 +110,10 @@ def main() -> None:
     rows = [row for env_id in ("agentgym/HumanEval-v0", "agentgym/RepoFix-v0") for row in evaluate(env_id, args.limit)]
     print(f"{'env':24} {'policy':10} {'tasks':>5} {'success':>8} {'turns':>6} {'s/episode':>10}")
     for r in rows:
-        print(f"{r['env']:24} {r['policy']:10} {r['tasks']:5d} {r['success']:8.2f} {r['mean_turns']:6.1f} "
-              f"{r['seconds_per_episode']:10.2f}")
+        print(
+            f"{r['env']:24} {r['policy']:10} {r['tasks']:5d} {r['success']:8.2f} {r['mean_turns']:6.1f} "
+            f"{r['seconds_per_episode']:10.2f}"
+        )
     branching_demo()
 
 

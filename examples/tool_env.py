@@ -5,9 +5,11 @@ import gymnasium
 from agentgym import register_env
 from agentgym.envs.tool import SQLiteState, ToolEnv
 
-TASKS = {"pay-rent": {"prompt": "Pay Bob 700 from Alice's account.", "bob": 800},
-         "save": {"prompt": "Move 200 from Alice to Carol.", "bob": 100},
-         "refund": {"prompt": "Move 50 from Bob back to Alice.", "bob": 50}}
+TASKS = {
+    "pay-rent": {"prompt": "Pay Bob 700 from Alice's account.", "bob": 800},
+    "save": {"prompt": "Move 200 from Alice to Carol.", "bob": 100},
+    "refund": {"prompt": "Move 50 from Bob back to Alice.", "bob": 50},
+}
 BANK = "CREATE TABLE accounts(owner TEXT, cents INT); INSERT INTO accounts VALUES ('alice', 1000), ('bob', 100), ('carol', 0)"
 
 
@@ -25,14 +27,20 @@ def transfer(source: str, target: str, amount: int, state: SQLiteState) -> str:
     return f"moved {amount} from {source} to {target}"
 
 
-BANK_ID = register_env("Bank-v0", ToolEnv, tools=[balance, transfer], tasks=TASKS, variant="bank",
-                      state_factory=lambda task: SQLiteState(script=BANK),
-                      check=lambda task, state, transcript: (float(ok := balance("bob", state) == task["bob"]), ok))
+BANK_ID = register_env(
+    "Bank-v0",
+    ToolEnv,
+    tools=[balance, transfer],
+    tasks=TASKS,
+    variant="bank",
+    state_factory=lambda task: SQLiteState(script=BANK),
+    check=lambda task, state, transcript: (float(ok := balance("bob", state) == task["bob"]), ok),
+)
 if __name__ == "__main__":
     env = gymnasium.make(BANK_ID)
     print(env.reset(options={"task_id": "pay-rent"})[0]["text"])
     print(env.step('balance("alice") transfer("alice", "bob", 5000)')[0]["text"])  # two calls, run in order
     branch = env.fork()  # an independent bank, mid-episode
-    print("main success:", env.step('transfer("alice", "bob", 700) submit()')[4]["success"],
-          "| branch success:", branch.step("submit()")[4]["success"])
+    success = env.step('transfer("alice", "bob", 700) submit()')[4]["success"]
+    print("main success:", success, "| branch success:", branch.step("submit()")[4]["success"])
     env.close(), branch.close()

@@ -20,8 +20,13 @@ import argparse
 from pathlib import Path
 
 from agentgym.train import load_config
-from agentgym.trainers.recipe import (held_out_success, keychain_warm_start, train_run, training_curve,
-                                      write_learning_curve)
+from agentgym.trainers.recipe import (
+    held_out_success,
+    keychain_warm_start,
+    train_run,
+    training_curve,
+    write_learning_curve,
+)
 
 CONFIG = Path(__file__).resolve().parent / "configs" / "keychain-tree_grpo.yaml"
 
@@ -42,15 +47,29 @@ def main() -> None:
     print(f"    held-out success after SFT: {before:.0%} of {args.heldout} tasks", flush=True)
 
     print(f"2/3 tree GRPO for {args.minutes:g} min ...", flush=True)
-    run = train_run(CONFIG, [f"model={start}", f"output_dir={out / 'tree_grpo'}", "resume=false",
-                             f"seed={args.seed}", f"time_budget_s={args.minutes * 60}", "max_steps=100000",
-                             "save_steps=100000", "report_to=none"])
+    run = train_run(
+        CONFIG,
+        [
+            f"model={start}",
+            f"output_dir={out / 'tree_grpo'}",
+            "resume=false",
+            f"seed={args.seed}",
+            f"time_budget_s={args.minutes * 60}",
+            "max_steps=100000",
+            "save_steps=100000",
+            "report_to=none",
+        ],
+    )
     after = held_out_success(run["output_dir"], config, args.heldout)
 
-    curve = write_learning_curve({"tree GRPO": training_curve(run["log"])}, out / "learning_curve.svg",
-                                 title="KeyChain, tiny model, CPU")
-    print(f"3/3 {run['steps']} RL steps in {run['wall_s']:.0f} s; held-out success {before:.0%} -> {after:.0%} "
-          f"({100 * (after - before):+.0f} points). Learning curve: {curve}", flush=True)
+    curve = write_learning_curve(
+        {"tree GRPO": training_curve(run["log"])}, out / "learning_curve.svg", title="KeyChain, tiny model, CPU"
+    )
+    print(
+        f"3/3 {run['steps']} RL steps in {run['wall_s']:.0f} s; held-out success {before:.0%} -> {after:.0%} "
+        f"({100 * (after - before):+.0f} points). Learning curve: {curve}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

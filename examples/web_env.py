@@ -24,8 +24,15 @@ print("branch:", branch.step('answer("I could not find it")')[1:3])
 for step in task.solution[half:]:
     action = step(observation["text"]) if callable(step) else step
     observation, reward, terminated, truncated, info = env.step(action)
-print("original: reward", reward, "success", info["success"], "cart rows:",
-      env.unwrapped.app.db.query("SELECT count(*) FROM cart_items")[0][0], "vs branch:",
-      branch.app.db.query("SELECT count(*) FROM cart_items")[0][0])
+print(
+    "original: reward",
+    reward,
+    "success",
+    info["success"],
+    "cart rows:",
+    env.unwrapped.app.db.query("SELECT count(*) FROM cart_items")[0][0],
+    "vs branch:",
+    branch.app.db.query("SELECT count(*) FROM cart_items")[0][0],
+)
 branch.close()
 env.close()

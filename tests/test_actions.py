@@ -3,14 +3,29 @@
 import json
 from types import SimpleNamespace
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentgym.actions import ToolCall, ToolSpec, parse_action, validate_arguments
 
-BASH = ToolSpec("bash", "Run a command.", {"type": "object", "properties": {
-    "command": {"type": "string"}, "timeout": {"type": "integer"}}, "required": ["command"]})
-CLICK = ToolSpec("click", "Click an element.", {"type": "object", "properties": {
-    "id": {"type": "integer"}, "button": {"type": "string", "enum": ["left", "right"]}}, "required": ["id"]})
+BASH = ToolSpec(
+    "bash",
+    "Run a command.",
+    {
+        "type": "object",
+        "properties": {"command": {"type": "string"}, "timeout": {"type": "integer"}},
+        "required": ["command"],
+    },
+)
+CLICK = ToolSpec(
+    "click",
+    "Click an element.",
+    {
+        "type": "object",
+        "properties": {"id": {"type": "integer"}, "button": {"type": "string", "enum": ["left", "right"]}},
+        "required": ["id"],
+    },
+)
 SUBMIT = ToolSpec("submit", "Finish.")
 TOOLS = [BASH, CLICK, SUBMIT]
 CODE = {"python": ("bash", "command"), "bash": ("bash", "command")}
@@ -24,8 +39,10 @@ def only_call(reply, **kwargs):
 
 
 def test_hermes_tags_multiple_calls_in_order():
-    reply = ('I will look.\n<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>\n'
-             '<tool_call>{"name": "submit", "arguments": {}}</tool_call>')
+    reply = (
+        'I will look.\n<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>\n'
+        '<tool_call>{"name": "submit", "arguments": {}}</tool_call>'
+    )
     parsed = parse_action(reply, TOOLS)
     assert [c.name for c in parsed.calls] == ["bash", "submit"]
     assert parsed.calls[0].arguments == {"command": "ls"}
@@ -39,8 +56,12 @@ def test_unterminated_tag_and_python_literal_body_are_accepted():
 
 
 def test_openai_message_and_sdk_objects():
-    message = {"role": "assistant", "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": "pwd"})}}]}
+    message = {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": "pwd"})}}
+        ],
+    }
     call = only_call(message)
     assert (call.id, call.arguments) == ("c1", {"command": "pwd"})
     sdk = SimpleNamespace(id="c2", function=SimpleNamespace(name="click", arguments='{"id": 5}'))
@@ -77,7 +98,7 @@ def test_errors_are_reported_not_raised():
         '<tool_call>{"name": "click", "arguments": {"id": 1, "button": "middle"}}</tool_call>': "must be one of",
         '<tool_call>{"name": "click", "arguments": {"id": 1, "x": 2}}</tool_call>': "unknown argument 'x'",
         '<tool_call>{"name": "click", "arguments": [1]}</tool_call>': "must be a JSON object",
-        '<tool_call>[1, 2]</tool_call>': "unsupported action type",
+        "<tool_call>[1, 2]</tool_call>": "unsupported action type",
         "click(1, 2, 3)": "takes 2 argument(s), got 3",
         "click(id=os.system('x'))": "could not read the arguments",
         "just some prose": "no tool call found",
@@ -106,10 +127,19 @@ def test_openai_schema_round_trip():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(st.text(), st.binary(), st.builds(lambda a, b: f"<tool_call>{a}</tool_call>{b}", st.text(), st.text()),
-                 st.builds(lambda a: f"click({a})", st.text()), st.recursive(
-                     st.none() | st.booleans() | st.integers() | st.text(),
-                     lambda children: st.lists(children) | st.dictionaries(st.text(), children), max_leaves=10)))
+@given(
+    st.one_of(
+        st.text(),
+        st.binary(),
+        st.builds(lambda a, b: f"<tool_call>{a}</tool_call>{b}", st.text(), st.text()),
+        st.builds(lambda a: f"click({a})", st.text()),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(),
+            lambda children: st.lists(children) | st.dictionaries(st.text(), children),
+            max_leaves=10,
+        ),
+    )
+)
 def test_arbitrary_input_never_raises(reply):
     parsed = parse_action(reply, TOOLS, code_block_tools=CODE)
     assert parsed.error is None or isinstance(parsed.error, str)

@@ -59,8 +59,9 @@ def _one_line_usage_error(result, command: str, *fragments: str) -> None:
 
 
 def test_train_config_errors_are_one_line(tmp_path):
-    _one_line_usage_error(run("train", "--config", str(tmp_path / "missing.yaml")), "train",
-                          "no config file at", "missing.yaml")
+    _one_line_usage_error(
+        run("train", "--config", str(tmp_path / "missing.yaml")), "train", "no config file at", "missing.yaml"
+    )
     broken = tmp_path / "broken.yaml"
     broken.write_text("trainer: sao\nenv_kwargs: {num_tasks: 4\nmax_steps: 3\n")
     _one_line_usage_error(run("train", "--config", str(broken)), "train", "broken.yaml", "not valid YAML", "line 3")
@@ -71,36 +72,75 @@ def test_train_config_errors_are_one_line(tmp_path):
 
 
 def test_train_unknown_key_names_the_closest_valid_one(tmp_path):
-    _one_line_usage_error(run("train", "--config", CONFIG, "max_stepz=3", f"output_dir={tmp_path}"), "train",
-                          "unknown config key 'max_stepz'", "did you mean 'max_steps'?")
+    _one_line_usage_error(
+        run("train", "--config", CONFIG, "max_stepz=3", f"output_dir={tmp_path}"),
+        "train",
+        "unknown config key 'max_stepz'",
+        "did you mean 'max_steps'?",
+    )
 
 
 def test_train_model_must_be_a_local_directory(tmp_path):
-    _one_line_usage_error(run("train", "--config", CONFIG, "model=Qwen/Qwen2.5-0.5B", f"output_dir={tmp_path}"),
-                          "train", "model 'Qwen/Qwen2.5-0.5B' is not a directory", "nothing is downloaded")
+    _one_line_usage_error(
+        run("train", "--config", CONFIG, "model=Qwen/Qwen2.5-0.5B", f"output_dir={tmp_path}"),
+        "train",
+        "model 'Qwen/Qwen2.5-0.5B' is not a directory",
+        "nothing is downloaded",
+    )
 
 
 def test_train_refuses_a_launcher_that_asked_for_processes_it_did_not_start(tmp_path):
     # What `accelerate launch --cpu --num_processes 2` leaves in the environment of its one process.
     env = {**os.environ, "ACCELERATE_USE_CPU": "True", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
     env.pop("WORLD_SIZE", None)
-    result = subprocess.run([*AGENTGYM, "train", "--config", CONFIG, f"output_dir={tmp_path}"], capture_output=True,
-                            text=True, timeout=300, env=env)
-    _one_line_usage_error(result, "train", "asked for several processes but started one",
-                          "--multi_gpu --num_processes N", "use_cpu=true")
+    result = subprocess.run(
+        [*AGENTGYM, "train", "--config", CONFIG, f"output_dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    _one_line_usage_error(
+        result, "train", "asked for several processes but started one", "--multi_gpu --num_processes N", "use_cpu=true"
+    )
 
 
 def _run_dir(path: Path, task_ids: list[str]) -> Path:
     from agentgym.eval.metrics import summarize, summarize_by
 
-    rows = [{"suite": "s", "task_id": t, "category": "c", "sample": 0, "success": True, "reward": 1.0, "turns": 1,
-             "tokens_in": 1, "tokens_out": 1, "wall_s": 0.1, "error": None, "trajectory": None} for t in task_ids]
+    rows = [
+        {
+            "suite": "s",
+            "task_id": t,
+            "category": "c",
+            "sample": 0,
+            "success": True,
+            "reward": 1.0,
+            "turns": 1,
+            "tokens_in": 1,
+            "tokens_out": 1,
+            "wall_s": 0.1,
+            "error": None,
+            "trajectory": None,
+        }
+        for t in task_ids
+    ]
     path.mkdir()
     (path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (path / "summary.json").write_text(json.dumps({"schema_version": 1, "suite": "s", "model": "m", "k": 1,
-                                                   "tasks": len(rows), "episodes": len(rows),
-                                                   "metrics": summarize(rows, 1),
-                                                   "by_category": summarize_by(rows, "category", 1)}))
+    (path / "summary.json").write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "suite": "s",
+                "model": "m",
+                "k": 1,
+                "tasks": len(rows),
+                "episodes": len(rows),
+                "metrics": summarize(rows, 1),
+                "by_category": summarize_by(rows, "category", 1),
+            }
+        )
+    )
     return path
 
 
@@ -110,42 +150,53 @@ def test_eval_compare_refuses_what_is_not_a_run_and_runs_without_shared_tasks(tm
     result = run("eval", "compare", str(a), str(tmp_path / "empty"))
     _one_line_usage_error(result, "eval compare", "not an eval run", "give the --out directory")
     assert result.stdout == ""  # nothing printed before the error
-    _one_line_usage_error(run("eval", "compare", str(a), str(tmp_path / "nowhere")), "eval compare",
-                          "no such directory")
+    _one_line_usage_error(
+        run("eval", "compare", str(a), str(tmp_path / "nowhere")), "eval compare", "no such directory"
+    )
     b = _run_dir(tmp_path / "b", ["t3"])
-    _one_line_usage_error(run("eval", "compare", str(a), str(b)), "eval compare", "share no task",
-                          "2 tasks only in A, 1 only in B")
+    _one_line_usage_error(
+        run("eval", "compare", str(a), str(b)), "eval compare", "share no task", "2 tasks only in A, 1 only in B"
+    )
 
 
 def test_eval_suite_file_errors_name_the_file(tmp_path):
     suite = tmp_path / "mine.jsonl"
     suite.write_text('{"env": "KeyChain-v0", "task_id": "train-0"}\n{"env": "KeyChain-v0", "task_id": \n')
-    _one_line_usage_error(run("eval", "--suite", str(suite), "--policy", "oracle"), "eval", f"{suite}:2:",
-                          "not a JSON object")
+    _one_line_usage_error(
+        run("eval", "--suite", str(suite), "--policy", "oracle"), "eval", f"{suite}:2:", "not a JSON object"
+    )
     suite.write_text('{"env": "NoSuch-v0", "task_id": "x"}\n')
-    _one_line_usage_error(run("eval", "--suite", str(suite), "--policy", "oracle"), "eval",
-                          "'agentgym/NoSuch-v0', which is not registered")
-    _one_line_usage_error(run("eval", "--suite", "humaneval", "--policy", str(tmp_path)), "eval",
-                          "is a directory without config.json")
+    _one_line_usage_error(
+        run("eval", "--suite", str(suite), "--policy", "oracle"),
+        "eval",
+        "'agentgym/NoSuch-v0', which is not registered",
+    )
+    _one_line_usage_error(
+        run("eval", "--suite", "humaneval", "--policy", str(tmp_path)), "eval", "is a directory without config.json"
+    )
 
 
 def test_other_subcommands_report_usage_errors_in_one_line(tmp_path):
-    _one_line_usage_error(run("serve", "--model", str(tmp_path / "nope"), "--port", "1"), "serve",
-                          "--model", "is not a directory")
-    _one_line_usage_error(run("images", "build", "--dockerfile", str(tmp_path / "Dockerfile")), "images build",
-                          "no such file")
+    _one_line_usage_error(
+        run("serve", "--model", str(tmp_path / "nope"), "--port", "1"), "serve", "--model", "is not a directory"
+    )
+    _one_line_usage_error(
+        run("images", "build", "--dockerfile", str(tmp_path / "Dockerfile")), "images build", "no such file"
+    )
     _one_line_usage_error(run("envs", "list", "no-such-env"), "envs list", "no registered env id matches")
     _one_line_usage_error(run("envs", "tasks", "NoSuch-v0"), "envs tasks", "doesn't exist")
-    _one_line_usage_error(run("memory", "import", str(tmp_path / "m.db"), str(tmp_path / "none.jsonl")),
-                          "memory import", "none.jsonl")
+    _one_line_usage_error(
+        run("memory", "import", str(tmp_path / "m.db"), str(tmp_path / "none.jsonl")), "memory import", "none.jsonl"
+    )
 
 
 def test_a_reader_that_left_ends_the_command_quietly():
     read, write = os.pipe()
     os.close(read)  # like `agentgym envs list | head -0`: every write hits a closed pipe
     try:
-        result = subprocess.run([*AGENTGYM, "envs", "list"], stdout=write, stderr=subprocess.PIPE, text=True,
-                                timeout=300)
+        result = subprocess.run(
+            [*AGENTGYM, "envs", "list"], stdout=write, stderr=subprocess.PIPE, text=True, timeout=300
+        )
     finally:
         os.close(write)
     assert result.returncode == 1 and result.stderr == ""

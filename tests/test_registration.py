@@ -40,7 +40,9 @@ def test_registering_a_taken_id_again_replaces_it_with_a_warning():
         pass
 
     env_id = agentgym.register_env("Redefined-v0", First)
-    with pytest.warns(UserWarning, match=r"agentgym/Redefined-v0 was registered already \(to .*First\); it now makes .*Second"):
+    with pytest.warns(
+        UserWarning, match=r"agentgym/Redefined-v0 was registered already \(to .*First\); it now makes .*Second"
+    ):
         agentgym.register_env("Redefined-v0", Second)
     with pytest.warns(UserWarning, match="was registered already"):
         agentgym.register_env("Redefined-v0", Second, max_turns=3)  # other kwargs are a change too
@@ -52,12 +54,14 @@ def test_registering_a_taken_id_again_replaces_it_with_a_warning():
 def test_plugin_entry_point_registers_envs_in_a_fresh_process(tmp_path):
     """A plugin distribution (dist-info with an agentgym.envs entry point) on sys.path is loaded by `import agentgym`."""
     (tmp_path / "myplugin").mkdir()
-    (tmp_path / "myplugin" / "__init__.py").write_text(textwrap.dedent("""
+    (tmp_path / "myplugin" / "__init__.py").write_text(
+        textwrap.dedent("""
         from agentgym import register_env
 
         def register():
             register_env("PluginCounter-v0", "tests.envs.counter:CounterEnv", max_turns=4)
-    """))
+    """)
+    )
     dist = tmp_path / "myplugin-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: myplugin\nVersion: 1.0\n")
@@ -66,11 +70,18 @@ def test_plugin_entry_point_registers_envs_in_a_fresh_process(tmp_path):
     broken.mkdir()
     (broken / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 1.0\n")
     (broken / "entry_points.txt").write_text("[agentgym.envs]\nbroken = no_such_module:register\n")
-    script = ("import sys, warnings; sys.path.insert(0, sys.argv[1]); warnings.simplefilter('always');\n"
-              "import gymnasium, agentgym\n"
-              "env = gymnasium.make('agentgym/PluginCounter-v0'); print(type(env).__name__, env.max_turns)")
-    result = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
-                            cwd=str(__import__("pathlib").Path(__file__).parents[1]), timeout=120)
+    script = (
+        "import sys, warnings; sys.path.insert(0, sys.argv[1]); warnings.simplefilter('always');\n"
+        "import gymnasium, agentgym\n"
+        "env = gymnasium.make('agentgym/PluginCounter-v0'); print(type(env).__name__, env.max_turns)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=str(__import__("pathlib").Path(__file__).parents[1]),
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "CounterEnv 4"
     assert "plugin 'broken'" in result.stderr and "failed to load" in result.stderr

@@ -45,8 +45,9 @@ import re
 import sys
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from agentgym.eval.oracles import EpisodeAgent
 from agentgym.eval.suites import Suite
@@ -58,8 +59,15 @@ from agentgym.rollout.trajectory import Trajectory
 if TYPE_CHECKING:
     from agentgym.memory.config import MemoryConfig
 
-__all__ = ["PolicyUnavailableError", "SCHEMA_VERSION", "episode_seed", "error_counts", "evaluate",
-           "is_context_overflow", "load_results"]
+__all__ = [
+    "PolicyUnavailableError",
+    "SCHEMA_VERSION",
+    "episode_seed",
+    "error_counts",
+    "evaluate",
+    "is_context_overflow",
+    "load_results",
+]
 
 SCHEMA_VERSION = 1
 RUN_FILE = "run.json"
@@ -81,8 +89,11 @@ class _StopRun(Exception):
 
 
 # How OpenAI, vLLM, `agentgym serve` and a local HFPolicy word a prompt that does not fit the model's window.
-_CONTEXT_OVERFLOW = re.compile(r"maximum context length|context_length_exceeded|maximum model length"
-                               r"|does not fit the model's context", re.I)
+_CONTEXT_OVERFLOW = re.compile(
+    r"maximum context length|context_length_exceeded|maximum model length"
+    r"|does not fit the model's context",
+    re.I,
+)
 
 
 def is_context_overflow(error: str) -> bool:
@@ -164,10 +175,13 @@ class _ResultsWriter:
             if self._warned_overflow:
                 return
             self._warned_overflow = True
-        print(f"agentgym eval: warning: the first prompt of task {record.metadata['group']} does not fit the "
-              "model's context, so its episodes fail before the model answers (counted as context_overflow); "
-              "use a model or server with a longer context window. "
-              f"The endpoint said: {record.error.removeprefix('context_overflow: ')[:300]}", file=sys.stderr)
+        print(
+            f"agentgym eval: warning: the first prompt of task {record.metadata['group']} does not fit the "
+            "model's context, so its episodes fail before the model answers (counted as context_overflow); "
+            "use a model or server with a longer context window. "
+            f"The endpoint said: {record.error.removeprefix('context_overflow: ')[:300]}",
+            file=sys.stderr,
+        )
 
     def close(self) -> None:
         """No row is written after this returns (a cancelled run's threads may still be finishing)."""
@@ -176,13 +190,20 @@ class _ResultsWriter:
 
     def row(self, record: Trajectory) -> dict:
         task_id = record.metadata["group"]  # the suite's task id (the harness sets it as the group)
-        return {"suite": self.suite, "task_id": task_id, "category": self.categories[task_id],
-                "sample": int(record.metadata["repeat"]), "success": bool(record.success),
-                "reward": float(record.reward), "turns": len(record.turns),
-                "tokens_in": sum(_tokens(t, t.prompt_ids, "prompt_tokens") for t in record.turns),
-                "tokens_out": sum(_tokens(t, t.completion_ids, "completion_tokens") for t in record.turns),
-                "wall_s": float(record.metadata.get("elapsed_s", 0.0)), "error": record.error,
-                "trajectory": record.to_dict()}
+        return {
+            "suite": self.suite,
+            "task_id": task_id,
+            "category": self.categories[task_id],
+            "sample": int(record.metadata["repeat"]),
+            "success": bool(record.success),
+            "reward": float(record.reward),
+            "turns": len(record.turns),
+            "tokens_in": sum(_tokens(t, t.prompt_ids, "prompt_tokens") for t in record.turns),
+            "tokens_out": sum(_tokens(t, t.completion_ids, "completion_tokens") for t in record.turns),
+            "wall_s": float(record.metadata.get("elapsed_s", 0.0)),
+            "error": record.error,
+            "trajectory": record.to_dict(),
+        }
 
 
 def _tokens(turn, ids: list[int], usage_key: str) -> int:
@@ -204,9 +225,15 @@ def _progress(suite: Suite, total: int, already: list[dict]):
         rate = counts["success"] / counts["done"] if counts["done"] else 0.0
         return f"success {counts['success']}/{counts['done']} ({rate:.0%})"
 
-    progress = Progress(TextColumn(f"eval {suite.name}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[status]}"), TextColumn("ETA"), TimeRemainingColumn(),
-                        console=console)
+    progress = Progress(
+        TextColumn(f"eval {suite.name}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+    )
     bar = progress.add_task("eval", total=total, completed=len(already), status=status())
 
     def update(row: dict) -> None:
@@ -217,10 +244,21 @@ def _progress(suite: Suite, total: int, already: list[dict]):
     return progress, update
 
 
-async def evaluate(suite: Suite, policy: Policy | PolicyFactory, *, k: int = 1, concurrency: int = 8,
-                   out_dir: str | Path, max_turns: int | None = None, timeout: float | None = None, seed: int = 0,
-                   agent_config: AgentConfig | None = None, model: str | None = None,
-                   progress: bool = True, memory: "MemoryConfig | None" = None) -> dict:
+async def evaluate(
+    suite: Suite,
+    policy: Policy | PolicyFactory,
+    *,
+    k: int = 1,
+    concurrency: int = 8,
+    out_dir: str | Path,
+    max_turns: int | None = None,
+    timeout: float | None = None,
+    seed: int = 0,
+    agent_config: AgentConfig | None = None,
+    model: str | None = None,
+    progress: bool = True,
+    memory: MemoryConfig | None = None,
+) -> dict:
     """Run ``k`` samples of every task of ``suite`` with ``policy`` and return the summary (also written to ``out_dir``).
 
     Args:
@@ -266,22 +304,29 @@ async def evaluate(suite: Suite, policy: Policy | PolicyFactory, *, k: int = 1, 
     try:
         for (env_id, kwargs_json), tasks in suite.by_env().items():
             env_kwargs = json.loads(kwargs_json)
-            todo = [Task(t.task_id, episode_seed(seed, t.task_id, s), repeat=s, group=t.task_id)
-                    for t in tasks for s in range(k) if (t.task_id, s) not in done]
+            todo = [
+                Task(t.task_id, episode_seed(seed, t.task_id, s), repeat=s, group=t.task_id)
+                for t in tasks
+                for s in range(k)
+                if (t.task_id, s) not in done
+            ]
             if not todo:
                 continue
             env_policy = policy if isinstance(policy, Policy) else policy(env_id, env_kwargs)
             factory = lambda env_id=env_id, env_kwargs=env_kwargs: gymnasium.make(env_id, **env_kwargs)  # noqa: E731
-            runner = Runner(EpisodeAgent(env_policy, config), factory if memory is None else memory.wrap(factory),
-                            RunnerConfig(concurrency=concurrency, episode_timeout=timeout, progress=False,
-                                         store=writer))
+            runner = Runner(
+                EpisodeAgent(env_policy, config),
+                factory if memory is None else memory.wrap(factory),
+                RunnerConfig(concurrency=concurrency, episode_timeout=timeout, progress=False, store=writer),
+            )
             try:
                 await runner.run(todo)
             except* _StopRun as stopped:
                 error = stopped.exceptions[0].error
                 raise PolicyUnavailableError(
                     f"the policy failed, so the run stopped ({error}). Finished episodes are kept in "
-                    f"{results_path}; rerun the same command to resume.") from None
+                    f"{results_path}; rerun the same command to resume."
+                ) from None
     finally:
         # Without this, a late write from a cancelled run could land after a rerun read the file,
         # and the rerun would run that (task, sample) again: a duplicate row.
@@ -306,8 +351,11 @@ def _claim_run_dir(out: Path, identity: dict) -> None:
     if path.exists():
         recorded = json.loads(path.read_text())
         if recorded != identity:
-            changed = ", ".join(f"{key}: {recorded.get(key)!r} → {identity.get(key)!r}"
-                                for key in sorted(set(recorded) | set(identity)) if recorded.get(key) != identity.get(key))
+            changed = ", ".join(
+                f"{key}: {recorded.get(key)!r} → {identity.get(key)!r}"
+                for key in sorted(set(recorded) | set(identity))
+                if recorded.get(key) != identity.get(key)
+            )
             raise ValueError(f"{out} holds a run with other settings ({changed}); use another --out")
         return
     path.write_text(json.dumps(identity, indent=2, sort_keys=True) + "\n")
@@ -316,9 +364,17 @@ def _claim_run_dir(out: Path, identity: dict) -> None:
 def _write_summary(out: Path, suite: Suite, results: list[dict], k: int, model: str) -> dict:
     from agentgym.eval.metrics import summarize, summarize_by
 
-    summary = {"schema_version": SCHEMA_VERSION, "suite": suite.name, "model": model, "k": k,
-               "tasks": len(suite.tasks), "episodes": len(results), "errors": error_counts(results),
-               "metrics": summarize(results, k), "by_category": summarize_by(results, "category", k)}
+    summary = {
+        "schema_version": SCHEMA_VERSION,
+        "suite": suite.name,
+        "model": model,
+        "k": k,
+        "tasks": len(suite.tasks),
+        "episodes": len(results),
+        "errors": error_counts(results),
+        "metrics": summarize(results, k),
+        "by_category": summarize_by(results, "category", k),
+    }
     # Written whole, then renamed: a reader never sees half a summary.
     partial = out / f".{SUMMARY}.tmp"
     partial.write_text(json.dumps(summary, indent=2) + "\n")

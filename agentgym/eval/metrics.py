@@ -9,12 +9,20 @@ rates and every interval resamples tasks.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["pass_at_k", "mean_pass_at_k", "bootstrap_ci", "summarize", "summarize_by", "compare",
-           "per_task", "ENV_ERROR_PREFIXES"]
+__all__ = [
+    "pass_at_k",
+    "mean_pass_at_k",
+    "bootstrap_ci",
+    "summarize",
+    "summarize_by",
+    "compare",
+    "per_task",
+    "ENV_ERROR_PREFIXES",
+]
 
 # Errors that are the environment's fault rather than the model's; their share tells whether a
 # run measured the model at all.
@@ -47,8 +55,9 @@ def mean_pass_at_k(per_task: Iterable[tuple[int, int]], k: int) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def bootstrap_ci(per_task_values: Sequence[float], confidence: float = 0.95, resamples: int = 10_000,
-                 seed: int = 0) -> tuple[float, float]:
+def bootstrap_ci(
+    per_task_values: Sequence[float], confidence: float = 0.95, resamples: int = 10_000, seed: int = 0
+) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of ``per_task_values``, resampling tasks with replacement."""
     values = np.asarray(per_task_values, dtype=float)
     if values.size == 0:
@@ -92,12 +101,20 @@ def summarize(results: Sequence[dict], k: int, resamples: int = 10_000, seed: in
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     results = list(results)
-    totals = {"tokens_in": int(sum(r["tokens_in"] for r in results)),
-              "tokens_out": int(sum(r["tokens_out"] for r in results)),
-              "wall_s": float(sum(r["wall_s"] for r in results))}
+    totals = {
+        "tokens_in": int(sum(r["tokens_in"] for r in results)),
+        "tokens_out": int(sum(r["tokens_out"] for r in results)),
+        "wall_s": float(sum(r["wall_s"] for r in results)),
+    }
     if not results:
-        return {"success_rate": None, "success_ci95": [None, None], "pass_at_k": {str(j): None for j in range(1, k + 1)},
-                "mean_turns": None, **totals, "env_error_rate": None}
+        return {
+            "success_rate": None,
+            "success_ci95": [None, None],
+            "pass_at_k": {str(j): None for j in range(1, k + 1)},
+            "mean_turns": None,
+            **totals,
+            "env_error_rate": None,
+        }
     groups = per_task(results)
     counts = [(len(rows), sum(bool(r["success"]) for r in rows)) for rows in groups.values()]
     rates = [c / n for n, c in counts]
@@ -112,8 +129,9 @@ def summarize(results: Sequence[dict], k: int, resamples: int = 10_000, seed: in
     }
 
 
-def summarize_by(results: Sequence[dict], key: str = "category", k: int = 1, resamples: int = 10_000,
-                 seed: int = 0) -> dict[str, dict]:
+def summarize_by(
+    results: Sequence[dict], key: str = "category", k: int = 1, resamples: int = 10_000, seed: int = 0
+) -> dict[str, dict]:
     """:func:`summarize` for each value of ``key`` (sorted by value)."""
     groups: dict[str, list[dict]] = defaultdict(list)
     for row in results:
@@ -132,18 +150,32 @@ def compare(results_a: Sequence[dict], results_b: Sequence[dict], resamples: int
     rates_a = {task: np.mean([bool(r["success"]) for r in rows]) for task, rows in per_task(results_a).items()}
     rates_b = {task: np.mean([bool(r["success"]) for r in rows]) for task, rows in per_task(results_b).items()}
     shared = sorted(rates_a.keys() & rates_b.keys())
-    out = {"tasks": len(shared), "only_a": len(rates_a.keys() - rates_b.keys()),
-           "only_b": len(rates_b.keys() - rates_a.keys())}
+    out = {
+        "tasks": len(shared),
+        "only_a": len(rates_a.keys() - rates_b.keys()),
+        "only_b": len(rates_b.keys() - rates_a.keys()),
+    }
     if not shared:
-        return {**out, "success_rate_a": None, "success_rate_b": None, "difference": None,
-                "difference_ci95": [None, None], "p_value": None}
+        return {
+            **out,
+            "success_rate_a": None,
+            "success_rate_b": None,
+            "difference": None,
+            "difference_ci95": [None, None],
+            "p_value": None,
+        }
     a = np.array([rates_a[t] for t in shared], dtype=float)
     b = np.array([rates_b[t] for t in shared], dtype=float)
     diffs = a - b
     lo, hi = bootstrap_ci(diffs, resamples=resamples, seed=seed)
-    return {**out, "success_rate_a": float(a.mean()), "success_rate_b": float(b.mean()),
-            "difference": float(diffs.mean()), "difference_ci95": [lo, hi],
-            "p_value": _sign_flip_p_value(diffs, resamples, np.random.default_rng(seed))}
+    return {
+        **out,
+        "success_rate_a": float(a.mean()),
+        "success_rate_b": float(b.mean()),
+        "difference": float(diffs.mean()),
+        "difference_ci95": [lo, hi],
+        "p_value": _sign_flip_p_value(diffs, resamples, np.random.default_rng(seed)),
+    }
 
 
 def _sign_flip_p_value(diffs: np.ndarray, resamples: int, rng: np.random.Generator) -> float:
@@ -152,8 +184,8 @@ def _sign_flip_p_value(diffs: np.ndarray, resamples: int, rng: np.random.Generat
     observed = abs(diffs.mean())
     tolerance = 1e-12  # ties count as "as extreme"; floating sums of the same values may differ in the last bit
     n = diffs.size
-    if 2 ** n <= resamples:
-        signs = 1 - 2 * ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1)
+    if 2**n <= resamples:
+        signs = 1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)
         return float(np.mean(np.abs((signs * diffs).mean(axis=1)) >= observed - tolerance))
     extreme, chunk = 0, max(1, _CHUNK_ELEMENTS // n)
     for start in range(0, resamples, chunk):

@@ -27,15 +27,27 @@ from __future__ import annotations
 import contextvars
 import json
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 from agentgym.actions import ToolCall
 from agentgym.rollout.agent import Agent, Episode
 from agentgym.rollout.chat import Message
 from agentgym.rollout.policy import Completion, Policy, SamplingParams
 
-__all__ = ["EPISODE_TASK", "EpisodeAgent", "NonsensePolicy", "OraclePolicy", "BFCLOracle", "CodeOracle",
-           "WebOracle", "RandomWebPolicy", "hermes", "humaneval_reference", "repofix_reference", "oracle_for"]
+__all__ = [
+    "EPISODE_TASK",
+    "EpisodeAgent",
+    "NonsensePolicy",
+    "OraclePolicy",
+    "BFCLOracle",
+    "CodeOracle",
+    "WebOracle",
+    "RandomWebPolicy",
+    "hermes",
+    "humaneval_reference",
+    "repofix_reference",
+    "oracle_for",
+]
 
 #: The task id of the episode being sampled (set by :class:`EpisodeAgent`).
 EPISODE_TASK: contextvars.ContextVar[str] = contextvars.ContextVar("agentgym_episode_task")
@@ -63,17 +75,26 @@ def humaneval_reference(task_id: str) -> list[list[ToolCall]]:
     from agentgym.envs.code.humaneval import SOLUTION_PATH, load_problems
 
     problem = load_problems()[task_id]
-    return [[ToolCall("write_file", {"path": SOLUTION_PATH, "content": problem["prompt"] + problem["canonical_solution"]})],
-            [ToolCall("python", {"code": "import sys; sys.path.insert(0, '/workspace')\nimport solution\nprint('imports fine')"})],
-            [ToolCall("submit")]]
+    return [
+        [ToolCall("write_file", {"path": SOLUTION_PATH, "content": problem["prompt"] + problem["canonical_solution"]})],
+        [
+            ToolCall(
+                "python",
+                {"code": "import sys; sys.path.insert(0, '/workspace')\nimport solution\nprint('imports fine')"},
+            )
+        ],
+        [ToolCall("submit")],
+    ]
 
 
 def repofix_reference(task: dict) -> list[list[ToolCall]]:
     """The replies that fix a RepoFix task (its instance dict) with its gold patch."""
-    return [[ToolCall("write_file", {"path": "/tmp/fix.diff", "content": task["patch"]})],
-            [ToolCall("bash", {"command": "git apply /tmp/fix.diff && git status --short"})],
-            [ToolCall("run_tests")],
-            [ToolCall("submit")]]
+    return [
+        [ToolCall("write_file", {"path": "/tmp/fix.diff", "content": task["patch"]})],
+        [ToolCall("bash", {"command": "git apply /tmp/fix.diff && git status --short"})],
+        [ToolCall("run_tests")],
+        [ToolCall("submit")],
+    ]
 
 
 def _calls_in(message: Message) -> bool:
@@ -82,8 +103,9 @@ def _calls_in(message: Message) -> bool:
 
 def _reply(calls: list[ToolCall], tools: list[dict] | None, version: int) -> Completion:
     if tools:
-        return Completion(text="", finish_reason="tool_calls", policy_version=version,
-                          tool_calls=[call.to_openai() for call in calls])
+        return Completion(
+            text="", finish_reason="tool_calls", policy_version=version, tool_calls=[call.to_openai() for call in calls]
+        )
     return Completion(text="\n".join(map(hermes, calls)), policy_version=version)
 
 
@@ -96,8 +118,10 @@ class OraclePolicy(Policy):
         try:
             return EPISODE_TASK.get()
         except LookupError:
-            raise RuntimeError(f"{type(self).__name__} needs the episode's task id: run it with EpisodeAgent "
-                               "or set agentgym.eval.oracles.EPISODE_TASK") from None
+            raise RuntimeError(
+                f"{type(self).__name__} needs the episode's task id: run it with EpisodeAgent "
+                "or set agentgym.eval.oracles.EPISODE_TASK"
+            ) from None
 
 
 class CodeOracle(OraclePolicy):
@@ -207,8 +231,9 @@ def oracle_for(env_id: str, env_kwargs: dict) -> OraclePolicy:
         from agentgym.envs.code.repofix import load_swebench_instances
 
         instances = env_kwargs.get("instances")
-        tasks = {t["instance_id"]: t for t in (load_swebench_instances(instances) if instances
-                                               else repofix_gen.load_tasks())}
+        tasks = {
+            t["instance_id"]: t for t in (load_swebench_instances(instances) if instances else repofix_gen.load_tasks())
+        }
         return CodeOracle(lambda task_id: repofix_reference(tasks[task_id]))
     if name == "Desktop-v0":
         from agentgym.actions import parse_action

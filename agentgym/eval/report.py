@@ -36,6 +36,8 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 def escape(text: str, quote: bool = True) -> str:
     """``text`` HTML-escaped, with control characters shown as ``\\xNN``."""
     return _escape_markup(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text), quote)
+
+
 _MAX_HISTOGRAM_BINS = 20
 
 _CSS = """
@@ -102,8 +104,11 @@ def compare_report(run_a: str | Path, run_b: str | Path, out: str | Path | None 
 
 def _load(run_dir: Path) -> tuple[dict, list[dict]]:
     summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    results = [json.loads(line) for line in (run_dir / "results.jsonl").read_text(encoding="utf-8").splitlines()
-               if line.strip()]
+    results = [
+        json.loads(line)
+        for line in (run_dir / "results.jsonl").read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
     return summary, results
 
 
@@ -111,15 +116,18 @@ def _page(title: str, body: list[str], script: str = "") -> str:
     # The CSP admits no network at all and only this page's own script, by hash.
     script_hash = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
     csp = f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'sha256-{script_hash}'"
-    return "\n".join([
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{escape(csp)}">',
-        f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>{escape(title)}</h1>", *body,
-        f"<script>{script}</script>" if script else "",
-        "</body></html>",
-    ])
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            f'<meta http-equiv="Content-Security-Policy" content="{escape(csp)}">',
+            f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>",
+            f"<h1>{escape(title)}</h1>",
+            *body,
+            f"<script>{script}</script>" if script else "",
+            "</body></html>",
+        ]
+    )
 
 
 def render_report(summary: dict, results: list[dict]) -> str:
@@ -128,17 +136,28 @@ def render_report(summary: dict, results: list[dict]) -> str:
     model = str(summary.get("model", ""))
     title = f"agentgym eval: {summary.get('suite', '')} / {_short_model(model)}"
     errors = summary.get("errors") or {}
-    return _page(title, [
-        f'<p id="run-info">model {escape(model)} &middot; k = {k} &middot; {_fmt(summary.get("tasks"))} tasks &middot; '
-        f'{_fmt(summary.get("episodes"))} episodes'
-        + "".join(f" &middot; {escape(str(kind))}: {_fmt(n)}" for kind, n in errors.items()) + "</p>",
-        "<h2>Summary</h2>", _summary_table(summary.get("metrics", {})),
-        "<h2>By category</h2>", _category_table(summary, results, k),
-        "<h2>Plots</h2>", '<div class="plots">',
-        _category_plot(summary.get("by_category", {})), _pass_at_k_plot(results, k), _turns_plot(results),
-        "</div>",
-        "<h2>Trajectories</h2>", _viewer(results),
-    ], _SCRIPT)
+    return _page(
+        title,
+        [
+            f'<p id="run-info">model {escape(model)} &middot; k = {k} &middot; {_fmt(summary.get("tasks"))} tasks &middot; '
+            f"{_fmt(summary.get('episodes'))} episodes"
+            + "".join(f" &middot; {escape(str(kind))}: {_fmt(n)}" for kind, n in errors.items())
+            + "</p>",
+            "<h2>Summary</h2>",
+            _summary_table(summary.get("metrics", {})),
+            "<h2>By category</h2>",
+            _category_table(summary, results, k),
+            "<h2>Plots</h2>",
+            '<div class="plots">',
+            _category_plot(summary.get("by_category", {})),
+            _pass_at_k_plot(results, k),
+            _turns_plot(results),
+            "</div>",
+            "<h2>Trajectories</h2>",
+            _viewer(results),
+        ],
+        _SCRIPT,
+    )
 
 
 def render_comparison(summary_a: dict, results_a: list[dict], summary_b: dict, results_b: list[dict]) -> str:
@@ -146,32 +165,50 @@ def render_comparison(summary_a: dict, results_a: list[dict], summary_b: dict, r
     name_a, name_b = (f"{s.get('model', '')} ({s.get('suite', '')})" for s in (summary_a, summary_b))
     metrics_a, metrics_b = summary_a.get("metrics", {}), summary_b.get("metrics", {})
     keys = ["success_rate", "mean_turns", "tokens_in", "tokens_out", "wall_s", "env_error_rate"]
-    side_by_side = "".join(f'<tr data-metric="{key}"><td>{key}</td><td>{_fmt(metrics_a.get(key))}</td>'
-                           f"<td>{_fmt(metrics_b.get(key))}</td></tr>" for key in keys)
+    side_by_side = "".join(
+        f'<tr data-metric="{key}"><td>{key}</td><td>{_fmt(metrics_a.get(key))}</td>'
+        f"<td>{_fmt(metrics_b.get(key))}</td></tr>"
+        for key in keys
+    )
     categories = sorted({str(r.get("category")) for r in results_a} & {str(r.get("category")) for r in results_b})
     paired = [("(all)", compare(results_a, results_b))] + [
-        (c, compare([r for r in results_a if str(r.get("category")) == c],
-                    [r for r in results_b if str(r.get("category")) == c])) for c in categories]
+        (
+            c,
+            compare(
+                [r for r in results_a if str(r.get("category")) == c],
+                [r for r in results_b if str(r.get("category")) == c],
+            ),
+        )
+        for c in categories
+    ]
     paired_rows = "".join(
         f'<tr data-category="{escape(name)}"><td>{escape(name)}</td><td>{_fmt(c["tasks"])}</td>'
-        f'<td>{_fmt(c["success_rate_a"])}</td><td>{_fmt(c["success_rate_b"])}</td><td>{_fmt(c["difference"])}</td>'
-        f'<td>{_ci(c["difference_ci95"])}</td><td>{_fmt(c["p_value"])}</td></tr>' for name, c in paired)
+        f"<td>{_fmt(c['success_rate_a'])}</td><td>{_fmt(c['success_rate_b'])}</td><td>{_fmt(c['difference'])}</td>"
+        f"<td>{_ci(c['difference_ci95'])}</td><td>{_fmt(c['p_value'])}</td></tr>"
+        for name, c in paired
+    )
     overall = paired[0][1]
     rates_a = {t: sum(bool(r["success"]) for r in rows) / len(rows) for t, rows in per_task(results_a).items()}
     rates_b = {t: sum(bool(r["success"]) for r in rows) / len(rows) for t, rows in per_task(results_b).items()}
-    differing = "".join(f'<tr><td>{escape(str(t))}</td><td>{_fmt(rates_a[t])}</td><td>{_fmt(rates_b[t])}</td></tr>'
-                        for t in sorted(rates_a.keys() & rates_b.keys()) if rates_a[t] != rates_b[t])
-    return _page(f"agentgym eval: A = {name_a} vs B = {name_b}", [
-        f'<p id="pairing">{overall["tasks"]} shared tasks; {overall["only_a"]} only in A, '
-        f'{overall["only_b"]} only in B (left out). Difference = A \u2212 B; p from a paired sign-flip test.</p>',
-        '<h2>Metrics</h2><table id="metrics-table"><thead><tr><th>Metric</th><th>A</th><th>B</th></tr></thead>'
-        f"<tbody>{side_by_side}</tbody></table>",
-        '<h2>Paired success rate</h2><table id="paired-table"><thead><tr><th>Category</th><th>Tasks</th><th>A</th>'
-        "<th>B</th><th>A \u2212 B</th><th>95% CI</th><th>p</th></tr></thead>"
-        f"<tbody>{paired_rows}</tbody></table>",
-        '<h2>Tasks whose success rate differs</h2><table id="differing-table"><thead><tr><th>Task</th><th>A</th>'
-        f"<th>B</th></tr></thead><tbody>{differing}</tbody></table>",
-    ])
+    differing = "".join(
+        f"<tr><td>{escape(str(t))}</td><td>{_fmt(rates_a[t])}</td><td>{_fmt(rates_b[t])}</td></tr>"
+        for t in sorted(rates_a.keys() & rates_b.keys())
+        if rates_a[t] != rates_b[t]
+    )
+    return _page(
+        f"agentgym eval: A = {name_a} vs B = {name_b}",
+        [
+            f'<p id="pairing">{overall["tasks"]} shared tasks; {overall["only_a"]} only in A, '
+            f"{overall['only_b']} only in B (left out). Difference = A \u2212 B; p from a paired sign-flip test.</p>",
+            '<h2>Metrics</h2><table id="metrics-table"><thead><tr><th>Metric</th><th>A</th><th>B</th></tr></thead>'
+            f"<tbody>{side_by_side}</tbody></table>",
+            '<h2>Paired success rate</h2><table id="paired-table"><thead><tr><th>Category</th><th>Tasks</th><th>A</th>'
+            "<th>B</th><th>A \u2212 B</th><th>95% CI</th><th>p</th></tr></thead>"
+            f"<tbody>{paired_rows}</tbody></table>",
+            '<h2>Tasks whose success rate differs</h2><table id="differing-table"><thead><tr><th>Task</th><th>A</th>'
+            f"<th>B</th></tr></thead><tbody>{differing}</tbody></table>",
+        ],
+    )
 
 
 def _short_model(model: str) -> str:
@@ -194,17 +231,26 @@ def _ci(interval) -> str:
 
 # --- tables ---------------------------------------------------------------------------------
 
+
 def _summary_table(metrics: dict) -> str:
-    rows = [("success_rate", "Success rate", _fmt(metrics.get("success_rate"))),
-            ("success_ci95", "Success rate, 95% CI (bootstrap over tasks)", _ci(metrics.get("success_ci95")))]
+    rows = [
+        ("success_rate", "Success rate", _fmt(metrics.get("success_rate"))),
+        ("success_ci95", "Success rate, 95% CI (bootstrap over tasks)", _ci(metrics.get("success_ci95"))),
+    ]
     rows += [(f"pass_at_{j}", f"pass@{escape(j)}", _fmt(v)) for j, v in metrics.get("pass_at_k", {}).items()]
-    rows += [("mean_turns", "Mean turns per episode", _fmt(metrics.get("mean_turns"))),
-             ("tokens_in", "Tokens in (total)", _fmt(metrics.get("tokens_in"))),
-             ("tokens_out", "Tokens out (total)", _fmt(metrics.get("tokens_out"))),
-             ("wall_s", "Wall time, s (total)", _fmt(metrics.get("wall_s"), 1)),
-             ("env_error_rate", "Env error / timeout rate", _fmt(metrics.get("env_error_rate")))]
-    body = "".join(f'<tr data-metric="{escape(key)}"><td>{label}</td><td>{value}</td></tr>' for key, label, value in rows)
-    return f'<table id="summary-table"><thead><tr><th>Metric</th><th>Value</th></tr></thead><tbody>{body}</tbody></table>'
+    rows += [
+        ("mean_turns", "Mean turns per episode", _fmt(metrics.get("mean_turns"))),
+        ("tokens_in", "Tokens in (total)", _fmt(metrics.get("tokens_in"))),
+        ("tokens_out", "Tokens out (total)", _fmt(metrics.get("tokens_out"))),
+        ("wall_s", "Wall time, s (total)", _fmt(metrics.get("wall_s"), 1)),
+        ("env_error_rate", "Env error / timeout rate", _fmt(metrics.get("env_error_rate"))),
+    ]
+    body = "".join(
+        f'<tr data-metric="{escape(key)}"><td>{label}</td><td>{value}</td></tr>' for key, label, value in rows
+    )
+    return (
+        f'<table id="summary-table"><thead><tr><th>Metric</th><th>Value</th></tr></thead><tbody>{body}</tbody></table>'
+    )
 
 
 def _category_table(summary: dict, results: list[dict], k: int) -> str:
@@ -213,17 +259,37 @@ def _category_table(summary: dict, results: list[dict], k: int) -> str:
     for r in results:
         tasks[str(r.get("category"))].add(r["task_id"])
     passes = ["1"] if k == 1 else ["1", str(k)]  # with k = 1, pass@k is pass@1
-    head = ["Category", "Tasks", "Episodes", "Success rate", "95% CI", *(f"pass@{j}" for j in passes), "Mean turns",
-            "Env error rate"]
+    head = [
+        "Category",
+        "Tasks",
+        "Episodes",
+        "Success rate",
+        "95% CI",
+        *(f"pass@{j}" for j in passes),
+        "Mean turns",
+        "Env error rate",
+    ]
     body = []
     for category, m in summary.get("by_category", {}).items():
         pass_k = m.get("pass_at_k", {})
-        cells = [escape(category), _fmt(len(tasks[category])), _fmt(episodes[category]), _fmt(m.get("success_rate")),
-                 _ci(m.get("success_ci95")), *(_fmt(pass_k.get(j)) for j in passes),
-                 _fmt(m.get("mean_turns")), _fmt(m.get("env_error_rate"))]
+        cells = [
+            escape(category),
+            _fmt(len(tasks[category])),
+            _fmt(episodes[category]),
+            _fmt(m.get("success_rate")),
+            _ci(m.get("success_ci95")),
+            *(_fmt(pass_k.get(j)) for j in passes),
+            _fmt(m.get("mean_turns")),
+            _fmt(m.get("env_error_rate")),
+        ]
         body.append(f'<tr data-category="{escape(category)}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    return ('<table id="category-table"><thead><tr>' + "".join(f"<th>{escape(h)}</th>" for h in head)
-            + "</tr></thead><tbody>" + "".join(body) + "</tbody></table>")
+    return (
+        '<table id="category-table"><thead><tr>'
+        + "".join(f"<th>{escape(h)}</th>" for h in head)
+        + "</tr></thead><tbody>"
+        + "".join(body)
+        + "</tbody></table>"
+    )
 
 
 # --- plots ----------------------------------------------------------------------------------
@@ -233,13 +299,17 @@ _W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 420, 260, 44, 12, 28, 48
 
 
 def _frame(plot_id: str, title: str, y_max: float, y_ticks: list[float], x_label: str, inner: list[str]) -> str:
-    parts = [f'<svg id="{plot_id}" xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" '
-             f'viewBox="0 0 {_W} {_H}" role="img" aria-label="{escape(title)}">',
-             f'<text x="{_W / 2}" y="16" text-anchor="middle" font-weight="bold">{escape(title)}</text>']
+    parts = [
+        f'<svg id="{plot_id}" xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" '
+        f'viewBox="0 0 {_W} {_H}" role="img" aria-label="{escape(title)}">',
+        f'<text x="{_W / 2}" y="16" text-anchor="middle" font-weight="bold">{escape(title)}</text>',
+    ]
     for tick in y_ticks:
         y = _y(tick, y_max)
-        parts.append(f'<line class="grid" x1="{_LEFT}" x2="{_W - _RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
-                     f'<text x="{_LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{tick:g}</text>')
+        parts.append(
+            f'<line class="grid" x1="{_LEFT}" x2="{_W - _RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
+            f'<text x="{_LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{tick:g}</text>'
+        )
     parts.append(f'<text x="{(_LEFT + _W - _RIGHT) / 2}" y="{_H - 6}" text-anchor="middle">{escape(x_label)}</text>')
     return "".join(parts + inner + ["</svg>"])
 
@@ -253,10 +323,12 @@ def _bars(labels: list[str], values: list[float], y_max: float, titles: list[str
     parts = []
     for i, (label, value, title) in enumerate(zip(labels, values, titles)):
         x, top = _LEFT + i * slot + slot * 0.15, _y(value, y_max)
-        parts.append(f'<rect class="bar" x="{x:.1f}" y="{top:.1f}" width="{slot * 0.7:.1f}" '
-                     f'height="{_H - _BOTTOM - top:.1f}" data-value="{value:g}"><title>{escape(title)}</title></rect>'
-                     f'<text x="{x + slot * 0.35:.1f}" y="{_H - _BOTTOM + 14}" text-anchor="middle">'
-                     f'{escape(label[:14])}</text>')
+        parts.append(
+            f'<rect class="bar" x="{x:.1f}" y="{top:.1f}" width="{slot * 0.7:.1f}" '
+            f'height="{_H - _BOTTOM - top:.1f}" data-value="{value:g}"><title>{escape(title)}</title></rect>'
+            f'<text x="{x + slot * 0.35:.1f}" y="{_H - _BOTTOM + 14}" text-anchor="middle">'
+            f"{escape(label[:14])}</text>"
+        )
     return parts
 
 
@@ -274,29 +346,37 @@ def _category_plot(by_category: dict) -> str:
         return left + value * (width - left - right)
 
     title = "Success rate by category (95% CI)"
-    parts = [f'<svg id="plot-category" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">',
-             f'<text x="{width / 2}" y="16" text-anchor="middle" font-weight="bold">{escape(title)}</text>']
+    parts = [
+        f'<svg id="plot-category" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">',
+        f'<text x="{width / 2}" y="16" text-anchor="middle" font-weight="bold">{escape(title)}</text>',
+    ]
     for tick in (0, 0.25, 0.5, 0.75, 1):
         x = x_of(tick)
-        parts.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{height - 30}"/>'
-                     f'<text x="{x:.1f}" y="{height - 18}" text-anchor="middle">{tick:g}</text>')
+        parts.append(
+            f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{height - 30}"/>'
+            f'<text x="{x:.1f}" y="{height - 18}" text-anchor="middle">{tick:g}</text>'
+        )
     for i, (category, m) in enumerate(by_category.items()):
         y, value = top + i * _ROW, m.get("success_rate") or 0.0
         # Cut in the middle: template names often share a prefix and differ at the end.
         half = (_LABEL_CHARS - 1) // 2
         label = category if len(category) <= _LABEL_CHARS else f"{category[:half]}\u2026{category[-half:]}"
-        parts.append(f'<text class="bar-label" x="{left - 6}" y="{y + _ROW * 0.7:.1f}" text-anchor="end">'
-                     f'{escape(label)}<title>{escape(category)}</title></text>'
-                     f'<rect class="bar" x="{left}" y="{y + 3:.1f}" width="{x_of(value) - left:.1f}" height="{_ROW - 6}" '
-                     f'data-value="{value:g}"><title>{escape(category)}: {_fmt(m.get("success_rate"))} '
-                     f'{_ci(m.get("success_ci95"))}</title></rect>')
+        parts.append(
+            f'<text class="bar-label" x="{left - 6}" y="{y + _ROW * 0.7:.1f}" text-anchor="end">'
+            f"{escape(label)}<title>{escape(category)}</title></text>"
+            f'<rect class="bar" x="{left}" y="{y + 3:.1f}" width="{x_of(value) - left:.1f}" height="{_ROW - 6}" '
+            f'data-value="{value:g}"><title>{escape(category)}: {_fmt(m.get("success_rate"))} '
+            f"{_ci(m.get('success_ci95'))}</title></rect>"
+        )
         lo, hi = m.get("success_ci95") or (None, None)
         if lo is not None and hi is not None:
             mid = y + _ROW / 2
-            parts.append(f'<g class="whisker"><line x1="{x_of(lo):.1f}" x2="{x_of(hi):.1f}" y1="{mid:.1f}" y2="{mid:.1f}"/>'
-                         f'<line x1="{x_of(lo):.1f}" x2="{x_of(lo):.1f}" y1="{mid - 4:.1f}" y2="{mid + 4:.1f}"/>'
-                         f'<line x1="{x_of(hi):.1f}" x2="{x_of(hi):.1f}" y1="{mid - 4:.1f}" y2="{mid + 4:.1f}"/></g>')
+            parts.append(
+                f'<g class="whisker"><line x1="{x_of(lo):.1f}" x2="{x_of(hi):.1f}" y1="{mid:.1f}" y2="{mid:.1f}"/>'
+                f'<line x1="{x_of(lo):.1f}" x2="{x_of(lo):.1f}" y1="{mid - 4:.1f}" y2="{mid + 4:.1f}"/>'
+                f'<line x1="{x_of(hi):.1f}" x2="{x_of(hi):.1f}" y1="{mid - 4:.1f}" y2="{mid + 4:.1f}"/></g>'
+            )
     parts.append(f'<text x="{(left + width - right) / 2}" y="{height - 4}" text-anchor="middle">success rate</text>')
     return "".join(parts + ["</svg>"])
 
@@ -307,13 +387,20 @@ def _pass_at_k_plot(results: list[dict], k: int) -> str:
     points = [(j, mean_pass_at_k(counts, j)) for j in range(1, k + 1)]
     points = [(j, v) for j, v in points if v is not None]
     x_of = {j: _LEFT + (_W - _LEFT - _RIGHT) * ((j - 0.5) / k) for j in range(1, k + 1)}
-    inner = [f'<text x="{x:.1f}" y="{_H - _BOTTOM + 14}" text-anchor="middle">{j}</text>' for j, x in x_of.items()
-             if k <= 20 or j in (1, k) or j % max(1, k // 10) == 0]
+    inner = [
+        f'<text x="{x:.1f}" y="{_H - _BOTTOM + 14}" text-anchor="middle">{j}</text>'
+        for j, x in x_of.items()
+        if k <= 20 or j in (1, k) or j % max(1, k // 10) == 0
+    ]
     if points:
-        inner.append('<polyline class="curve" points="' + " ".join(f"{x_of[j]:.1f},{_y(v, 1):.1f}" for j, v in points)
-                     + '"/>')
-    inner += [f'<circle class="point" cx="{x_of[j]:.1f}" cy="{_y(v, 1):.1f}" r="3.5" data-k="{j}" data-value="{v:.6f}">'
-              f"<title>pass@{j} = {v:.3f}</title></circle>" for j, v in points]
+        inner.append(
+            '<polyline class="curve" points="' + " ".join(f"{x_of[j]:.1f},{_y(v, 1):.1f}" for j, v in points) + '"/>'
+        )
+    inner += [
+        f'<circle class="point" cx="{x_of[j]:.1f}" cy="{_y(v, 1):.1f}" r="3.5" data-k="{j}" data-value="{v:.6f}">'
+        f"<title>pass@{j} = {v:.3f}</title></circle>"
+        for j, v in points
+    ]
     return _frame("plot-pass-at-k", "pass@k", 1.0, [0, 0.25, 0.5, 0.75, 1], "k", inner)
 
 
@@ -327,31 +414,43 @@ def _turns_plot(results: list[dict]) -> str:
     labels = [str(e) if width == 1 else f"{e}-{e + width - 1}" for e in edges]
     y_max = max(counts, default=0) or 1
     ticks = sorted({0, y_max, *([y_max // 2] if y_max >= 2 else [])})
-    inner = _bars(labels, [float(c) for c in counts], y_max,
-                  [f"{label} turns: {c} episodes" for label, c in zip(labels, counts)])
+    inner = _bars(
+        labels, [float(c) for c in counts], y_max, [f"{label} turns: {c} episodes" for label, c in zip(labels, counts)]
+    )
     return _frame("plot-turns", "Turns per episode", y_max, ticks, "turns", inner)
 
 
 # --- trajectory viewer ----------------------------------------------------------------------
 
+
 def _viewer(results: list[dict]) -> str:
     n_ok = sum(bool(r["success"]) for r in results)
-    filters = "".join(f'<label><input type="radio" name="outcome" value="{value}"{" checked" if value == "all" else ""}>'
-                      f" {label} ({count})</label> "
-                      for value, label, count in [("all", "All", len(results)), ("success", "Solved", n_ok),
-                                                  ("fail", "Failed", len(results) - n_ok)])
+    filters = "".join(
+        f'<label><input type="radio" name="outcome" value="{value}"{" checked" if value == "all" else ""}>'
+        f" {label} ({count})</label> "
+        for value, label, count in [
+            ("all", "All", len(results)),
+            ("success", "Solved", n_ok),
+            ("fail", "Failed", len(results) - n_ok),
+        ]
+    )
     items, articles = [], []
     # By task, then sample (results.jsonl is in finishing order); ids stay the rows' positions.
-    order = sorted(range(len(results)), key=lambda i: (_natural(str(results[i]["task_id"])),
-                                                       int(results[i].get("sample") or 0)))
+    order = sorted(
+        range(len(results)), key=lambda i: (_natural(str(results[i]["task_id"])), int(results[i].get("sample") or 0))
+    )
     for i in order:
         row = results[i]
         success = "true" if row["success"] else "false"
-        items.append(f'<li><button class="episode-link" data-episode="{i}" data-success="{success}">'
-                     f'{escape(str(row["task_id"]))} #{escape(str(row.get("sample", 0)))}</button></li>')
+        items.append(
+            f'<li><button class="episode-link" data-episode="{i}" data-success="{success}">'
+            f"{escape(str(row['task_id']))} #{escape(str(row.get('sample', 0)))}</button></li>"
+        )
         articles.append(_episode(i, row))
-    return (f'<div id="outcome-filter">{filters}</div><div id="viewer"><ul id="episode-list">{"".join(items)}</ul>'
-            f'<div id="episode-detail">{"".join(articles)}</div></div>')
+    return (
+        f'<div id="outcome-filter">{filters}</div><div id="viewer"><ul id="episode-list">{"".join(items)}</ul>'
+        f'<div id="episode-detail">{"".join(articles)}</div></div>'
+    )
 
 
 def _natural(text: str) -> list:
@@ -360,20 +459,32 @@ def _natural(text: str) -> list:
 
 
 def _episode(i: int, row: dict) -> str:
-    facts = [("task", row["task_id"]), ("category", row.get("category")), ("sample", row.get("sample")),
-             ("success", row["success"]), ("reward", row.get("reward")), ("turns", row.get("turns")),
-             ("tokens in/out", f"{row.get('tokens_in')}/{row.get('tokens_out')}"), ("wall s", row.get("wall_s"))]
-    parts = [f'<article class="episode" id="episode-{i}" hidden><h3>{escape(str(row["task_id"]))} '
-             f'#{escape(str(row.get("sample", 0)))}</h3><p class="facts">'
-             + " &middot; ".join(f"{escape(name)}: {_fmt(value)}" for name, value in facts) + "</p>"]
+    facts = [
+        ("task", row["task_id"]),
+        ("category", row.get("category")),
+        ("sample", row.get("sample")),
+        ("success", row["success"]),
+        ("reward", row.get("reward")),
+        ("turns", row.get("turns")),
+        ("tokens in/out", f"{row.get('tokens_in')}/{row.get('tokens_out')}"),
+        ("wall s", row.get("wall_s")),
+    ]
+    parts = [
+        f'<article class="episode" id="episode-{i}" hidden><h3>{escape(str(row["task_id"]))} '
+        f'#{escape(str(row.get("sample", 0)))}</h3><p class="facts">'
+        + " &middot; ".join(f"{escape(name)}: {_fmt(value)}" for name, value in facts)
+        + "</p>"
+    ]
     if row.get("error"):
         parts.append(f'<pre class="error episode-error">{escape(str(row["error"]))}</pre>')
     trajectory = Trajectory.from_dict(row["trajectory"]) if row.get("trajectory") else None
     if trajectory is None:
         parts.append("<p>No trajectory recorded.</p>")
     else:
-        parts.append(f'<h4>Initial observation</h4><pre class="initial-observation">'
-                     f"{escape(trajectory.initial_observation)}</pre><ol class=\"turns\">")
+        parts.append(
+            f'<h4>Initial observation</h4><pre class="initial-observation">'
+            f'{escape(trajectory.initial_observation)}</pre><ol class="turns">'
+        )
         parts += [_turn(turn) for turn in trajectory.turns]
         parts.append("</ol>")
     parts.append("</article>")
@@ -381,9 +492,11 @@ def _episode(i: int, row: dict) -> str:
 
 
 def _turn(turn) -> str:
-    parts = [f'<li class="turn"><div>reward: <span class="reward">{_fmt(float(turn.reward))}</span></div>',
-             f'<h5>Action</h5><pre class="action">{escape(turn.action)}</pre>',
-             f'<h5>Observation</h5><pre class="observation">{escape(turn.observation)}</pre>']
+    parts = [
+        f'<li class="turn"><div>reward: <span class="reward">{_fmt(float(turn.reward))}</span></div>',
+        f'<h5>Action</h5><pre class="action">{escape(turn.action)}</pre>',
+        f'<h5>Observation</h5><pre class="observation">{escape(turn.observation)}</pre>',
+    ]
     if turn.info.get("error"):
         parts.append(f'<h5>Error</h5><pre class="error turn-error">{escape(str(turn.info["error"]))}</pre>')
     screenshot = turn.info.get("screenshot")

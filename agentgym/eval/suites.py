@@ -23,8 +23,15 @@ __all__ = ["BUILTIN_SUITES", "Suite", "SuiteTask", "load_suite"]
 
 BFCL_CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
 WEB_APPS = ("shop", "mail", "wiki")
-BUILTIN_SUITES = ("humaneval", "repofix", *(f"bfcl-{c}" for c in BFCL_CATEGORIES), "bfcl",
-                  *(f"web-{app}" for app in WEB_APPS), "miniwob", "gui")
+BUILTIN_SUITES = (
+    "humaneval",
+    "repofix",
+    *(f"bfcl-{c}" for c in BFCL_CATEGORIES),
+    "bfcl",
+    *(f"web-{app}" for app in WEB_APPS),
+    "miniwob",
+    "gui",
+)
 
 
 @dataclass(frozen=True)
@@ -50,7 +57,7 @@ class Suite:
         if duplicates:
             raise ValueError(f"suite {self.name!r} lists these task ids more than once: {sorted(duplicates)[:5]}")
 
-    def filter(self, patterns: str | None) -> "Suite":
+    def filter(self, patterns: str | None) -> Suite:
         """The tasks whose id matches one of the comma-separated ids or globs (``None``: all of them)."""
         if not patterns:
             return self
@@ -83,14 +90,20 @@ def _builtin(name: str) -> Suite:
         from agentgym.envs.code import repofix_gen
 
         # Reported by the mutation operator that planted the bug (the generator records it per task).
-        return Suite(name, tuple(SuiteTask("agentgym/RepoFix-v0", t["instance_id"], t["difficulty"]["operator"])
-                                 for t in repofix_gen.load_tasks()))
+        return Suite(
+            name,
+            tuple(
+                SuiteTask("agentgym/RepoFix-v0", t["instance_id"], t["difficulty"]["operator"])
+                for t in repofix_gen.load_tasks()
+            ),
+        )
     if name.startswith("web-"):
         from agentgym.envs.web.app_env import app_tasks
 
         app = name.removeprefix("web-")
-        return Suite(name, tuple(SuiteTask(f"agentgym/web.{app}-v0", task.id, task.template)
-                                 for task in app_tasks(app).values()))
+        return Suite(
+            name, tuple(SuiteTask(f"agentgym/web.{app}-v0", task.id, task.template) for task in app_tasks(app).values())
+        )
     if name == "miniwob":
         from agentgym.envs.web.miniwob import miniwob_tasks
 

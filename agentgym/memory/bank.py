@@ -27,14 +27,25 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 from agentgym.memory.induction import EpisodeRecord, SkillDraft, summarize_episode
 from agentgym.memory.store import Entry, MemoryStore
 
-__all__ = ["CorruptEntryError", "MEMORY_BEGIN", "MEMORY_END", "MemoryBank", "Retrieval", "Skill", "jaccard",
-           "merge_skill_data", "procedures_in_prompt", "refined_utility", "split_prompt"]
+__all__ = [
+    "CorruptEntryError",
+    "MEMORY_BEGIN",
+    "MEMORY_END",
+    "MemoryBank",
+    "Retrieval",
+    "Skill",
+    "jaccard",
+    "merge_skill_data",
+    "procedures_in_prompt",
+    "refined_utility",
+    "split_prompt",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +119,7 @@ class Skill:
     validation: dict | None = None
 
     @classmethod
-    def from_entry(cls, entry: Entry) -> "Skill":
+    def from_entry(cls, entry: Entry) -> Skill:
         data = entry.data
         if entry.kind != "skill":
             raise CorruptEntryError(f"entry {entry.id} is a {entry.kind!r}, not a skill")
@@ -116,11 +127,21 @@ class Skill:
         if not isinstance(steps, list) or not all(isinstance(s, str) for s in steps):
             raise CorruptEntryError(f"skill {entry.id} has no usable procedure in its data (data['steps'] = {steps!r})")
         try:
-            return cls(id=entry.id, name=str(data.get("name") or entry.title), when=str(data.get("when", "")),
-                       steps=steps, env=entry.env, family=entry.family, avoid=list(data.get("avoid") or []),
-                       sources=list(data.get("sources") or []), uses=int(data.get("uses", 0)),
-                       successes=int(data.get("successes", 0)), utility=float(data.get("utility", 0.0)),
-                       version=int(data.get("version", 1)), validation=data.get("validation"))
+            return cls(
+                id=entry.id,
+                name=str(data.get("name") or entry.title),
+                when=str(data.get("when", "")),
+                steps=steps,
+                env=entry.env,
+                family=entry.family,
+                avoid=list(data.get("avoid") or []),
+                sources=list(data.get("sources") or []),
+                uses=int(data.get("uses", 0)),
+                successes=int(data.get("successes", 0)),
+                utility=float(data.get("utility", 0.0)),
+                version=int(data.get("version", 1)),
+                validation=data.get("validation"),
+            )
         except (TypeError, ValueError) as exc:
             raise CorruptEntryError(f"skill {entry.id} has corrupted data: {exc}") from None
 
@@ -193,8 +214,9 @@ class MemoryBank:
     """Episodic memories and skills in one store (a path or an open :class:`MemoryStore`)."""
 
     def __init__(self, store: MemoryStore | str | os.PathLike, *, read_only: bool = False, embedder=None):
-        self.store = store if isinstance(store, MemoryStore) else MemoryStore(store, read_only=read_only,
-                                                                              embedder=embedder)
+        self.store = (
+            store if isinstance(store, MemoryStore) else MemoryStore(store, read_only=read_only, embedder=embedder)
+        )
 
     def close(self) -> None:
         self.store.close()
@@ -202,19 +224,49 @@ class MemoryBank:
     # ------------------------------------------------------------------ writing
     def add_episode(self, record: EpisodeRecord, summary: tuple[str, str] | None = None) -> int:
         title, text = summary or summarize_episode(record)
-        return self.store.add(Entry(kind="episode", text=text, title=title, env=record.env, family=record.family,
-                                    task=record.task_id, tags=["success" if record.success else "failure"],
-                                    data={"record": record.to_dict()}))
+        return self.store.add(
+            Entry(
+                kind="episode",
+                text=text,
+                title=title,
+                env=record.env,
+                family=record.family,
+                task=record.task_id,
+                tags=["success" if record.success else "failure"],
+                data={"record": record.to_dict()},
+            )
+        )
 
     def add_skill(self, draft: SkillDraft, *, validation: dict | None = None) -> int:
         """Store a skill; ``validation`` (a :class:`~agentgym.memory.validation.GainEstimate` dict) sets its prior utility."""
-        data = _with_utility({"name": draft.name, "when": draft.when, "steps": list(draft.steps),
-                              "avoid": list(draft.avoid), "sources": list(draft.sources), "support": draft.support,
-                              "uses": 0, "successes": 0, "reward_sum": 0.0, "advantage_sum": 0.0,
-                              "advantage_n": 0, "version": 1, "validation": validation})
-        return self.store.add(Entry(kind="skill", text=draft.render(), title=draft.name, env=draft.env,
-                                    family=draft.family, tags=["validated" if validation else "unvalidated"],
-                                    data=data))
+        data = _with_utility(
+            {
+                "name": draft.name,
+                "when": draft.when,
+                "steps": list(draft.steps),
+                "avoid": list(draft.avoid),
+                "sources": list(draft.sources),
+                "support": draft.support,
+                "uses": 0,
+                "successes": 0,
+                "reward_sum": 0.0,
+                "advantage_sum": 0.0,
+                "advantage_n": 0,
+                "version": 1,
+                "validation": validation,
+            }
+        )
+        return self.store.add(
+            Entry(
+                kind="skill",
+                text=draft.render(),
+                title=draft.name,
+                env=draft.env,
+                family=draft.family,
+                tags=["validated" if validation else "unvalidated"],
+                data=data,
+            )
+        )
 
     # ------------------------------------------------------------------ reading
     def skills(self, *, env: str | None = None, family: str | None = None) -> list[Skill]:
@@ -241,8 +293,15 @@ class MemoryBank:
             logger.warning("%s; skipped", exc)
             return None
 
-    def retrieve(self, query: str, *, env: str | None = None, k_skills: int = 3, k_episodes: int = 2,
-                 min_utility: float | None = None) -> Retrieval:
+    def retrieve(
+        self,
+        query: str,
+        *,
+        env: str | None = None,
+        k_skills: int = 3,
+        k_episodes: int = 2,
+        min_utility: float | None = None,
+    ) -> Retrieval:
         """The skills and episode memories most relevant to ``query`` (a task statement) in ``env``."""
         skills: list[Skill] = []
         if k_skills > 0:
@@ -251,8 +310,9 @@ class MemoryBank:
                 skill = self._skill(hit.entry)
                 if skill and (min_utility is None or skill.utility >= min_utility):
                     skills.append(skill)
-        episodes = [h.entry for h in self.store.search(query, k=k_episodes, kind="episode", env=env)] \
-            if k_episodes > 0 else []
+        episodes = (
+            [h.entry for h in self.store.search(query, k=k_episodes, kind="episode", env=env)] if k_episodes > 0 else []
+        )
         return Retrieval(skills[:k_skills], episodes)
 
     # ------------------------------------------------------------------ utility
@@ -284,6 +344,7 @@ class MemoryBank:
                     data["advantage_sum"] = float(data.get("advantage_sum", 0.0)) + record.reward - baseline
                     data["advantage_n"] = int(data.get("advantage_n", 0)) + 1
                 return _with_utility(data)
+
             return update
 
         for skill_id in skill_ids:
@@ -301,7 +362,7 @@ class MemoryBank:
         for i, keep in enumerate(skills):
             if keep.id not in alive:
                 continue
-            for other in skills[i + 1:]:
+            for other in skills[i + 1 :]:
                 if other.id not in alive or (other.env, other.family) != (keep.env, keep.family):
                     continue
                 if jaccard(keep.steps, other.steps) < threshold:
@@ -338,9 +399,18 @@ class MemoryBank:
             self.store.delete(entry_id)
         return evicted
 
-    def refine(self, *, merge_threshold: float = 0.8, min_uses: int = 5, prune_below: float = 0.0,
-               max_skills: int | None = None, max_episodes: int | None = None) -> dict[str, list]:
+    def refine(
+        self,
+        *,
+        merge_threshold: float = 0.8,
+        min_uses: int = 5,
+        prune_below: float = 0.0,
+        max_skills: int | None = None,
+        max_episodes: int | None = None,
+    ) -> dict[str, list]:
         """Merge near-duplicates, prune low-utility skills, enforce capacity; returns what each step did."""
-        return {"merged": self.merge_duplicates(merge_threshold),
-                "pruned": self.prune(min_uses=min_uses, below=prune_below),
-                "evicted": self.enforce_capacity(max_skills=max_skills, max_episodes=max_episodes)}
+        return {
+            "merged": self.merge_duplicates(merge_threshold),
+            "pruned": self.prune(min_uses=min_uses, below=prune_below),
+            "evicted": self.enforce_capacity(max_skills=max_skills, max_episodes=max_episodes),
+        }

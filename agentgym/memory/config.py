@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from agentgym.memory.wrapper import MODES
 
@@ -46,11 +47,12 @@ class MemoryConfig:
         if self.k_skills < 0 or self.k_episodes < 0:
             raise ValueError("memory: k_skills and k_episodes cannot be negative")
         if self.mode == "read" and not Path(self.path).is_file():
-            raise ValueError(f"memory: {self.path} does not exist; read mode needs an existing store "
-                             "(learn mode creates one)")
+            raise ValueError(
+                f"memory: {self.path} does not exist; read mode needs an existing store (learn mode creates one)"
+            )
 
     @classmethod
-    def from_dict(cls, section: dict[str, Any]) -> "MemoryConfig":
+    def from_dict(cls, section: dict[str, Any]) -> MemoryConfig:
         """A config from a YAML ``memory:`` mapping; unknown keys are an error, not silently ignored."""
         if not isinstance(section, dict):
             raise ValueError(f"memory: expected a mapping, got {type(section).__name__}")
@@ -72,8 +74,14 @@ class MemoryConfig:
             with lock:
                 if not opened:
                     opened.append(MemoryBank(self.path, read_only=self.mode == "read"))
-            return MemoryWrapper(env_factory(), opened[0], mode=self.mode, k_skills=self.k_skills,
-                                 k_episodes=self.k_episodes, min_utility=self.min_utility,
-                                 write_forks=self.write_forks)
+            return MemoryWrapper(
+                env_factory(),
+                opened[0],
+                mode=self.mode,
+                k_skills=self.k_skills,
+                k_episodes=self.k_episodes,
+                min_utility=self.min_utility,
+                write_forks=self.write_forks,
+            )
 
         return make

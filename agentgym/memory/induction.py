@@ -34,17 +34,33 @@ import collections
 import json
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from agentgym.core import AgentEnv
     from agentgym.rollout.policy import Policy, SamplingParams
     from agentgym.rollout.trajectory import Trajectory
 
-__all__ = ["EpisodeRecord", "PolicySummarizer", "RuleBasedDistiller", "SkillDraft", "Summarizer", "abstract_value",
-           "episode_record", "family_of", "follow", "follow_any", "parse_step", "render_call", "resolve_step", "resolve_value",
-           "step_entry", "summarize_episode"]
+__all__ = [
+    "EpisodeRecord",
+    "PolicySummarizer",
+    "RuleBasedDistiller",
+    "SkillDraft",
+    "Summarizer",
+    "abstract_value",
+    "episode_record",
+    "family_of",
+    "follow",
+    "follow_any",
+    "parse_step",
+    "render_call",
+    "resolve_step",
+    "resolve_value",
+    "step_entry",
+    "summarize_episode",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +86,7 @@ class EpisodeRecord:
     truncated: bool = False
     family: str = ""
     skills: list[int] = field(default_factory=list)  # ids of the skills that were in the prompt
-    source: str = ""                                  # e.g. the trajectory id
+    source: str = ""  # e.g. the trajectory id
 
     def __post_init__(self):
         self.family = self.family or family_of(self.task_id)
@@ -79,31 +95,45 @@ class EpisodeRecord:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "EpisodeRecord":
+    def from_dict(cls, data: dict) -> EpisodeRecord:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         return cls(**known)
 
 
 def step_entry(parsed_calls: Sequence[Any], observation: str, reward: float, error: str | None) -> dict:
     """One step of an :class:`EpisodeRecord` from the env's parsed calls (``ToolCall`` s) and what it answered."""
-    return {"calls": [{"name": c.name, "arguments": dict(c.arguments or {})} for c in parsed_calls if c.ok],
-            "observation": observation[:OBSERVATION_CHARS], "reward": float(reward), "error": error}
+    return {
+        "calls": [{"name": c.name, "arguments": dict(c.arguments or {})} for c in parsed_calls if c.ok],
+        "observation": observation[:OBSERVATION_CHARS],
+        "reward": float(reward),
+        "error": error,
+    }
 
 
-def episode_record(trajectory: "Trajectory", env: "AgentEnv", task: str | None = None) -> EpisodeRecord:
+def episode_record(trajectory: Trajectory, env: AgentEnv, task: str | None = None) -> EpisodeRecord:
     """An :class:`EpisodeRecord` of a stored trajectory; ``env`` (of the trajectory's kind) parses its replies."""
-    steps = [step_entry(env.parse(turn.action).calls, turn.observation, turn.reward, turn.info.get("error"))
-             for turn in trajectory.turns]
-    return EpisodeRecord(env=trajectory.env_id, task_id=trajectory.task_id,
-                         task=task if task is not None else trajectory.initial_observation, steps=steps,
-                         reward=trajectory.reward, success=trajectory.success, truncated=trajectory.truncated,
-                         source=trajectory.id)
+    steps = [
+        step_entry(env.parse(turn.action).calls, turn.observation, turn.reward, turn.info.get("error"))
+        for turn in trajectory.turns
+    ]
+    return EpisodeRecord(
+        env=trajectory.env_id,
+        task_id=trajectory.task_id,
+        task=task if task is not None else trajectory.initial_observation,
+        steps=steps,
+        reward=trajectory.reward,
+        success=trajectory.success,
+        truncated=trajectory.truncated,
+        source=trajectory.id,
+    )
 
 
 # --------------------------------------------------------------------------- the step language
 _TOKEN = re.compile(r"[A-Za-z_]+|\d+(?:\.\d+)?")
-_SLOT = re.compile(r'<(?:(?P<shape>word|number) after "(?P<after>[^"]+)"|(?P<which>first|last) (?P<shape2>word|number))'
-                   r" in (?P<source>the task|the last observation)>")
+_SLOT = re.compile(
+    r'<(?:(?P<shape>word|number) after "(?P<after>[^"]+)"|(?P<which>first|last) (?P<shape2>word|number))'
+    r" in (?P<source>the task|the last observation)>"
+)
 _STEP = re.compile(r"^\s*(?:\d+[.)]\s*)?(?P<tool>[A-Za-z_]\w*)\((?P<args>.*)\)\s*$")
 _ARG = re.compile(r'\s*(?P<name>[A-Za-z_]\w*)\s*=\s*(?P<value><[^>]*>|"(?:[^"\\]|\\.)*"|[^,]+)\s*(?:,|$)')
 SOURCES = {"task": "the task", "last": "the last observation"}
@@ -270,8 +300,12 @@ def summarize_episode(record: EpisodeRecord, max_steps: int = 8) -> tuple[str, s
     if len(record.steps) > max_steps:
         steps.append(f"... {len(record.steps) - max_steps} more steps")
     outcome = "success" if record.success else "failure"
-    lines = [f"Task ({record.task_id}): {' '.join(record.task.split())[:300]}", "Key steps:", *steps,
-             f"Outcome: {outcome} (reward {record.reward:g}, {len(record.steps)} steps)"]
+    lines = [
+        f"Task ({record.task_id}): {' '.join(record.task.split())[:300]}",
+        "Key steps:",
+        *steps,
+        f"Outcome: {outcome} (reward {record.reward:g}, {len(record.steps)} steps)",
+    ]
     cause = failure_cause(record)
     if cause:
         lines.append(f"Failure cause: {cause}")
@@ -371,9 +405,18 @@ class RuleBasedDistiller:
                 if len(sources) < self.min_support:
                     continue
                 name = f"{family}: " + " -> ".join(parse_step(s)[0] for s in steps)
-                drafts.append(SkillDraft(name=name, when=when, steps=list(steps), env=env, family=family,
-                                         avoid=avoid_lines, sources=[r.source or r.task_id for r in sources],
-                                         support=len(sources)))
+                drafts.append(
+                    SkillDraft(
+                        name=name,
+                        when=when,
+                        steps=list(steps),
+                        env=env,
+                        family=family,
+                        avoid=avoid_lines,
+                        sources=[r.source or r.task_id for r in sources],
+                        support=len(sources),
+                    )
+                )
         return drafts
 
 
@@ -394,7 +437,7 @@ and, if it failed, the cause.
 class PolicySummarizer:
     """Prompts a :class:`~agentgym.rollout.policy.Policy` (chat mode) for summaries and skills; bad output falls back or yields nothing."""
 
-    def __init__(self, policy: "Policy", sampling: "SamplingParams | None" = None, max_examples: int = 4):
+    def __init__(self, policy: Policy, sampling: SamplingParams | None = None, max_examples: int = 4):
         from agentgym.rollout.policy import SamplingParams
 
         self.policy = policy
@@ -416,11 +459,15 @@ class PolicySummarizer:
             groups[(record.env, record.family)].append(record)
         drafts = []
         for (env, family), group in groups.items():
-            def listing(items):
-                return "\n\n".join(summarize_episode(r)[1] for r in items[:self.max_examples]) or "(none)"
 
-            prompt = INDUCE_PROMPT.format(family=family, successes=listing([r for r in group if r.success]),
-                                          failures=listing([r for r in group if not r.success]))
+            def listing(items):
+                return "\n\n".join(summarize_episode(r)[1] for r in items[: self.max_examples]) or "(none)"
+
+            prompt = INDUCE_PROMPT.format(
+                family=family,
+                successes=listing([r for r in group if r.success]),
+                failures=listing([r for r in group if not r.success]),
+            )
             drafts += self._parse(await self._ask(prompt), env, family, [r.source or r.task_id for r in group])
         return drafts
 
@@ -428,16 +475,24 @@ class PolicySummarizer:
     def _parse(reply: str, env: str, family: str, sources: list[str]) -> list[SkillDraft]:
         start, end = reply.find("{"), reply.rfind("}")
         try:
-            skills = json.loads(reply[start:end + 1])["skills"] if start >= 0 else []
+            skills = json.loads(reply[start : end + 1])["skills"] if start >= 0 else []
         except (json.JSONDecodeError, KeyError, TypeError):
             skills = []
         drafts = []
         for skill in skills if isinstance(skills, list) else []:
             if not isinstance(skill, dict) or not isinstance(skill.get("steps"), list) or not skill["steps"]:
                 continue
-            drafts.append(SkillDraft(name=str(skill.get("name") or family), when=str(skill.get("when") or family),
-                                     steps=[str(s) for s in skill["steps"]], env=env, family=family,
-                                     avoid=[str(a) for a in skill.get("avoid") or []], sources=sources))
+            drafts.append(
+                SkillDraft(
+                    name=str(skill.get("name") or family),
+                    when=str(skill.get("when") or family),
+                    steps=[str(s) for s in skill["steps"]],
+                    env=env,
+                    family=family,
+                    avoid=[str(a) for a in skill.get("avoid") or []],
+                    sources=sources,
+                )
+            )
         if not drafts:
             logger.warning("the summarizer's reply held no usable skill for %s/%s: %.200r", env, family, reply)
         return drafts

@@ -42,9 +42,9 @@ import re
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -66,8 +66,7 @@ BUSY_TIMEOUT_S = 60.0
 PAGE_SIZE = 500
 MODES = ("auto", "bm25", "embedding", "hybrid")
 
-ENTRY_COLUMNS = ("id", "kind", "title", "text", "env", "family", "task", "tags", "data", "created",
-                 "updated")
+ENTRY_COLUMNS = ("id", "kind", "title", "text", "env", "family", "task", "tags", "data", "created", "updated")
 
 MIGRATIONS: list[str] = [
     # v1: entries + external-content FTS5 index + tag table + vectors, all kept in step by triggers.
@@ -284,8 +283,18 @@ def _model_name(embedder: Embedder) -> str:
 
 def _entry_row(entry: Entry, now: float) -> tuple:
     tags = list(dict.fromkeys(str(tag) for tag in entry.tags))
-    return (entry.kind, entry.title, entry.text, entry.env, entry.family, entry.task,
-            json.dumps(tags), json.dumps(entry.data), entry.created or now, now)
+    return (
+        entry.kind,
+        entry.title,
+        entry.text,
+        entry.env,
+        entry.family,
+        entry.task,
+        json.dumps(tags),
+        json.dumps(entry.data),
+        entry.created or now,
+        now,
+    )
 
 
 def _to_entry(row: Sequence) -> Entry:
@@ -323,16 +332,19 @@ class _VectorCache:
                 self._reset(deletes)
             cursor = conn.execute(
                 "SELECT seq, entry_id, vector FROM embeddings WHERE seq > ? AND model = ? "
-                "AND length(vector) = ? ORDER BY seq", (self.last_seq, self.model, 4 * self.dim))
+                "AND length(vector) = ? ORDER BY seq",
+                (self.last_seq, self.model, 4 * self.dim),
+            )
             while rows := cursor.fetchmany(4096):  # in pieces: a full load is 1.5 GB at 1M entries
                 seqs, ids, blobs = zip(*rows)
                 self._grow(self.size + len(rows))
-                self.ids[self.size:self.size + len(rows)] = ids
-                self.matrix[self.size:self.size + len(rows)] = np.frombuffer(
-                    b"".join(blobs), dtype=np.float32).reshape(len(rows), self.dim)
+                self.ids[self.size : self.size + len(rows)] = ids
+                self.matrix[self.size : self.size + len(rows)] = np.frombuffer(
+                    b"".join(blobs), dtype=np.float32
+                ).reshape(len(rows), self.dim)
                 self.size += len(rows)
                 self.last_seq = seqs[-1]
-            return self.ids[:self.size], self.matrix[:self.size]
+            return self.ids[: self.size], self.matrix[: self.size]
 
     def _grow(self, needed: int) -> None:
         if needed <= len(self.ids):
@@ -340,8 +352,8 @@ class _VectorCache:
         capacity = max(needed, 2 * len(self.ids), 1024)
         ids = np.empty(capacity, dtype=np.int64)
         matrix = np.empty((capacity, self.dim), dtype=np.float32)
-        ids[:self.size] = self.ids[:self.size]
-        matrix[:self.size] = self.matrix[:self.size]
+        ids[: self.size] = self.ids[: self.size]
+        matrix[: self.size] = self.matrix[: self.size]
         self.ids, self.matrix = ids, matrix
 
 
@@ -355,8 +367,14 @@ class MemoryStore:
     opens fresh connections).
     """
 
-    def __init__(self, path: str | os.PathLike, *, embedder: Embedder | None = None,
-                 read_only: bool = False, synchronous: str = "NORMAL"):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        embedder: Embedder | None = None,
+        read_only: bool = False,
+        synchronous: str = "NORMAL",
+    ):
         # synchronous=NORMAL in WAL: a crashed or killed process loses nothing committed; an OS
         # crash or power cut may lose the last commits but never corrupts. FULL fsyncs each commit.
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
@@ -382,11 +400,15 @@ class MemoryStore:
 
     def _open(self) -> sqlite3.Connection:
         if self.read_only:
-            conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
-                                   timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(
+                f"{self.path.resolve().as_uri()}?mode=ro",
+                uri=True,
+                timeout=BUSY_TIMEOUT_S,
+                isolation_level=None,
+                check_same_thread=False,
+            )
         else:
-            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
-                                   check_same_thread=False)
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
             _retry_busy(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone())
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
         return conn
@@ -466,11 +488,13 @@ class MemoryStore:
         if version > len(MIGRATIONS):
             raise SchemaError(
                 f"{self.path} has memory schema v{version}, newer than this agentgym knows "
-                f"(v{len(MIGRATIONS)}); upgrade agentgym to open it")
+                f"(v{len(MIGRATIONS)}); upgrade agentgym to open it"
+            )
         if self.read_only and version < len(MIGRATIONS):
             raise SchemaError(
                 f"{self.path} has memory schema v{version}, older than v{len(MIGRATIONS)}; open it "
-                "once without read_only to migrate it")
+                "once without read_only to migrate it"
+            )
 
     def _migrate(self) -> None:
         self._check_version(self.schema_version)
@@ -494,8 +518,10 @@ class MemoryStore:
         return vectors
 
     def _insert_vector(self, conn: sqlite3.Connection, entry_id: int, vector: np.ndarray) -> None:
-        conn.execute("INSERT INTO embeddings(entry_id, model, vector) VALUES (?, ?, ?)",
-                     (entry_id, _model_name(self.embedder), np.asarray(vector, dtype=np.float32).tobytes()))
+        conn.execute(
+            "INSERT INTO embeddings(entry_id, model, vector) VALUES (?, ?, ?)",
+            (entry_id, _model_name(self.embedder), np.asarray(vector, dtype=np.float32).tobytes()),
+        )
 
     def add(self, entry: Entry) -> int:
         """Store ``entry``; returns its id (also set on ``entry``, with created/updated)."""
@@ -523,7 +549,9 @@ class MemoryStore:
             for index, row in enumerate(rows):
                 entry_id = conn.execute(
                     "INSERT INTO entries(kind, title, text, env, family, task, tags, data, created, updated) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row).lastrowid
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    row,
+                ).lastrowid
                 if vectors is not None:
                     self._insert_vector(conn, entry_id, vectors[index])
                 ids.append(entry_id)
@@ -532,8 +560,9 @@ class MemoryStore:
         return ids
 
     def get(self, entry_id: int) -> Entry | None:
-        row = self._conn().execute(
-            f"SELECT {', '.join(ENTRY_COLUMNS)} FROM entries WHERE id = ?", (entry_id,)).fetchone()
+        row = (
+            self._conn().execute(f"SELECT {', '.join(ENTRY_COLUMNS)} FROM entries WHERE id = ?", (entry_id,)).fetchone()
+        )
         return None if row is None else _to_entry(row)
 
     def update(self, entry_id: int, **fields) -> None:
@@ -568,8 +597,10 @@ class MemoryStore:
             current = self.get(entry_id)
             if current is None:
                 raise KeyError(entry_id)
-            conn.execute(f"UPDATE entries SET {', '.join(f'{name} = ?' for name in values)} WHERE id = ?",
-                         (*values.values(), entry_id))
+            conn.execute(
+                f"UPDATE entries SET {', '.join(f'{name} = ?' for name in values)} WHERE id = ?",
+                (*values.values(), entry_id),
+            )
             if retext:
                 if new_text(current) != text:
                     vector = self._embed([new_text(current)])[0]
@@ -589,8 +620,9 @@ class MemoryStore:
             data = fn(json.loads(row[0]))
             if not isinstance(data, dict):
                 raise TypeError(f"update_data fn must return a dict, got {type(data).__name__}")
-            conn.execute("UPDATE entries SET data = ?, updated = ? WHERE id = ?",
-                         (json.dumps(data), time.time(), entry_id))
+            conn.execute(
+                "UPDATE entries SET data = ?, updated = ? WHERE id = ?", (json.dumps(data), time.time(), entry_id)
+            )
         return data
 
     def delete(self, entry_id: int) -> None:
@@ -606,10 +638,15 @@ class MemoryStore:
         model = _model_name(self.embedder)
         done = 0
         while True:
-            rows = self._conn().execute(
-                "SELECT e.id, e.title, e.text FROM entries AS e LEFT JOIN embeddings AS m "
-                "ON m.entry_id = e.id WHERE m.model IS NULL OR m.model != ? LIMIT ?",
-                (model, batch_size)).fetchall()
+            rows = (
+                self._conn()
+                .execute(
+                    "SELECT e.id, e.title, e.text FROM entries AS e LEFT JOIN embeddings AS m "
+                    "ON m.entry_id = e.id WHERE m.model IS NULL OR m.model != ? LIMIT ?",
+                    (model, batch_size),
+                )
+                .fetchall()
+            )
             if not rows:
                 return done
             vectors = self._embed([_embedding_text(title, text) for _, title, text in rows])
@@ -617,8 +654,12 @@ class MemoryStore:
                 conn = self._conn()
                 for (entry_id, title, text), vector in zip(rows, vectors):
                     # Only if the text is still the one embedded: a concurrent update wins.
-                    if conn.execute("SELECT 1 FROM entries WHERE id = ? AND title = ? AND text = ?",
-                                    (entry_id, title, text)).fetchone() is None:
+                    if (
+                        conn.execute(
+                            "SELECT 1 FROM entries WHERE id = ? AND title = ? AND text = ?", (entry_id, title, text)
+                        ).fetchone()
+                        is None
+                    ):
                         continue
                     conn.execute("DELETE FROM embeddings WHERE entry_id = ?", (entry_id,))
                     self._insert_vector(conn, entry_id, vector)
@@ -632,9 +673,15 @@ class MemoryStore:
         columns = ", ".join(f"e.{c}" for c in ENTRY_COLUMNS)
         last = 0
         while True:
-            rows = self._conn().execute(
-                f"SELECT {columns} FROM entries AS e WHERE e.id > ? {'AND ' + where if where else ''} "
-                "ORDER BY e.id LIMIT ?", (last, *params, PAGE_SIZE)).fetchall()
+            rows = (
+                self._conn()
+                .execute(
+                    f"SELECT {columns} FROM entries AS e WHERE e.id > ? {'AND ' + where if where else ''} "
+                    "ORDER BY e.id LIMIT ?",
+                    (last, *params, PAGE_SIZE),
+                )
+                .fetchall()
+            )
             for row in rows:
                 yield _to_entry(row)
             if len(rows) < PAGE_SIZE:
@@ -643,11 +690,15 @@ class MemoryStore:
 
     def count(self, *, kind=None, env=None, family=None, tags=()) -> int:
         where, params = filter_sql(kind, env, family, tags)
-        return self._conn().execute(
-            f"SELECT count(*) FROM entries AS e {'WHERE ' + where if where else ''}", params).fetchone()[0]
+        return (
+            self._conn()
+            .execute(f"SELECT count(*) FROM entries AS e {'WHERE ' + where if where else ''}", params)
+            .fetchone()[0]
+        )
 
-    def search(self, query: str, k: int = 5, *, kind=None, env=None, family=None, tags=(),
-               mode: str = "auto") -> list[Hit]:
+    def search(
+        self, query: str, k: int = 5, *, kind=None, env=None, family=None, tags=(), mode: str = "auto"
+    ) -> list[Hit]:
         """The ``k`` best entries for ``query`` among those passing the filters.
 
         mode: "bm25", "embedding", "hybrid" (both, fused by RRF) or "auto" (hybrid when the
@@ -672,11 +723,18 @@ class MemoryStore:
                 rankings["embedding"] = self._embedding_ids(conn, query_vector, depth, where, params)
             fused = rrf(list(rankings.values()))[:k]
             found = self._fetch(conn, [entry_id for entry_id, _ in fused])
-        positions = {name: {entry_id: rank for rank, entry_id in enumerate(ids, start=1)}
-                     for name, ids in rankings.items()}
-        return [Hit(found[entry_id], score,
-                    {name: ranks[entry_id] for name, ranks in positions.items() if entry_id in ranks})
-                for entry_id, score in fused if entry_id in found]
+        positions = {
+            name: {entry_id: rank for rank, entry_id in enumerate(ids, start=1)} for name, ids in rankings.items()
+        }
+        return [
+            Hit(
+                found[entry_id],
+                score,
+                {name: ranks[entry_id] for name, ranks in positions.items() if entry_id in ranks},
+            )
+            for entry_id, score in fused
+            if entry_id in found
+        ]
 
     def _query_vector(self, query: str) -> np.ndarray:
         # Rollout groups search with the same task text many times; the model call dominates
@@ -706,9 +764,11 @@ class MemoryStore:
             sql = "SELECT rowid FROM entries_fts WHERE entries_fts MATCH ? ORDER BY rank LIMIT ?"
         else:
             # CROSS JOIN keeps FTS as the outer loop: the filter is checked per match, by rowid.
-            sql = ("SELECT entries_fts.rowid FROM entries_fts CROSS JOIN entries AS e "
-                   f"ON e.id = entries_fts.rowid WHERE entries_fts MATCH ? AND {where} "
-                   "ORDER BY entries_fts.rank LIMIT ?")
+            sql = (
+                "SELECT entries_fts.rowid FROM entries_fts CROSS JOIN entries AS e "
+                f"ON e.id = entries_fts.rowid WHERE entries_fts MATCH ? AND {where} "
+                "ORDER BY entries_fts.rank LIMIT ?"
+            )
         return [row[0] for row in conn.execute(sql, (match, *params, depth))]
 
     def _frequencies(self, conn, tokens: list[str], size: int) -> list[int]:
@@ -719,12 +779,16 @@ class MemoryStore:
         stems ("run_tests") is a phrase, rarer than its rarest stem.
         """
         if not getattr(self._local, "scratch", False):
-            conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.query_terms "
-                         f"USING fts5(token, content='', tokenize='{TOKENIZE}')")
-            conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.query_stems "
-                         "USING fts5vocab(temp, query_terms, 'instance')")
-            conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.entry_terms "
-                         "USING fts5vocab(main, entries_fts, 'row')")
+            conn.execute(
+                "CREATE VIRTUAL TABLE IF NOT EXISTS temp.query_terms "
+                f"USING fts5(token, content='', tokenize='{TOKENIZE}')"
+            )
+            conn.execute(
+                "CREATE VIRTUAL TABLE IF NOT EXISTS temp.query_stems USING fts5vocab(temp, query_terms, 'instance')"
+            )
+            conn.execute(
+                "CREATE VIRTUAL TABLE IF NOT EXISTS temp.entry_terms USING fts5vocab(main, entries_fts, 'row')"
+            )
             self._local.scratch = True
         conn.executemany("INSERT INTO temp.query_terms(rowid, token) VALUES (?, ?)", enumerate(tokens))
         stems = conn.execute("SELECT doc, term FROM temp.query_stems").fetchall()
@@ -756,8 +820,9 @@ class MemoryStore:
             return []
         scores = matrix @ query_vector
         if where:
-            allowed = np.fromiter((row[0] for row in conn.execute(f"SELECT e.id FROM entries AS e WHERE {where}", params)),
-                                  dtype=np.int64)
+            allowed = np.fromiter(
+                (row[0] for row in conn.execute(f"SELECT e.id FROM entries AS e WHERE {where}", params)), dtype=np.int64
+            )
             mask = np.isin(ids, allowed)
             scores = np.where(mask, scores, -np.inf)
             depth = min(depth, int(mask.sum()))
@@ -767,8 +832,9 @@ class MemoryStore:
     def _fetch(conn, ids: list[int]) -> dict[int, Entry]:
         if not ids:
             return {}
-        rows = conn.execute(f"SELECT {', '.join(ENTRY_COLUMNS)} FROM entries WHERE id IN "
-                            f"({', '.join('?' * len(ids))})", ids).fetchall()
+        rows = conn.execute(
+            f"SELECT {', '.join(ENTRY_COLUMNS)} FROM entries WHERE id IN ({', '.join('?' * len(ids))})", ids
+        ).fetchall()
         return {row[0]: _to_entry(row) for row in rows}
 
     # -- lifecycle --------------------------------------------------------------------------

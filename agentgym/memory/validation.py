@@ -26,8 +26,9 @@ is no bound at all and nothing is admitted.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from scipy import stats
 
@@ -67,8 +68,9 @@ class GainEstimate:
         return data
 
 
-def paired_gain(with_rewards: Sequence[float], without_rewards: Sequence[float],
-                confidence: float = 0.9) -> GainEstimate:
+def paired_gain(
+    with_rewards: Sequence[float], without_rewards: Sequence[float], confidence: float = 0.9
+) -> GainEstimate:
     """The paired gain of ``with_rewards`` over ``without_rewards`` (pair i = the same task and seed).
 
     The lower bound is ``mean(d) − t · sd(d) / √n`` with ``t`` the ``confidence`` quantile of
@@ -92,9 +94,17 @@ def paired_gain(with_rewards: Sequence[float], without_rewards: Sequence[float],
     return GainEstimate(gain, lower, confidence, n, mean_with, mean_without, sd)
 
 
-async def validate_candidate(candidate: "SkillDraft", bank: "MemoryBank", agent: "Agent",
-                             env_factory: Callable[[], "AgentEnv"], tasks: Sequence["Task"], *,
-                             confidence: float = 0.9, concurrency: int = 8, **wrapper_options) -> GainEstimate:
+async def validate_candidate(
+    candidate: SkillDraft,
+    bank: MemoryBank,
+    agent: Agent,
+    env_factory: Callable[[], AgentEnv],
+    tasks: Sequence[Task],
+    *,
+    confidence: float = 0.9,
+    concurrency: int = 8,
+    **wrapper_options,
+) -> GainEstimate:
     """Run ``tasks`` twice — retrieval from ``bank`` alone, and the same plus ``candidate`` — and estimate the gain.
 
     Both groups read the bank without writing (``mode="read"``), so they see the same retrieved
@@ -111,8 +121,11 @@ async def validate_candidate(candidate: "SkillDraft", bank: "MemoryBank", agent:
 
         runner = Runner(agent, factory, RunnerConfig(concurrency=concurrency, progress=False))
         result = await runner.run(list(tasks))
-        return {(r.task_id, r.metadata.get("seed"), r.metadata.get("repeat")): r.reward
-                for r in result.records if not (r.error or "").startswith("env_error")}
+        return {
+            (r.task_id, r.metadata.get("seed"), r.metadata.get("repeat")): r.reward
+            for r in result.records
+            if not (r.error or "").startswith("env_error")
+        }
 
     without = await rewards([])
     with_candidate = await rewards([candidate])
@@ -122,10 +135,18 @@ async def validate_candidate(candidate: "SkillDraft", bank: "MemoryBank", agent:
     return paired_gain([with_candidate[k] for k in keys], [without[k] for k in keys], confidence)
 
 
-async def admit_candidates(candidates: Sequence["SkillDraft"], bank: "MemoryBank", agent: "Agent",
-                           env_factory: Callable[[], "AgentEnv"], tasks: Sequence["Task"], *, margin: float = 0.0,
-                           confidence: float = 0.9, concurrency: int = 8,
-                           **wrapper_options) -> list[tuple["SkillDraft", GainEstimate, int | None]]:
+async def admit_candidates(
+    candidates: Sequence[SkillDraft],
+    bank: MemoryBank,
+    agent: Agent,
+    env_factory: Callable[[], AgentEnv],
+    tasks: Sequence[Task],
+    *,
+    margin: float = 0.0,
+    confidence: float = 0.9,
+    concurrency: int = 8,
+    **wrapper_options,
+) -> list[tuple[SkillDraft, GainEstimate, int | None]]:
     """Validate ``candidates`` in order, each against ``bank`` including those admitted before it; store the admitted.
 
     Returns ``(candidate, estimate, skill id or None)`` per candidate. An admitted skill's utility
@@ -133,8 +154,16 @@ async def admit_candidates(candidates: Sequence["SkillDraft"], bank: "MemoryBank
     """
     decisions = []
     for candidate in candidates:
-        estimate = await validate_candidate(candidate, bank, agent, env_factory, tasks, confidence=confidence,
-                                            concurrency=concurrency, **wrapper_options)
+        estimate = await validate_candidate(
+            candidate,
+            bank,
+            agent,
+            env_factory,
+            tasks,
+            confidence=confidence,
+            concurrency=concurrency,
+            **wrapper_options,
+        )
         skill_id = bank.add_skill(candidate, validation=estimate.to_dict()) if estimate.admits(margin) else None
         decisions.append((candidate, estimate, skill_id))
     return decisions

@@ -37,8 +37,9 @@ from __future__ import annotations
 import copy
 import logging
 import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import gymnasium as gym
 
@@ -65,7 +66,7 @@ class _Context:
     done: bool = False
     branch: bool = False
 
-    def copy(self) -> "_Context":
+    def copy(self) -> _Context:
         clone = copy.copy(self)
         clone.steps = list(self.steps)
         return clone
@@ -86,9 +87,19 @@ class MemoryWrapper(AsyncTwins, gym.Wrapper):
         family: ``task_id -> family`` (default :func:`~agentgym.memory.induction.family_of`).
     """
 
-    def __init__(self, env: AgentEnv, bank: MemoryBank | str, *, mode: str = "learn", k_skills: int = 3,
-                 k_episodes: int = 2, min_utility: float | None = None, extra_skills: Sequence[SkillDraft] = (),
-                 write_forks: bool = False, family: Callable[[str], str] = family_of):
+    def __init__(
+        self,
+        env: AgentEnv,
+        bank: MemoryBank | str,
+        *,
+        mode: str = "learn",
+        k_skills: int = 3,
+        k_episodes: int = 2,
+        min_utility: float | None = None,
+        extra_skills: Sequence[SkillDraft] = (),
+        write_forks: bool = False,
+        family: Callable[[str], str] = family_of,
+    ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         super().__init__(env)
@@ -113,9 +124,14 @@ class MemoryWrapper(AsyncTwins, gym.Wrapper):
             info = {**info, "memory_error": f"{type(exc).__name__}: {exc}"}
         retrieval.extra = list(self.extra_skills)
         self._context = _Context(info["task_id"], task, retrieval)
-        info = {**info, "memory": {"skills": retrieval.skill_ids,
-                                   "episodes": [e.id for e in retrieval.episodes],
-                                   "candidates": [d.name for d in retrieval.extra]}}
+        info = {
+            **info,
+            "memory": {
+                "skills": retrieval.skill_ids,
+                "episodes": [e.id for e in retrieval.episodes],
+                "candidates": [d.name for d in retrieval.extra],
+            },
+        }
         return {**observation, "text": retrieval.render() + task}, info
 
     def step(self, action: Any):
@@ -136,9 +152,17 @@ class MemoryWrapper(AsyncTwins, gym.Wrapper):
         return observation, reward, terminated, truncated, info
 
     def _write(self, context: _Context, success: bool, truncated: bool) -> None:
-        record = EpisodeRecord(env=self.kind, task_id=context.task_id, task=context.task, steps=context.steps,
-                               reward=context.reward, success=success, truncated=truncated,
-                               family=self.family(context.task_id), skills=context.retrieval.skill_ids)
+        record = EpisodeRecord(
+            env=self.kind,
+            task_id=context.task_id,
+            task=context.task,
+            steps=context.steps,
+            reward=context.reward,
+            success=success,
+            truncated=truncated,
+            family=self.family(context.task_id),
+            skills=context.retrieval.skill_ids,
+        )
         self.bank.add_episode(record)
         self.bank.record_use(record.skills, record)
 
@@ -175,10 +199,17 @@ class MemoryWrapper(AsyncTwins, gym.Wrapper):
         saved = self._saved.get(snapshot)
         self._context = saved.copy() if saved is not None else self._context
 
-    def fork(self, snapshot: Snapshot | None = None) -> "MemoryWrapper":
+    def fork(self, snapshot: Snapshot | None = None) -> MemoryWrapper:
         context = self._saved.get(snapshot) if snapshot is not None else self._context
-        child = MemoryWrapper(self.env.fork(snapshot), self.bank, mode=self.mode, extra_skills=self.extra_skills,
-                              write_forks=self.write_forks, family=self.family, **self.options)
+        child = MemoryWrapper(
+            self.env.fork(snapshot),
+            self.bank,
+            mode=self.mode,
+            extra_skills=self.extra_skills,
+            write_forks=self.write_forks,
+            family=self.family,
+            **self.options,
+        )
         if context is not None:
             child._context = context.copy()
             child._context.branch = True

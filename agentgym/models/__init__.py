@@ -15,6 +15,8 @@ def local_model_dir(path: str) -> str:
     """
     if not (Path(path) / "config.json").is_file():
         reason = "is a directory without config.json" if Path(path).is_dir() else "is not a directory"
-        raise ValueError(f"{path!r} {reason}: give a local model directory (a saved checkpoint, e.g. one written "
-                         "by save_pretrained or agentgym train); nothing is downloaded")
+        raise ValueError(
+            f"{path!r} {reason}: give a local model directory (a saved checkpoint, e.g. one written "
+            "by save_pretrained or agentgym train); nothing is downloaded"
+        )
     return path

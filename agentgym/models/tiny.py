@@ -20,8 +20,16 @@ from pathlib import Path
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Plain added tokens (not special): they must survive decode(skip_special_tokens=True).
 MARKUP_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
-DEFAULT_SPEC = {"vocab_size": 2048, "hidden_size": 64, "layers": 2, "heads": 4, "kv_heads": 2,
-                "intermediate_size": 128, "max_positions": 4096, "seed": 0}
+DEFAULT_SPEC = {
+    "vocab_size": 2048,
+    "hidden_size": 64,
+    "layers": 2,
+    "heads": 4,
+    "kv_heads": 2,
+    "intermediate_size": 128,
+    "max_positions": 4096,
+    "seed": 0,
+}
 
 
 def chat_template() -> str:
@@ -60,25 +68,34 @@ def build_tiny_model(path: str | os.PathLike, **spec) -> Path:
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=spec["vocab_size"] - len(MARKUP_TOKENS),
-                                  special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=spec["vocab_size"] - len(MARKUP_TOKENS),
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     bpe.train_from_iterator(_corpus(), trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>",
-                                        pad_token="<|endoftext|>", unk_token=None)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None
+    )
     tokenizer.add_tokens(MARKUP_TOKENS)
     tokenizer.chat_template = chat_template()
     tokenizer.save_pretrained(path)
 
     torch.manual_seed(spec["seed"])
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=spec["hidden_size"], num_hidden_layers=spec["layers"],
-        num_attention_heads=spec["heads"], num_key_value_heads=spec["kv_heads"],
-        intermediate_size=spec["intermediate_size"], max_position_embeddings=spec["max_positions"],
-        tie_word_embeddings=True, bos_token_id=None,
+        vocab_size=len(tokenizer),
+        hidden_size=spec["hidden_size"],
+        num_hidden_layers=spec["layers"],
+        num_attention_heads=spec["heads"],
+        num_key_value_heads=spec["kv_heads"],
+        intermediate_size=spec["intermediate_size"],
+        max_position_embeddings=spec["max_positions"],
+        tie_word_embeddings=True,
+        bos_token_id=None,
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-        pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"))
+        pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+    )
     model = Qwen2ForCausalLM(config)
     model.generation_config.eos_token_id = config.eos_token_id
     model.generation_config.pad_token_id = config.pad_token_id

@@ -28,8 +28,9 @@ from __future__ import annotations
 import copy
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +44,8 @@ __all__ = ["Agent", "AgentConfig", "Episode", "EpisodeCheckpoint", "FoldPolicy",
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are an agent working in an environment through tools. Think briefly, then call tools; "
-    "each reply is executed and you see the result. Finish with the tool that submits your work.")
+    "each reply is executed and you see the result. Finish with the tool that submits your work."
+)
 CHARS_PER_TOKEN = 4  # estimate used only in chat mode without a tokenizer
 
 
@@ -105,27 +107,27 @@ class Episode:
     tools: list[dict]
     messages: list[Message]
     observation_turns: dict[int, int]  # message index -> turn whose observation it holds (0 = task)
-    raw_observations: dict[int, str]   # message index -> the observation's full text (for folding)
+    raw_observations: dict[int, str]  # message index -> the observation's full text (for folding)
     prompt_ids: list[int] | None = None  # token mode: the next prompt, exactly
     prompt_mask: list[int] = field(default_factory=list)
-    rendered: str | None = None        # token mode: the next prompt's text, kept to skip re-rendering
+    rendered: str | None = None  # token mode: the next prompt's text, kept to skip re-rendering
     turns: list[Turn] = field(default_factory=list)
     initial_observation: str = ""
     done: bool = False
     success: bool = False
     error: str | None = None
-    folded: bool = False               # the next prompt was folded
+    folded: bool = False  # the next prompt was folded
     metadata: dict = field(default_factory=dict)
 
     @property
     def turn(self) -> int:
         return len(self.turns)
 
-    async def fork(self) -> "Episode":
+    async def fork(self) -> Episode:
         """An independent copy at this turn boundary: the env is forked, the conversation copied."""
         return self._copy(await self.env.afork())
 
-    async def checkpoint(self) -> "EpisodeCheckpoint":
+    async def checkpoint(self) -> EpisodeCheckpoint:
         """Keep this turn boundary to branch from later: a retained env snapshot + a copy of the conversation.
 
         The episode goes on unchanged; :meth:`EpisodeCheckpoint.fork` continues from here any
@@ -134,7 +136,7 @@ class Episode:
         snapshot = await self.env.asnapshot()
         return EpisodeCheckpoint(snapshot, self._copy(self.env))
 
-    def _copy(self, env: AgentEnv) -> "Episode":
+    def _copy(self, env: AgentEnv) -> Episode:
         """This episode's conversation state on ``env``; later turns of either copy leave the other alone."""
         clone = copy.copy(self)
         clone.env = env
@@ -150,12 +152,17 @@ class Episode:
     def trajectory(self) -> Trajectory:
         last = self.turns[-1] if self.turns else None
         return Trajectory(
-            task_id=self.task_id, env_id=self.env.kind, turns=list(self.turns),
+            task_id=self.task_id,
+            env_id=self.env.kind,
+            turns=list(self.turns),
             initial_observation=self.initial_observation,
-            reward=math.fsum(t.reward for t in self.turns), success=self.success,
-            terminated=bool(last and last.terminated), truncated=bool(last and last.truncated) or (
-                self.done and not (last and last.terminated)),
-            error=self.error, metadata=dict(self.metadata))
+            reward=math.fsum(t.reward for t in self.turns),
+            success=self.success,
+            terminated=bool(last and last.terminated),
+            truncated=bool(last and last.truncated) or (self.done and not (last and last.terminated)),
+            error=self.error,
+            metadata=dict(self.metadata),
+        )
 
     async def aclose(self) -> None:
         await self.env.aclose()
@@ -220,11 +227,16 @@ class Agent:
         if system is not None:
             messages.append(system)
         messages.append({"role": "user", "content": observation["text"]})
-        episode = Episode(env=env, task_id=info["task_id"], tools=tools, messages=messages,
-                          observation_turns={len(messages) - 1: 0},
-                          raw_observations={len(messages) - 1: observation["text"]},
-                          initial_observation=observation["text"],
-                          metadata={"policy": self.policy.name, "seed": seed, "mode": self._mode})
+        episode = Episode(
+            env=env,
+            task_id=info["task_id"],
+            tools=tools,
+            messages=messages,
+            observation_turns={len(messages) - 1: 0},
+            raw_observations={len(messages) - 1: observation["text"]},
+            initial_observation=observation["text"],
+            metadata={"policy": self.policy.name, "seed": seed, "mode": self._mode},
+        )
         if self.token_mode:
             self._render_prompt(episode)
         self._fit_context(episode)
@@ -254,11 +266,18 @@ class Agent:
             completion_ids=list(completion.token_ids) if self.token_mode or completion.token_ids else [],
             logprobs=list(completion.logprobs) if self.token_mode or completion.token_ids else [],
             prompt_mask=list(episode.prompt_mask) if episode.prompt_ids is not None else [],
-            policy_version=completion.policy_version, action=_action_text(completion), observation=text,
-            reward=float(reward), terminated=bool(terminated), truncated=bool(truncated),
+            policy_version=completion.policy_version,
+            action=_action_text(completion),
+            observation=text,
+            reward=float(reward),
+            terminated=bool(terminated),
+            truncated=bool(truncated),
             info=_json_safe({k: v for k, v in info.items() if k != "tools"}),
-            entropy=completion.entropy, finish_reason=completion.finish_reason, folded=episode.folded,
-            usage=completion.usage)
+            entropy=completion.entropy,
+            finish_reason=completion.finish_reason,
+            folded=episode.folded,
+            usage=completion.usage,
+        )
         episode.turns.append(turn)
         episode.success = bool(info.get("success", False))
         if info.get("env_error"):
@@ -294,7 +313,8 @@ class Agent:
         if not self.token_mode and not self.config.native_tools and tools:
             listing = describe_tools(tool_specs_from_openai(tools))
             prompt = (prompt + "\n\n" if prompt else "") + (
-                f"Tools: {listing}.\nCall a tool as <tool_call>{{\"name\": \"<tool>\", \"arguments\": {{...}}}}</tool_call>.")
+                f'Tools: {listing}.\nCall a tool as <tool_call>{{"name": "<tool>", "arguments": {{...}}}}</tool_call>.'
+            )
         return None if prompt is None else {"role": "system", "content": prompt}
 
     def _render_prompt(self, episode: Episode) -> None:
@@ -310,16 +330,22 @@ class Agent:
         if completion.tool_calls and not self.token_mode:
             reply["tool_calls"] = completion.tool_calls
             # One tool message per call id, as chat APIs require; the env answered them together.
-            new = [{"role": "tool", "tool_call_id": call.get("id", f"call_{i}"),
-                    "content": observation if i == 0 else "(see the result above)"}
-                   for i, call in enumerate(completion.tool_calls)]
+            new = [
+                {
+                    "role": "tool",
+                    "tool_call_id": call.get("id", f"call_{i}"),
+                    "content": observation if i == 0 else "(see the result above)",
+                }
+                for i, call in enumerate(completion.tool_calls)
+            ]
         else:
             # Chat APIs accept a tool message only as the answer to a native tool call.
             role = self.config.observation_role if self.token_mode else "user"
             new = [{"role": role, "content": observation}]
         if self.token_mode:
             continuation, episode.rendered = self.policy.chat_format.continuation_ids(
-                episode.messages, completion.token_ids, new, self._template_tools(episode), rendered=episode.rendered)
+                episode.messages, completion.token_ids, new, self._template_tools(episode), rendered=episode.rendered
+            )
             episode.prompt_ids = episode.prompt_ids + list(completion.token_ids) + continuation
             episode.prompt_mask = episode.prompt_mask + [1] * len(completion.token_ids) + [0] * len(continuation)
         episode.messages.append(reply)
@@ -346,7 +372,7 @@ class Agent:
         if fold is not None:
             target = int(fold.target * self.context_window) - self.config.sampling.max_tokens
             foldable = sorted(i for i, t in episode.observation_turns.items() if t > 0)
-            foldable = foldable[:max(0, len(foldable) - fold.keep_last)]
+            foldable = foldable[: max(0, len(foldable) - fold.keep_last)]
             messages = episode.messages
             changed = False
             for index in foldable:
@@ -367,8 +393,10 @@ class Agent:
                 if self._prompt_length(episode) <= budget:
                     return
         episode.done = True
-        episode.error = (f"context_overflow: the prompt needs {self._prompt_length(episode)} tokens, more than "
-                         f"the {budget} left in a {self.context_window}-token window after max_tokens")
+        episode.error = (
+            f"context_overflow: the prompt needs {self._prompt_length(episode)} tokens, more than "
+            f"the {budget} left in a {self.context_window}-token window after max_tokens"
+        )
 
 
 def _action_text(completion: Completion) -> str:
@@ -379,7 +407,9 @@ def _action_text(completion: Completion) -> str:
         arguments = function.get("arguments")
         if not isinstance(arguments, str):
             arguments = json.dumps(arguments)
-        parts.append(f'<tool_call>\n{{"name": {json.dumps(function.get("name"))}, "arguments": {arguments}}}\n</tool_call>')
+        parts.append(
+            f'<tool_call>\n{{"name": {json.dumps(function.get("name"))}, "arguments": {arguments}}}\n</tool_call>'
+        )
     return "\n".join(parts)
 
 

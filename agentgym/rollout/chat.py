@@ -15,7 +15,8 @@ conversations.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 Message = dict[str, Any]
 
@@ -23,23 +24,34 @@ PROBE_CONVERSATION: list[Message] = [
     {"role": "system", "content": "You are a careful agent."},
     {"role": "user", "content": "Task: make the tests pass."},
     # Reasoning in an earlier turn: templates that strip old <think> blocks fail on it.
-    {"role": "assistant", "content": '<think>The repo layout first.</think>Let me look.\n<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call>'},
+    {
+        "role": "assistant",
+        "content": '<think>The repo layout first.</think>Let me look.\n<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call>',
+    },
     {"role": "tool", "content": "setup.py\nsrc/"},
     {"role": "assistant", "content": "Next I read the code."},
     {"role": "user", "content": "Error: no tool call found."},
     {"role": "assistant", "content": "done"},
 ]
-PROBE_TOOLS = [{"type": "function", "function": {
-    "name": "bash", "description": "Run a command.",
-    "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}}]
+PROBE_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "Run a command.",
+            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+        },
+    }
+]
 
 
 class TemplateError(ValueError):
     """The tokenizer's chat template cannot be used for token-in/token-out rollouts."""
 
 
-def check_prefix_preserving(tokenizer, conversations: Sequence[Sequence[Message]],
-                            tools: list[dict] | None = None) -> list[str]:
+def check_prefix_preserving(
+    tokenizer, conversations: Sequence[Sequence[Message]], tools: list[dict] | None = None
+) -> list[str]:
     """Problems found (empty when fine): every rendered prefix, with the generation prompt, must prefix the next."""
     problems = []
     for conversation in conversations:
@@ -47,10 +59,10 @@ def check_prefix_preserving(tokenizer, conversations: Sequence[Sequence[Message]
             if conversation[k]["role"] != "assistant":
                 continue
             before = render(tokenizer, conversation[:k], tools, add_generation_prompt=True)
-            after = render(tokenizer, conversation[:k + 1], tools, add_generation_prompt=False)
+            after = render(tokenizer, conversation[: k + 1], tools, add_generation_prompt=False)
             if not after.startswith(before):
                 problems.append(f"rendering {k} messages + generation prompt is not a prefix of rendering {k + 1}")
-            elif not after[len(before):].startswith(conversation[k]["content"] or ""):
+            elif not after[len(before) :].startswith(conversation[k]["content"] or ""):
                 problems.append(f"assistant message {k} is not rendered verbatim after the generation prompt")
             for j in range(k + 1, len(conversation) + 1):
                 longer = render(tokenizer, conversation[:j], tools, add_generation_prompt=False)
@@ -60,10 +72,10 @@ def check_prefix_preserving(tokenizer, conversations: Sequence[Sequence[Message]
     return problems
 
 
-def render(tokenizer, messages: Sequence[Message], tools: list[dict] | None,
-           add_generation_prompt: bool) -> str:
-    return tokenizer.apply_chat_template(list(messages), tools=tools or None, tokenize=False,
-                                         add_generation_prompt=add_generation_prompt)
+def render(tokenizer, messages: Sequence[Message], tools: list[dict] | None, add_generation_prompt: bool) -> str:
+    return tokenizer.apply_chat_template(
+        list(messages), tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
+    )
 
 
 class ChatFormat:
@@ -81,13 +93,24 @@ class ChatFormat:
         if check:
             problems = check_prefix_preserving(tokenizer, [PROBE_CONVERSATION], PROBE_TOOLS)
             if problems:
-                raise TemplateError("chat template is not prefix-preserving, so multi-turn token ids "
-                                    "cannot be built by concatenation: " + "; ".join(problems))
+                raise TemplateError(
+                    "chat template is not prefix-preserving, so multi-turn token ids "
+                    "cannot be built by concatenation: " + "; ".join(problems)
+                )
         self.eos_token_id = tokenizer.eos_token_id
         self._backend = getattr(tokenizer, "backend_tokenizer", None)
-        self.stop_token_ids = sorted({i for i in [tokenizer.eos_token_id, tokenizer.pad_token_id,
-                                                  _token_id(tokenizer, "<|im_end|>"),
-                                                  _token_id(tokenizer, "<|endoftext|>")] if i is not None})
+        self.stop_token_ids = sorted(
+            {
+                i
+                for i in [
+                    tokenizer.eos_token_id,
+                    tokenizer.pad_token_id,
+                    _token_id(tokenizer, "<|im_end|>"),
+                    _token_id(tokenizer, "<|endoftext|>"),
+                ]
+                if i is not None
+            }
+        )
 
     def encode(self, text: str) -> list[int]:
         # The Rust tokenizer directly: half the cost of the Python wrapper, same ids.
@@ -110,9 +133,15 @@ class ChatFormat:
         """The ids of :meth:`render_prompt`."""
         return self.encode(self.render_prompt(messages, tools))
 
-    def continuation_ids(self, messages: Sequence[Message], completion_ids: Sequence[int],
-                         new_messages: Sequence[Message], tools: list[dict] | None = None, *,
-                         rendered: str | None = None) -> tuple[list[int], str]:
+    def continuation_ids(
+        self,
+        messages: Sequence[Message],
+        completion_ids: Sequence[int],
+        new_messages: Sequence[Message],
+        tools: list[dict] | None = None,
+        *,
+        rendered: str | None = None,
+    ) -> tuple[list[int], str]:
         """The env tokens that follow ``completion_ids`` so that the sequence renders ``messages + [reply] + new_messages``.
 
         Returns the ids and the rendering (with the generation prompt) of the extended
@@ -132,11 +161,11 @@ class ChatFormat:
         after = render(self.tokenizer, [*messages, reply, *new_messages], tools, add_generation_prompt=True)
         if not after.startswith(before + reply["content"]):
             raise TemplateError("chat template rewrote earlier turns; token-exact continuation is impossible")
-        tail = after[len(before) + len(reply["content"]):]
+        tail = after[len(before) + len(reply["content"]) :]
         if completion_ids and completion_ids[-1] in self.stop_token_ids:
             stop_text = self.tokenizer.decode([completion_ids[-1]], skip_special_tokens=False)
             if tail.startswith(stop_text):
-                tail = tail[len(stop_text):]
+                tail = tail[len(stop_text) :]
         return self.encode(tail), after
 
 

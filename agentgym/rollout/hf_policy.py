@@ -18,9 +18,9 @@ import math
 import queue
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
@@ -92,26 +92,50 @@ class HFPolicy(Policy):
     Use it as an async context manager or call :meth:`aclose` to stop the worker thread.
     """
 
-    def __init__(self, model_path: str | Path, *, device: str | torch.device | None = None,
-                 dtype: torch.dtype | None = None, max_batch_size: int = 16, batch_wait_ms: float = 5.0,
-                 version: int = 0, name: str | None = None):
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
+        max_batch_size: int = 16,
+        batch_wait_ms: float = 5.0,
+        version: int = 0,
+        name: str | None = None,
+    ):
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(model_path, local_files_only=True, dtype=dtype or "auto")
-        self._setup(model.to(device), tokenizer, max_batch_size=max_batch_size, batch_wait_ms=batch_wait_ms,
-                    version=version, name=name or Path(model_path).name)
+        self._setup(
+            model.to(device),
+            tokenizer,
+            max_batch_size=max_batch_size,
+            batch_wait_ms=batch_wait_ms,
+            version=version,
+            name=name or Path(model_path).name,
+        )
 
     @classmethod
-    def from_model(cls, model, tokenizer, *, max_batch_size: int = 16, batch_wait_ms: float = 5.0,
-                   version: int = 0, name: str | None = None) -> "HFPolicy":
+    def from_model(
+        cls,
+        model,
+        tokenizer,
+        *,
+        max_batch_size: int = 16,
+        batch_wait_ms: float = 5.0,
+        version: int = 0,
+        name: str | None = None,
+    ) -> HFPolicy:
         """Wrap an in-memory model (a trainer sharing its model with the policy); it stays on its device."""
         policy = cls.__new__(cls)
-        policy._setup(model, tokenizer, max_batch_size=max_batch_size, batch_wait_ms=batch_wait_ms,
-                      version=version, name=name)
+        policy._setup(
+            model, tokenizer, max_batch_size=max_batch_size, batch_wait_ms=batch_wait_ms, version=version, name=name
+        )
         return policy
 
-    def _setup(self, model, tokenizer, *, max_batch_size: int, batch_wait_ms: float, version: int,
-               name: str | None) -> None:
+    def _setup(
+        self, model, tokenizer, *, max_batch_size: int, batch_wait_ms: float, version: int, name: str | None
+    ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
         self.chat_format = ChatFormat(tokenizer)  # raises TemplateError for templates that rewrite history
@@ -130,7 +154,7 @@ class HFPolicy(Policy):
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self._queue: queue.Queue = queue.Queue()
         self._weights_lock = threading.Lock()  # held by the worker for a whole batch
-        self._state_lock = threading.Lock()    # orders enqueues against close
+        self._state_lock = threading.Lock()  # orders enqueues against close
         self._worker: threading.Thread | None = None
         self._closed = False
 
@@ -184,8 +208,10 @@ class HFPolicy(Policy):
         if not ids:
             raise PolicyError("empty prompt: token-mode generation needs at least one prompt token")
         if self._max_positions is not None and len(ids) >= self._max_positions:
-            raise PolicyError(f"prompt of {len(ids)} tokens does not fit the model's context of "
-                              f"{self._max_positions} positions (at least one must be left for the completion)")
+            raise PolicyError(
+                f"prompt of {len(ids)} tokens does not fit the model's context of "
+                f"{self._max_positions} positions (at least one must be left for the completion)"
+            )
         # Checked here because an out-of-range id inside the batch would fail the other rows too
         # (and on CUDA poison the context with a device-side assert).
         bad = [i for i in ids if not 0 <= i < self._vocab_size]
@@ -201,7 +227,7 @@ class HFPolicy(Policy):
             raise PolicyError(f"top_k must be >= 0, got {sampling.top_k}")
         if sampling.top_logprobs < 0:
             raise PolicyError(f"top_logprobs must be >= 0, got {sampling.top_logprobs}")
-        if sampling.seed is not None and not -2**63 <= sampling.seed < 2**64:
+        if sampling.seed is not None and not -(2**63) <= sampling.seed < 2**64:
             raise PolicyError(f"seed must fit in 64 bits, got {sampling.seed}")
         if any(not s for s in sampling.stop):
             raise PolicyError("stop strings must be non-empty")
@@ -268,36 +294,55 @@ class HFPolicy(Policy):
         input_ids = torch.full((len(rows), width), self._pad_id, dtype=torch.long)
         attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
         for i, request in enumerate(requests):
-            input_ids[i, width - len(request.prompt_ids):] = torch.tensor(request.prompt_ids)
-            attention_mask[i, width - len(request.prompt_ids):] = 1
+            input_ids[i, width - len(request.prompt_ids) :] = torch.tensor(request.prompt_ids)
+            attention_mask[i, width - len(request.prompt_ids) :] = 1
         # Left padding: positions count real tokens only, so each row sees the positions it would unpadded.
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         input_ids, attention_mask, position_ids = (t.to(self.device) for t in (input_ids, attention_mask, position_ids))
         cache = DynamicCache(config=self.model.config)
 
         while True:
-            logits = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                                cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1].float()
+            logits = (
+                self.model(
+                    input_ids=input_ids,
+                    attention_mask=attention_mask,
+                    position_ids=position_ids,
+                    cache=cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
+                .logits[:, -1]
+                .float()
+            )
             tokens, logprobs, entropies, top = self._sample(logits, rows)
             self.stats.generated_tokens += len(rows)
             active = []
-            for i, (row, token, logprob, entropy) in enumerate(zip(rows, tokens.tolist(), logprobs.tolist(),
-                                                                   entropies.tolist())):
+            for i, (row, token, logprob, entropy) in enumerate(
+                zip(rows, tokens.tolist(), logprobs.tolist(), entropies.tolist())
+            ):
                 row.token_ids.append(token)
                 row.logprobs.append(logprob)
                 row.entropies.append(entropy)
                 if row.request.sampling.top_logprobs:
                     ids, values = top[i]
-                    row.top.append(list(zip(ids[:row.request.sampling.top_logprobs],
-                                            values[:row.request.sampling.top_logprobs])))
+                    row.top.append(
+                        list(zip(ids[: row.request.sampling.top_logprobs], values[: row.request.sampling.top_logprobs]))
+                    )
                 reason = self._finish_reason(row)
                 if reason is None:
                     active.append(i)
                 else:  # answered now, not when the slowest row of the batch is done
-                    row.request.future.set_result(Completion(
-                        text=self.chat_format.decode(row.token_ids), token_ids=row.token_ids,
-                        logprobs=row.logprobs, finish_reason=reason, policy_version=version,
-                        entropy=math.fsum(row.entropies) / len(row.entropies), top_logprobs=row.top))
+                    row.request.future.set_result(
+                        Completion(
+                            text=self.chat_format.decode(row.token_ids),
+                            token_ids=row.token_ids,
+                            logprobs=row.logprobs,
+                            finish_reason=reason,
+                            policy_version=version,
+                            entropy=math.fsum(row.entropies) / len(row.entropies),
+                            top_logprobs=row.top,
+                        )
+                    )
             if not active:
                 return
             if len(active) < len(rows):  # drop finished rows so they cost no more compute
@@ -306,8 +351,9 @@ class HFPolicy(Policy):
                 attention_mask, tokens = attention_mask[keep], tokens[keep]
                 rows = [rows[i] for i in active]
             input_ids = tokens[:, None]
-            position_ids = torch.tensor([[len(r.request.prompt_ids) + len(r.token_ids) - 1] for r in rows],
-                                        device=self.device)
+            position_ids = torch.tensor(
+                [[len(r.request.prompt_ids) + len(r.token_ids) - 1] for r in rows], device=self.device
+            )
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(rows), 1))], dim=1)
 
     def _generator(self, sampling: SamplingParams) -> torch.Generator | None:

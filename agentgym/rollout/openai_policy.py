@@ -23,7 +23,8 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import openai
 
@@ -56,9 +57,22 @@ class OpenAIPolicy(Policy):
         name: a label for logs; defaults to ``model``.
     """
 
-    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, tokenizer: Any = None,
-                 native_tools: bool = True, logprobs: bool = True, timeout: float = 60.0, max_retries: int = 3,
-                 backoff: float = 0.5, max_concurrency: int = 64, version: int = 0, name: str | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        tokenizer: Any = None,
+        native_tools: bool = True,
+        logprobs: bool = True,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+        max_concurrency: int = 64,
+        version: int = 0,
+        name: str | None = None,
+    ):
         self.base_url = base_url
         self.model = model
         self.name = name or model
@@ -79,8 +93,7 @@ class OpenAIPolicy(Policy):
         self._semaphore = asyncio.Semaphore(max_concurrency)
         self._chat_extensions = True  # vLLM's return_token_ids, until the endpoint refuses it
 
-    async def chat(self, messages: Sequence[Message], tools: list[dict] | None,
-                   sampling: SamplingParams) -> Completion:
+    async def chat(self, messages: Sequence[Message], tools: list[dict] | None, sampling: SamplingParams) -> Completion:
         request = {"model": self.model, "messages": list(messages), **_sampling_fields(sampling)}
         if tools and self.native_tools:
             request["tools"] = tools
@@ -89,8 +102,9 @@ class OpenAIPolicy(Policy):
         extra = {"top_k": sampling.top_k} if sampling.top_k > 0 else {}
         if self.logprobs and self._chat_extensions:
             try:
-                response = await self._call(self._client.chat.completions.create, **request,
-                                            extra_body={**extra, "return_token_ids": True})
+                response = await self._call(
+                    self._client.chat.completions.create, **request, extra_body={**extra, "return_token_ids": True}
+                )
             except PolicyError as exc:
                 if not isinstance(exc.__cause__, openai.BadRequestError):
                     raise
@@ -108,11 +122,18 @@ class OpenAIPolicy(Policy):
             token_ids = []
         tool_calls = [call.model_dump(exclude_none=True) for call in message.tool_calls or []] or None
         usage = response.usage
-        return Completion(text=message.content or "", token_ids=token_ids, logprobs=logprobs,
-                          finish_reason=choice.finish_reason or "stop", policy_version=self.version,
-                          entropy=None, tool_calls=tool_calls,
-                          usage={"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
-                          if usage is not None else None)
+        return Completion(
+            text=message.content or "",
+            token_ids=token_ids,
+            logprobs=logprobs,
+            finish_reason=choice.finish_reason or "stop",
+            policy_version=self.version,
+            entropy=None,
+            tool_calls=tool_calls,
+            usage={"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
+            if usage is not None
+            else None,
+        )
 
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Completion:
         if self.chat_format is None:
@@ -120,8 +141,14 @@ class OpenAIPolicy(Policy):
         extra = {"return_tokens_as_token_ids": True, "return_token_ids": True}
         if sampling.top_k > 0:
             extra["top_k"] = sampling.top_k
-        response = await self._call(self._client.completions.create, model=self.model, prompt=list(prompt_ids),
-                                    logprobs=1, extra_body=extra, **_sampling_fields(sampling))
+        response = await self._call(
+            self._client.completions.create,
+            model=self.model,
+            prompt=list(prompt_ids),
+            logprobs=1,
+            extra_body=extra,
+            **_sampling_fields(sampling),
+        )
         if not response.choices:
             raise PolicyError(f"{self.base_url} returned no choices")
         choice = response.choices[0]
@@ -129,13 +156,23 @@ class OpenAIPolicy(Policy):
         token_ids = getattr(choice, "token_ids", None)
         if token_ids is None and choice.logprobs and choice.logprobs.tokens:
             token_ids = _ids_from_tokens(choice.logprobs.tokens)
-        if (token_ids is None or token_logprobs is None or len(token_logprobs) != len(token_ids)
-                or None in token_logprobs):
-            raise PolicyError(f"{self.base_url} did not return the sampled token ids with their logprobs; token mode "
-                              "needs vLLM's return_token_ids or return_tokens_as_token_ids (vLLM, agentgym serve)")
-        return Completion(text=choice.text, token_ids=list(token_ids),
-                          logprobs=list(token_logprobs),
-                          finish_reason=choice.finish_reason or "stop", policy_version=self.version)
+        if (
+            token_ids is None
+            or token_logprobs is None
+            or len(token_logprobs) != len(token_ids)
+            or None in token_logprobs
+        ):
+            raise PolicyError(
+                f"{self.base_url} did not return the sampled token ids with their logprobs; token mode "
+                "needs vLLM's return_token_ids or return_tokens_as_token_ids (vLLM, agentgym serve)"
+            )
+        return Completion(
+            text=choice.text,
+            token_ids=list(token_ids),
+            logprobs=list(token_logprobs),
+            finish_reason=choice.finish_reason or "stop",
+            policy_version=self.version,
+        )
 
     async def _call(self, create, **request):
         """``create(**request)``, retried on transient failures; raises PolicyError with the URL when it gives up."""
@@ -156,9 +193,11 @@ class OpenAIPolicy(Policy):
                 except openai.OpenAIError as exc:
                     raise PolicyError(f"OpenAI-compatible endpoint {self.base_url} failed: {exc}") from exc
                 if attempt < self.max_retries:
-                    await asyncio.sleep(max(wait, self.backoff * 2 ** attempt * random.uniform(0.5, 1.5)))
+                    await asyncio.sleep(max(wait, self.backoff * 2**attempt * random.uniform(0.5, 1.5)))
             attempts = f"{self.max_retries + 1} attempt{'s' if self.max_retries else ''}"
-            raise PolicyError(f"OpenAI-compatible endpoint {self.base_url} {failure} (gave up after {attempts})") from cause
+            raise PolicyError(
+                f"OpenAI-compatible endpoint {self.base_url} {failure} (gave up after {attempts})"
+            ) from cause
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -169,8 +208,11 @@ class OpenAIPolicy(Policy):
 
 def _sampling_fields(sampling: SamplingParams) -> dict[str, Any]:
     """The standard OpenAI request fields for ``sampling`` (unset ones left out, for strict hosted APIs)."""
-    fields: dict[str, Any] = {"max_tokens": sampling.max_tokens, "temperature": sampling.temperature,
-                              "top_p": sampling.top_p}
+    fields: dict[str, Any] = {
+        "max_tokens": sampling.max_tokens,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+    }
     if sampling.stop:
         fields["stop"] = list(sampling.stop)
     if sampling.seed is not None:
@@ -182,7 +224,7 @@ def _ids_from_tokens(tokens: Sequence[str]) -> list[int] | None:
     if not all(t.startswith(_TOKEN_ID_PREFIX) for t in tokens):
         return None
     try:
-        return [int(t[len(_TOKEN_ID_PREFIX):]) for t in tokens]
+        return [int(t[len(_TOKEN_ID_PREFIX) :]) for t in tokens]
     except ValueError:
         return None
 

@@ -18,8 +18,9 @@ trainers can bound staleness.
 from __future__ import annotations
 
 from abc import ABC
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from agentgym.rollout.chat import ChatFormat, Message
 
@@ -96,8 +97,7 @@ class Policy(ABC):
         """Sample a completion for ``prompt_ids`` (token mode)."""
         raise NotImplementedError(f"{type(self).__name__} does not support token-in/token-out generation")
 
-    async def chat(self, messages: Sequence[Message], tools: list[dict] | None,
-                   sampling: SamplingParams) -> Completion:
+    async def chat(self, messages: Sequence[Message], tools: list[dict] | None, sampling: SamplingParams) -> Completion:
         """Sample a reply to ``messages`` (chat mode). By default renders with :attr:`chat_format` and calls :meth:`generate`."""
         if self.chat_format is None:
             raise NotImplementedError(f"{type(self).__name__} supports neither chat nor token mode")

@@ -39,8 +39,8 @@ import asyncio
 import collections
 import logging
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Sequence
 
 from agentgym.core import AgentEnv
 from agentgym.rollout.agent import Agent, Episode
@@ -181,7 +181,7 @@ def _describe(exc: BaseException) -> str:
 class _Call:
     """The state of one run/resume call: the work queue, the env pool, counters and the stop signal."""
 
-    def __init__(self, runner: "Runner", items: list[PendingEpisode], target: int | None):
+    def __init__(self, runner: Runner, items: list[PendingEpisode], target: int | None):
         self.runner = runner
         self.queue = collections.deque(items)
         self.target = target
@@ -252,8 +252,10 @@ class _Call:
         pending = len(self.queue) + len(self.paused)
         rate = len(self.records) / elapsed if elapsed > 0 else 0.0
         tokens = self.stats.generated_tokens / elapsed if elapsed > 0 else 0.0
-        return (f"done {len(self.records)} · running {self.running} · failed {len(self.failures)} · "
-                f"pending {pending} · {rate:.2f} episodes/s · {tokens:.0f} tokens/s")
+        return (
+            f"done {len(self.records)} · running {self.running} · failed {len(self.failures)} · "
+            f"pending {pending} · {rate:.2f} episodes/s · {tokens:.0f} tokens/s"
+        )
 
 
 async def _close(env: AgentEnv) -> None:
@@ -279,8 +281,14 @@ class Runner:
     ``env_factory`` itself is not an episode failure: it ends the call (everything closed).
     """
 
-    def __init__(self, agent: Agent, env_factory: Callable[[], AgentEnv], config: RunnerConfig = RunnerConfig(),
-                 *, job: Job | None = None):
+    def __init__(
+        self,
+        agent: Agent,
+        env_factory: Callable[[], AgentEnv],
+        config: RunnerConfig = RunnerConfig(),
+        *,
+        job: Job | None = None,
+    ):
         self.agent = agent
         self.env_factory = env_factory
         self.config = config
@@ -452,8 +460,7 @@ class Runner:
         if item.episode is not None:
             record = item.episode.trajectory()
         else:
-            record = Trajectory(task_id=item.task.task_id or "", env_id=env.kind,
-                                metadata={"seed": item.task.seed})
+            record = Trajectory(task_id=item.task.task_id or "", env_id=env.kind, metadata={"seed": item.task.seed})
         record.error, record.truncated = error, True
         return record
 
@@ -478,8 +485,15 @@ def _progress_display(call: _Call, total: int):
     console = Console(stderr=True)
     if not console.is_terminal:
         return None
-    progress = Progress(TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[status]}"),
-                        TimeElapsedColumn(), console=console, transient=False)
+    progress = Progress(
+        TextColumn("rollouts"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
     bar = progress.add_task("rollouts", total=total, status=call.status())
     call.on_change = lambda: progress.update(bar, completed=len(call.records), status=call.status())
     return progress

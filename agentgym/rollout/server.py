@@ -42,9 +42,10 @@ import sys
 import time
 import urllib.request
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from aiohttp import web
 
@@ -65,16 +66,23 @@ _ROLES = {"system", "developer", "user", "assistant", "tool"}
 class RequestError(Exception):
     """A client error, answered with OpenAI's error JSON."""
 
-    def __init__(self, message: str, param: str | None = None, *, status: int = 400,
-                 type: str = "invalid_request_error", code: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        param: str | None = None,
+        *,
+        status: int = 400,
+        type: str = "invalid_request_error",
+        code: str | None = None,
+    ):
         super().__init__(message)
         self.message, self.param, self.status, self.type, self.code = message, param, status, type, code
 
 
-def _error_response(status: int, message: str, type: str, param: str | None = None,
-                    code: str | None = None) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": type, "param": param, "code": code}},
-                             status=status)
+def _error_response(
+    status: int, message: str, type: str, param: str | None = None, code: str | None = None
+) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": type, "param": param, "code": code}}, status=status)
 
 
 @web.middleware
@@ -176,9 +184,20 @@ class _Server:
         return web.json_response({"status": "ok", "model": self.model_name})
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{
-            "id": self.model_name, "object": "model", "created": self.created, "owned_by": "agentgym",
-            "max_model_len": self.context_window}]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.model_name,
+                        "object": "model",
+                        "created": self.created,
+                        "owned_by": "agentgym",
+                        "max_model_len": self.context_window,
+                    }
+                ],
+            }
+        )
 
     # -- shared request handling
 
@@ -193,29 +212,54 @@ class _Server:
             raise RequestError("the request body must be a JSON object")
         model = body.get("model")
         if model is not None and model != self.model_name:
-            raise RequestError(f"The model `{model}` does not exist; this server serves `{self.model_name}`.",
-                               "model", status=404, type="not_found_error", code="model_not_found")
+            raise RequestError(
+                f"The model `{model}` does not exist; this server serves `{self.model_name}`.",
+                "model",
+                status=404,
+                type="not_found_error",
+                code="model_not_found",
+            )
         _reject_unsupported(body)
         return body
 
-    def _sampling(self, body: dict, prompt_len: int, *, max_tokens: int | None, default_max_tokens: int | None,
-                  logprobs: int | None, prompt_param: str) -> _Sampling:
+    def _sampling(
+        self,
+        body: dict,
+        prompt_len: int,
+        *,
+        max_tokens: int | None,
+        default_max_tokens: int | None,
+        logprobs: int | None,
+        prompt_param: str,
+    ) -> _Sampling:
         n = _integer(body, "n", 1, 1, MAX_N)
-        seed = _integer(body, "seed", None, -(2 ** 63), 2 ** 63 - 1)
+        seed = _integer(body, "seed", None, -(2**63), 2**63 - 1)
         top_k = _integer(body, "top_k", 0, -1)  # -1 and 0 both mean "off", as in vLLM
         stream = _flag(body, "stream")
         options = body.get("stream_options") or {}
         if not isinstance(options, dict):
             raise RequestError("stream_options must be an object", "stream_options")
-        common = dict(max_tokens=self._budget(prompt_len, max_tokens, default_max_tokens, prompt_param),
-                      temperature=_number(body, "temperature", 1.0, 0.0, math.inf),
-                      top_p=_number(body, "top_p", 1.0, 0.0, 1.0), top_k=max(top_k, 0), stop=_stop(body))
+        common = dict(
+            max_tokens=self._budget(prompt_len, max_tokens, default_max_tokens, prompt_param),
+            temperature=_number(body, "temperature", 1.0, 0.0, math.inf),
+            top_p=_number(body, "top_p", 1.0, 0.0, 1.0),
+            top_k=max(top_k, 0),
+            stop=_stop(body),
+        )
         if common["top_p"] == 0.0:
             raise RequestError("top_p must be greater than 0", "top_p")
-        params = [SamplingParams(**common, seed=None if seed is None else seed + i, top_logprobs=logprobs or 0)
-                  for i in range(n)]
-        return _Sampling(params, logprobs, stream, stream and bool(options.get("include_usage")),
-                         _flag(body, "return_token_ids"), _flag(body, "return_tokens_as_token_ids"))
+        params = [
+            SamplingParams(**common, seed=None if seed is None else seed + i, top_logprobs=logprobs or 0)
+            for i in range(n)
+        ]
+        return _Sampling(
+            params,
+            logprobs,
+            stream,
+            stream and bool(options.get("include_usage")),
+            _flag(body, "return_token_ids"),
+            _flag(body, "return_tokens_as_token_ids"),
+        )
 
     def _budget(self, prompt_len: int, requested: int | None, default: int | None, param: str) -> int:
         """max_tokens for this prompt; the prompt plus the completion must fit the context, as in vLLM."""
@@ -223,14 +267,22 @@ class _Server:
             return requested or default or SamplingParams.max_tokens
         room = self.context_window - prompt_len
         if room <= 0:
-            raise RequestError(f"This model's maximum context length is {self.context_window} tokens, but the "
-                               f"prompt has {prompt_len} tokens.", param, code="context_length_exceeded")
+            raise RequestError(
+                f"This model's maximum context length is {self.context_window} tokens, but the "
+                f"prompt has {prompt_len} tokens.",
+                param,
+                code="context_length_exceeded",
+            )
         if requested is None:
             return min(default, room) if default else room
         if requested > room:
-            raise RequestError(f"This model's maximum context length is {self.context_window} tokens, but "
-                               f"{prompt_len + requested} were requested ({prompt_len} in the prompt, {requested} "
-                               f"for the completion).", "max_tokens", code="context_length_exceeded")
+            raise RequestError(
+                f"This model's maximum context length is {self.context_window} tokens, but "
+                f"{prompt_len + requested} were requested ({prompt_len} in the prompt, {requested} "
+                f"for the completion).",
+                "max_tokens",
+                code="context_length_exceeded",
+            )
         return requested
 
     async def _sample(self, prompt_ids: list[int], sampling: _Sampling) -> list[Completion]:
@@ -257,12 +309,12 @@ class _Server:
         prefix_offset = read_offset = 0
         for i in range(len(token_ids)):
             before = self.tokenizer.decode(token_ids[prefix_offset:read_offset], skip_special_tokens=False)
-            after = self.tokenizer.decode(token_ids[prefix_offset:i + 1], skip_special_tokens=False)
+            after = self.tokenizer.decode(token_ids[prefix_offset : i + 1], skip_special_tokens=False)
             piece = ""
             if len(after) > len(before) and not after.endswith("\ufffd"):
                 prefix_offset, read_offset = read_offset, i + 1
-                if text.startswith(after[len(before):], sent):
-                    piece = after[len(before):]
+                if text.startswith(after[len(before) :], sent):
+                    piece = after[len(before) :]
                     sent += len(piece)
             deltas.append(piece)
         if deltas:
@@ -293,8 +345,9 @@ class _Server:
         tools = _tools(body.get("tools"))
         tool_choice = body.get("tool_choice", "auto")
         if not (tool_choice in ("auto", "none", "required") or isinstance(tool_choice, dict)):
-            raise RequestError(f"tool_choice must be 'auto', 'none', 'required' or a function, got {tool_choice!r}",
-                               "tool_choice")
+            raise RequestError(
+                f"tool_choice must be 'auto', 'none', 'required' or a function, got {tool_choice!r}", "tool_choice"
+            )
         try:
             prompt_ids = self.format.prompt_ids(messages, tools)
         except Exception as exc:
@@ -306,8 +359,14 @@ class _Server:
         top = _integer(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS)
         if top and not want_logprobs:
             raise RequestError("top_logprobs needs logprobs=true", "top_logprobs")
-        sampling = self._sampling(body, len(prompt_ids), max_tokens=max_tokens, default_max_tokens=None,
-                                  logprobs=top if want_logprobs else None, prompt_param="messages")
+        sampling = self._sampling(
+            body,
+            len(prompt_ids),
+            max_tokens=max_tokens,
+            default_max_tokens=None,
+            logprobs=top if want_logprobs else None,
+            prompt_param="messages",
+        )
         completions = await self._sample(prompt_ids, sampling)
         # tool_choice "required" or a named function is accepted but not enforced (no constrained decoding).
         specs = tool_specs_from_openai(tools) if tools and tool_choice != "none" else None
@@ -315,27 +374,37 @@ class _Server:
         response_id = f"chatcmpl-{uuid.uuid4().hex}"
         header = {"id": response_id, "created": int(time.time()), "model": self.model_name}
         if sampling.stream:
-            return await self._stream(request, self._chat_chunks(header, completions, replies, sampling,
-                                                                 prompt_ids))
+            return await self._stream(request, self._chat_chunks(header, completions, replies, sampling, prompt_ids))
         choices = []
         for index, (completion, (content, tool_calls, finish_reason)) in enumerate(zip(completions, replies)):
             message = {"role": "assistant", "content": content}
             if tool_calls:
                 message["tool_calls"] = tool_calls
-            choice = {"index": index, "message": message, "finish_reason": finish_reason,
-                      "logprobs": self._chat_logprobs(completion.token_ids, completion.logprobs,
-                                                      completion.top_logprobs, sampling)}
+            choice = {
+                "index": index,
+                "message": message,
+                "finish_reason": finish_reason,
+                "logprobs": self._chat_logprobs(
+                    completion.token_ids, completion.logprobs, completion.top_logprobs, sampling
+                ),
+            }
             if sampling.return_token_ids:
                 choice["token_ids"] = list(completion.token_ids)
             choices.append(choice)
-        result = {**header, "object": "chat.completion", "choices": choices, "system_fingerprint": None,
-                  "usage": self._usage(len(prompt_ids), completions)}
+        result = {
+            **header,
+            "object": "chat.completion",
+            "choices": choices,
+            "system_fingerprint": None,
+            "usage": self._usage(len(prompt_ids), completions),
+        }
         if sampling.return_token_ids:
             result["prompt_token_ids"] = prompt_ids
         return web.json_response(result)
 
-    def _chat_logprobs(self, token_ids: Sequence[int], logprobs: Sequence[float], top: Sequence[list],
-                       sampling: _Sampling) -> dict | None:
+    def _chat_logprobs(
+        self, token_ids: Sequence[int], logprobs: Sequence[float], top: Sequence[list], sampling: _Sampling
+    ) -> dict | None:
         if sampling.logprobs is None:
             return None
 
@@ -343,8 +412,9 @@ class _Server:
             return {"token": token, "logprob": _finite(logprob), "bytes": list(token.encode())}
 
         content = []
-        for position, (token, logprob) in enumerate(zip(self._token_strings(token_ids, sampling.tokens_as_ids),
-                                                        logprobs)):
+        for position, (token, logprob) in enumerate(
+            zip(self._token_strings(token_ids, sampling.tokens_as_ids), logprobs)
+        ):
             sampled = entry(token, logprob)
             alternatives = []
             if sampling.logprobs:
@@ -356,11 +426,12 @@ class _Server:
         """The policy's most likely tokens at ``position`` as (token string, logprob); empty when it reported none."""
         if position >= len(top) or not top[position]:
             return []
-        pairs = top[position][:sampling.logprobs]
+        pairs = top[position][: sampling.logprobs]
         return list(zip(self._token_strings([i for i, _ in pairs], sampling.tokens_as_ids), [lp for _, lp in pairs]))
 
-    def _chat_chunks(self, header: dict, completions: Sequence[Completion], replies, sampling: _Sampling,
-                     prompt_ids: list[int]):
+    def _chat_chunks(
+        self, header: dict, completions: Sequence[Completion], replies, sampling: _Sampling, prompt_ids: list[int]
+    ):
         def chunk(index: int, delta: dict, logprobs=None, finish_reason=None, **extra) -> dict:
             choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason, **extra}
             usage = {"usage": None} if sampling.include_usage else {}
@@ -375,19 +446,29 @@ class _Server:
                 if content is not None:
                     delta = {"content": content, **delta}
                 extra = {"token_ids": ids} if sampling.return_token_ids else {}
-                yield chunk(index, delta, self._chat_logprobs(ids, logprobs, completion.top_logprobs, sampling),
-                            **extra)
+                yield chunk(
+                    index, delta, self._chat_logprobs(ids, logprobs, completion.top_logprobs, sampling), **extra
+                )
             else:
                 for i, piece in enumerate(self._text_deltas(ids, completion.text)):
                     if piece or sampling.logprobs is not None or sampling.return_token_ids:
                         extra = {"token_ids": [ids[i]]} if sampling.return_token_ids else {}
-                        yield chunk(index, {"content": piece},
-                                    self._chat_logprobs(ids[i:i + 1], logprobs[i:i + 1],
-                                                        completion.top_logprobs[i:i + 1], sampling), **extra)
+                        yield chunk(
+                            index,
+                            {"content": piece},
+                            self._chat_logprobs(
+                                ids[i : i + 1], logprobs[i : i + 1], completion.top_logprobs[i : i + 1], sampling
+                            ),
+                            **extra,
+                        )
             yield chunk(index, {}, finish_reason=finish_reason)
         if sampling.include_usage:
-            yield {**header, "object": "chat.completion.chunk", "choices": [],
-                   "usage": self._usage(len(prompt_ids), completions)}
+            yield {
+                **header,
+                "object": "chat.completion.chunk",
+                "choices": [],
+                "usage": self._usage(len(prompt_ids), completions),
+            }
 
     # -- /v1/completions
 
@@ -401,28 +482,48 @@ class _Server:
         n = _integer(body, "n", 1, 1, MAX_N)
         if _integer(body, "best_of", n, 1) != n:
             raise RequestError("best_of other than n is not supported by this server", "best_of")
-        sampling = self._sampling(body, max(map(len, prompts)), max_tokens=_integer(body, "max_tokens", None, 1),
-                                  default_max_tokens=16,  # OpenAI's (and vLLM's) default for this endpoint
-                                  logprobs=_integer(body, "logprobs", None, 0, MAX_COMPLETION_LOGPROBS),
-                                  prompt_param="prompt")
+        sampling = self._sampling(
+            body,
+            max(map(len, prompts)),
+            max_tokens=_integer(body, "max_tokens", None, 1),
+            default_max_tokens=16,  # OpenAI's (and vLLM's) default for this endpoint
+            logprobs=_integer(body, "logprobs", None, 0, MAX_COMPLETION_LOGPROBS),
+            prompt_param="prompt",
+        )
         # Every prompt's samples at once, so the policy batches them; choice p * n + j is prompt p's sample j.
         per_prompt = await asyncio.gather(*(self._sample(prompt_ids, sampling) for prompt_ids in prompts))
-        samples = [(completion, prompt_ids) for prompt_ids, completions in zip(prompts, per_prompt)
-                   for completion in completions]
+        samples = [
+            (completion, prompt_ids)
+            for prompt_ids, completions in zip(prompts, per_prompt)
+            for completion in completions
+        ]
         completions = [completion for completion, _ in samples]
         prompt_tokens = sum(map(len, prompts))
-        header = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": self.model_name,
-                  "object": "text_completion"}
+        header = {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "object": "text_completion",
+        }
         if sampling.stream:
             return await self._stream(request, self._completion_chunks(header, samples, sampling, prompt_tokens))
         choices = []
         for index, (completion, prompt_ids) in enumerate(samples):
             logprobs = None
             if sampling.logprobs is not None:  # the offsets cost a decode per token: only when asked for
-                logprobs = self._completion_logprobs(completion.token_ids, completion.logprobs,
-                                                     completion.top_logprobs, sampling, self._offsets(completion))
-            choice = {"index": index, "text": completion.text, "finish_reason": completion.finish_reason,
-                      "logprobs": logprobs}
+                logprobs = self._completion_logprobs(
+                    completion.token_ids,
+                    completion.logprobs,
+                    completion.top_logprobs,
+                    sampling,
+                    self._offsets(completion),
+                )
+            choice = {
+                "index": index,
+                "text": completion.text,
+                "finish_reason": completion.finish_reason,
+                "logprobs": logprobs,
+            }
             if sampling.return_token_ids:
                 # vLLM puts prompt_token_ids on each choice of this endpoint; the response carries it too.
                 choice.update(token_ids=list(completion.token_ids), prompt_token_ids=prompt_ids)
@@ -450,8 +551,9 @@ class _Server:
             if bad:
                 raise RequestError(f"{param} token ids must be in [0, {self.vocab_size}), got {bad[:5]}", param)
             return list(prompt)
-        raise RequestError(f"{param} must be a non-empty string, a non-empty list of token ids, or a list of those",
-                           param)
+        raise RequestError(
+            f"{param} must be a non-empty string, a non-empty list of token ids, or a list of those", param
+        )
 
     def _offsets(self, completion: Completion) -> list[int]:
         """Where each token's text starts in the completion's text (the legacy ``text_offset``)."""
@@ -461,8 +563,14 @@ class _Server:
             position += len(piece)
         return offsets
 
-    def _completion_logprobs(self, token_ids: Sequence[int], logprobs: Sequence[float], top: Sequence[list],
-                             sampling: _Sampling, offsets: list[int]) -> dict | None:
+    def _completion_logprobs(
+        self,
+        token_ids: Sequence[int],
+        logprobs: Sequence[float],
+        top: Sequence[list],
+        sampling: _Sampling,
+        offsets: list[int],
+    ) -> dict | None:
         if sampling.logprobs is None:
             return None
         tokens = self._token_strings(token_ids, sampling.tokens_as_ids)
@@ -476,23 +584,31 @@ class _Server:
                 alternatives.append(likely)
         return {"tokens": tokens, "token_logprobs": values, "top_logprobs": alternatives, "text_offset": offsets}
 
-    def _completion_chunks(self, header: dict, samples: Sequence[tuple[Completion, list[int]]], sampling: _Sampling,
-                           prompt_tokens: int):
+    def _completion_chunks(
+        self, header: dict, samples: Sequence[tuple[Completion, list[int]]], sampling: _Sampling, prompt_tokens: int
+    ):
         for index, (completion, prompt_ids) in enumerate(samples):
             ids, logprobs, top = list(completion.token_ids), list(completion.logprobs), completion.top_logprobs
             position = 0
             for i, piece in enumerate(self._text_deltas(ids, completion.text)):
-                choice = {"index": index, "text": piece, "finish_reason": None,
-                          "logprobs": self._completion_logprobs(ids[i:i + 1], logprobs[i:i + 1], top[i:i + 1],
-                                                                sampling, [position])}
+                choice = {
+                    "index": index,
+                    "text": piece,
+                    "finish_reason": None,
+                    "logprobs": self._completion_logprobs(
+                        ids[i : i + 1], logprobs[i : i + 1], top[i : i + 1], sampling, [position]
+                    ),
+                }
                 position += len(piece)
                 if sampling.return_token_ids:
                     choice["token_ids"] = [ids[i]]
                     if i == 0:
                         choice["prompt_token_ids"] = prompt_ids
                 yield {**header, "choices": [choice]}
-            yield {**header, "choices": [{"index": index, "text": "", "logprobs": None,
-                                          "finish_reason": completion.finish_reason}]}
+            yield {
+                **header,
+                "choices": [{"index": index, "text": "", "logprobs": None, "finish_reason": completion.finish_reason}],
+            }
         if sampling.include_usage:
             yield {**header, "choices": [], "usage": self._usage(prompt_tokens, [c for c, _ in samples])}
 
@@ -531,15 +647,20 @@ def _messages(raw: Any) -> list[dict]:
             calls = _assistant_tool_calls(message.get("tool_calls"), f"{param}.tool_calls")
             if content is None and not calls:
                 raise RequestError(f"{param} needs content or tool_calls", f"{param}.content")
-            normalised = {"role": role, "content": "" if content is None else _text_content(content, f"{param}.content")}
+            normalised = {
+                "role": role,
+                "content": "" if content is None else _text_content(content, f"{param}.content"),
+            }
             if calls:
                 normalised["tool_calls"] = calls
         else:
             if content is None:
                 raise RequestError(f"{param}.content is required for role {role!r}", f"{param}.content")
             # OpenAI's "developer" role is its new name for system instructions.
-            normalised = {"role": "system" if role == "developer" else role,
-                          "content": _text_content(content, f"{param}.content")}
+            normalised = {
+                "role": "system" if role == "developer" else role,
+                "content": _text_content(content, f"{param}.content"),
+            }
         messages.append(normalised)
     return messages
 
@@ -552,14 +673,26 @@ def _assistant_tool_calls(calls: Any, param: str) -> list[dict]:
     normalised = []
     for i, call in enumerate(calls):
         function = call.get("function") if isinstance(call, dict) else None
-        if not (isinstance(function, dict) and isinstance(function.get("name"), str)
-                and isinstance(function.get("arguments", "{}"), (str, dict))):
-            raise RequestError(f"{param}[{i}] must be {{'type': 'function', 'function': {{'name': str, "
-                               f"'arguments': str}}}}", f"{param}[{i}]")
+        if not (
+            isinstance(function, dict)
+            and isinstance(function.get("name"), str)
+            and isinstance(function.get("arguments", "{}"), (str, dict))
+        ):
+            raise RequestError(
+                f"{param}[{i}] must be {{'type': 'function', 'function': {{'name': str, 'arguments': str}}}}",
+                f"{param}[{i}]",
+            )
         arguments = function.get("arguments", "{}")
-        normalised.append({"id": call.get("id") or f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-                           "function": {"name": function["name"], "arguments": arguments if isinstance(arguments, str)
-                                        else json.dumps(arguments)}})
+        normalised.append(
+            {
+                "id": call.get("id") or f"call_{uuid.uuid4().hex[:12]}",
+                "type": "function",
+                "function": {
+                    "name": function["name"],
+                    "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+                },
+            }
+        )
     return normalised
 
 
@@ -570,11 +703,17 @@ def _tools(raw: Any) -> list[dict] | None:
         raise RequestError("tools must be a list", "tools")
     for i, tool in enumerate(raw):
         function = tool.get("function") if isinstance(tool, dict) else None
-        if not (isinstance(tool, dict) and tool.get("type", "function") == "function" and isinstance(function, dict)
-                and isinstance(function.get("name"), str)
-                and isinstance(function.get("parameters", {}), dict)):
-            raise RequestError(f"tools[{i}] must be {{'type': 'function', 'function': {{'name': str, "
-                               f"'parameters': object}}}}", f"tools[{i}]")
+        if not (
+            isinstance(tool, dict)
+            and tool.get("type", "function") == "function"
+            and isinstance(function, dict)
+            and isinstance(function.get("name"), str)
+            and isinstance(function.get("parameters", {}), dict)
+        ):
+            raise RequestError(
+                f"tools[{i}] must be {{'type': 'function', 'function': {{'name': str, 'parameters': object}}}}",
+                f"tools[{i}]",
+            )
     return raw
 
 
@@ -594,7 +733,7 @@ def _reply(completion: Completion, specs) -> tuple[str | None, list[dict] | None
 def _cut_at_stop(text: str, stop: Sequence[str]) -> str:
     """The text before the first stop string: OpenAI leaves it out of the reply (the sampled ids keep its tokens)."""
     found = [text.find(s) for s in stop if s in text]
-    return text[:min(found)] if found else text
+    return text[: min(found)] if found else text
 
 
 def _finite(logprob: float) -> float:
@@ -617,7 +756,7 @@ def make_app(policy: Policy, model_name: str, *, context_window: int | None = No
         context_window = getattr(policy, "context_window", None)
     server = _Server(policy, model_name, context_window)
     # Agent conversations and token-id prompts are long: allow bodies well past aiohttp's 1 MiB default.
-    app = web.Application(middlewares=[_errors], client_max_size=64 * 2 ** 20)
+    app = web.Application(middlewares=[_errors], client_max_size=64 * 2**20)
     app.router.add_get("/health", server.health)
     app.router.add_get("/v1/models", server.models)
     app.router.add_post("/v1/chat/completions", server.chat_completions)
@@ -625,8 +764,15 @@ def make_app(policy: Policy, model_name: str, *, context_window: int | None = No
     return app
 
 
-def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, max_batch_size: int = 16,
-          served_model_name: str | None = None, device: str | None = None) -> None:
+def serve(
+    model: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    max_batch_size: int = 16,
+    served_model_name: str | None = None,
+    device: str | None = None,
+) -> None:
     """Load ``model`` (a local checkpoint) into an :class:`HFPolicy` and serve it until interrupted."""
 
     async def build() -> web.Application:
@@ -660,18 +806,33 @@ class ServerProcess:
     does not exit within 15 s).
     """
 
-    def __init__(self, model: str | os.PathLike, *, served_model_name: str = "tiny", max_batch_size: int = 16,
-                 timeout: float = 120.0):
-        self.command = [str(Path(sys.executable).with_name("agentgym")), "serve", "--model", str(model),
-                        "--served-model-name", served_model_name, "--max-batch-size", str(max_batch_size)]
+    def __init__(
+        self,
+        model: str | os.PathLike,
+        *,
+        served_model_name: str = "tiny",
+        max_batch_size: int = 16,
+        timeout: float = 120.0,
+    ):
+        self.command = [
+            str(Path(sys.executable).with_name("agentgym")),
+            "serve",
+            "--model",
+            str(model),
+            "--served-model-name",
+            served_model_name,
+            "--max-batch-size",
+            str(max_batch_size),
+        ]
         self.timeout = timeout
         self.process: subprocess.Popen | None = None
         self.base_url = ""
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         port = free_port()
-        self.process = subprocess.Popen([*self.command, "--port", str(port)], stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True)
+        self.process = subprocess.Popen(
+            [*self.command, "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         deadline = time.monotonic() + self.timeout
         try:
             while True:

@@ -23,8 +23,9 @@ import math
 import os
 import threading
 import warnings
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator, Union
+from typing import Union
 
 from agentgym.rollout.trajectory import RolloutTree, Trajectory
 
@@ -74,7 +75,7 @@ class TrajectoryStore:
                 self._file.close()
                 self._file = None
 
-    def __enter__(self) -> "TrajectoryStore":
+    def __enter__(self) -> TrajectoryStore:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -110,8 +111,11 @@ class TrajectoryStore:
                     keep = start + newline + 1
                     break
                 end = start
-            warnings.warn(f"{self.path}: dropping a torn last record ({size - keep} bytes) left by an "
-                          f"interrupted write", RuntimeWarning, stacklevel=4)
+            warnings.warn(
+                f"{self.path}: dropping a torn last record ({size - keep} bytes) left by an interrupted write",
+                RuntimeWarning,
+                stacklevel=4,
+            )
             file.truncate(keep)
             file.flush()
             os.fsync(file.fileno())
@@ -124,8 +128,12 @@ class TrajectoryStore:
             number = 0
             for number, raw in enumerate(file, 1):
                 if not raw.endswith(b"\n"):
-                    warnings.warn(f"{self.path}:{number}: skipping a torn last record ({len(raw)} bytes) "
-                                  f"left by an interrupted write", RuntimeWarning, stacklevel=2)
+                    warnings.warn(
+                        f"{self.path}:{number}: skipping a torn last record ({len(raw)} bytes) "
+                        f"left by an interrupted write",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
                     return
                 try:
                     yield _decode(json.loads(raw))
@@ -164,8 +172,7 @@ def _kind(record: Record) -> str:
 
 def _encode(record: Record) -> str:
     # allow_nan: an entropy or reward can legitimately be NaN; Python's json reads it back.
-    return json.dumps({"kind": _kind(record), "record": record.to_dict()}, separators=(",", ":"),
-                      ensure_ascii=False)
+    return json.dumps({"kind": _kind(record), "record": record.to_dict()}, separators=(",", ":"), ensure_ascii=False)
 
 
 def _decode(line: dict) -> Record:
@@ -173,6 +180,7 @@ def _decode(line: dict) -> Record:
 
 
 # --- datasets ------------------------------------------------------------------------------
+
 
 def _record_row(record: Record) -> dict:
     if isinstance(record, Trajectory):
@@ -187,11 +195,19 @@ def _record_row(record: Record) -> dict:
         error = "; ".join(record.leaf_errors.values()) or None
     versions = [t.policy_version for t in turns]
     return {
-        "kind": _kind(record), "id": record.id, "task_id": record.task_id, "env_id": record.env_id,
-        "reward": float(reward), "success": bool(success), "error": error, "num_turns": len(turns),
+        "kind": _kind(record),
+        "id": record.id,
+        "task_id": record.task_id,
+        "env_id": record.env_id,
+        "reward": float(reward),
+        "success": bool(success),
+        "error": error,
+        "num_turns": len(turns),
         "num_generated_tokens": record.num_generated_tokens,
-        "policy_version_min": min(versions, default=None), "policy_version_max": max(versions, default=None),
-        "group": _group(record), "record": _encode(record),
+        "policy_version_min": min(versions, default=None),
+        "policy_version_max": max(versions, default=None),
+        "group": _group(record),
+        "record": _encode(record),
     }
 
 
@@ -211,13 +227,23 @@ def records_to_dataset(records: Iterable[Record]):
     """
     from datasets import Dataset, Features, Value
 
-    features = Features({
-        "kind": Value("string"), "id": Value("string"), "task_id": Value("string"), "env_id": Value("string"),
-        "reward": Value("float64"), "success": Value("bool"), "error": Value("string"),
-        "num_turns": Value("int64"), "num_generated_tokens": Value("int64"),
-        "policy_version_min": Value("int64"), "policy_version_max": Value("int64"),
-        "group": Value("string"), "record": Value("string"),
-    })
+    features = Features(
+        {
+            "kind": Value("string"),
+            "id": Value("string"),
+            "task_id": Value("string"),
+            "env_id": Value("string"),
+            "reward": Value("float64"),
+            "success": Value("bool"),
+            "error": Value("string"),
+            "num_turns": Value("int64"),
+            "num_generated_tokens": Value("int64"),
+            "policy_version_min": Value("int64"),
+            "policy_version_max": Value("int64"),
+            "group": Value("string"),
+            "record": Value("string"),
+        }
+    )
     rows = [_record_row(record) for record in records]
     return Dataset.from_dict({name: [row[name] for row in rows] for name in features}, features=features)
 
@@ -238,23 +264,38 @@ def sequences_to_dataset(records: Iterable[Record]):
     """
     from datasets import Dataset, Features, Sequence, Value
 
-    features = Features({
-        "input_ids": Sequence(Value("int64")), "mask": Sequence(Value("int8")),
-        "logprobs": Sequence(Value("float64")), "policy_versions": Sequence(Value("int64")),
-        "reward": Value("float64"), "success": Value("bool"), "error": Value("string"),
-        "trajectory_id": Value("string"), "record_id": Value("string"), "task_id": Value("string"),
-        "group": Value("string"),
-    })
+    features = Features(
+        {
+            "input_ids": Sequence(Value("int64")),
+            "mask": Sequence(Value("int8")),
+            "logprobs": Sequence(Value("float64")),
+            "policy_versions": Sequence(Value("int64")),
+            "reward": Value("float64"),
+            "success": Value("bool"),
+            "error": Value("string"),
+            "trajectory_id": Value("string"),
+            "record_id": Value("string"),
+            "task_id": Value("string"),
+            "group": Value("string"),
+        }
+    )
     columns: dict[str, list] = {name: [] for name in features}
     for record in records:
         trajectories = [record] if isinstance(record, Trajectory) else list(record.paths())
         for trajectory in trajectories:
             for sequence in trajectory.sequences():
-                for name, value in (("input_ids", sequence.input_ids), ("mask", sequence.mask),
-                                    ("logprobs", sequence.logprobs), ("policy_versions", sequence.policy_versions),
-                                    ("reward", trajectory.reward), ("success", trajectory.success),
-                                    ("error", trajectory.error), ("trajectory_id", trajectory.id),
-                                    ("record_id", record.id), ("task_id", trajectory.task_id),
-                                    ("group", _group(record))):
+                for name, value in (
+                    ("input_ids", sequence.input_ids),
+                    ("mask", sequence.mask),
+                    ("logprobs", sequence.logprobs),
+                    ("policy_versions", sequence.policy_versions),
+                    ("reward", trajectory.reward),
+                    ("success", trajectory.success),
+                    ("error", trajectory.error),
+                    ("trajectory_id", trajectory.id),
+                    ("record_id", record.id),
+                    ("task_id", trajectory.task_id),
+                    ("group", _group(record)),
+                ):
                     columns[name].append(value)
     return Dataset.from_dict(columns, features=features)

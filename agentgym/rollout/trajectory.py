@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
-from typing import Iterator
 
 __all__ = ["Turn", "Trajectory", "TreeNode", "RolloutTree", "TrainingSequence"]
 
@@ -66,11 +66,14 @@ class Turn:
         """The env-token mask over :attr:`input_ids`: 1 for tokens the policy sampled, 0 for the rest."""
         return self.prompt_mask + [1] * len(self.completion_ids)
 
-    def extends(self, previous: "Turn") -> bool:
+    def extends(self, previous: Turn) -> bool:
         """Whether this prompt continues ``previous``'s prompt + completion token for token."""
         n = len(previous.prompt_ids) + len(previous.completion_ids)
-        return (len(self.prompt_ids) >= n and self.prompt_ids[:len(previous.prompt_ids)] == previous.prompt_ids
-                and self.prompt_ids[len(previous.prompt_ids):n] == previous.completion_ids)
+        return (
+            len(self.prompt_ids) >= n
+            and self.prompt_ids[: len(previous.prompt_ids)] == previous.prompt_ids
+            and self.prompt_ids[len(previous.prompt_ids) : n] == previous.completion_ids
+        )
 
     @property
     def done(self) -> bool:
@@ -80,7 +83,7 @@ class Turn:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Turn":
+    def from_dict(cls, data: dict) -> Turn:
         return cls(**data)
 
 
@@ -92,7 +95,7 @@ class TrainingSequence:
     mask: list[int]
     logprobs: list[float]
     turn_spans: list[tuple[int, int]]  # [start, end) of each turn's completion in input_ids
-    turn_indices: list[int]            # which turns of the trajectory these spans are
+    turn_indices: list[int]  # which turns of the trajectory these spans are
     policy_versions: list[int]
 
 
@@ -142,10 +145,11 @@ class Trajectory:
             for i in run:
                 turn = self.turns[i]
                 start = len(turn.prompt_ids)
-                logprobs[start:start + len(turn.completion_ids)] = turn.logprobs
+                logprobs[start : start + len(turn.completion_ids)] = turn.logprobs
                 spans.append((start, start + len(turn.completion_ids)))
-            sequences.append(TrainingSequence(ids, mask, logprobs, spans, list(run),
-                                              [self.turns[i].policy_version for i in run]))
+            sequences.append(
+                TrainingSequence(ids, mask, logprobs, spans, list(run), [self.turns[i].policy_version for i in run])
+            )
         return sequences
 
     def to_dict(self) -> dict:
@@ -154,7 +158,7 @@ class Trajectory:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Trajectory":
+    def from_dict(cls, data: dict) -> Trajectory:
         data = dict(data)
         data["turns"] = decode_turns(data["turns"], [i - 1 for i in range(len(data["turns"]))])
         return cls(**data)
@@ -168,8 +172,8 @@ class TreeNode:
     parent: int | None
     turn: Turn
     children: list[int] = field(default_factory=list)
-    value: float | None = None       # hierarchical value V̂, None without a usable leaf below (filled by tree_values)
-    branched: bool = False           # whether a fork was taken at the state after this turn
+    value: float | None = None  # hierarchical value V̂, None without a usable leaf below (filled by tree_values)
+    branched: bool = False  # whether a fork was taken at the state after this turn
 
     @property
     def is_leaf(self) -> bool:
@@ -225,12 +229,18 @@ class RolloutTree:
         for leaf in self.leaves:
             turns = [n.turn for n in self.path(leaf.id)]
             yield Trajectory(
-                task_id=self.task_id, env_id=self.env_id, turns=turns,
-                initial_observation=self.initial_observation, reward=self.leaf_reward(leaf.id),
-                success=self.leaf_success.get(leaf.id, False), terminated=turns[-1].terminated,
-                truncated=turns[-1].truncated, error=self.leaf_errors.get(leaf.id),
+                task_id=self.task_id,
+                env_id=self.env_id,
+                turns=turns,
+                initial_observation=self.initial_observation,
+                reward=self.leaf_reward(leaf.id),
+                success=self.leaf_success.get(leaf.id, False),
+                terminated=turns[-1].terminated,
+                truncated=turns[-1].truncated,
+                error=self.leaf_errors.get(leaf.id),
                 metadata={**self.metadata, "tree_id": self.id, "leaf": leaf.id},
-                id=f"{self.id}-{leaf.id}")
+                id=f"{self.id}-{leaf.id}",
+            )
 
     @property
     def num_env_steps(self) -> int:
@@ -243,19 +253,30 @@ class RolloutTree:
     def to_dict(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         turns = encode_turns([n.turn for n in self.nodes], [-1 if n.parent is None else n.parent for n in self.nodes])
-        data["nodes"] = [{"id": n.id, "parent": n.parent, "children": n.children, "value": n.value,
-                          "branched": n.branched, "turn": t} for n, t in zip(self.nodes, turns)]
+        data["nodes"] = [
+            {
+                "id": n.id,
+                "parent": n.parent,
+                "children": n.children,
+                "value": n.value,
+                "branched": n.branched,
+                "turn": t,
+            }
+            for n, t in zip(self.nodes, turns)
+        ]
         data["leaf_success"] = {str(k): v for k, v in self.leaf_success.items()}
         data["leaf_errors"] = {str(k): v for k, v in self.leaf_errors.items()}
         return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> "RolloutTree":
+    def from_dict(cls, data: dict) -> RolloutTree:
         data = dict(data)
         raw = data["nodes"]
         turns = decode_turns([n["turn"] for n in raw], [-1 if n["parent"] is None else n["parent"] for n in raw])
-        data["nodes"] = [TreeNode(n["id"], n["parent"], t, list(n["children"]), n["value"], n["branched"])
-                         for n, t in zip(raw, turns)]
+        data["nodes"] = [
+            TreeNode(n["id"], n["parent"], t, list(n["children"]), n["value"], n["branched"])
+            for n, t in zip(raw, turns)
+        ]
         data["leaf_success"] = {int(k): v for k, v in data["leaf_success"].items()}
         data["leaf_errors"] = {int(k): v for k, v in data["leaf_errors"].items()}
         return cls(**data)
@@ -266,13 +287,18 @@ class RolloutTree:
 # its predecessor's (previous turn, or parent node) is stored as the number of shared ids plus
 # the new ids; its mask is the predecessor's mask, 1s for the predecessor's completion, and 0s.
 
+
 def encode_turns(turns: list[Turn], predecessors: list[int]) -> list[dict]:
     encoded = []
     for turn, before in zip(turns, predecessors):
         data = turn.to_dict()
         previous = turns[before] if before >= 0 else None
-        if previous is not None and turn.extends(previous) and turn.prompt_mask[:len(previous.input_ids)] == previous.mask \
-                and not any(turn.prompt_mask[len(previous.input_ids):]):
+        if (
+            previous is not None
+            and turn.extends(previous)
+            and turn.prompt_mask[: len(previous.input_ids)] == previous.mask
+            and not any(turn.prompt_mask[len(previous.input_ids) :])
+        ):
             shared = len(previous.input_ids)
             data["prompt_ids"] = {"shared": shared, "new": turn.prompt_ids[shared:]}
             del data["prompt_mask"]
@@ -289,7 +315,7 @@ def decode_turns(encoded: list[dict], predecessors: list[int]) -> list[Turn]:
         if isinstance(data["prompt_ids"], dict):
             previous = turns[before]
             new = data["prompt_ids"]["new"]
-            data["prompt_ids"] = previous.input_ids[:data["prompt_ids"]["shared"]] + new
+            data["prompt_ids"] = previous.input_ids[: data["prompt_ids"]["shared"]] + new
             data["prompt_mask"] = previous.mask + [0] * len(new)
         else:
             data["prompt_mask"] = _ones_from_runs(data["prompt_mask"], len(data["prompt_ids"]))

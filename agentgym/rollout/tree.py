@@ -33,8 +33,9 @@ import re
 import time
 import zlib
 from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Awaitable, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -138,7 +139,7 @@ class SuccessPredictor:
         x[3] = math.fsum(entropies) / len(entropies) if entropies else 0.0
         x[4] = math.fsum(t.reward for t in turns)
         x[5] = sum(t.finish_reason == "length" for t in turns) / n
-        bag = x[len(self.NUMERIC):-1]
+        bag = x[len(self.NUMERIC) : -1]
         for word in re.findall(r"\w+", f"{turns[-1].action} {turns[-1].observation}".lower()):
             bag[zlib.crc32(word.encode()) % self.buckets] += 1.0
         norm = np.linalg.norm(bag)
@@ -200,8 +201,9 @@ class TreeRollout:
         state = _RunState(self, env)
         try:
             first = await self.agent.start(env, task_id, seed)
-            state.tree = RolloutTree(task_id=first.task_id, env_id=env.kind,
-                                     initial_observation=first.initial_observation)
+            state.tree = RolloutTree(
+                task_id=first.task_id, env_id=env.kind, initial_observation=first.initial_observation
+            )
             roots = [first]
             if self.config.roots > 1:
                 # Forking the reset state gives independent episodes without a way to build envs.
@@ -220,19 +222,26 @@ class TreeRollout:
             # Shielded: a second cancellation must not stop envs from being closed.
             await asyncio.shield(asyncio.ensure_future(state.aclose()))
         tree = state.tree
-        tree.metadata.update({
-            "strategy": self.config.strategy, "roots": self.config.roots,
-            "budget": {"max_leaves": self.config.max_leaves, "max_env_steps": self.config.max_env_steps},
-            "leaves": len(tree.leaves), "env_steps": tree.num_env_steps,
-            "generated_tokens": tree.num_generated_tokens + state.discarded_tokens,
-            "discarded_tokens": state.discarded_tokens,
-            "branch_points": sum(n.branched for n in tree.nodes), "resamples": state.resamples,
-            "unresolved_duplicates": state.unresolved, "budget_cuts": state.cuts,
-            "wall_time_s": round(time.perf_counter() - started, 4)})
+        tree.metadata.update(
+            {
+                "strategy": self.config.strategy,
+                "roots": self.config.roots,
+                "budget": {"max_leaves": self.config.max_leaves, "max_env_steps": self.config.max_env_steps},
+                "leaves": len(tree.leaves),
+                "env_steps": tree.num_env_steps,
+                "generated_tokens": tree.num_generated_tokens + state.discarded_tokens,
+                "discarded_tokens": state.discarded_tokens,
+                "branch_points": sum(n.branched for n in tree.nodes),
+                "resamples": state.resamples,
+                "unresolved_duplicates": state.unresolved,
+                "budget_cuts": state.cuts,
+                "wall_time_s": round(time.perf_counter() - started, 4),
+            }
+        )
         return tree
 
     # ------------------------------------------------------------------ uniform
-    async def _uniform(self, state: "_RunState", roots: list[Episode]) -> None:
+    async def _uniform(self, state: _RunState, roots: list[Episode]) -> None:
         k, m = self.config.branch_every, self.config.branches
         live: list[tuple[Episode, int | None]] = []
         for episode in roots:  # an episode can end at reset (a prompt that cannot fit)
@@ -264,8 +273,9 @@ class TreeRollout:
             waves = await _all(self._uniform_turn(state, *group) for group in groups)
             live = [path for wave in waves for path in wave]
 
-    async def _uniform_turn(self, state: "_RunState", episode: Episode, node: int | None,
-                            extra: int) -> list[tuple[Episode, int]]:
+    async def _uniform_turn(
+        self, state: _RunState, episode: Episode, node: int | None, extra: int
+    ) -> list[tuple[Episode, int]]:
         """One turn of one path, forked into ``1 + extra`` continuations first; returns the live ones."""
         episodes = [episode]
         if extra:
@@ -291,7 +301,7 @@ class TreeRollout:
         return live
 
     # ------------------------------------------------------------------ entropy / contrast
-    async def _adaptive(self, state: "_RunState", roots: list[Episode]) -> None:
+    async def _adaptive(self, state: _RunState, roots: list[Episode]) -> None:
         await _all(self._run_path(state, episode, None) for episode in roots)
         tasks: set[asyncio.Task] = set()
         try:
@@ -313,7 +323,7 @@ class TreeRollout:
         finally:
             await _cancel(tasks)
 
-    def _pick(self, state: "_RunState") -> int | None:
+    def _pick(self, state: _RunState) -> int | None:
         """The node whose state gets the next continuation: the best score ÷ continuations grown from it (ties: the lowest id)."""
         # Only nodes whose own continuation already took its next turn: that turn's action is
         # then known, so the new sibling can be made to differ from it.
@@ -323,7 +333,7 @@ class TreeRollout:
         score = self._scorer(state)
         return max(candidates, key=lambda n: (score(n) / state.continuations[n], -n))
 
-    def _scorer(self, state: "_RunState") -> Callable[[int], float]:
+    def _scorer(self, state: _RunState) -> Callable[[int], float]:
         if self.config.strategy == "entropy":
             # A node's children are the decisions sampled at the state after it: their entropy says
             # how unsure the policy was there.
@@ -346,13 +356,14 @@ class TreeRollout:
 
         return contrast
 
-    async def _grow(self, state: "_RunState", node: int) -> None:
+    async def _grow(self, state: _RunState, node: int) -> None:
         episode = await state.fork(state.checkpoints[node])
         state.tree.nodes[node].branched = True
         await self._run_path(state, episode, node, siblings=state.sibling_keys(node))
 
-    async def _run_path(self, state: "_RunState", episode: Episode, node: int | None,
-                        siblings: set[tuple] | None = None) -> None:
+    async def _run_path(
+        self, state: _RunState, episode: Episode, node: int | None, siblings: set[tuple] | None = None
+    ) -> None:
         """Run ``episode`` (at the state after ``node``) to its end, checkpointing every turn boundary.
 
         Its first step was paid for by the caller; ``siblings`` holds the first-completion keys
@@ -378,12 +389,13 @@ class TreeRollout:
             await state.close(episode)
 
     # ------------------------------------------------------------------ turns
-    async def _sample(self, state: "_RunState", episode: Episode, sampling: SamplingParams | None = None) -> Completion:
+    async def _sample(self, state: _RunState, episode: Episode, sampling: SamplingParams | None = None) -> Completion:
         async with state.slots:
             return await self.agent.sample(episode, sampling)
 
-    async def _distinct(self, state: "_RunState", episode: Episode, completion: Completion,
-                        taken: set[tuple]) -> Completion:
+    async def _distinct(
+        self, state: _RunState, episode: Episode, completion: Completion, taken: set[tuple]
+    ) -> Completion:
         """``completion``, or a resample of it, whose key is not in ``taken`` (then added to it)."""
         tries = 0
         while completion_key(completion) in taken and tries < self.config.max_resample:
@@ -402,7 +414,7 @@ class TreeRollout:
         sampling = self.agent.config.sampling
         return None if sampling.seed is None else replace(sampling, seed=sampling.seed + attempt)
 
-    async def _apply(self, state: "_RunState", episode: Episode, parent: int | None, completion: Completion) -> int:
+    async def _apply(self, state: _RunState, episode: Episode, parent: int | None, completion: Completion) -> int:
         async with state.slots:
             turn = await self.agent.apply(episode, completion)
         node = state.tree.add(parent, turn)
@@ -425,10 +437,10 @@ class _RunState:
         self.unresolved = 0
         self.cuts = 0
         self.slots = asyncio.Semaphore(self.config.concurrency)
-        self.keys: dict[int, tuple] = {}                        # node -> its completion's key
-        self.taken: dict[int, set[tuple]] = {}                  # node -> its children's first-completion keys
-        self.checkpoints: dict[int, EpisodeCheckpoint] = {}     # node -> the boundary after it
-        self.continuations: Counter[int] = Counter()            # node -> continuations grown from it
+        self.keys: dict[int, tuple] = {}  # node -> its completion's key
+        self.taken: dict[int, set[tuple]] = {}  # node -> its children's first-completion keys
+        self.checkpoints: dict[int, EpisodeCheckpoint] = {}  # node -> the boundary after it
+        self.continuations: Counter[int] = Counter()  # node -> continuations grown from it
         self._held: list[EpisodeCheckpoint] = []
         self._envs: set[AgentEnv] = set()
         self._inflight: set[asyncio.Future] = set()

@@ -46,12 +46,20 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Sequence
+from collections.abc import Sequence
 
 from agentgym.rollout.trajectory import RolloutTree
 
-__all__ = ["BASELINES", "assign_values", "hierarchical_values", "node_values", "prefix_sharing_saving",
-           "tree_turn_advantages", "turn_advantages", "usable_returns"]
+__all__ = [
+    "BASELINES",
+    "assign_values",
+    "hierarchical_values",
+    "node_values",
+    "prefix_sharing_saving",
+    "tree_turn_advantages",
+    "turn_advantages",
+    "usable_returns",
+]
 
 BASELINES = ("mean", "median")
 
@@ -76,8 +84,9 @@ def hierarchical_values(parents: Sequence[int | None], leaf_returns: dict[int, f
     return values
 
 
-def tree_turn_advantages(parents: Sequence[int | None], leaf_returns: dict[int, float],
-                         baseline: str = "mean") -> list[float]:
+def tree_turn_advantages(
+    parents: Sequence[int | None], leaf_returns: dict[int, float], baseline: str = "mean"
+) -> list[float]:
     """A per node (module docstring, steps 1–3): leave-one-out sibling baseline, single children inherit."""
     if baseline not in BASELINES:
         raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")

@@ -4,21 +4,48 @@ from __future__ import annotations
 
 import importlib
 
-from agentgym.sandbox.base import (DiskLimitError, ExecResult, FileTooLargeError, Sandbox, SandboxError,
-                                   SandboxSaturatedError, SandboxSnapshot, SandboxUnavailableError)
+from agentgym.sandbox.base import (
+    DiskLimitError,
+    ExecResult,
+    FileTooLargeError,
+    Sandbox,
+    SandboxError,
+    SandboxSaturatedError,
+    SandboxSnapshot,
+    SandboxUnavailableError,
+)
 
 __all__ = [
-    "ExecResult", "Sandbox", "SandboxError", "SandboxSnapshot", "SandboxUnavailableError",
-    "DiskLimitError", "FileTooLargeError", "SandboxSaturatedError",
-    "DockerSandbox", "DockerSnapshot", "SandboxConfig", "WarmPool", "default_pool", "gc",
-    "build_base_image", "require_base_image", "base_image_tag",
+    "ExecResult",
+    "Sandbox",
+    "SandboxError",
+    "SandboxSnapshot",
+    "SandboxUnavailableError",
+    "DiskLimitError",
+    "FileTooLargeError",
+    "SandboxSaturatedError",
+    "DockerSandbox",
+    "DockerSnapshot",
+    "SandboxConfig",
+    "WarmPool",
+    "default_pool",
+    "gc",
+    "build_base_image",
+    "require_base_image",
+    "base_image_tag",
 ]
 
 # Importing the Docker SDK takes 0.1-0.2 s; code that never touches Docker should not pay for it.
 _LAZY = {
-    "DockerSandbox": "docker", "DockerSnapshot": "docker", "SandboxConfig": "docker", "gc": "docker",
-    "WarmPool": "pool", "default_pool": "pool",
-    "build_base_image": "images", "require_base_image": "images", "base_image_tag": "images",
+    "DockerSandbox": "docker",
+    "DockerSnapshot": "docker",
+    "SandboxConfig": "docker",
+    "gc": "docker",
+    "WarmPool": "pool",
+    "default_pool": "pool",
+    "build_base_image": "images",
+    "require_base_image": "images",
+    "base_image_tag": "images",
 }
 
 

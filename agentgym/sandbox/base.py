@@ -92,8 +92,15 @@ class Sandbox(Protocol):
     cwd: str
     env: dict[str, str]
 
-    def exec(self, command: str, *, timeout: float | None = None, workdir: str | None = None,
-             env: dict[str, str] | None = None, stdin: str | None = None) -> ExecResult:
+    def exec(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        workdir: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: str | None = None,
+    ) -> ExecResult:
         """Run a shell command in bash with a wall-clock timeout; ``cd`` and exported variables carry
         over to later commands. Never raises for a failing or hanging command, only for a dead sandbox."""
 
@@ -105,6 +112,6 @@ class Sandbox(Protocol):
 
     def restore(self, snapshot: SandboxSnapshot) -> None: ...
 
-    def fork(self, snapshot: SandboxSnapshot | None = None) -> "Sandbox": ...
+    def fork(self, snapshot: SandboxSnapshot | None = None) -> Sandbox: ...
 
     def close(self) -> None: ...

@@ -45,8 +45,9 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Awaitable, Iterable
 from pathlib import Path
-from typing import Any, Awaitable, Iterable, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from agentgym.sandbox.base import SandboxError, SandboxUnavailableError
@@ -131,7 +132,8 @@ def find_chromium(path: str | os.PathLike | None = None) -> str:
     where = f" (looked for {', '.join(candidates)})" if candidates else ""
     raise BrowserUnavailableError(
         f"Chromium was not found{where}. Install Debian's package: `apt-get install chromium` "
-        "(agentgym never downloads browsers), or pass its path / set AGENTGYM_CHROMIUM.")
+        "(agentgym never downloads browsers), or pass its path / set AGENTGYM_CHROMIUM."
+    )
 
 
 def origin_of(url: str) -> str:
@@ -152,15 +154,29 @@ def browser_account() -> tuple[int, int] | None:
         entry = pwd.getpwnam(BROWSER_USER)
     except KeyError:
         useradd = shutil.which("useradd") or "/usr/sbin/useradd"
-        done = subprocess.run([useradd, "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
-                               "--shell", "/usr/sbin/nologin", BROWSER_USER], capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                useradd,
+                "--system",
+                "--user-group",
+                "--no-create-home",
+                "--home-dir",
+                "/nonexistent",
+                "--shell",
+                "/usr/sbin/nologin",
+                BROWSER_USER,
+            ],
+            capture_output=True,
+            text=True,
+        )
         try:  # another process may have created it meanwhile
             entry = pwd.getpwnam(BROWSER_USER)
         except KeyError:
             raise BrowserUnavailableError(
                 f"Chromium must not run as root, and the user {BROWSER_USER} could not be created "
                 f"({done.stderr.strip() or 'useradd exited ' + str(done.returncode)}); create it with "
-                f"`useradd --system --user-group {BROWSER_USER}`.") from None
+                f"`useradd --system --user-group {BROWSER_USER}`."
+            ) from None
     return entry.pw_uid, entry.pw_gid
 
 
@@ -188,18 +204,24 @@ class _Profile:
         if account is not None:
             setpriv = shutil.which("setpriv")
             if setpriv is None:
-                raise BrowserUnavailableError("setpriv (Debian's util-linux) is needed to run Chromium as "
-                                              f"{BROWSER_USER} when agentgym runs as root")
+                raise BrowserUnavailableError(
+                    "setpriv (Debian's util-linux) is needed to run Chromium as "
+                    f"{BROWSER_USER} when agentgym runs as root"
+                )
             uid, gid = account
             hand_over = f'    --user-data-dir=*) chown -R {uid}:{gid} "${{arg#--user-data-dir=}}" || exit 1;;\n'
-            command = (f"{shlex.quote(setpriv)} --reuid={uid} --regid={gid} --clear-groups --inh-caps=-all "
-                       f"--bounding-set=-all -- {command}")
-        script = ("#!/bin/sh\n# Written by agentgym.sandbox.browser for one Chromium launch.\n"
-                  f"features={','.join(_DISABLED_FEATURES)}\n"
-                  "for arg do\n  shift\n  case \"$arg\" in\n"
-                  '    --disable-features=*) features="$features,${arg#--disable-features=}"; continue;;\n'
-                  f"{hand_over}  esac\n  set -- \"$@\" \"$arg\"\ndone\n"
-                  f'exec {command} "$@" "--disable-features=$features"\n')
+            command = (
+                f"{shlex.quote(setpriv)} --reuid={uid} --regid={gid} --clear-groups --inh-caps=-all "
+                f"--bounding-set=-all -- {command}"
+            )
+        script = (
+            "#!/bin/sh\n# Written by agentgym.sandbox.browser for one Chromium launch.\n"
+            f"features={','.join(_DISABLED_FEATURES)}\n"
+            'for arg do\n  shift\n  case "$arg" in\n'
+            '    --disable-features=*) features="$features,${arg#--disable-features=}"; continue;;\n'
+            f'{hand_over}  esac\n  set -- "$@" "$arg"\ndone\n'
+            f'exec {command} "$@" "--disable-features=$features"\n'
+        )
         launcher = self.root / "launch"
         launcher.write_text(script)
         launcher.chmod(0o755)
@@ -226,8 +248,10 @@ class NetworkGate:
     ``blob:`` documents out of frames.
     """
 
-    _REFUSAL = (b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: 37\r\n\r\n"
-                b"agentgym: outside this task's sites.\n")
+    _REFUSAL = (
+        b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: 37\r\n\r\n"
+        b"agentgym: outside this task's sites.\n"
+    )
 
     def __init__(self, origins: Iterable[str], frame_sources: Iterable[str]):
         self.origins = frozenset(origin_of(origin) for origin in origins)
@@ -264,8 +288,11 @@ class NetworkGate:
             tunnel = method.upper() == "CONNECT"
             # A tunnel (WebSocket, HTTPS) names host:port; its origin may be any of the schemes.
             url = f"http://{target}/" if tunnel else target
-            origins = ([f"{scheme}://{target}".lower() for scheme in ("http", "https", "ws", "wss")] if tunnel
-                       else [origin_of(target)])
+            origins = (
+                [f"{scheme}://{target}".lower() for scheme in ("http", "https", "ws", "wss")]
+                if tunnel
+                else [origin_of(target)]
+            )
             parts = urlsplit(url)
             if parts.hostname is None or not self.origins.intersection(origins):
                 self.refused.append(f"CONNECT {target}" if tunnel else target)
@@ -276,10 +303,19 @@ class NetworkGate:
                 writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
             else:
                 path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-                kept = [line for line in headers.split(b"\r\n") if line and not line.lower().startswith(
-                    (b"connection:", b"proxy-connection:", b"keep-alive:", b"proxy-authorization:"))]
-                upstream.write(b"\r\n".join([f"{method} {path} {version}".encode("latin-1"), *kept,
-                                              b"Connection: close", b"", b""]))
+                kept = [
+                    line
+                    for line in headers.split(b"\r\n")
+                    if line
+                    and not line.lower().startswith(
+                        (b"connection:", b"proxy-connection:", b"keep-alive:", b"proxy-authorization:")
+                    )
+                ]
+                upstream.write(
+                    b"\r\n".join(
+                        [f"{method} {path} {version}".encode("latin-1"), *kept, b"Connection: close", b"", b""]
+                    )
+                )
             await self._relay(reader, writer, up_reader, upstream, tunnel=tunnel)
         except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass  # a client or upstream that went away; Chromium sees the connection close
@@ -289,9 +325,17 @@ class NetworkGate:
                 if stream is not None:
                     stream.close()
 
-    async def _relay(self, client_reader: asyncio.StreamReader, client: asyncio.StreamWriter,
-                     upstream_reader: asyncio.StreamReader, upstream: asyncio.StreamWriter, *, tunnel: bool) -> None:
+    async def _relay(
+        self,
+        client_reader: asyncio.StreamReader,
+        client: asyncio.StreamWriter,
+        upstream_reader: asyncio.StreamReader,
+        upstream: asyncio.StreamWriter,
+        *,
+        tunnel: bool,
+    ) -> None:
         """Copy bytes both ways until either side ends (the upstream closes after its response; a tunnel with either end)."""
+
         async def to_client() -> None:
             if not tunnel:
                 head = await upstream_reader.readuntil(b"\r\n\r\n")
@@ -349,9 +393,16 @@ class BrowserSession:
     to (e.g. ``{"blob"}`` for a site that opens generated documents); by default none.
     """
 
-    def __init__(self, host: "BrowserHost", context: Any, allowed_origins: Iterable[str],
-                 aliases: dict[str, str] | None = None, *, schemes: Iterable[str] = (),
-                 gate: NetworkGate | None = None):
+    def __init__(
+        self,
+        host: BrowserHost,
+        context: Any,
+        allowed_origins: Iterable[str],
+        aliases: dict[str, str] | None = None,
+        *,
+        schemes: Iterable[str] = (),
+        gate: NetworkGate | None = None,
+    ):
         self.host = host
         self.context = context
         self.allowed_origins = {origin_of(o) for o in allowed_origins}
@@ -405,7 +456,7 @@ class BrowserSession:
         """A URL the agent wrote, with an alias replaced by the real origin."""
         for real, alias in self.aliases.items():
             if url.lower().startswith(alias):
-                return real + url[len(alias):]
+                return real + url[len(alias) :]
         return url
 
     async def recycle(self) -> None:
@@ -435,8 +486,7 @@ class BrowserSession:
     def allows(self, url: str) -> bool:
         """Whether a tab may be navigated to ``url``: the session's origins, its schemes, and the blank page."""
         scheme = urlsplit(url).scheme.lower()
-        return (url.strip().lower() == "about:blank" or scheme in self.schemes
-                or origin_of(url) in self.allowed_origins)
+        return url.strip().lower() == "about:blank" or scheme in self.schemes or origin_of(url) in self.allowed_origins
 
     def allows_origin(self, url: str) -> bool:
         """Whether ``url`` is on one of the session's origins (what a request may reach)."""
@@ -521,11 +571,12 @@ class BrowserHost:
     account's full rights.
     """
 
-    _shared: "BrowserHost | None" = None
+    _shared: BrowserHost | None = None
     _shared_lock = threading.Lock()
 
-    def __init__(self, executable: str | os.PathLike | None = None, *, headless: bool = True,
-                 sandbox: bool | None = None):
+    def __init__(
+        self, executable: str | os.PathLike | None = None, *, headless: bool = True, sandbox: bool | None = None
+    ):
         self.executable = find_chromium(executable)
         self.headless = headless
         self.sandbox = os.environ.get("AGENTGYM_CHROMIUM_SANDBOX", "1") != "0" if sandbox is None else sandbox
@@ -542,7 +593,7 @@ class BrowserHost:
         self._closed = False
 
     @classmethod
-    def shared(cls, executable: str | os.PathLike | None = None) -> "BrowserHost":
+    def shared(cls, executable: str | os.PathLike | None = None) -> BrowserHost:
         """The process's browser host (its executable is fixed by the first caller)."""
         with cls._shared_lock:
             if cls._shared is None or cls._shared._closed:
@@ -558,9 +609,15 @@ class BrowserHost:
         return await self.loop_thread.arun(coroutine)
 
     # -------------------------------------------------------------- sessions
-    async def open_session(self, allowed_origins: Iterable[str], *, viewport: tuple[int, int] = (1280, 720),
-                           storage_state: dict | None = None, aliases: dict[str, str] | None = None,
-                           schemes: Iterable[str] = ()) -> BrowserSession:
+    async def open_session(
+        self,
+        allowed_origins: Iterable[str],
+        *,
+        viewport: tuple[int, int] = (1280, 720),
+        storage_state: dict | None = None,
+        aliases: dict[str, str] | None = None,
+        schemes: Iterable[str] = (),
+    ) -> BrowserSession:
         """A fresh isolated context (optionally with cookies and local storage) on the shared browser.
 
         Its traffic goes through a :class:`NetworkGate` of its own, downloads are refused, and
@@ -574,9 +631,16 @@ class BrowserHost:
         try:
             # Playwright adds "<-loopback>" to the bypass list: loopback goes through the gate too.
             context = await browser.new_context(
-                viewport={"width": width, "height": height}, device_scale_factor=1,
-                storage_state=storage_state, service_workers="block", locale="en-US", timezone_id="UTC",
-                reduced_motion="reduce", accept_downloads=False, proxy={"server": proxy})
+                viewport={"width": width, "height": height},
+                device_scale_factor=1,
+                storage_state=storage_state,
+                service_workers="block",
+                locale="en-US",
+                timezone_id="UTC",
+                reduced_motion="reduce",
+                accept_downloads=False,
+                proxy={"server": proxy},
+            )
         except BaseException:
             await gate.close()
             raise
@@ -656,24 +720,34 @@ class BrowserHost:
             self._profile.remove()
         self._profile = _Profile(self.executable, self.account)
         if not self.sandbox:
-            log.warning("Chromium runs without its sandbox (sandbox=False or AGENTGYM_CHROMIUM_SANDBOX=0): a "
-                        "compromised renderer has every right of %s",
-                        BROWSER_USER if self.account else "this process's user")
+            log.warning(
+                "Chromium runs without its sandbox (sandbox=False or AGENTGYM_CHROMIUM_SANDBOX=0): a "
+                "compromised renderer has every right of %s",
+                BROWSER_USER if self.account else "this process's user",
+            )
         try:
             return await self._playwright.chromium.launch(
-                executable_path=self._profile.executable, headless=self.headless, args=LAUNCH_ARGS,
-                chromium_sandbox=self.sandbox, env=self._profile.env())
+                executable_path=self._profile.executable,
+                headless=self.headless,
+                args=LAUNCH_ARGS,
+                chromium_sandbox=self.sandbox,
+                env=self._profile.env(),
+            )
         except PlaywrightError as exc:
             # Playwright puts advice where Chromium's reason was; the reason is in its call log.
-            reasons = [line.split("[err]", 1)[1].strip() for line in str(exc).splitlines()
-                       if "[err]" in line and ("sandbox" in line.lower() or "namespace" in line.lower())]
+            reasons = [
+                line.split("[err]", 1)[1].strip()
+                for line in str(exc).splitlines()
+                if "[err]" in line and ("sandbox" in line.lower() or "namespace" in line.lower())
+            ]
             if not (self.sandbox and reasons):
                 raise
             raise BrowserUnavailableError(
                 f"Chromium's sandbox does not work on this machine: {reasons[0]} It needs unprivileged user "
                 "namespaces (sysctl user.max_user_namespaces > 0, and kernel.unprivileged_userns_clone=1 or "
                 "kernel.apparmor_restrict_unprivileged_userns=0 where those exist). Set "
-                "AGENTGYM_CHROMIUM_SANDBOX=0 to run without it, knowing that pages then run unconfined.") from None
+                "AGENTGYM_CHROMIUM_SANDBOX=0 to run without it, knowing that pages then run unconfined."
+            ) from None
 
     def _on_disconnected(self, _browser: Any) -> None:
         for session in list(self._sessions):
@@ -704,4 +778,3 @@ class BrowserHost:
         self.loop_thread.stop()
         if self._profile is not None:
             self._profile.remove()
-

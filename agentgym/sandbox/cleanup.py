@@ -8,7 +8,8 @@ import os
 import signal
 import threading
 import weakref
-from typing import Callable, TypedDict
+from collections.abc import Callable
+from typing import TypedDict
 
 import docker.errors
 
@@ -29,7 +30,7 @@ class _Tracked:
 
 _tracked = _Tracked()
 _tracked_pid = os.getpid()
-_shutdown_hooks: "weakref.WeakSet" = weakref.WeakSet()  # objects with .shutdown(), e.g. warm pools
+_shutdown_hooks: weakref.WeakSet = weakref.WeakSet()  # objects with .shutdown(), e.g. warm pools
 _cleaning = False
 
 

@@ -42,8 +42,9 @@ def spawn(name, argv, cwd=None, env=None):
     """Start a long-lived process detached from this helper (its own session, output in a log file)."""
     os.makedirs(LOG_DIR, exist_ok=True)
     with open(os.path.join(LOG_DIR, f"{name}.log"), "ab") as log:
-        subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                         start_new_session=True)
+        subprocess.Popen(
+            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+        )
 
 
 # Generous: on a loaded 2-core machine an X server or openbox can take many seconds to come up.
@@ -69,11 +70,33 @@ def start(arg):
     for stale in (f"/tmp/.X{number}-lock", f"/tmp/.X11-unix/X{number}"):
         if os.path.lexists(stale):
             os.remove(stale)
-    spawn("xvfb", ["Xvfb", DISPLAY, "-screen", "0", f"{width}x{height}x24", "-nolisten", "tcp",
-                   "-dpi", "96", "-br", "-noreset", "+extension", "XTEST", "-s", "0", "-ac",
-                   # No key auto-repeat: on a loaded machine a key held between xdotool's press and release
-                   # for over the default 660 ms would repeat ("docs" typed as "doccs").
-                   "-ardelay", "3600000", "-arinterval", "3600000"])
+    spawn(
+        "xvfb",
+        [
+            "Xvfb",
+            DISPLAY,
+            "-screen",
+            "0",
+            f"{width}x{height}x24",
+            "-nolisten",
+            "tcp",
+            "-dpi",
+            "96",
+            "-br",
+            "-noreset",
+            "+extension",
+            "XTEST",
+            "-s",
+            "0",
+            "-ac",
+            # No key auto-repeat: on a loaded machine a key held between xdotool's press and release
+            # for over the default 660 ms would repeat ("docs" typed as "doccs").
+            "-ardelay",
+            "3600000",
+            "-arinterval",
+            "3600000",
+        ],
+    )
     wait_for(lambda: run(["xdotool", "getdisplaygeometry"], check=False).returncode == 0, "the X server")
     # Openbox answers wmctrl before it manages windows; --startup runs once its start-up is complete.
     ready = "/tmp/agentgym/wm-ready"
@@ -97,8 +120,9 @@ def window_ids():
 def state_stamp():
     """The newest modification time of the Tk apps' state files (None when there are none)."""
     try:
-        return max((entry.stat().st_mtime_ns for entry in os.scandir(STATE_DIR) if entry.name.endswith(".json")),
-                   default=None)
+        return max(
+            (entry.stat().st_mtime_ns for entry in os.scandir(STATE_DIR) if entry.name.endswith(".json")), default=None
+        )
     except FileNotFoundError:
         return None
 
@@ -117,8 +141,12 @@ def await_app(before):
 def launch(arg):
     """Start an app and wait for its first window to be mapped (and the screen to settle, by the caller)."""
     before, stamp = window_ids(), state_stamp()
-    spawn(arg["name"], arg["argv"], cwd=arg.get("cwd") or os.path.expanduser("~"),
-          env=dict(os.environ, DISPLAY=DISPLAY, **arg.get("env", {})))
+    spawn(
+        arg["name"],
+        arg["argv"],
+        cwd=arg.get("cwd") or os.path.expanduser("~"),
+        env=dict(os.environ, DISPLAY=DISPLAY, **arg.get("env", {})),
+    )
     wait_for(lambda: len(window_ids() - before) >= 1, f"a window of {arg['name']}", limit=float(arg.get("timeout", 15)))
     await_app(stamp)  # a relaunched Tk app rewrites its (committed) state file once it is up
     return {}
@@ -136,9 +164,27 @@ def act(arg):
         xdo += ["mousemove", str(arg["x"]), str(arg["y"])]
     elif kind == "drag":
         mid_x, mid_y = (arg["x1"] + arg["x2"]) // 2, (arg["y1"] + arg["y2"]) // 2
-        xdo += ["mousemove", str(arg["x1"]), str(arg["y1"]), "mousedown", "1", "sleep", "0.05",
-                "mousemove", str(mid_x), str(mid_y), "sleep", "0.05",
-                "mousemove", str(arg["x2"]), str(arg["y2"]), "sleep", "0.05", "mouseup", "1"]
+        xdo += [
+            "mousemove",
+            str(arg["x1"]),
+            str(arg["y1"]),
+            "mousedown",
+            "1",
+            "sleep",
+            "0.05",
+            "mousemove",
+            str(mid_x),
+            str(mid_y),
+            "sleep",
+            "0.05",
+            "mousemove",
+            str(arg["x2"]),
+            str(arg["y2"]),
+            "sleep",
+            "0.05",
+            "mouseup",
+            "1",
+        ]
     elif kind == "scroll":
         if "x" in arg:
             xdo += ["mousemove", str(arg["x"]), str(arg["y"])]
@@ -189,18 +235,33 @@ def describe():
         parts = line.split(None, 8)
         if len(parts) >= 8:
             wid, _desk, pid, x, y, w, h, _host = parts[:8]
-            windows.append({"id": int(wid, 16), "pid": int(pid), "x": int(x), "y": int(y), "width": int(w),
-                            "height": int(h), "title": parts[8] if len(parts) > 8 else ""})
+            windows.append(
+                {
+                    "id": int(wid, 16),
+                    "pid": int(pid),
+                    "x": int(x),
+                    "y": int(y),
+                    "width": int(w),
+                    "height": int(h),
+                    "title": parts[8] if len(parts) > 8 else "",
+                }
+            )
     focused = run(["xdotool", "getactivewindow"], check=False).stdout.decode().strip()
-    location = dict(item.split("=", 1) for item in run(["xdotool", "getmouselocation", "--shell"]).stdout.decode().split())
+    location = dict(
+        item.split("=", 1) for item in run(["xdotool", "getmouselocation", "--shell"]).stdout.decode().split()
+    )
     a11y = {}
     if os.path.isdir(A11Y_DIR):
         for name in sorted(os.listdir(A11Y_DIR)):
             if name.endswith(".txt"):
                 with open(os.path.join(A11Y_DIR, name), encoding="utf-8", errors="replace") as handle:
                     a11y[name[:-4]] = handle.read()
-    return {"windows": windows, "focused": int(focused) if focused.isdigit() else None,
-            "pointer": [int(location.get("X", 0)), int(location.get("Y", 0))], "a11y": a11y}
+    return {
+        "windows": windows,
+        "focused": int(focused) if focused.isdigit() else None,
+        "pointer": [int(location.get("X", 0)), int(location.get("Y", 0))],
+        "a11y": a11y,
+    }
 
 
 def handle(command, arg):

@@ -33,19 +33,39 @@ from agentgym.sandbox import engine, images
 from agentgym.sandbox.base import SandboxError, SandboxUnavailableError
 from agentgym.sandbox.docker import DockerSandbox, DockerSnapshot, SandboxConfig, _hijack
 
-__all__ = ["DesktopSandbox", "DesktopState", "Screen", "build_desktop_image", "require_desktop_image",
-           "desktop_image_tag", "decode_screenshot", "desktop_config", "tar_tree"]
+__all__ = [
+    "DesktopSandbox",
+    "DesktopState",
+    "Screen",
+    "build_desktop_image",
+    "require_desktop_image",
+    "desktop_image_tag",
+    "decode_screenshot",
+    "desktop_config",
+    "tar_tree",
+]
 
 REPOSITORY = "agentgym/desktop"
 DESKTOP_PACKAGES = images.PACKAGES + (
-    "xvfb", "xfonts-base", "x11-xkb-utils", "xkb-data", "openbox", "xdotool", "wmctrl", "x11-apps",
-    "python3-tk", "fonts-dejavu-core",
+    "xvfb",
+    "xfonts-base",
+    "x11-xkb-utils",
+    "xkb-data",
+    "openbox",
+    "xdotool",
+    "wmctrl",
+    "x11-apps",
+    "python3-tk",
+    "fonts-dejavu-core",
 )
 # The X server wants its socket directory root-owned and sticky; the sandbox user cannot make it so.
-DESKTOP_SETUP = images.USER_SETUP + """\
+DESKTOP_SETUP = (
+    images.USER_SETUP
+    + """\
 mkdir -p -m 1777 /tmp/.X11-unix
 rm -rf /usr/share/doc/* /usr/share/man/* /usr/share/info/*
 """
+)
 DESKTOP_CHANGES = images.IMAGE_CHANGES + ("ENV DISPLAY=:0",)
 
 #: Where the helper and the window manager's configuration live in the container (the agent user's, not root's).
@@ -59,8 +79,14 @@ def desktop_image_tag() -> str:
 
 def build_desktop_image(*, force: bool = False, progress=print) -> str:
     """Build the desktop image unless it exists (about three minutes from the Debian mirror; needs root)."""
-    return images.build_debootstrap_image(REPOSITORY, packages=DESKTOP_PACKAGES, setup=DESKTOP_SETUP,
-                                          changes=DESKTOP_CHANGES, force=force, progress=progress)
+    return images.build_debootstrap_image(
+        REPOSITORY,
+        packages=DESKTOP_PACKAGES,
+        setup=DESKTOP_SETUP,
+        changes=DESKTOP_CHANGES,
+        force=force,
+        progress=progress,
+    )
 
 
 def require_desktop_image() -> str:
@@ -69,8 +95,10 @@ def require_desktop_image() -> str:
     if not images.image_exists(tag):
         raise SandboxUnavailableError(
             f"the desktop image {tag} is missing: run `agentgym images build --desktop` "
-            "(a few minutes, offline from the Debian mirror; needs root for debootstrap)")
+            "(a few minutes, offline from the Debian mirror; needs root for debootstrap)"
+        )
     return tag
+
 
 # The window manager's configuration: every window undecorated at the top-left corner and focused
 # when it maps, so app layouts (and reference solutions' coordinates) do not depend on placement;
@@ -124,8 +152,13 @@ class DesktopState:
 
 def desktop_config() -> SandboxConfig:
     """The code sandbox's hardening, with room for an X server, a window manager and a few apps."""
-    return SandboxConfig(working_dir="/home/agent", mem_limit="1g", pids_limit=256, cpus=1.0,
-                         environment={"DISPLAY": ":0", "HOME": "/home/agent"})
+    return SandboxConfig(
+        working_dir="/home/agent",
+        mem_limit="1g",
+        pids_limit=256,
+        cpus=1.0,
+        environment={"DISPLAY": ":0", "HOME": "/home/agent"},
+    )
 
 
 class DesktopSandbox:
@@ -142,21 +175,34 @@ class DesktopSandbox:
         self._lock = threading.Lock()
 
     @classmethod
-    def create(cls, image: str | None = None, *, screen: Screen | None = None, config: SandboxConfig | None = None,
-               warm: bool = True, pointer: tuple[int, int] | None = None) -> "DesktopSandbox":
+    def create(
+        cls,
+        image: str | None = None,
+        *,
+        screen: Screen | None = None,
+        config: SandboxConfig | None = None,
+        warm: bool = True,
+        pointer: tuple[int, int] | None = None,
+    ) -> DesktopSandbox:
         """A desktop with the X server and the window manager running and nothing else on the screen."""
         sandbox = DockerSandbox.create(image or require_desktop_image(), config=config or desktop_config(), warm=warm)
         return cls._started(sandbox, screen or Screen(), pointer)
 
     @classmethod
-    def from_snapshot(cls, snapshot: DockerSnapshot, *, screen: Screen, config: SandboxConfig | None = None,
-                      pointer: tuple[int, int] | None = None) -> "DesktopSandbox":
+    def from_snapshot(
+        cls,
+        snapshot: DockerSnapshot,
+        *,
+        screen: Screen,
+        config: SandboxConfig | None = None,
+        pointer: tuple[int, int] | None = None,
+    ) -> DesktopSandbox:
         """A desktop on ``snapshot``'s filesystem with a fresh X session (apps are relaunched by the caller)."""
         sandbox = DockerSandbox.from_snapshot(snapshot, config=config or desktop_config())
         return cls._started(sandbox, screen, pointer)
 
     @classmethod
-    def _started(cls, sandbox: DockerSandbox, screen: Screen, pointer: tuple[int, int] | None) -> "DesktopSandbox":
+    def _started(cls, sandbox: DockerSandbox, screen: Screen, pointer: tuple[int, int] | None) -> DesktopSandbox:
         desktop = cls(sandbox, screen)
         try:
             sandbox.put_tree(RUNTIME_DIR, _runtime_archive(sandbox.config))
@@ -170,11 +216,21 @@ class DesktopSandbox:
         return desktop
 
     # ------------------------------------------------------------------ the helper
-    def launch(self, name: str, argv: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None,
-               timeout: float = 60.0) -> DesktopState:
+    def launch(
+        self,
+        name: str,
+        argv: list[str],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float = 60.0,
+    ) -> DesktopState:
         """Start an app, wait for its first window, and observe the settled screen."""
-        return self._command("launch", {"name": name, "argv": argv, "cwd": cwd, "env": env or {}, "timeout": timeout},
-                             timeout=timeout + 10)
+        return self._command(
+            "launch",
+            {"name": name, "argv": argv, "cwd": cwd, "env": env or {}, "timeout": timeout},
+            timeout=timeout + 10,
+        )
 
     def act(self, action: dict) -> DesktopState:
         """Run one validated input action (see ``deskctl.act``) and observe the settled screen."""
@@ -193,8 +249,15 @@ class DesktopSandbox:
             raise SandboxError(f"desktop {command}: {answer['fatal']}")
         if not observe:
             return None
-        return DesktopState(decode_screenshot(zlib.decompress(body)), answer["windows"], answer["focused"],
-                            tuple(answer["pointer"]), answer["a11y"], answer["stable"], answer.get("error"))
+        return DesktopState(
+            decode_screenshot(zlib.decompress(body)),
+            answer["windows"],
+            answer["focused"],
+            tuple(answer["pointer"]),
+            answer["a11y"],
+            answer["stable"],
+            answer.get("error"),
+        )
 
     # ------------------------------------------------------------------ branching and lifetime
     def snapshot(self) -> DockerSnapshot:
@@ -207,7 +270,7 @@ class DesktopSandbox:
             channel.close()
         self.sandbox.close(wait=wait)
 
-    def __enter__(self) -> "DesktopSandbox":
+    def __enter__(self) -> DesktopSandbox:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -221,8 +284,9 @@ class _HelperChannel:
     def __init__(self, sandbox: DockerSandbox):
         client = engine.api()
         with engine.engine_errors("starting the desktop helper"):
-            exec_id = client.exec_create(sandbox.id, ["python3", f"{RUNTIME_DIR}/deskctl.py", "serve"], stdin=True,
-                                         user=sandbox.config.user)["Id"]
+            exec_id = client.exec_create(
+                sandbox.id, ["python3", f"{RUNTIME_DIR}/deskctl.py", "serve"], stdin=True, user=sandbox.config.user
+            )["Id"]
             self._response, self._reader, self._sock = _hijack(client, exec_id)
         self._frames = bytearray()
         self._stdout = bytearray()
@@ -245,7 +309,7 @@ class _HelperChannel:
         except (OSError, ValueError) as exc:
             self._broken = f"{type(exc).__name__}: {exc}"
             raise SandboxError(f"desktop {command}: the helper failed ({self._broken})") from exc
-        body, self._stdout = rest[:header["size"]], bytearray(rest[header["size"]:])
+        body, self._stdout = rest[: header["size"]], bytearray(rest[header["size"] :])
         return header, body
 
     def _fill(self, deadline: float, command: str) -> None:
@@ -258,16 +322,17 @@ class _HelperChannel:
         chunk = self._reader.read1(1 << 16)
         if not chunk:
             self._broken = "it exited"
-            raise SandboxError(f"desktop {command}: the helper exited: "
-                               f"{bytes(self._stderr[-2000:]).decode(errors='replace')}")
+            raise SandboxError(
+                f"desktop {command}: the helper exited: {bytes(self._stderr[-2000:]).decode(errors='replace')}"
+            )
         self._frames += chunk
         while len(self._frames) >= 8:
             size = int.from_bytes(self._frames[4:8], "big")
             if len(self._frames) < 8 + size:
                 break
             target = self._stderr if self._frames[0] == 2 else self._stdout
-            target += self._frames[8:8 + size]
-            del self._frames[:8 + size]
+            target += self._frames[8 : 8 + size]
+            del self._frames[: 8 + size]
 
     def close(self) -> None:
         self._broken = "closed"
@@ -301,19 +366,43 @@ def _runtime_archive(config: SandboxConfig) -> bytes:
 
 
 # XWD header fields (all big-endian CARD32): xwd writes them in network order whatever the host.
-_XWD_FIELDS = ("header_size", "file_version", "pixmap_format", "pixmap_depth", "pixmap_width", "pixmap_height",
-               "xoffset", "byte_order", "bitmap_unit", "bitmap_bit_order", "bitmap_pad", "bits_per_pixel",
-               "bytes_per_line", "visual_class", "red_mask", "green_mask", "blue_mask", "bits_per_rgb",
-               "colormap_entries", "ncolors", "window_width", "window_height", "window_x", "window_y",
-               "window_bdrwidth")
+_XWD_FIELDS = (
+    "header_size",
+    "file_version",
+    "pixmap_format",
+    "pixmap_depth",
+    "pixmap_width",
+    "pixmap_height",
+    "xoffset",
+    "byte_order",
+    "bitmap_unit",
+    "bitmap_bit_order",
+    "bitmap_pad",
+    "bits_per_pixel",
+    "bytes_per_line",
+    "visual_class",
+    "red_mask",
+    "green_mask",
+    "blue_mask",
+    "bits_per_rgb",
+    "colormap_entries",
+    "ncolors",
+    "window_width",
+    "window_height",
+    "window_x",
+    "window_y",
+    "window_bdrwidth",
+)
 
 
 def decode_screenshot(data: bytes) -> np.ndarray:
     """An XWD dump of a 24/32-bit TrueColor screen (what ``xwd -root`` gives on Xvfb) as H×W×3 uint8 RGB."""
     header = dict(zip(_XWD_FIELDS, struct.unpack(">25I", data[:100])))
     if header["bits_per_pixel"] != 32 or header["pixmap_format"] != 2:
-        raise SandboxError(f"unsupported screenshot format: {header['bits_per_pixel']} bits per pixel, "
-                           f"pixmap format {header['pixmap_format']}")
+        raise SandboxError(
+            f"unsupported screenshot format: {header['bits_per_pixel']} bits per pixel, "
+            f"pixmap format {header['pixmap_format']}"
+        )
     width, height, stride = header["pixmap_width"], header["pixmap_height"], header["bytes_per_line"]
     start = header["header_size"] + 12 * header["ncolors"]
     dtype = "<u4" if header["byte_order"] == 0 else ">u4"

@@ -59,8 +59,12 @@ def _try_storage_opt(image: str) -> bool:
     if driver not in _QUOTA_DRIVERS and not (driver in _XFS_QUOTA_DRIVERS and backing == "xfs"):
         return False
     try:
-        trial = client.create_container(image, ["true"], labels=labels.owner_labels(labels.KIND_SANDBOX),
-                                        host_config=client.create_host_config(storage_opt={"size": "1G"}))["Id"]
+        trial = client.create_container(
+            image,
+            ["true"],
+            labels=labels.owner_labels(labels.KIND_SANDBOX),
+            host_config=client.create_host_config(storage_opt={"size": "1G"}),
+        )["Id"]
     except docker.errors.APIError:
         return False  # e.g. XFS mounted without pquota
     client.remove_container(trial, force=True)
@@ -136,7 +140,8 @@ class DiskMeter:
         if self.size > self.limit:
             raise DiskLimitError(
                 f"the sandbox has written {self.size / GiB:.2f} GiB, over its disk limit of "
-                f"{self.limit / GiB:g} GiB (SandboxConfig.disk_limit); the episode cannot go on")
+                f"{self.limit / GiB:g} GiB (SandboxConfig.disk_limit); the episode cannot go on"
+            )
 
     def _host_check(self, force: bool) -> None:
         fs = os.statvfs(self._upper)

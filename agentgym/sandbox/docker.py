@@ -42,17 +42,24 @@ import socket
 import tarfile
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 import docker.errors
 import requests.exceptions
 
 from agentgym.sandbox import cleanup, disk, engine, labels, shell
-from agentgym.sandbox.base import (ExecResult, FileTooLargeError, SandboxError, SandboxSaturatedError, SandboxSnapshot,
-                                   SandboxUnavailableError)
+from agentgym.sandbox.base import (
+    ExecResult,
+    FileTooLargeError,
+    SandboxError,
+    SandboxSaturatedError,
+    SandboxSnapshot,
+    SandboxUnavailableError,
+)
 from agentgym.sandbox.cleanup import GcReport, gc
 from agentgym.sandbox.images import require_base_image
 
@@ -108,7 +115,7 @@ class SandboxConfig:
             raise ValueError(f"user must be numeric 'uid:gid', got {self.user!r}")
         if self.max_output < 1024:
             raise ValueError("max_output must be at least 1024 bytes")
-        if self.disk_limit is not None and self.disk_limit < 1024 ** 2:
+        if self.disk_limit is not None and self.disk_limit < 1024**2:
             raise ValueError("disk_limit must be at least 1 MiB (or None)")
 
     @property
@@ -124,9 +131,16 @@ class SandboxConfig:
             if size_quota:
                 limits["storage_opt"] = {"size": str(self.disk_limit)}
         return engine.api().create_host_config(
-            network_mode=self.network_mode, cap_drop=list(self.cap_drop), security_opt=list(self.security_opt),
-            pids_limit=self.pids_limit, mem_limit=self.mem_limit, memswap_limit=self.mem_limit,
-            nano_cpus=int(self.cpus * 1e9), init=self.init, **limits)
+            network_mode=self.network_mode,
+            cap_drop=list(self.cap_drop),
+            security_opt=list(self.security_opt),
+            pids_limit=self.pids_limit,
+            mem_limit=self.mem_limit,
+            memswap_limit=self.mem_limit,
+            nano_cpus=int(self.cpus * 1e9),
+            init=self.init,
+            **limits,
+        )
 
 
 def create_container(image: str, config: SandboxConfig, kind: str) -> str:
@@ -136,13 +150,20 @@ def create_container(image: str, config: SandboxConfig, kind: str) -> str:
     try:
         size_quota = config.disk_limit is not None and disk.engine_enforces_size(image)
         container_id = client.create_container(
-            image, ["sleep", "infinity"], user=KEEPALIVE_USER, working_dir=config.working_dir,
-            hostname=config.hostname, environment=dict(config.environment) or None,
-            labels=labels.owner_labels(kind), host_config=config.host_config(size_quota=size_quota))["Id"]
+            image,
+            ["sleep", "infinity"],
+            user=KEEPALIVE_USER,
+            working_dir=config.working_dir,
+            hostname=config.hostname,
+            environment=dict(config.environment) or None,
+            labels=labels.owner_labels(kind),
+            host_config=config.host_config(size_quota=size_quota),
+        )["Id"]
     except docker.errors.ImageNotFound as exc:
         raise SandboxUnavailableError(
             f"image {image!r} not found (base images come from `agentgym images build`; "
-            "snapshot images are gone once released)") from exc
+            "snapshot images are gone once released)"
+        ) from exc
     except docker.errors.APIError as exc:
         raise SandboxError(f"creating a container from {image!r}: {engine.explain(exc)}") from exc
     cleanup.track_container(container_id, image)
@@ -183,8 +204,16 @@ class DockerSandbox:
     :meth:`close` may be called from any thread and is idempotent.
     """
 
-    def __init__(self, container_id: str, image: str, config: SandboxConfig, *,
-                 state: shell.ShellState | None = None, starting: Future | None = None, disk_used: int = 0):
+    def __init__(
+        self,
+        container_id: str,
+        image: str,
+        config: SandboxConfig,
+        *,
+        state: shell.ShellState | None = None,
+        starting: Future | None = None,
+        disk_used: int = 0,
+    ):
         self.image = image
         self.config = config
         self._container_id = container_id
@@ -197,8 +226,14 @@ class DockerSandbox:
         self._closed = False
 
     @classmethod
-    def create(cls, image: str | None = None, *, config: SandboxConfig | None = None,
-               pool: WarmPool | None = None, warm: bool = True) -> "DockerSandbox":
+    def create(
+        cls,
+        image: str | None = None,
+        *,
+        config: SandboxConfig | None = None,
+        pool: WarmPool | None = None,
+        warm: bool = True,
+    ) -> DockerSandbox:
         """A sandbox from ``image`` (default: the base image), taken from a warm pool unless ``warm=False``.
 
         ``pool`` defaults to :func:`agentgym.sandbox.pool.default_pool`.
@@ -212,20 +247,30 @@ class DockerSandbox:
         return (pool or default_pool()).acquire(image, config=config)
 
     @classmethod
-    def launch(cls, image: str, config: SandboxConfig, *, state: shell.ShellState | None = None,
-               disk_used: int = 0) -> "DockerSandbox":
+    def launch(
+        cls, image: str, config: SandboxConfig, *, state: shell.ShellState | None = None, disk_used: int = 0
+    ) -> DockerSandbox:
         """A cold start: the container is created now and started in the background; the first operation
         on the sandbox waits for the start, so callers can overlap it with other work (a model call)."""
         container_id = create_container(image, config, labels.KIND_SANDBOX)
-        return cls(container_id, image, config, state=state, starting=engine.submit(start_container, container_id),
-                   disk_used=disk_used)
+        return cls(
+            container_id,
+            image,
+            config,
+            state=state,
+            starting=engine.submit(start_container, container_id),
+            disk_used=disk_used,
+        )
 
     @classmethod
-    def from_snapshot(cls, snapshot: SandboxSnapshot, *, config: SandboxConfig | None = None) -> "DockerSandbox":
+    def from_snapshot(cls, snapshot: SandboxSnapshot, *, config: SandboxConfig | None = None) -> DockerSandbox:
         """A new sandbox at ``snapshot``'s state (a fork when the sandbox it came from is gone or elsewhere)."""
-        return cls.launch(snapshot.ref, config or SandboxConfig(),
-                          state=shell.ShellState(snapshot.cwd, dict(snapshot.env)),
-                          disk_used=snapshot.metadata.get("disk_used", 0))
+        return cls.launch(
+            snapshot.ref,
+            config or SandboxConfig(),
+            state=shell.ShellState(snapshot.cwd, dict(snapshot.env)),
+            disk_used=snapshot.metadata.get("disk_used", 0),
+        )
 
     @property
     def id(self) -> str:
@@ -256,8 +301,15 @@ class DockerSandbox:
 
     # ------------------------------------------------------------------ commands
 
-    def exec(self, command: str, *, timeout: float | None = None, workdir: str | None = None,
-             env: dict[str, str] | None = None, stdin: str | bytes | None = None) -> ExecResult:
+    def exec(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        workdir: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: str | bytes | None = None,
+    ) -> ExecResult:
         """Run ``command`` in bash; ``cd`` and ``export`` carry over to later commands.
 
         ``timeout`` (default ``config.default_timeout``) is enforced inside the container
@@ -275,9 +327,14 @@ class DockerSandbox:
         with self._lock:
             container_id = self._running_id()
             command = self._inline(container_id, command)
-            spec = shell.exec_command(command, timeout=limit, kill_grace=self.config.kill_grace,
-                                      state_file=self.config.state_file,
-                                      workdir=workdir and self._absolute(workdir), env=env)
+            spec = shell.exec_command(
+                command,
+                timeout=limit,
+                kill_grace=self.config.kill_grace,
+                state_file=self.config.state_file,
+                workdir=workdir and self._absolute(workdir),
+                env=env,
+            )
             result = self._run(container_id, spec, stdin, limit)
             self._check_disk(container_id)
             return result
@@ -289,17 +346,24 @@ class DockerSandbox:
         self._write(container_id, path, command.encode(), 0o600)
         return f'__ag_src=$(<{path}); rm -f {path}; eval "$__ag_src"'
 
-    def _run(self, container_id: str, spec: shell.ExecCommand, stdin: str | bytes | None, limit: float, *,
-             retry: bool = True) -> ExecResult:
+    def _run(
+        self, container_id: str, spec: shell.ExecCommand, stdin: str | bytes | None, limit: float, *, retry: bool = True
+    ) -> ExecResult:
         started = time.monotonic()
         deadline = started + limit + self.config.kill_grace + self.config.backstop_grace
         try:
-            exec_id, streams = self._stream(container_id, spec, stdin, deadline,
-                                            lambda: shell.OutputCapture(self.config.max_output))
+            exec_id, streams = self._stream(
+                container_id, spec, stdin, deadline, lambda: shell.OutputCapture(self.config.max_output)
+            )
         except shell.Backstop:
             self._raise_if_dead(container_id)
-            return ExecResult(124, "", f"[agentgym: the sandbox did not answer within {deadline - started:.0f}s; "
-                              "the command was abandoned]", timed_out=True, duration_s=time.monotonic() - started)
+            return ExecResult(
+                124,
+                "",
+                f"[agentgym: the sandbox did not answer within {deadline - started:.0f}s; the command was abandoned]",
+                timed_out=True,
+                duration_s=time.monotonic() - started,
+            )
         records = streams.trailer.records()
         note = b""
         if len(records) >= 2:
@@ -310,8 +374,10 @@ class DockerSandbox:
         if note == b"refused" or (not records and exit_code == _NOT_STARTED):
             self._kill_all(container_id)
             if not retry:
-                raise SandboxSaturatedError(f"the sandbox's process table (pids limit {self.config.pids_limit}) "
-                                            "refills as soon as it is cleared")
+                raise SandboxSaturatedError(
+                    f"the sandbox's process table (pids limit {self.config.pids_limit}) "
+                    "refills as soon as it is cleared"
+                )
             result = self._run(container_id, spec, stdin, limit, retry=False)  # it did not run: now there is room
             return dataclasses.replace(result, stderr=result.stderr + self._cleared_note())
         stderr = streams.stderr.text()
@@ -320,21 +386,35 @@ class DockerSandbox:
             stderr += self._cleared_note()
         duration = time.monotonic() - started
         timed_out = exit_code == 124 or (exit_code == 137 and duration >= limit)
-        return ExecResult(124 if timed_out else exit_code, streams.stdout.text(), stderr,
-                          timed_out=timed_out, truncated=bool(streams.stdout.dropped or streams.stderr.dropped),
-                          duration_s=duration)
+        return ExecResult(
+            124 if timed_out else exit_code,
+            streams.stdout.text(),
+            stderr,
+            timed_out=timed_out,
+            truncated=bool(streams.stdout.dropped or streams.stderr.dropped),
+            duration_s=duration,
+        )
 
     def _cleared_note(self) -> str:
-        return (f"\n[agentgym: the process table (pids limit {self.config.pids_limit}) was full; "
-                "every process in the sandbox was killed]")
+        return (
+            f"\n[agentgym: the process table (pids limit {self.config.pids_limit}) was full; "
+            "every process in the sandbox was killed]"
+        )
 
-    def _stream(self, container_id: str, spec: shell.ExecCommand, stdin: str | bytes | None, deadline: float,
-                capture: Callable[[], shell.OutputCapture | shell.BoundedBuffer]) -> tuple[str, shell.StreamResult]:
+    def _stream(
+        self,
+        container_id: str,
+        spec: shell.ExecCommand,
+        stdin: str | bytes | None,
+        deadline: float,
+        capture: Callable[[], shell.OutputCapture | shell.BoundedBuffer],
+    ) -> tuple[str, shell.StreamResult]:
         """Start ``spec`` as the sandbox user and read its output until its trailers, the end or a full capture."""
         client = engine.api()
         with engine.engine_errors("exec in the sandbox"):
-            exec_id = client.exec_create(container_id, spec.argv, stdin=stdin is not None,
-                                         user=self.config.user, workdir=self.config.working_dir)["Id"]
+            exec_id = client.exec_create(
+                container_id, spec.argv, stdin=stdin is not None, user=self.config.user, workdir=self.config.working_dir
+            )["Id"]
             response, reader, sock = _hijack(client, exec_id)
         try:
             if stdin is not None:
@@ -367,11 +447,21 @@ class DockerSandbox:
             except docker.errors.NotFound:
                 raise SandboxError(f"the sandbox container {container_id[:12]} was removed") from None
         if not status.get("Running"):
-            raise SandboxError(f"the sandbox container {container_id[:12]} stopped "
-                               f"(exit {status.get('ExitCode')}, OOMKilled={status.get('OOMKilled')})")
+            raise SandboxError(
+                f"the sandbox container {container_id[:12]} stopped "
+                f"(exit {status.get('ExitCode')}, OOMKilled={status.get('OOMKilled')})"
+            )
 
-    def _call(self, container_id: str, argv: list[str], *, what: str, max_bytes: int,
-              stdin: bytes | None = None, timeout: float | None = None) -> tuple[int, bytes, bytes]:
+    def _call(
+        self,
+        container_id: str,
+        argv: list[str],
+        *,
+        what: str,
+        max_bytes: int,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+    ) -> tuple[int, bytes, bytes]:
         """Run a helper program as the sandbox user under :data:`shell.PLAIN` (shell state untouched):
         ``(exit status, stdout, stderr)``, each stream at most ``max_bytes`` (more: FileTooLargeError)."""
         limit = self.config.default_timeout if timeout is None else timeout
@@ -383,14 +473,16 @@ class DockerSandbox:
             raise SandboxSaturatedError(f"{what}: the sandbox's process table refills as soon as it is cleared")
         return result
 
-    def _call_once(self, container_id: str, argv: list[str], what: str, max_bytes: int, stdin: bytes | None,
-                   limit: float) -> tuple[int, bytes, bytes] | None:
+    def _call_once(
+        self, container_id: str, argv: list[str], what: str, max_bytes: int, stdin: bytes | None, limit: float
+    ) -> tuple[int, bytes, bytes] | None:
         """One try of :meth:`_call`; None when the runtime could not start the helper."""
         spec = shell.plain_command(argv, timeout=limit, kill_grace=self.config.kill_grace)
         wait = limit + self.config.kill_grace + self.config.backstop_grace
         try:
-            exec_id, streams = self._stream(container_id, spec, stdin, time.monotonic() + wait,
-                                            lambda: shell.BoundedBuffer(max_bytes))
+            exec_id, streams = self._stream(
+                container_id, spec, stdin, time.monotonic() + wait, lambda: shell.BoundedBuffer(max_bytes)
+            )
         except shell.Backstop:
             self._raise_if_dead(container_id)
             raise SandboxError(f"{what}: the sandbox did not answer within {wait:.0f}s") from None
@@ -402,8 +494,9 @@ class DockerSandbox:
             return None
         return exit_code, bytes(streams.stdout.data), bytes(streams.stderr.data)
 
-    def run_argv(self, argv: list[str], *, timeout: float | None = None,
-                 max_bytes: int | None = None) -> tuple[int, bytes, bytes]:
+    def run_argv(
+        self, argv: list[str], *, timeout: float | None = None, max_bytes: int | None = None
+    ) -> tuple[int, bytes, bytes]:
         """Run a program directly as the sandbox user, outside the shell wrapper (shell state untouched),
         and return ``(exit code, stdout bytes, stderr bytes)``; for helpers whose output is binary (the
         desktop sandbox's screenshots). ``timeout`` is enforced in the container as for :meth:`exec`.
@@ -412,8 +505,13 @@ class DockerSandbox:
         limit = self.config.default_timeout if timeout is None else float(timeout)
         with self._lock:
             container_id = self._running_id()
-            return self._call(container_id, argv, what=f"the output of {argv[0]}", timeout=limit,
-                              max_bytes=self.config.max_read_bytes if max_bytes is None else max_bytes)
+            return self._call(
+                container_id,
+                argv,
+                what=f"the output of {argv[0]}",
+                timeout=limit,
+                max_bytes=self.config.max_read_bytes if max_bytes is None else max_bytes,
+            )
 
     def stop_processes(self) -> None:
         """Kill every process the sandbox user runs (what commands left in the background, daemons that
@@ -431,12 +529,18 @@ class DockerSandbox:
         """Run :data:`shell.STOP` (retried while the runtime finds no process slot to start it in)."""
         for _ in range(3):
             try:
-                exec_id, streams = self._stream(container_id, shell.stop_command(), None,
-                                                time.monotonic() + _STOP_TIMEOUT_S, lambda: shell.OutputCapture(1024))
+                exec_id, streams = self._stream(
+                    container_id,
+                    shell.stop_command(),
+                    None,
+                    time.monotonic() + _STOP_TIMEOUT_S,
+                    lambda: shell.OutputCapture(1024),
+                )
             except shell.Backstop:
                 self._raise_if_dead(container_id)
                 raise SandboxSaturatedError(
-                    f"killing the sandbox's processes took over {_STOP_TIMEOUT_S:.0f}s") from None
+                    f"killing the sandbox's processes took over {_STOP_TIMEOUT_S:.0f}s"
+                ) from None
             records = streams.trailer.records()
             if records:
                 if records[0] == b"busy":
@@ -445,8 +549,10 @@ class DockerSandbox:
             if self._exit_without_trailer(container_id, exec_id) != _NOT_STARTED:
                 break
             time.sleep(0.2)
-        raise SandboxSaturatedError(f"the sandbox's process table (pids limit {self.config.pids_limit}) stays "
-                                    f"full: no process could be started to clear it ({streams.stdout.text()[:200]})")
+        raise SandboxSaturatedError(
+            f"the sandbox's process table (pids limit {self.config.pids_limit}) stays "
+            f"full: no process could be started to clear it ({streams.stdout.text()[:200]})"
+        )
 
     def _check_disk(self, container_id: str, *, force: bool = False) -> int:
         """Raise DiskLimitError when the sandbox has written more than its limit; the bytes written (0 where
@@ -471,16 +577,18 @@ class DockerSandbox:
         with self._lock:
             container_id = self._running_id()
             path = self._absolute(path)
-            code, out, err = self._call(container_id, ["/bin/sh", "-c", _READ, "agentgym", path, str(limit)],
-                                        what=path, max_bytes=limit)
+            code, out, err = self._call(
+                container_id, ["/bin/sh", "-c", _READ, "agentgym", path, str(limit)], what=path, max_bytes=limit
+            )
         if code == _TOO_LARGE:
             raise FileTooLargeError(path, int(out), limit)
         if code != 0:
             raise _os_error(path, code, err)
         return out
 
-    def read_lines(self, path: str, start: int = 1, end: int | None = None, *,
-                   max_bytes: int = 64 * 1024) -> tuple[bytes, int, bool]:
+    def read_lines(
+        self, path: str, start: int = 1, end: int | None = None, *, max_bytes: int = 64 * 1024
+    ) -> tuple[bytes, int, bool]:
         """Lines ``start``..``end`` (1-based, inclusive; ``end=None``: to the end) of a file, read as the
         sandbox user and cut in the container after ``max_bytes``: ``(bytes, the file's line count,
         whether they were cut)``. Pages through a file of any size, or with lines of any length, at the
@@ -520,8 +628,9 @@ class DockerSandbox:
         with self._lock:
             container_id = self._running_id()
             dest = self._absolute(dest_dir)
-            code, _, err = self._call(container_id, ["/bin/sh", "-c", _EXTRACT, "agentgym", dest],
-                                      what=dest, max_bytes=64 * 1024, stdin=data)
+            code, _, err = self._call(
+                container_id, ["/bin/sh", "-c", _EXTRACT, "agentgym", dest], what=dest, max_bytes=64 * 1024, stdin=data
+            )
         if code != 0:
             raise SandboxError(f"extracting into {dest}: {err.decode(errors='replace').strip()[-500:]}")
 
@@ -567,8 +676,12 @@ class DockerSandbox:
             with engine.engine_errors("committing a snapshot"):
                 image_id = engine.api().commit(container_id, changes=[change], pause=True)["Id"]
             cleanup.track_snapshot(image_id, parent=self.image)
-            return DockerSnapshot(ref=image_id, cwd=self._state.cwd, env=dict(self._state.env),
-                                  metadata={"image": image_id, "parent": self.image, "disk_used": disk_used})
+            return DockerSnapshot(
+                ref=image_id,
+                cwd=self._state.cwd,
+                env=dict(self._state.env),
+                metadata={"image": image_id, "parent": self.image, "disk_used": disk_used},
+            )
 
     def restore(self, snapshot: SandboxSnapshot) -> None:
         """Replace this sandbox's container by one started from ``snapshot`` (the old one goes in the background)."""
@@ -582,7 +695,7 @@ class DockerSandbox:
             self._disk_used = snapshot.metadata.get("disk_used", 0)
         engine.submit(_remove_when_started, old_id, old_starting)
 
-    def fork(self, snapshot: SandboxSnapshot | None = None) -> "DockerSandbox":
+    def fork(self, snapshot: SandboxSnapshot | None = None) -> DockerSandbox:
         """An independent sandbox at ``snapshot`` (default: this sandbox's state now); this one goes on unchanged."""
         source = snapshot or self.snapshot()
         try:
@@ -602,7 +715,7 @@ class DockerSandbox:
         if wait:
             removal.result()
 
-    def __enter__(self) -> "DockerSandbox":
+    def __enter__(self) -> DockerSandbox:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -617,40 +730,59 @@ class DockerSandbox:
 # directories are on $PATH): a file tool then does nothing the agent's own shell could not, since
 # the kernel checks every permission and resolves every symlink as it would for the agent, at the
 # moment of the access (no check-then-write race). $1 is an absolute path.
-_READABLE = r'''
+_READABLE = r"""
 [ -d "$1" ] && { echo "Is a directory" >&2; exit 1; }
 [ -e "$1" ] && ! [ -f "$1" ] && { echo "not a regular file" >&2; exit 1; }
 true <"$1" || exit 1
-'''
+"""
 _TOO_LARGE = 3  # _READ's exit status for a file over the limit (its size on stdout)
 # $2: the most bytes to send; a file that grows meanwhile still sends at most one byte more.
-_READ = _READABLE + r'''
+_READ = (
+    _READABLE
+    + r"""
 size=$(stat -L -c %s -- "$1") || exit 1
 [ "$size" -gt "$2" ] && { printf %s "$size"; exit 3; }
 exec head -c "$(($2 + 1))" -- "$1"
-'''
+"""
+)
 # $2 the first line, $3 how many ("": to the end), $4 the most bytes to send; the line count first.
 # tail and head stream, so neither a huge file nor a huge line is held in memory.
-_READ_LINES = _READABLE + r'''
+_READ_LINES = (
+    _READABLE
+    + r"""
 n=$(wc -l <"$1") || exit 1
 [ -s "$1" ] && [ "$(tail -c 1 -- "$1" | wc -l)" = 0 ] && n=$((n + 1))
 echo "$n"
 if [ -n "$3" ]; then tail -n "+$2" -- "$1" | head -n "$3"; else tail -n "+$2" -- "$1"; fi | head -c "$(($4 + 1))"
-'''
+"""
+)
 # $2 the parent directory, $3 an octal mode or ""; the content comes on stdin.
-_WRITE = r'''
+_WRITE = r"""
 [ -d "$1" ] && { echo "Is a directory" >&2; exit 1; }
 mkdir -p -- "$2" && cat >"$1" || exit 1
 [ -z "$3" ] || chmod -- "$3" "$1"
-'''
-_EXTRACT = r'''
+"""
+_EXTRACT = r"""
 mkdir -p -- "$1" && cd -- "$1" && exec tar -x -p --no-same-owner -f -
-'''
+"""
 # The errors that file operations report, as the OSError subclasses Python gives them, found by
 # their strerror text (which the container's libc and this one spell alike; dash shortens ENOENT).
-_ERROR_TEXTS = [(os.strerror(code), code) for code in (
-    errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.EFBIG, errno.ENOSPC, errno.EDQUOT, errno.EROFS,
-    errno.ELOOP, errno.ENAMETOOLONG, errno.ETXTBSY)] + [("No such file", errno.ENOENT)]
+_ERROR_TEXTS = [
+    (os.strerror(code), code)
+    for code in (
+        errno.EACCES,
+        errno.EPERM,
+        errno.EISDIR,
+        errno.ENOTDIR,
+        errno.EFBIG,
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EROFS,
+        errno.ELOOP,
+        errno.ENAMETOOLONG,
+        errno.ETXTBSY,
+    )
+] + [("No such file", errno.ENOENT)]
 _SIGXFSZ_EXIT = 128 + 25  # killed for writing past the per-file size limit
 
 
@@ -668,8 +800,12 @@ def _hijack(client: docker.APIClient, exec_id: str):
     """Start an exec on an upgraded connection: (response, buffered reader, socket)."""
     # docker-py's socket=True hands back the raw socket and so loses whatever http.client
     # buffered past the 101 headers; reading through the buffered reader keeps those bytes.
-    response = client._post_json(client._url("/exec/{0}/start", exec_id), data={"Tty": False, "Detach": False},
-                                 headers={"Connection": "Upgrade", "Upgrade": "tcp"}, stream=True)
+    response = client._post_json(
+        client._url("/exec/{0}/start", exec_id),
+        data={"Tty": False, "Detach": False},
+        headers={"Connection": "Upgrade", "Upgrade": "tcp"},
+        stream=True,
+    )
     client._raise_for_status(response)
     reader = response.raw._fp.fp
     return response, reader, reader.raw._sock

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 import docker
 import docker.errors
@@ -39,8 +39,12 @@ def api() -> docker.APIClient:
         with _lock:
             if _pid != os.getpid():  # first use, or a forked child: sockets and threads do not survive fork
                 try:
-                    _api = docker.APIClient(version="auto", max_pool_size=MAX_CONNECTIONS, timeout=API_TIMEOUT_S,
-                                            **docker.utils.kwargs_from_env())
+                    _api = docker.APIClient(
+                        version="auto",
+                        max_pool_size=MAX_CONNECTIONS,
+                        timeout=API_TIMEOUT_S,
+                        **docker.utils.kwargs_from_env(),
+                    )
                 except docker.errors.DockerException as exc:
                     raise SandboxUnavailableError(ENGINE_HINT.format(reason=exc)) from exc
                 _executor = ThreadPoolExecutor(BACKGROUND_WORKERS, thread_name_prefix="agentgym-docker")

@@ -16,9 +16,9 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 import docker.errors
 
@@ -52,12 +52,19 @@ IMAGE_CHANGES = (
 Progress = Callable[[str], None]
 
 
-def recipe_hash(packages: tuple[str, ...] = PACKAGES, setup: str = USER_SETUP,
-                changes: tuple[str, ...] = IMAGE_CHANGES) -> str:
+def recipe_hash(
+    packages: tuple[str, ...] = PACKAGES, setup: str = USER_SETUP, changes: tuple[str, ...] = IMAGE_CHANGES
+) -> str:
     """The content hash of a debootstrap recipe (suite, packages, user setup, image settings, version);
     the defaults are the base image's (the desktop image passes its own)."""
-    recipe = {"version": RECIPE_VERSION, "suite": SUITE, "variant": "minbase", "packages": packages,
-              "setup": setup, "changes": changes}
+    recipe = {
+        "version": RECIPE_VERSION,
+        "suite": SUITE,
+        "variant": "minbase",
+        "packages": packages,
+        "setup": setup,
+        "changes": changes,
+    }
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
 
@@ -91,11 +98,13 @@ def require_base_image() -> str:
             return tag
     raise SandboxUnavailableError(
         f"the sandbox image {candidates[0]} is missing: run `agentgym images build` "
-        "(about two minutes, offline from the Debian mirror; needs root for debootstrap)")
+        "(about two minutes, offline from the Debian mirror; needs root for debootstrap)"
+    )
 
 
-def build_base_image(*, force: bool = False, dockerfile: str | os.PathLike | None = None,
-                     progress: Progress = print) -> str:
+def build_base_image(
+    *, force: bool = False, dockerfile: str | os.PathLike | None = None, progress: Progress = print
+) -> str:
     """Build the base image unless it exists (``force`` rebuilds); returns its tag.
 
     Without ``dockerfile``: debootstrap a minimal Debian, add the ``agent`` user (uid 1000) and
@@ -107,9 +116,15 @@ def build_base_image(*, force: bool = False, dockerfile: str | os.PathLike | Non
     return build_debootstrap_image(REPOSITORY, force=force, progress=progress)
 
 
-def build_debootstrap_image(repository: str, *, packages: tuple[str, ...] = PACKAGES, setup: str = USER_SETUP,
-                            changes: tuple[str, ...] = IMAGE_CHANGES, force: bool = False,
-                            progress: Progress = print) -> str:
+def build_debootstrap_image(
+    repository: str,
+    *,
+    packages: tuple[str, ...] = PACKAGES,
+    setup: str = USER_SETUP,
+    changes: tuple[str, ...] = IMAGE_CHANGES,
+    force: bool = False,
+    progress: Progress = print,
+) -> str:
     """Build ``repository:<recipe hash>`` by debootstrap + ``docker import`` unless it exists; returns the tag.
 
     The base image and the desktop image (:mod:`agentgym.sandbox.desktop`) differ only in their recipe.
@@ -134,12 +149,14 @@ def _build_lock() -> Iterator[None]:
         yield
 
 
-def _debootstrap_tarball(tarball: Path, progress: Progress, *, packages: tuple[str, ...] = PACKAGES,
-                         setup: str = USER_SETUP) -> None:
+def _debootstrap_tarball(
+    tarball: Path, progress: Progress, *, packages: tuple[str, ...] = PACKAGES, setup: str = USER_SETUP
+) -> None:
     if os.geteuid() != 0:
         raise SandboxUnavailableError(
             "building the base image runs debootstrap, which needs root: run `sudo agentgym images build` "
-            "(or `agentgym images build --dockerfile PATH` where a registry is reachable)")
+            "(or `agentgym images build --dockerfile PATH` where a registry is reachable)"
+        )
     if shutil.which("debootstrap") is None:
         raise SandboxUnavailableError("debootstrap is missing: `sudo apt-get install debootstrap`")
     mirror = os.environ.get("AGENTGYM_DEBIAN_MIRROR", DEFAULT_MIRROR)
@@ -182,8 +199,9 @@ def _import(tarball: Path, tag: str, content_hash: str, *, changes: tuple[str, .
     label_change = "LABEL " + " ".join(f'{k}="{v}"' for k, v in _labels(content_hash).items())
     repository, _, name = tag.partition(":")
     with engine.engine_errors("docker import"):
-        answer = client.import_image_from_file(str(tarball), repository=repository, tag=name,
-                                               changes=[*changes, label_change])
+        answer = client.import_image_from_file(
+            str(tarball), repository=repository, tag=name, changes=[*changes, label_change]
+        )
     if not image_exists(tag):
         raise SandboxError(f"docker import of {tarball} did not produce {tag}: {answer}")
     _tag_latest_and_drop(tag, previous)
@@ -196,8 +214,15 @@ def _build_from_dockerfile(dockerfile: Path, *, force: bool, progress: Progress)
         return tag
     previous = _image_id(tag)
     with engine.engine_errors("docker build"):
-        for event in engine.api().build(path=str(dockerfile.parent), dockerfile=dockerfile.name, tag=tag,
-                                        labels=_labels(content_hash), rm=True, forcerm=True, decode=True):
+        for event in engine.api().build(
+            path=str(dockerfile.parent),
+            dockerfile=dockerfile.name,
+            tag=tag,
+            labels=_labels(content_hash),
+            rm=True,
+            forcerm=True,
+            decode=True,
+        ):
             if "error" in event:
                 raise SandboxError(f"docker build {dockerfile} failed: {event['error']}")
             if event.get("stream", "").strip():

@@ -58,8 +58,14 @@ def current_owner() -> Owner:
 
 def owner_labels(kind: str) -> dict[str, str]:
     owner = current_owner()
-    return {MANAGED: "true", KIND: kind, OWNER_PID: str(owner.pid), OWNER_HOST: owner.host,
-            OWNER_START: owner.start, SESSION: owner.session}
+    return {
+        MANAGED: "true",
+        KIND: kind,
+        OWNER_PID: str(owner.pid),
+        OWNER_HOST: owner.host,
+        OWNER_START: owner.start,
+        SESSION: owner.session,
+    }
 
 
 def session_filter() -> dict[str, list[str]]:

@@ -55,8 +55,14 @@ class WarmPool:
                 return DockerSandbox(container_id, *key)
             engine.submit(cleanup.remove_container, container_id)
 
-    def prewarm(self, image: str | None = None, *, config: SandboxConfig | None = None,
-                wait: bool = False, timeout: float = 120.0) -> None:
+    def prewarm(
+        self,
+        image: str | None = None,
+        *,
+        config: SandboxConfig | None = None,
+        wait: bool = False,
+        timeout: float = 120.0,
+    ) -> None:
         """Start filling the pool for ``image``; with ``wait``, block until ``size`` containers are ready."""
         key = self._key(image, config)
         with self._cond:
@@ -83,7 +89,7 @@ class WarmPool:
         for container_id in idle:
             cleanup.remove_container(container_id)
 
-    def __enter__(self) -> "WarmPool":
+    def __enter__(self) -> WarmPool:
         return self
 
     def __exit__(self, *exc_info) -> None:

@@ -8,8 +8,9 @@ import secrets
 import shlex
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 STDOUT, STDERR = 1, 2
 _FRAME_HEADER = 8
@@ -19,7 +20,7 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # $3: one-off variable assignments, $4: the command. The state file holds the cwd, then the
 # variables that differ from the container's own environment ("K=V", or "K" when unset),
 # NUL-separated; living in the container's filesystem, `docker commit` captures it with the rest.
-INNER = r'''
+INNER = r"""
 __ag_state=$1 __ag_workdir=$2 __ag_start=$PWD __ag_cwd=$PWD
 declare -A __ag_base=() __ag_set=() __ag_old=()
 for __ag_k in $(compgen -e); do __ag_base[$__ag_k]=${!__ag_k}; done
@@ -55,7 +56,7 @@ fi
 unset -v __ag_k __ag_kv
 trap __ag_save EXIT
 eval "$4"
-'''
+"""
 
 # The most trailer bytes the host keeps: the state file is the agent's to fill (a huge exported
 # variable), and every byte read back from a sandbox is bounded.
@@ -82,7 +83,7 @@ MAX_TRAILER = 1 << 20
 # On the normal path this costs two reads of cgroup files. Nothing after the command forks (the
 # state file is copied with builtins), so a full table cannot block the trailer.
 # $1 timeout, $2 kill grace, $3/$4 markers, $5 state file, $6 INNER, $7.. INNER's arguments.
-OUTER = r'''
+OUTER = r"""
 __ag_pids() {  # the pids cgroup's use and limit into __ag_cur/__ag_max; false without a limit
   local dir
   for dir in /sys/fs/cgroup/pids /sys/fs/cgroup; do [[ -r $dir/pids.max ]] && break; done
@@ -129,26 +130,26 @@ printf '%s%s' "$3" "$4"
     (( n += ${#record} + 1 ))
   done 2>/dev/null <"$5"
   printf '%s' "$4"; } >&2
-'''.replace("MAX_TRAILER", str(MAX_TRAILER))
+""".replace("MAX_TRAILER", str(MAX_TRAILER))
 
 # The wrapper of the host's own helper commands (file reads and writes, run_argv): the same time
 # limit and trailer as OUTER (exit status only), no shell state, and a $PATH of system directories
 # only, which the agent cannot write to. $1 timeout, $2 kill grace, $3/$4 markers, $5.. the argv.
-PLAIN = r'''
+PLAIN = r"""
 t=$1 k=$2 b=$3 e=$4
 shift 4
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin /usr/bin/timeout -k "$k" "$t" "$@"
 rc=$?
 printf '%s%s' "$b" "$e"
 printf '%s%s\0%s' "$b" "$rc" "$e" >&2
-'''
+"""
 
 # Stops every process the sandbox user may signal (kill(-1) spares pid 1 and the caller, and is
 # atomic against fork, so a fork bomb dies in one call), again and again until only zombies are
 # left; "busy" when processes survive a second of that. Only builtins, since a full process table
 # refuses forks; it runs as the exec's own process, not under PLAIN, whose `timeout` it would
 # kill. $1/$2 markers.
-STOP = r'''
+STOP = r"""
 until=$(( ${EPOCHREALTIME//[!0-9]/} + 1000000 )) left=busy
 while (( ${EPOCHREALTIME//[!0-9]/} < until )); do
   kill -9 -1 2>/dev/null
@@ -167,7 +168,8 @@ while (( ${EPOCHREALTIME//[!0-9]/} < until )); do
 done
 printf '%s%s' "$1" "$2"
 printf '%s%s\0%s' "$1" "$left" "$2" >&2
-'''
+"""
+
 
 @dataclass
 class ShellState:
@@ -177,7 +179,7 @@ class ShellState:
     env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, records: list[bytes], fallback: "ShellState") -> "ShellState":
+    def parse(cls, records: list[bytes], fallback: ShellState) -> ShellState:
         if not records:
             return fallback
         env = {}
@@ -202,20 +204,37 @@ def _markers() -> tuple[str, str]:
     return f"\x1e[agentgym {nonce}]", f"\x1e[/agentgym {nonce}]"
 
 
-def exec_command(command: str, *, timeout: float, kill_grace: float, state_file: str,
-                 workdir: str | None, env: dict[str, str] | None) -> ExecCommand:
+def exec_command(
+    command: str, *, timeout: float, kill_grace: float, state_file: str, workdir: str | None, env: dict[str, str] | None
+) -> ExecCommand:
     begin, end = _markers()
     assignments = "".join(f"__ag_env {_checked_name(k)} {shlex.quote(v)}\n" for k, v in (env or {}).items())
-    argv = ["/bin/bash", "-c", OUTER, "agentgym", f"{timeout:g}", f"{kill_grace:g}", begin, end, state_file,
-            INNER, workdir or "", assignments, command]
+    argv = [
+        "/bin/bash",
+        "-c",
+        OUTER,
+        "agentgym",
+        f"{timeout:g}",
+        f"{kill_grace:g}",
+        begin,
+        end,
+        state_file,
+        INNER,
+        workdir or "",
+        assignments,
+        command,
+    ]
     return ExecCommand(argv, begin.encode(), end.encode())
 
 
 def plain_command(argv: list[str], *, timeout: float, kill_grace: float) -> ExecCommand:
     """``argv`` under :data:`PLAIN`: a helper command with a time limit and an exit-status trailer."""
     begin, end = _markers()
-    return ExecCommand(["/bin/sh", "-c", PLAIN, "agentgym", f"{timeout:g}", f"{kill_grace:g}", begin, end, *argv],
-                       begin.encode(), end.encode())
+    return ExecCommand(
+        ["/bin/sh", "-c", PLAIN, "agentgym", f"{timeout:g}", f"{kill_grace:g}", begin, end, *argv],
+        begin.encode(),
+        end.encode(),
+    )
 
 
 def stop_command() -> ExecCommand:
@@ -279,7 +298,7 @@ class BoundedBuffer:
             return
         if len(self.data) + len(data) > self.limit:
             self.full = True
-            data = data[:self.limit - len(self.data)]
+            data = data[: self.limit - len(self.data)]
         self.data += data
 
 
@@ -305,22 +324,22 @@ class TrailerFilter:
                 self._keep(data[:at])
             else:
                 keep = min(len(data), len(self.end) - 1)
-                self.pending = data[len(data) - keep:]
-                self._keep(data[:len(data) - keep])
+                self.pending = data[len(data) - keep :]
+                self._keep(data[: len(data) - keep])
             return b""
         data = self.pending + data
         at = data.find(self.begin)
         if at >= 0:
             self.payload = bytearray()
             self.pending = b""
-            self.feed(data[at + len(self.begin):])
+            self.feed(data[at + len(self.begin) :])
             return data[:at]
         keep = min(len(data), len(self.begin) - 1)
-        self.pending = data[len(data) - keep:]
-        return data[:len(data) - keep]
+        self.pending = data[len(data) - keep :]
+        return data[: len(data) - keep]
 
     def _keep(self, data: bytes) -> None:
-        self.payload += data[:MAX_TRAILER - len(self.payload)]
+        self.payload += data[: MAX_TRAILER - len(self.payload)]
 
     def flush(self) -> bytes:
         if self.payload is not None:
@@ -349,8 +368,14 @@ class StreamResult:
         return self.stdout.full or self.stderr.full
 
 
-def read_exec_stream(reader: BinaryIO, sock: socket.socket, deadline: float,
-                     capture: Callable[[], OutputCapture | BoundedBuffer], begin: bytes, end: bytes) -> StreamResult:
+def read_exec_stream(
+    reader: BinaryIO,
+    sock: socket.socket,
+    deadline: float,
+    capture: Callable[[], OutputCapture | BoundedBuffer],
+    begin: bytes,
+    end: bytes,
+) -> StreamResult:
     """Read Docker's multiplexed frames until both trailers, the end of the stream or a full capture
     (``capture()`` makes one per stream); raise Backstop at ``deadline``."""
     out = {STDOUT: capture(), STDERR: capture()}
@@ -363,7 +388,7 @@ def read_exec_stream(reader: BinaryIO, sock: socket.socket, deadline: float,
         sock.settimeout(remaining)
         try:
             chunk = reader.read1(1 << 16)
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             raise Backstop from None
         if not chunk:
             break
@@ -374,14 +399,15 @@ def read_exec_stream(reader: BinaryIO, sock: socket.socket, deadline: float,
     return StreamResult(out[STDOUT], out[STDERR], trailers[STDERR])
 
 
-def _drain_frames(buffer: bytearray, out: dict[int, OutputCapture | BoundedBuffer],
-                  trailers: dict[int, TrailerFilter]) -> None:
+def _drain_frames(
+    buffer: bytearray, out: dict[int, OutputCapture | BoundedBuffer], trailers: dict[int, TrailerFilter]
+) -> None:
     while len(buffer) >= _FRAME_HEADER:
         size = int.from_bytes(buffer[4:_FRAME_HEADER], "big")
         if len(buffer) < _FRAME_HEADER + size:
             return
         stream = buffer[0] if buffer[0] in out else STDOUT
-        payload = bytes(buffer[_FRAME_HEADER:_FRAME_HEADER + size])
-        del buffer[:_FRAME_HEADER + size]
+        payload = bytes(buffer[_FRAME_HEADER : _FRAME_HEADER + size])
+        del buffer[: _FRAME_HEADER + size]
         if not trailers[stream].done:  # what a background process writes after the trailer is not this command's
             out[stream].write(trailers[stream].feed(payload))

@@ -7,11 +7,16 @@ until a trainer is used.
 from importlib import import_module
 
 _EXPORTS = {
-    "TreeGRPOTrainer": "tree_grpo", "TreeGRPOConfig": "tree_grpo_config",
-    "SAOTrainer": "sao", "SAOConfig": "sao_config",
-    "tree_turn_advantages": "advantages", "group_advantages": "advantages", "turn_gae": "advantages",
+    "TreeGRPOTrainer": "tree_grpo",
+    "TreeGRPOConfig": "tree_grpo_config",
+    "SAOTrainer": "sao",
+    "SAOConfig": "sao_config",
+    "tree_turn_advantages": "advantages",
+    "group_advantages": "advantages",
+    "turn_gae": "advantages",
     "strict_clip_policy_loss": "advantages",
-    "sft_warm_start": "warm_start", "success_rate": "warm_start",
+    "sft_warm_start": "warm_start",
+    "success_rate": "warm_start",
 }
 
 __all__ = sorted(_EXPORTS)

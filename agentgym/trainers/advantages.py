@@ -16,18 +16,25 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Sequence
+from collections.abc import Sequence
 
 from agentgym.rollout.tree_values import BASELINES, hierarchical_values, tree_turn_advantages
 
-__all__ = ["explained_variance", "group_advantages", "hierarchical_values", "strict_clip_policy_loss",
-           "tree_turn_advantages", "turn_gae"]
+__all__ = [
+    "explained_variance",
+    "group_advantages",
+    "hierarchical_values",
+    "strict_clip_policy_loss",
+    "tree_turn_advantages",
+    "turn_gae",
+]
 
 SCALES = ("none", "group", "batch")
 
 
-def group_advantages(rewards: Sequence[float], groups: Sequence[object], baseline: str = "mean",
-                     scale: str = "group", eps: float = 1e-4) -> list[float]:
+def group_advantages(
+    rewards: Sequence[float], groups: Sequence[object], baseline: str = "mean", scale: str = "group", eps: float = 1e-4
+) -> list[float]:
     """GRPO's advantage: reward minus the group's mean (or median), divided by the group/batch std or not."""
     if baseline not in BASELINES:
         raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
@@ -51,8 +58,9 @@ def group_advantages(rewards: Sequence[float], groups: Sequence[object], baselin
     return advantages
 
 
-def turn_gae(rewards: Sequence[float], values: Sequence[float], gamma: float = 1.0, lam: float = 1.0,
-             bootstrap: float = 0.0) -> tuple[list[float], list[float]]:
+def turn_gae(
+    rewards: Sequence[float], values: Sequence[float], gamma: float = 1.0, lam: float = 1.0, bootstrap: float = 0.0
+) -> tuple[list[float], list[float]]:
     """Per-turn GAE: ``(advantages, returns)`` for turns with step ``rewards`` and value estimates ``values`` at each turn's state.
 
     ``δ_t = r_t + γ V_{t+1} − V_t`` with ``V_T = bootstrap`` (0 for a finished episode);

@@ -13,10 +13,9 @@ from __future__ import annotations
 import asyncio
 import importlib
 import math
-from dataclasses import dataclass, field
-from typing import Callable, Sequence
-
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import torch
 from transformers import TrainerCallback
@@ -35,28 +34,49 @@ __all__ = ["RolloutArguments", "Row", "TimeBudget", "collate", "make_env_factory
 class RolloutArguments:
     """Rollout settings shared by the trainers' configs (mixed into TreeGRPOConfig and SAOConfig)."""
 
-    env_id: str = field(default="agentgym.envs.tool.keychain:KeyChainEnv", metadata={
-        "help": "The env: a registered id (`agentgym/<Name>-v0`) or an entry point `module:Class`."})
+    env_id: str = field(
+        default="agentgym.envs.tool.keychain:KeyChainEnv",
+        metadata={"help": "The env: a registered id (`agentgym/<Name>-v0`) or an entry point `module:Class`."},
+    )
     env_kwargs: dict = field(default_factory=dict, metadata={"help": "Keyword arguments for the env."})
-    train_tasks: list[str] | None = field(default=None, metadata={
-        "help": "Task ids to train on (default: every task the env lists)."})
-    system_prompt: str | None = field(default=None, metadata={
-        "help": "System prompt of the agent loop (None: none; the tool list still goes in the template's system block)."})
-    max_turns: int | None = field(default=None, metadata={"help": "Turns per episode (the env's own limit applies too)."})
+    train_tasks: list[str] | None = field(
+        default=None, metadata={"help": "Task ids to train on (default: every task the env lists)."}
+    )
+    system_prompt: str | None = field(
+        default=None,
+        metadata={
+            "help": "System prompt of the agent loop (None: none; the tool list still goes in the template's system block)."
+        },
+    )
+    max_turns: int | None = field(
+        default=None, metadata={"help": "Turns per episode (the env's own limit applies too)."}
+    )
     max_turn_tokens: int = field(default=48, metadata={"help": "Tokens the policy may sample per turn."})
-    context_window: int | None = field(default=None, metadata={
-        "help": "Prompt + completion tokens per episode (None: the model's max positions)."})
+    context_window: int | None = field(
+        default=None, metadata={"help": "Prompt + completion tokens per episode (None: the model's max positions)."}
+    )
     rollout_concurrency: int = field(default=16, metadata={"help": "Episodes in flight at once (their samples batch)."})
     episode_timeout: float | None = field(default=None, metadata={"help": "Seconds an episode may run."})
-    store_path: str | None = field(default=None, metadata={
-        "help": "JSONL trajectory store (default: <output_dir>/trajectories.jsonl); every rollout is appended."})
-    time_budget_s: float | None = field(default=None, metadata={
-        "help": "Stop training after this many seconds (a checkpoint is saved at the stop)."})
-    report_rollout_metrics: bool = field(default=True, metadata={
-        "help": "Log success rate, env error rate and episode shape with the trainer's metrics."})
-    memory: dict | None = field(default=None, metadata={
-        "help": "Memory bank section {path, mode: read|learn, k_skills, k_episodes, min_utility, write_forks}: every "
-                "rollout env is wrapped in a MemoryWrapper (see agentgym.memory.config). None: no memory."})
+    store_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "JSONL trajectory store (default: <output_dir>/trajectories.jsonl); every rollout is appended."
+        },
+    )
+    time_budget_s: float | None = field(
+        default=None, metadata={"help": "Stop training after this many seconds (a checkpoint is saved at the stop)."}
+    )
+    report_rollout_metrics: bool = field(
+        default=True,
+        metadata={"help": "Log success rate, env error rate and episode shape with the trainer's metrics."},
+    )
+    memory: dict | None = field(
+        default=None,
+        metadata={
+            "help": "Memory bank section {path, mode: read|learn, k_skills, k_episodes, min_utility, write_forks}: every "
+            "rollout env is wrapped in a MemoryWrapper (see agentgym.memory.config). None: no memory."
+        },
+    )
 
     def check_memory(self) -> None:
         """Fail at config time, not at the first rollout, on a bad memory section."""
@@ -87,24 +107,40 @@ def make_env_factory(env_id: str, env_kwargs: dict | None = None, memory: dict |
 
 
 def make_agent(policy: HFPolicy, args) -> Agent:
-    sampling = SamplingParams(max_tokens=args.max_turn_tokens, temperature=args.temperature, top_p=args.top_p,
-                              top_k=args.top_k or 0)
-    return Agent(policy, AgentConfig(sampling=sampling, system_prompt=args.system_prompt,
-                                     context_window=args.context_window, max_turns=args.max_turns, mode="tokens"))
+    sampling = SamplingParams(
+        max_tokens=args.max_turn_tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k or 0
+    )
+    return Agent(
+        policy,
+        AgentConfig(
+            sampling=sampling,
+            system_prompt=args.system_prompt,
+            context_window=args.context_window,
+            max_turns=args.max_turns,
+            mode="tokens",
+        ),
+    )
 
 
 def make_runner(agent: Agent, args, store: TrajectoryStore | None, job=None) -> Runner:
-    return Runner(agent, make_env_factory(args.env_id, args.env_kwargs, args.memory),
-                  RunnerConfig(concurrency=args.rollout_concurrency, episode_timeout=args.episode_timeout,
-                               progress=False, store=store), job=job)
+    return Runner(
+        agent,
+        make_env_factory(args.env_id, args.env_kwargs, args.memory),
+        RunnerConfig(
+            concurrency=args.rollout_concurrency, episode_timeout=args.episode_timeout, progress=False, store=store
+        ),
+        job=job,
+    )
 
 
 def run_tasks(runner: Runner, tasks: Sequence[Task]) -> list[Record]:
     """Run every task to its end (from synchronous trainer code) and return the records in task order."""
     result = asyncio.run(runner.run(list(tasks)))
     order = {(t.task_id, t.repeat, t.group): i for i, t in enumerate(tasks)}
-    return sorted(result.records, key=lambda r: order.get(
-        (r.task_id, r.metadata.get("repeat"), r.metadata.get("group")), len(order)))
+    return sorted(
+        result.records,
+        key=lambda r: order.get((r.task_id, r.metadata.get("repeat"), r.metadata.get("group")), len(order)),
+    )
 
 
 class TimeBudget(TrainerCallback):
@@ -137,8 +173,9 @@ class Row:
     turn_rewards: list[float]
 
 
-def trajectory_rows(trajectory: Trajectory, turn_advantages: Sequence[float],
-                    trainable: Sequence[bool] | None = None) -> list[Row]:
+def trajectory_rows(
+    trajectory: Trajectory, turn_advantages: Sequence[float], trainable: Sequence[bool] | None = None
+) -> list[Row]:
     """The trajectory's training sequences as rows; turn ``i``'s tokens get ``turn_advantages[i]``.
 
     ``trainable[i] = False`` keeps turn ``i`` as context without loss (a tree node already
@@ -151,13 +188,21 @@ def trajectory_rows(trajectory: Trajectory, turn_advantages: Sequence[float],
         mask = list(sequence.mask[start:])
         advantages = [0.0] * len(completion)
         for (lo, hi), turn in zip(sequence.turn_spans, sequence.turn_indices):
-            advantages[lo - start:hi - start] = [float(turn_advantages[turn])] * (hi - lo)
+            advantages[lo - start : hi - start] = [float(turn_advantages[turn])] * (hi - lo)
             if trainable is not None and not trainable[turn]:
-                mask[lo - start:hi - start] = [0] * (hi - lo)
+                mask[lo - start : hi - start] = [0] * (hi - lo)
         # Earlier completions inside the completion part that are context (after a fold) are already mask 0.
-        rows.append(Row(sequence.input_ids[:start], completion, mask, sequence.logprobs[start:], advantages,
-                        [lo - start for lo, _ in sequence.turn_spans],
-                        [trajectory.turns[i].reward for i in sequence.turn_indices]))
+        rows.append(
+            Row(
+                sequence.input_ids[:start],
+                completion,
+                mask,
+                sequence.logprobs[start:],
+                advantages,
+                [lo - start for lo, _ in sequence.turn_spans],
+                [trajectory.turns[i].reward for i in sequence.turn_indices],
+            )
+        )
     return rows
 
 
@@ -191,8 +236,17 @@ def pad_rows(rows: list[Row], multiple: int) -> list[Row]:
     """
     while len(rows) % multiple:
         last = rows[-1]
-        rows.append(Row(last.prompt_ids, last.completion_ids, [0] * len(last.loss_mask), last.sampling_logps,
-                        [0.0] * len(last.advantages), [], []))
+        rows.append(
+            Row(
+                last.prompt_ids,
+                last.completion_ids,
+                [0] * len(last.loss_mask),
+                last.sampling_logps,
+                [0.0] * len(last.advantages),
+                [],
+                [],
+            )
+        )
     return rows
 
 
@@ -210,13 +264,15 @@ def record_metrics(records: Sequence[Record]) -> dict[str, float]:
     if trees:
         from agentgym.rollout.tree_values import prefix_sharing_saving
 
-        metrics.update({
-            "tree/leaves": _mean([len(t.leaves) for t in trees]),
-            "tree/nodes": _mean([len(t.nodes) for t in trees]),
-            "tree/depth": _mean([max(len(t.path(leaf.id)) for leaf in t.leaves) for t in trees if t.nodes]),
-            "tree/branch_points": _mean([sum(n.branched for n in t.nodes) for t in trees]),
-            "tree/prefix_sharing_saving": _mean([prefix_sharing_saving(t) for t in trees]),
-        })
+        metrics.update(
+            {
+                "tree/leaves": _mean([len(t.leaves) for t in trees]),
+                "tree/nodes": _mean([len(t.nodes) for t in trees]),
+                "tree/depth": _mean([max(len(t.path(leaf.id)) for leaf in t.leaves) for t in trees if t.nodes]),
+                "tree/branch_points": _mean([sum(n.branched for n in t.nodes) for t in trees]),
+                "tree/prefix_sharing_saving": _mean([prefix_sharing_saving(t) for t in trees]),
+            }
+        )
     return metrics
 
 

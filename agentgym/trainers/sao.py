@@ -89,18 +89,35 @@ class SAOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
     _tag_names = ["trl", "agentgym", "sao"]
     _name = "SAO"
 
-    def __init__(self, model, args: SAOConfig, train_dataset=None, processing_class=None, callbacks=None,
-                 optimizers=(None, None), peft_config=None):
+    def __init__(
+        self,
+        model,
+        args: SAOConfig,
+        train_dataset=None,
+        processing_class=None,
+        callbacks=None,
+        optimizers=(None, None),
+        peft_config=None,
+    ):
         if isinstance(model, str):
             model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
         # Attached before the Trainer wraps the model, so the optimizer, DDP and checkpoints include it.
-        model.value_model = (ValueHead(model.config.get_text_config().hidden_size) if args.value_model == "head"
-                             else SeparateValueModel(args.value_model))
+        model.value_model = (
+            ValueHead(model.config.get_text_config().hidden_size)
+            if args.value_model == "head"
+            else SeparateValueModel(args.value_model)
+        )
         self.tasks = default_tasks(args)
-        super().__init__(model, reward_funcs=env_reward, args=args,
-                         train_dataset=train_dataset if train_dataset is not None else task_dataset(self.tasks),
-                         processing_class=processing_class, callbacks=callbacks, optimizers=optimizers,
-                         peft_config=peft_config)
+        super().__init__(
+            model,
+            reward_funcs=env_reward,
+            args=args,
+            train_dataset=train_dataset if train_dataset is not None else task_dataset(self.tasks),
+            processing_class=processing_class,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            peft_config=peft_config,
+        )
         self._setup_rollouts()
         learner = self.rollout_model
         value_model = learner.value_model
@@ -206,8 +223,11 @@ class SAOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
         step = self.state.global_step
         if self.synced_step is not None and step - self.synced_step < self.args.sync_every:
             return
-        weights = {k: v.detach().clone() for k, v in self.rollout_model.state_dict().items()
-                   if not k.startswith("value_model.")}
+        weights = {
+            k: v.detach().clone()
+            for k, v in self.rollout_model.state_dict().items()
+            if not k.startswith("value_model.")
+        }
         self.policy.update_weights(weights, version=step)
         self.synced_step = step
 
@@ -253,7 +273,9 @@ class SAOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
         value_model = self._value_model()
         with torch.no_grad():
             if isinstance(value_model, ValueHead):
-                hidden = self.rollout_model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+                hidden = self.rollout_model.base_model(
+                    input_ids=input_ids, attention_mask=attention_mask
+                ).last_hidden_state
                 return value_model(hidden)
             return value_model(input_ids, attention_mask)
 
@@ -265,8 +287,10 @@ class SAOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
         flat = [row for rows in layout for row in rows]
         draft = collate(flat, pad, device)
         width = draft["prompt_ids"].size(1)
-        values = self._values(torch.cat([draft["prompt_ids"], draft["completion_ids"]], 1),
-                              torch.cat([draft["prompt_mask"], draft["completion_mask"]], 1)).cpu()
+        values = self._values(
+            torch.cat([draft["prompt_ids"], draft["completion_ids"]], 1),
+            torch.cat([draft["prompt_mask"], draft["completion_mask"]], 1),
+        ).cpu()
         rows, positions, targets, predictions = [], [], [], []
         b = 0
         for trajectory, traj_rows in zip(trajectories, layout):
@@ -295,24 +319,31 @@ class SAOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
         batch = collate(rows, pad, device)
         k = max(len(p) for p in positions)
         batch["value_positions"] = torch.tensor([p + [0] * (k - len(p)) for p in positions], device=device)
-        batch["value_targets"] = torch.tensor([[r for r, _ in t] + [0.0] * (k - len(t)) for t in targets],
-                                              dtype=torch.float32, device=device)
-        batch["value_mask"] = torch.tensor([[float(keep) for _, keep in t] + [0.0] * (k - len(t)) for t in targets],
-                                           device=device)
-        stats = {"value/explained_variance": explained_variance([v for v, _ in predictions], [r for _, r in predictions]),
-                 "value/mean": sum(v for v, _ in predictions) / max(1, len(predictions))}
+        batch["value_targets"] = torch.tensor(
+            [[r for r, _ in t] + [0.0] * (k - len(t)) for t in targets], dtype=torch.float32, device=device
+        )
+        batch["value_mask"] = torch.tensor(
+            [[float(keep) for _, keep in t] + [0.0] * (k - len(t)) for t in targets], device=device
+        )
+        stats = {
+            "value/explained_variance": explained_variance([v for v, _ in predictions], [r for _, r in predictions]),
+            "value/mean": sum(v for v, _ in predictions) / max(1, len(predictions)),
+        }
         return batch, stats
 
     def create_optimizer(self, model=None):
         optimizer = super().create_optimizer(model)
-        if self.args.value_learning_rate is not None and not any(g.get("name") == "value" for g in optimizer.param_groups):
+        if self.args.value_learning_rate is not None and not any(
+            g.get("name") == "value" for g in optimizer.param_groups
+        ):
             # The value model's parameters move from the Trainer's groups into a group of their own.
             own = [p for p in self._value_model(model).parameters() if p.requires_grad]
             ids = {id(p) for p in own}
             for group in optimizer.param_groups:
                 group["params"] = [p for p in group["params"] if id(p) not in ids]
-            optimizer.add_param_group({"params": own, "lr": self.args.value_learning_rate, "weight_decay": 0.0,
-                                       "name": "value"})
+            optimizer.add_param_group(
+                {"params": own, "lr": self.args.value_learning_rate, "weight_decay": 0.0, "name": "value"}
+            )
         return optimizer
 
     # ------------------------------------------------------------------ TRL's hooks
@@ -325,12 +356,20 @@ class SAOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
         batch, stats = self._advantages(fresh)
         mask = batch["completion_mask"] * batch["tool_mask"]
         batch["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
-        metrics = {**stats, "staleness/mean": sum(staleness) / len(staleness), "staleness/max": float(max(staleness)),
-                   "staleness/dropped_total": float(self.dropped_stale), "producer/version": float(self.policy.version),
-                   "producer/queue": float(self.queue.qsize()),
-                   "producer/ahead": float(self.started - self.consumed), "learner/wait_s": self.learner_wait_s - waited,
-                   "producer/consumed_total": float(self.consumed)}
-        metrics.update({f"staleness/hist_{age}": float(self.staleness[age]) for age in range(self.args.max_staleness + 1)})
+        metrics = {
+            **stats,
+            "staleness/mean": sum(staleness) / len(staleness),
+            "staleness/max": float(max(staleness)),
+            "staleness/dropped_total": float(self.dropped_stale),
+            "producer/version": float(self.policy.version),
+            "producer/queue": float(self.queue.qsize()),
+            "producer/ahead": float(self.started - self.consumed),
+            "learner/wait_s": self.learner_wait_s - waited,
+            "producer/consumed_total": float(self.consumed),
+        }
+        metrics.update(
+            {f"staleness/hist_{age}": float(self.staleness[age]) for age in range(self.args.max_staleness + 1)}
+        )
         rollout = record_metrics(seen)
         metrics["reward"] = rollout["rollout/reward"]
         if self.args.report_rollout_metrics:
@@ -348,29 +387,42 @@ class SAOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
         hook = None
         if isinstance(value_model, ValueHead):  # read the trunk's output from the policy's own forward
             trunk = self.accelerator.unwrap_model(model).base_model
-            hook = trunk.register_forward_hook(lambda module, args, output: captured.update(hidden=output.last_hidden_state))
+            hook = trunk.register_forward_hook(
+                lambda module, args, output: captured.update(hidden=output.last_hidden_state)
+            )
         try:
-            logps, entropies, _ = self._get_per_token_logps_and_entropies(model, input_ids, attention_mask, keep,
-                                                                           compute_entropy=True)
+            logps, entropies, _ = self._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, keep, compute_entropy=True
+            )
         finally:
             if hook is not None:
                 hook.remove()
         # The head reads the shared trunk but does not train it: with the value loss moving the trunk,
         # the KeyChain policy collapsed within a few hundred updates (success 0.53 → 0.08, KL 0.7).
-        values = (value_model(captured["hidden"].detach()) if hook is not None
-                  else value_model(input_ids, attention_mask))
+        values = (
+            value_model(captured["hidden"].detach()) if hook is not None else value_model(input_ids, attention_mask)
+        )
         mask = (inputs["completion_mask"] * inputs["tool_mask"]).float()
-        per_token, kept = strict_clip_policy_loss(logps, inputs["sampling_per_token_logps"], inputs["advantages"], mask,
-                                                  self.args.epsilon, self.args.epsilon_high)
+        per_token, kept = strict_clip_policy_loss(
+            logps,
+            inputs["sampling_per_token_logps"],
+            inputs["advantages"],
+            mask,
+            self.args.epsilon,
+            self.args.epsilon_high,
+        )
         tokens = mask.sum().clamp(min=1.0)
         policy_loss = per_token.sum() / tokens
         predicted = values.gather(1, inputs["value_positions"])
         value_mask = inputs["value_mask"]
         value_loss = (((predicted - inputs["value_targets"]) ** 2) * value_mask).sum() / value_mask.sum().clamp(min=1.0)
         loss = policy_loss + self.args.value_loss_coef * value_loss
-        metrics = {"policy_loss": policy_loss.item(), "value/loss": value_loss.item(),
-                   "clip/strict_frac": 1.0 - (kept.sum() / tokens).item(),
-                   "entropy": ((entropies * mask).sum() / tokens).item()}
+        metrics = {
+            "policy_loss": policy_loss.item(),
+            "value/loss": value_loss.item(),
+            "clip/strict_frac": 1.0 - (kept.sum() / tokens).item(),
+            "entropy": ((entropies * mask).sum() / tokens).item(),
+        }
         if self.start_model is not None:
             with torch.no_grad():
                 start = self._get_per_token_logps_and_entropies(self.start_model, input_ids, attention_mask, keep)[0]
@@ -382,8 +434,13 @@ class SAOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
 
     # ------------------------------------------------------------------ checkpoints
     def _rollout_state(self) -> dict:
-        return {**super()._rollout_state(), "task_cursor": self.task_cursor, "dropped_stale": self.dropped_stale,
-                "consumed": self.consumed, "staleness": {str(k): v for k, v in self.staleness.items()}}
+        return {
+            **super()._rollout_state(),
+            "task_cursor": self.task_cursor,
+            "dropped_stale": self.dropped_stale,
+            "consumed": self.consumed,
+            "staleness": {str(k): v for k, v in self.staleness.items()},
+        }
 
     def _restore_rollout_state(self, state: dict) -> None:
         super()._restore_rollout_state(state)

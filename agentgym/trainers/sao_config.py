@@ -26,31 +26,55 @@ class SAOConfig(GRPOConfig, RolloutArguments):
     samples one rollout per task whatever it says (keep the global batch even).
     """
 
-    value_model: str = field(default="head", metadata={
-        "help": "'head': a linear value head on the policy's last hidden state; or a model directory: a separate "
-                "small model with a linear head."})
-    value_baseline: str = field(default="gae", metadata={
-        "help": f"One of {VALUE_BASELINES}: 'trajectory' (A = R − V(s₀) for every turn) or 'gae' (per-turn GAE)."})
+    value_model: str = field(
+        default="head",
+        metadata={
+            "help": "'head': a linear value head on the policy's last hidden state; or a model directory: a separate "
+            "small model with a linear head."
+        },
+    )
+    value_baseline: str = field(
+        default="gae",
+        metadata={
+            "help": f"One of {VALUE_BASELINES}: 'trajectory' (A = R − V(s₀) for every turn) or 'gae' (per-turn GAE)."
+        },
+    )
     gamma: float = field(default=1.0, metadata={"help": "Per-turn discount."})
     gae_lambda: float = field(default=0.95, metadata={"help": "GAE λ (1.0: Monte Carlo returns)."})
     value_loss_coef: float = field(default=0.5, metadata={"help": "Weight of the value loss."})
-    value_learning_rate: float | None = field(default=None, metadata={
-        "help": "Learning rate of the value model's own parameters (the head, or the separate model); default: "
-                "learning_rate. A fresh head at a small policy rate learns its baseline too slowly to help."})
-    max_staleness: int = field(default=4, metadata={
-        "help": "Samples whose oldest turn is more than this many policy versions behind the learner are dropped."})
+    value_learning_rate: float | None = field(
+        default=None,
+        metadata={
+            "help": "Learning rate of the value model's own parameters (the head, or the separate model); default: "
+            "learning_rate. A fresh head at a small policy rate learns its baseline too slowly to help."
+        },
+    )
+    max_staleness: int = field(
+        default=4,
+        metadata={
+            "help": "Samples whose oldest turn is more than this many policy versions behind the learner are dropped."
+        },
+    )
     sync_every: int = field(default=1, metadata={"help": "Copy the learner's weights to the producer every k steps."})
-    producer_queue_size: int = field(default=64, metadata={
-        "help": "Finished trajectories waiting for the learner (the producer blocks when it is full)."})
-    log_kl_to_start: bool = field(default=True, metadata={
-        "help": "Log KL(policy ‖ initial policy) on the trained tokens (one extra forward per step)."})
+    producer_queue_size: int = field(
+        default=64,
+        metadata={"help": "Finished trajectories waiting for the learner (the producer blocks when it is full)."},
+    )
+    log_kl_to_start: bool = field(
+        default=True,
+        metadata={"help": "Log KL(policy ‖ initial policy) on the trained tokens (one extra forward per step)."},
+    )
     bf16: bool | None = field(default=None, metadata={"help": "bfloat16 mixed precision (default: on with CUDA)."})
     activation_checkpointing: bool | None = field(default=False, metadata={"help": "Trade compute for memory."})
     logging_steps: float = field(default=1, metadata={"help": "Log every X update steps."})
     report_to: str | list[str] = field(default="tensorboard", metadata={"help": "Where to report metrics."})
-    ddp_find_unused_parameters: bool | None = field(default=False, metadata={
-        "help": "Kept False: the value model is used outside the policy's forward, which DDP's unused-parameter "
-                "search would count as unused and then see its gradient arrive a second time."})
+    ddp_find_unused_parameters: bool | None = field(
+        default=False,
+        metadata={
+            "help": "Kept False: the value model is used outside the policy's forward, which DDP's unused-parameter "
+            "search would count as unused and then see its gradient arrive a second time."
+        },
+    )
     num_generations: int = field(default=2, metadata={"help": "Not used by SAO (see the class docstring)."})
 
     def __post_init__(self):

@@ -32,12 +32,21 @@ from trl.trainer.utils import RepeatSampler
 from agentgym.rollout.hf_policy import HFPolicy
 from agentgym.rollout.runner import Task
 from agentgym.rollout.store import TrajectoryStore
-from agentgym.rollout.tree import SuccessPredictor, TreeConfig, TreeRollout
 from agentgym.rollout.trajectory import RolloutTree, Trajectory
+from agentgym.rollout.tree import SuccessPredictor, TreeConfig, TreeRollout
 from agentgym.rollout.tree_values import node_values, turn_advantages, usable_returns
 from agentgym.trainers.advantages import group_advantages
-from agentgym.trainers.rollouts import (Row, TimeBudget, collate, make_agent, make_runner, pad_rows, record_metrics, run_tasks,
-                                        trajectory_rows)
+from agentgym.trainers.rollouts import (
+    Row,
+    TimeBudget,
+    collate,
+    make_agent,
+    make_runner,
+    pad_rows,
+    record_metrics,
+    run_tasks,
+    trajectory_rows,
+)
 from agentgym.trainers.tree_grpo_config import TreeGRPOConfig
 
 __all__ = ["TreeGRPOTrainer", "env_reward", "task_dataset", "tree_training_paths"]
@@ -74,16 +83,21 @@ class _AgentgymTrainerMixin:
             self.add_callback(TimeBudget(args.time_budget_s))
 
     def _make_policy(self, model) -> HFPolicy:
-        return HFPolicy.from_model(model, self.processing_class, max_batch_size=self.args.rollout_concurrency,
-                                   name="learner")
+        return HFPolicy.from_model(
+            model, self.processing_class, max_batch_size=self.args.rollout_concurrency, name="learner"
+        )
 
     def _get_train_sampler(self, dataset=None):
         # One row per task: a task's whole group (episodes or tree) is grown on one process, so its
         # advantages need no cross-process gather.
-        return RepeatSampler(data_source=dataset if dataset is not None else self.train_dataset, mini_repeat_count=1,
-                             batch_size=self.args.generation_batch_size,
-                             repeat_count=self.num_iterations * self.args.steps_per_generation,
-                             shuffle=self.shuffle_dataset, seed=self.args.seed)
+        return RepeatSampler(
+            data_source=dataset if dataset is not None else self.train_dataset,
+            mini_repeat_count=1,
+            batch_size=self.args.generation_batch_size,
+            repeat_count=self.num_iterations * self.args.steps_per_generation,
+            shuffle=self.shuffle_dataset,
+            seed=self.args.seed,
+        )
 
     def _rollout_state(self) -> dict:
         return {"store_path": str(self.store.path), "store_position": self.store_position}
@@ -136,21 +150,46 @@ class TreeGRPOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
     _tag_names = ["trl", "grpo", "agentgym", "tree-grpo"]
     _name = "TreeGRPO"
 
-    def __init__(self, model, args: TreeGRPOConfig, train_dataset=None, processing_class=None, callbacks=None,
-                 optimizers=(None, None), peft_config=None):
+    def __init__(
+        self,
+        model,
+        args: TreeGRPOConfig,
+        train_dataset=None,
+        processing_class=None,
+        callbacks=None,
+        optimizers=(None, None),
+        peft_config=None,
+    ):
         if train_dataset is None:
             train_dataset = task_dataset(default_tasks(args))
-        super().__init__(model, reward_funcs=env_reward, args=args, train_dataset=train_dataset,
-                         processing_class=processing_class, callbacks=callbacks, optimizers=optimizers,
-                         peft_config=peft_config)
+        super().__init__(
+            model,
+            reward_funcs=env_reward,
+            args=args,
+            train_dataset=train_dataset,
+            processing_class=processing_class,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            peft_config=peft_config,
+        )
         self._setup_rollouts()
         self.policy = self._make_policy(self.rollout_model)
         self.agent = make_agent(self.policy, args)
         self.predictor = SuccessPredictor() if args.tree and args.tree_strategy == "contrast" else None
-        self.tree_config = TreeConfig(
-            strategy=args.tree_strategy, roots=args.num_generations, max_leaves=args.tree_max_leaves,
-            max_env_steps=args.tree_max_env_steps, branch_every=args.tree_branch_every, branches=args.tree_branches,
-            max_resample=args.tree_max_resample, concurrency=args.rollout_concurrency) if args.tree else None
+        self.tree_config = (
+            TreeConfig(
+                strategy=args.tree_strategy,
+                roots=args.num_generations,
+                max_leaves=args.tree_max_leaves,
+                max_env_steps=args.tree_max_env_steps,
+                branch_every=args.tree_branch_every,
+                branches=args.tree_branches,
+                max_resample=args.tree_max_resample,
+                concurrency=args.rollout_concurrency,
+            )
+            if args.tree
+            else None
+        )
         self.env_steps = 0  # on this process, for the env-steps-to-success comparison of trees vs. linear
 
     # ------------------------------------------------------------------ rollouts
@@ -162,18 +201,26 @@ class TreeGRPOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
         if self.args.tree:
             tasks = [Task(t, group=f"{step}:{i}") for i, t in enumerate(task_ids)]
         else:
-            tasks = [Task(t, repeat=j, group=f"{step}:{i}") for i, t in enumerate(task_ids)
-                     for j in range(self.args.num_generations)]
+            tasks = [
+                Task(t, repeat=j, group=f"{step}:{i}")
+                for i, t in enumerate(task_ids)
+                for j in range(self.args.num_generations)
+            ]
         self.policy.update_weights(self.policy.model, version=step)  # same weights object: only the version moves
         was_training = self.rollout_model.training
         self.rollout_model.eval()
         started = time.perf_counter()
         try:
             # Gathers ZeRO-3 shards for the duration of the rollouts (a no-op for DDP and one process).
-            with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
-                                             gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs):
-                records = run_tasks(make_runner(self.agent, self.args, self.store,
-                                                job=self._tree_job if self.args.tree else None), tasks)
+            with unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ):
+                records = run_tasks(
+                    make_runner(self.agent, self.args, self.store, job=self._tree_job if self.args.tree else None),
+                    tasks,
+                )
         finally:
             self.rollout_model.train(was_training)
         self.rollout_seconds = time.perf_counter() - started  # the learner is idle meanwhile (synchronous pipeline)
@@ -194,27 +241,43 @@ class TreeGRPOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
                     by_group.setdefault(trajectory.metadata["group"], []).append(trajectory)
             members = [t for ts in by_group.values() for t in ts]
             if members:
-                advantages = group_advantages([t.reward for t in members], [t.metadata["group"] for t in members],
-                                              self.args.advantage_baseline, self.args.advantage_scale)
+                advantages = group_advantages(
+                    [t.reward for t in members],
+                    [t.metadata["group"] for t in members],
+                    self.args.advantage_baseline,
+                    self.args.advantage_scale,
+                )
                 it = iter(advantages)
                 for trajectories in by_group.values():
                     adv = [next(it) for _ in trajectories]
-                    groups.append((trajectories, [[a] * len(t.turns) for a, t in zip(adv, trajectories)],
-                                   [[True] * len(t.turns) for t in trajectories], [t.reward for t in trajectories]))
+                    groups.append(
+                        (
+                            trajectories,
+                            [[a] * len(t.turns) for a, t in zip(adv, trajectories)],
+                            [[True] * len(t.turns) for t in trajectories],
+                            [t.reward for t in trajectories],
+                        )
+                    )
         if self.args.tree and self.args.advantage_scale == "batch":
             outcomes = [r for g in groups for r in g[3]]
             std = _std(outcomes)
             groups = [(ts, [[a / (std + 1e-4) for a in adv] for adv in advs], tr, out) for ts, advs, tr, out in groups]
         informative = [g for g in groups if len(set(g[3])) > 1]
         kept = informative if self.args.drop_zero_variance_groups and informative else groups
-        rows = [row for trajectories, advs, trainable, _ in kept
-                for t, adv, train in zip(trajectories, advs, trainable) for row in trajectory_rows(t, adv, train)]
+        rows = [
+            row
+            for trajectories, advs, trainable, _ in kept
+            for t, adv, train in zip(trajectories, advs, trainable)
+            for row in trajectory_rows(t, adv, train)
+        ]
         if not rows:
             raise RuntimeError("no usable rollouts in this batch: every episode failed (see the trajectory store)")
         token_advantages = [a for row in rows for a, m in zip(row.advantages, row.loss_mask) if m]
-        stats = {"groups/zero_variance_frac": 1.0 - len(informative) / len(groups) if groups else math.nan,
-                 "groups/kept": float(len(kept)),
-                 "advantage/abs_mean": sum(abs(a) for a in token_advantages) / max(1, len(token_advantages))}
+        stats = {
+            "groups/zero_variance_frac": 1.0 - len(informative) / len(groups) if groups else math.nan,
+            "groups/kept": float(len(kept)),
+            "advantage/abs_mean": sum(abs(a) for a in token_advantages) / max(1, len(token_advantages)),
+        }
         return rows, stats
 
     # ------------------------------------------------------------------ TRL's hook
@@ -230,9 +293,14 @@ class TreeGRPOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
         rollout = record_metrics(records)
         metrics = {**stats, "reward": rollout["rollout/reward"]}
         if self.args.report_rollout_metrics:
-            metrics.update(rollout, **{"rollout/env_steps_total": float(self.env_steps),
-                                       "rollout/time_s": self.rollout_seconds,
-                                       "policy_version": float(self.policy.version)})
+            metrics.update(
+                rollout,
+                **{
+                    "rollout/env_steps_total": float(self.env_steps),
+                    "rollout/time_s": self.rollout_seconds,
+                    "policy_version": float(self.policy.version),
+                },
+            )
         self._log_metrics(mode, metrics)
         return batch
 
@@ -249,17 +317,22 @@ class TreeGRPOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
         with torch.no_grad():
             if need_old:
                 batch["old_per_token_logps"] = self._get_per_token_logps_and_entropies(
-                    self.model, input_ids, attention_mask, keep, batch_size=size)[0]
+                    self.model, input_ids, attention_mask, keep, batch_size=size
+                )[0]
             if self.beta != 0.0:
                 reference = self.ref_model if self.ref_model is not None else self.model
                 batch["ref_per_token_logps"] = self._get_per_token_logps_and_entropies(
-                    reference, input_ids, attention_mask, keep, batch_size=size)[0]
+                    reference, input_ids, attention_mask, keep, batch_size=size
+                )[0]
 
     def _rollout_state(self) -> dict:
         state = {**super()._rollout_state(), "env_steps": self.env_steps}
         if self.predictor is not None:
-            state["predictor"] = {"weights": self.predictor.weights.tolist(), "updates": self.predictor.updates,
-                                  "successes": self.predictor.successes}
+            state["predictor"] = {
+                "weights": self.predictor.weights.tolist(),
+                "updates": self.predictor.updates,
+                "successes": self.predictor.successes,
+            }
         return state
 
     def _restore_rollout_state(self, state: dict) -> None:

@@ -28,22 +28,39 @@ class TreeGRPOConfig(GRPOConfig, RolloutArguments):
     ``bf16`` defaults to on only where CUDA is available.
     """
 
-    tree: bool = field(default=True, metadata={
-        "help": "Grow a turn-level tree per task (per-turn advantages); False: linear episodes, group baseline."})
+    tree: bool = field(
+        default=True,
+        metadata={
+            "help": "Grow a turn-level tree per task (per-turn advantages); False: linear episodes, group baseline."
+        },
+    )
     tree_strategy: str = field(default="uniform", metadata={"help": f"Tree allocation: one of {STRATEGIES}."})
     tree_max_leaves: int | None = field(default=8, metadata={"help": "Leaves per tree."})
     tree_max_env_steps: int | None = field(default=None, metadata={"help": "Env steps (nodes) per tree."})
     tree_branch_every: int = field(default=1, metadata={"help": "uniform: branch after every k-th turn."})
     tree_branches: int = field(default=2, metadata={"help": "uniform: continuations per branch point."})
-    tree_max_resample: int = field(default=0, metadata={
-        "help": "Resamples to make siblings differ. 0 keeps siblings independent draws (unbiased advantages)."})
-    advantage_baseline: str = field(default="mean", metadata={
-        "help": f"Baseline: one of {BASELINES} (median: MC-GRPO's robust baseline)."})
-    advantage_scale: str | None = field(default=None, metadata={
-        "help": f"Divide advantages by a std: one of {SCALES}. Default: 'group' for linear episodes (GRPO), "
-                "'none' for trees (a per-group std biases per-turn advantages; 'batch' only rescales)."})
-    drop_zero_variance_groups: bool = field(default=False, metadata={
-        "help": "Leave out tasks whose usable outcomes are all equal (no signal); kept if that would leave none."})
+    tree_max_resample: int = field(
+        default=0,
+        metadata={
+            "help": "Resamples to make siblings differ. 0 keeps siblings independent draws (unbiased advantages)."
+        },
+    )
+    advantage_baseline: str = field(
+        default="mean", metadata={"help": f"Baseline: one of {BASELINES} (median: MC-GRPO's robust baseline)."}
+    )
+    advantage_scale: str | None = field(
+        default=None,
+        metadata={
+            "help": f"Divide advantages by a std: one of {SCALES}. Default: 'group' for linear episodes (GRPO), "
+            "'none' for trees (a per-group std biases per-turn advantages; 'batch' only rescales)."
+        },
+    )
+    drop_zero_variance_groups: bool = field(
+        default=False,
+        metadata={
+            "help": "Leave out tasks whose usable outcomes are all equal (no signal); kept if that would leave none."
+        },
+    )
     bf16: bool | None = field(default=None, metadata={"help": "bfloat16 mixed precision (default: on with CUDA)."})
     activation_checkpointing: bool | None = field(default=False, metadata={"help": "Trade compute for memory."})
     logging_steps: float = field(default=1, metadata={"help": "Log every X update steps."})
@@ -65,6 +82,8 @@ class TreeGRPOConfig(GRPOConfig, RolloutArguments):
         if self.advantage_scale not in SCALES:
             raise ValueError(f"advantage_scale must be one of {SCALES}, got {self.advantage_scale!r}")
         if self.tree and self.advantage_scale == "group":
-            raise ValueError("advantage_scale='group' is the biased per-turn normalisation; use 'none' or 'batch' "
-                             "with tree=True (see agentgym.rollout.tree_values)")
+            raise ValueError(
+                "advantage_scale='group' is the biased per-turn normalisation; use 'none' or 'batch' "
+                "with tree=True (see agentgym.rollout.tree_values)"
+            )
         super().__post_init__()

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from agentgym.rollout.agent import Agent, AgentConfig
 from agentgym.rollout.chat import ChatFormat
@@ -37,8 +37,13 @@ class ScriptedPolicy(Policy):
         return Completion(text=text, token_ids=ids, logprobs=[0.0] * len(ids), policy_version=self.version)
 
 
-def demonstrations(env_factory: Callable[[], object], task_ids: Sequence[str], replies_for: Callable[[str], list[str]],
-                   tokenizer, agent_config: AgentConfig) -> list[Trajectory]:
+def demonstrations(
+    env_factory: Callable[[], object],
+    task_ids: Sequence[str],
+    replies_for: Callable[[str], list[str]],
+    tokenizer,
+    agent_config: AgentConfig,
+) -> list[Trajectory]:
     """One scripted episode per task, run through the agent loop exactly as RL episodes are."""
     chat_format = ChatFormat(tokenizer)
 
@@ -64,8 +69,16 @@ def demonstration_dataset(trajectories: Sequence[Trajectory]):
     return Dataset.from_dict({"input_ids": [s.input_ids for s in rows], "assistant_masks": [s.mask for s in rows]})
 
 
-def sft_warm_start(model_path: str | Path, dataset, output_dir: str | Path, *, epochs: float = 3.0,
-                   learning_rate: float = 1e-3, batch_size: int = 8, seed: int = 0) -> Path:
+def sft_warm_start(
+    model_path: str | Path,
+    dataset,
+    output_dir: str | Path,
+    *,
+    epochs: float = 3.0,
+    learning_rate: float = 1e-3,
+    batch_size: int = 8,
+    seed: int = 0,
+) -> Path:
     """Fine-tune ``model_path`` on ``dataset`` with TRL's SFTTrainer; the model and tokenizer are saved to ``output_dir``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -73,10 +86,21 @@ def sft_warm_start(model_path: str | Path, dataset, output_dir: str | Path, *, e
 
     tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(model_path, local_files_only=True, dtype=torch.float32)
-    args = SFTConfig(output_dir=str(output_dir), num_train_epochs=epochs, learning_rate=learning_rate,
-                     per_device_train_batch_size=batch_size, seed=seed, bf16=torch.cuda.is_available(),
-                     activation_checkpointing=False, logging_steps=10, save_strategy="no", report_to="none",
-                     lr_scheduler_type="cosine", warmup_steps=10, max_length=None)
+    args = SFTConfig(
+        output_dir=str(output_dir),
+        num_train_epochs=epochs,
+        learning_rate=learning_rate,
+        per_device_train_batch_size=batch_size,
+        seed=seed,
+        bf16=torch.cuda.is_available(),
+        activation_checkpointing=False,
+        logging_steps=10,
+        save_strategy="no",
+        report_to="none",
+        lr_scheduler_type="cosine",
+        warmup_steps=10,
+        max_length=None,
+    )
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
     trainer.train()
     trainer.save_model(str(output_dir))
@@ -84,16 +108,17 @@ def sft_warm_start(model_path: str | Path, dataset, output_dir: str | Path, *, e
     return Path(output_dir)
 
 
-def success_rate(model, env_factory: Callable[[], object], task_ids: Sequence[str], agent_config: AgentConfig,
-                 concurrency: int = 16) -> float:
+def success_rate(
+    model, env_factory: Callable[[], object], task_ids: Sequence[str], agent_config: AgentConfig, concurrency: int = 16
+) -> float:
     """The fraction of ``task_ids`` solved by ``model`` (a directory or an :class:`HFPolicy`) with ``agent_config``'s sampling."""
 
     async def run() -> float:
-        policy = model if isinstance(model, HFPolicy) else HFPolicy(model, device="cpu",
-                                                                      max_batch_size=concurrency)
+        policy = model if isinstance(model, HFPolicy) else HFPolicy(model, device="cpu", max_batch_size=concurrency)
         try:
-            runner = Runner(Agent(policy, agent_config), env_factory, RunnerConfig(concurrency=concurrency,
-                                                                                    progress=False))
+            runner = Runner(
+                Agent(policy, agent_config), env_factory, RunnerConfig(concurrency=concurrency, progress=False)
+            )
             result = await runner.run([Task(t) for t in task_ids])
         finally:
             if policy is not model:

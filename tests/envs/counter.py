@@ -24,8 +24,15 @@ class CounterEnv(AgentEnv):
 
     def tools(self):
         return [
-            ToolSpec("add", "Add n to the counter.", {"type": "object", "properties": {
-                "n": {"type": "integer", "description": "1 to 10"}}, "required": ["n"]}),
+            ToolSpec(
+                "add",
+                "Add n to the counter.",
+                {
+                    "type": "object",
+                    "properties": {"n": {"type": "integer", "description": "1 to 10"}},
+                    "required": ["n"],
+                },
+            ),
             ToolSpec("submit", "Finish the episode."),
         ]
 
@@ -42,8 +49,12 @@ class CounterEnv(AgentEnv):
             self.history.append(n)
             return Outcome(f"Counter: {self.total}")
         success = self.total == TARGETS[self.task_id]
-        return Outcome(f"Submitted {self.total}: {'success' if success else 'failure'}",
-                       reward=float(success), terminated=True, success=success)
+        return Outcome(
+            f"Submitted {self.total}: {'success' if success else 'failure'}",
+            reward=float(success),
+            terminated=True,
+            success=success,
+        )
 
     def _capture(self):
         token = len(self.release_log)

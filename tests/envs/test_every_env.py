@@ -5,7 +5,8 @@ import json
 import gymnasium
 import pytest
 from gymnasium.utils.env_checker import check_env
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import agentgym
 from agentgym.registration import BUILTIN_ENVS
@@ -36,13 +37,19 @@ def test_check_env(env):
 
 def replies(tool_names):
     """Arbitrary text, plus tool calls with the env's real tool names and junk arguments."""
-    junk = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=30),
-                        lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
-                        max_leaves=6)
-    tool_call = st.builds(lambda name, args: f"<tool_call>{json.dumps({'name': name, 'arguments': args})}</tool_call>",
-                          st.sampled_from(tool_names + ["not_a_tool"]),
-                          st.dictionaries(st.sampled_from(["path", "command", "code", "x", "content"]), junk, max_size=3))
-    return st.one_of(st.text(max_size=200), tool_call, st.builds("{}({})".format, st.sampled_from(tool_names), st.text(max_size=40)))
+    junk = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=30),
+        lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
+        max_leaves=6,
+    )
+    tool_call = st.builds(
+        lambda name, args: f"<tool_call>{json.dumps({'name': name, 'arguments': args})}</tool_call>",
+        st.sampled_from(tool_names + ["not_a_tool"]),
+        st.dictionaries(st.sampled_from(["path", "command", "code", "x", "content"]), junk, max_size=3),
+    )
+    return st.one_of(
+        st.text(max_size=200), tool_call, st.builds("{}({})".format, st.sampled_from(tool_names), st.text(max_size=40))
+    )
 
 
 def test_arbitrary_replies_never_raise(env):

@@ -12,7 +12,13 @@ async def test_desktop_reference_solutions_score_100_percent(docker_ready, tmp_p
     suite = load_suite("gui")
     assert {task.category for task in suite.tasks} == {"xedit", "sheet", "files"} and len(suite.tasks) >= 30
     one_per_app = {task.category: task for task in suite.tasks}
-    summary = await evaluate(Suite("gui", tuple(one_per_app.values())), oracle_for, concurrency=3, out_dir=tmp_path,
-                             model="oracle", progress=False)
+    summary = await evaluate(
+        Suite("gui", tuple(one_per_app.values())),
+        oracle_for,
+        concurrency=3,
+        out_dir=tmp_path,
+        model="oracle",
+        progress=False,
+    )
     assert summary["metrics"]["success_rate"] == 1.0 and summary["metrics"]["env_error_rate"] == 0.0
     assert set(summary["by_category"]) == {"xedit", "sheet", "files"}

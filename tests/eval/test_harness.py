@@ -15,8 +15,20 @@ from agentgym.rollout.policy import Completion, Policy, PolicyError
 from agentgym.rollout.trajectory import Trajectory
 
 AGENTGYM = Path(sys.executable).parent / "agentgym"
-ROW_KEYS = {"suite", "task_id", "category", "sample", "success", "reward", "turns", "tokens_in", "tokens_out",
-            "wall_s", "error", "trajectory"}
+ROW_KEYS = {
+    "suite",
+    "task_id",
+    "category",
+    "sample",
+    "success",
+    "reward",
+    "turns",
+    "tokens_in",
+    "tokens_out",
+    "wall_s",
+    "error",
+    "trajectory",
+}
 SUMMARY_KEYS = {"schema_version", "suite", "model", "k", "tasks", "episodes", "errors", "metrics", "by_category"}
 
 
@@ -46,8 +58,9 @@ async def test_bfcl_ground_truth_as_hermes_text(tmp_path):
     from agentgym.rollout.agent import AgentConfig
 
     suite = load_suite("bfcl").filter("multi_turn_*_1")  # one task of each category
-    summary = await evaluate(suite, oracle_for, out_dir=tmp_path, agent_config=AgentConfig(native_tools=False),
-                             progress=False)
+    summary = await evaluate(
+        suite, oracle_for, out_dir=tmp_path, agent_config=AgentConfig(native_tools=False), progress=False
+    )
     assert summary["metrics"]["success_rate"] == 1.0
     assert set(summary["by_category"]) == {"base", "miss_func", "miss_param", "long_context"}
 
@@ -73,8 +86,9 @@ class SlowOracle(Policy):
 
 async def test_a_cancelled_run_resumes_without_duplicates(tmp_path):
     suite = load_suite("bfcl-base").filter("multi_turn_base_3*")
-    run = asyncio.create_task(evaluate(suite, SlowOracle, k=2, concurrency=4, out_dir=tmp_path, progress=False,
-                                       model="oracle"))
+    run = asyncio.create_task(
+        evaluate(suite, SlowOracle, k=2, concurrency=4, out_dir=tmp_path, progress=False, model="oracle")
+    )
     while len(load_results(tmp_path)) < 6:
         await asyncio.sleep(0.05)
     run.cancel()
@@ -88,7 +102,7 @@ async def test_a_cancelled_run_resumes_without_duplicates(tmp_path):
 
     summary = await evaluate(suite, oracle_for, k=2, out_dir=tmp_path, progress=False, model="oracle")
     rows = check_contract(tmp_path, "bfcl-base", 2, 2 * len(suite.tasks))
-    assert rows[:len(partial)] == partial  # kept, not rerun
+    assert rows[: len(partial)] == partial  # kept, not rerun
     assert summary["metrics"]["success_rate"] == 1.0
     # Resuming into this directory with another model would count its results as this one's.
     with pytest.raises(ValueError, match="model: 'oracle' → 'nonsense'"):
@@ -105,8 +119,10 @@ class OverflowingOracle(Policy):
 
     async def chat(self, messages, tools, sampling) -> Completion:
         if len(messages) > self.too_long:
-            raise PolicyError("OpenAI-compatible endpoint http://x/v1 answered HTTP 400: This model's maximum context "
-                              "length is 32 tokens. However, you requested 90 tokens")
+            raise PolicyError(
+                "OpenAI-compatible endpoint http://x/v1 answered HTTP 400: This model's maximum context "
+                "length is 32 tokens. However, you requested 90 tokens"
+            )
         return await self.inner.chat(messages, tools, sampling)
 
 
@@ -129,8 +145,13 @@ async def test_a_first_prompt_that_overflows_is_warned_about_once_at_once(tmp_pa
 
 
 async def test_an_overflow_later_in_the_conversation_is_not_a_first_prompt_warning(tmp_path, capsys):
-    await evaluate(load_suite("bfcl-base").filter("multi_turn_base_1"), OverflowingOracle, out_dir=tmp_path,
-                   progress=False, model="m")
+    await evaluate(
+        load_suite("bfcl-base").filter("multi_turn_base_1"),
+        OverflowingOracle,
+        out_dir=tmp_path,
+        progress=False,
+        model="m",
+    )
     assert "warning" not in capsys.readouterr().err
 
 
@@ -144,8 +165,13 @@ class CountingNonsense(NonsensePolicy):
 
 
 async def test_chat_mode_token_counts_come_from_the_reported_usage(tmp_path):
-    await evaluate(load_suite("bfcl-base").filter("multi_turn_base_2"), CountingNonsense(), out_dir=tmp_path,
-                   max_turns=2, progress=False)
+    await evaluate(
+        load_suite("bfcl-base").filter("multi_turn_base_2"),
+        CountingNonsense(),
+        out_dir=tmp_path,
+        max_turns=2,
+        progress=False,
+    )
     [row] = load_results(tmp_path)
     # Turn 1 sends the system prompt and the task (2 messages), turn 2 adds a reply and an observation.
     assert row["turns"] == 2 and (row["tokens_in"], row["tokens_out"]) == (200 + 400, 24)
@@ -164,34 +190,73 @@ def test_seeds_are_deterministic_per_task_and_sample():
     from agentgym.eval.harness import episode_seed
 
     assert episode_seed(0, "a", 1) == episode_seed(0, "a", 1)
-    assert len({episode_seed(0, "a", 0), episode_seed(0, "a", 1), episode_seed(0, "b", 0), episode_seed(1, "a", 0)}) == 4
+    assert (
+        len({episode_seed(0, "a", 0), episode_seed(0, "a", 1), episode_seed(0, "b", 0), episode_seed(1, "a", 0)}) == 4
+    )
 
 
 def test_custom_suite_file_and_task_filter(tmp_path):
     path = tmp_path / "mine.jsonl"
-    path.write_text('{"env": "BFCL-multi-turn-base-v0", "task_id": "multi_turn_base_0", "category": "files"}\n'
-                    '{"env": "agentgym/HumanEval-v0", "task_id": "HumanEval/3"}\n')
+    path.write_text(
+        '{"env": "BFCL-multi-turn-base-v0", "task_id": "multi_turn_base_0", "category": "files"}\n'
+        '{"env": "agentgym/HumanEval-v0", "task_id": "HumanEval/3"}\n'
+    )
     suite = load_suite(str(path))
     assert [(t.env_id, t.category) for t in suite.tasks] == [
-        ("agentgym/BFCL-multi-turn-base-v0", "files"), ("agentgym/HumanEval-v0", "HumanEval-v0")]
+        ("agentgym/BFCL-multi-turn-base-v0", "files"),
+        ("agentgym/HumanEval-v0", "HumanEval-v0"),
+    ]
     assert [t.task_id for t in suite.filter("HumanEval/*").tasks] == ["HumanEval/3"]
     with pytest.raises(ValueError, match="no task"):
         suite.filter("nothing*")
 
 
 def test_cli_end_to_end_and_compare(tmp_path):
-    run = subprocess.run([str(AGENTGYM), "eval", "--suite", "bfcl-base", "--policy", "oracle", "--tasks",
-                          "multi_turn_base_1*", "-k", "2", "--out", "tmp"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=120)
+    run = subprocess.run(
+        [
+            str(AGENTGYM),
+            "eval",
+            "--suite",
+            "bfcl-base",
+            "--policy",
+            "oracle",
+            "--tasks",
+            "multi_turn_base_1*",
+            "-k",
+            "2",
+            "--out",
+            "tmp",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     assert "success_rate" in run.stdout
     check_contract(tmp_path / "tmp", "bfcl-base", 2, 2 * 111)  # the glob matches 1, 10-19 and 100-199
-    nonsense = subprocess.run([str(AGENTGYM), "eval", "--suite", "bfcl-base", "--policy", "nonsense", "--tasks",
-                               "multi_turn_base_1*", "--out", "gibberish"], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=120)
+    nonsense = subprocess.run(
+        [
+            str(AGENTGYM),
+            "eval",
+            "--suite",
+            "bfcl-base",
+            "--policy",
+            "nonsense",
+            "--tasks",
+            "multi_turn_base_1*",
+            "--out",
+            "gibberish",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert nonsense.returncode == 0, nonsense.stderr
-    compared = subprocess.run([str(AGENTGYM), "eval", "compare", "tmp", "gibberish"], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=60)
+    compared = subprocess.run(
+        [str(AGENTGYM), "eval", "compare", "tmp", "gibberish"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert compared.returncode == 0, compared.stderr
     assert "difference         1.000" in compared.stdout
     assert (tmp_path / "tmp" / "compare-gibberish.html").exists()
@@ -199,14 +264,48 @@ def test_cli_end_to_end_and_compare(tmp_path):
 
 def test_cli_unreachable_endpoint_fails_clearly_and_keeps_results(tmp_path):
     # The same model name for both runs: a run directory only resumes with the settings it was made with.
-    done = subprocess.run([str(AGENTGYM), "eval", "--suite", "bfcl-base", "--policy", "oracle", "--model", "m",
-                           "--tasks", "multi_turn_base_2", "--out", "run"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [
+            str(AGENTGYM),
+            "eval",
+            "--suite",
+            "bfcl-base",
+            "--policy",
+            "oracle",
+            "--model",
+            "m",
+            "--tasks",
+            "multi_turn_base_2",
+            "--out",
+            "run",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     # Port 9 (discard) has no listener here: every connection is refused at once.
-    run = subprocess.run([str(AGENTGYM), "eval", "--suite", "bfcl-base", "--policy", "http://127.0.0.1:9/v1",
-                          "--model", "m", "--tasks", "multi_turn_base_2,multi_turn_base_3", "--out", "run"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [
+            str(AGENTGYM),
+            "eval",
+            "--suite",
+            "bfcl-base",
+            "--policy",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+            "--tasks",
+            "multi_turn_base_2,multi_turn_base_3",
+            "--out",
+            "run",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode != 0
     assert "unreachable" in run.stderr and "rerun the same command to resume" in run.stderr
     assert [r["task_id"] for r in load_results(tmp_path / "run")] == ["multi_turn_base_2"]
@@ -217,8 +316,9 @@ async def test_unreachable_endpoint_raises_policy_unavailable(tmp_path):
 
     async with OpenAIPolicy("http://127.0.0.1:9/v1", "m", max_retries=0) as policy:
         with pytest.raises(PolicyUnavailableError, match="unreachable"):
-            await evaluate(load_suite("bfcl-base").filter("multi_turn_base_4"), policy, out_dir=tmp_path,
-                           progress=False)
+            await evaluate(
+                load_suite("bfcl-base").filter("multi_turn_base_4"), policy, out_dir=tmp_path, progress=False
+            )
     assert load_results(tmp_path) == []
 
 

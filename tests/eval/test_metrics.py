@@ -9,14 +9,17 @@ import pytest
 from agentgym.eval.metrics import bootstrap_ci, compare, mean_pass_at_k, pass_at_k, summarize, summarize_by
 
 
-@pytest.mark.parametrize("n, c, k, expected", [
-    (5, 2, 1, 0.4),
-    (5, 2, 2, 1 - math.comb(3, 2) / math.comb(5, 2)),  # 0.7
-    (5, 0, 3, 0.0),
-    (5, 3, 3, 1.0),  # n - c < k: every k-subset holds a success
-    (5, 5, 1, 1.0),
-    (1, 1, 1, 1.0),
-])
+@pytest.mark.parametrize(
+    "n, c, k, expected",
+    [
+        (5, 2, 1, 0.4),
+        (5, 2, 2, 1 - math.comb(3, 2) / math.comb(5, 2)),  # 0.7
+        (5, 0, 3, 0.0),
+        (5, 3, 3, 1.0),  # n - c < k: every k-subset holds a success
+        (5, 5, 1, 1.0),
+        (1, 1, 1, 1.0),
+    ],
+)
 def test_pass_at_k_closed_form(n, c, k, expected):
     assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
 
@@ -63,18 +66,33 @@ def test_bootstrap_resamples_tasks_not_episodes():
 
 
 def _row(task, sample, success, category="a", turns=1, error=None):
-    return {"suite": "s", "task_id": task, "category": category, "sample": sample, "success": success,
-            "reward": float(success), "turns": turns, "tokens_in": 100, "tokens_out": 10, "wall_s": 0.5,
-            "error": error, "trajectory": {}}
+    return {
+        "suite": "s",
+        "task_id": task,
+        "category": category,
+        "sample": sample,
+        "success": success,
+        "reward": float(success),
+        "turns": turns,
+        "tokens_in": 100,
+        "tokens_out": 10,
+        "wall_s": 0.5,
+        "error": error,
+        "trajectory": {},
+    }
 
 
 def _hand_results():
     # t1: 2/2 solved; t2: 1/2; t3: 0/2 (one env error, one timeout); t4 (category b): 1/2, one model error.
     return [
-        _row("t1", 0, True, turns=2), _row("t1", 1, True, turns=4),
-        _row("t2", 0, True, turns=3), _row("t2", 1, False, turns=5),
-        _row("t3", 0, False, turns=1, error="env_error: container died"), _row("t3", 1, False, turns=1, error="timeout"),
-        _row("t4", 0, False, "b", turns=6, error="bad_action: unparseable"), _row("t4", 1, True, "b", turns=2),
+        _row("t1", 0, True, turns=2),
+        _row("t1", 1, True, turns=4),
+        _row("t2", 0, True, turns=3),
+        _row("t2", 1, False, turns=5),
+        _row("t3", 0, False, turns=1, error="env_error: container died"),
+        _row("t3", 1, False, turns=1, error="timeout"),
+        _row("t4", 0, False, "b", turns=6, error="bad_action: unparseable"),
+        _row("t4", 1, True, "b", turns=2),
     ]
 
 

@@ -17,8 +17,14 @@ from agentgym.eval.report import compare_report, write_report
 from agentgym.rollout.trajectory import Trajectory, Turn
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 HOSTILE_ACTION = '<script>window.__pwned = 1</script>click("ok")'
 HOSTILE_OBSERVATION = '<img src=x onerror="window.__pwned = 2"> & done'
 
@@ -28,8 +34,13 @@ pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debia
 def _png_1x1() -> str:
     def chunk(kind, data):
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0))
-           + chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00")) + chunk(b"IEND", b""))
+
+    png = (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00"))
+        + chunk(b"IEND", b"")
+    )
     return base64.b64encode(png).decode()
 
 
@@ -41,18 +52,44 @@ def _trajectory(task, success, turns, action=None, observation=None, turn_error=
             info["error"] = turn_error
         if screenshot and i == 0:
             info["screenshot"] = _png_1x1()
-        steps.append(Turn(prompt_ids=[1, 2], completion_ids=[3], logprobs=[-0.1], prompt_mask=[0, 0],
-                          action=action if action and i == 0 else f"{task} action {i}",
-                          observation=observation if observation and i == 0 else f"{task} observation {i}",
-                          reward=1.0 if success and i == turns - 1 else 0.0, info=info))
-    return Trajectory(task_id=task, env_id="dummy", turns=steps, initial_observation=f"start {task}",
-                      reward=float(success), success=success, error=error)
+        steps.append(
+            Turn(
+                prompt_ids=[1, 2],
+                completion_ids=[3],
+                logprobs=[-0.1],
+                prompt_mask=[0, 0],
+                action=action if action and i == 0 else f"{task} action {i}",
+                observation=observation if observation and i == 0 else f"{task} observation {i}",
+                reward=1.0 if success and i == turns - 1 else 0.0,
+                info=info,
+            )
+        )
+    return Trajectory(
+        task_id=task,
+        env_id="dummy",
+        turns=steps,
+        initial_observation=f"start {task}",
+        reward=float(success),
+        success=success,
+        error=error,
+    )
 
 
 def _row(category, sample, trajectory, error=None):
-    return {"suite": "smoke", "task_id": trajectory.task_id, "category": category, "sample": sample,
-            "success": trajectory.success, "reward": trajectory.reward, "turns": len(trajectory.turns),
-            "tokens_in": 100, "tokens_out": 20, "wall_s": 1.5, "error": error, "trajectory": trajectory.to_dict()}
+    return {
+        "suite": "smoke",
+        "task_id": trajectory.task_id,
+        "category": category,
+        "sample": sample,
+        "success": trajectory.success,
+        "reward": trajectory.reward,
+        "turns": len(trajectory.turns),
+        "tokens_in": 100,
+        "tokens_out": 20,
+        "wall_s": 1.5,
+        "error": error,
+        "trajectory": trajectory.to_dict(),
+    }
 
 
 def _make_run(run_dir: Path) -> Path:
@@ -68,8 +105,16 @@ def _make_run(run_dir: Path) -> Path:
     ]
     run_dir.mkdir()
     (run_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    summary = {"schema_version": 1, "suite": "smoke", "model": "scripted<b>", "k": 2, "tasks": 3, "episodes": 6,
-               "metrics": summarize(rows, 2), "by_category": summarize_by(rows, "category", 2)}
+    summary = {
+        "schema_version": 1,
+        "suite": "smoke",
+        "model": "scripted<b>",
+        "k": 2,
+        "tasks": 3,
+        "episodes": 6,
+        "metrics": summarize(rows, 2),
+        "by_category": summarize_by(rows, "category", 2),
+    }
     (run_dir / "summary.json").write_text(json.dumps(summary))
     return run_dir
 
@@ -106,7 +151,9 @@ async def test_report_renders_in_browser(tmp_path):
     report = write_report(_make_run(tmp_path / "run"))
     assert report == tmp_path / "run" / "report.html"
     html = report.read_text()
-    assert "<script>window.__pwned" not in html and "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "<script>window.__pwned" not in html and "http://" not in html.replace(
+        'xmlns="http://www.w3.org/2000/svg"', ""
+    )
 
     # Other tests' shared browser (agentgym.sandbox.browser.BrowserHost) may be running: only ours counts.
     others = _chromium_descendants()
@@ -123,25 +170,31 @@ async def test_report_renders_in_browser(tmp_path):
             # Summary: success rate (1 + .5 + 0)/3, pass@2 (1 + 1 + 0)/3, 13 turns over 6 episodes, 1/6 env errors.
             async def metric(key):
                 return await page.text_content(f'#summary-table tr[data-metric="{key}"] td:nth-child(2)')
+
             assert await metric("success_rate") == "0.500"
             assert await metric("pass_at_1") == "0.500"
             assert await metric("pass_at_2") == "0.667"
             assert await metric("mean_turns") == "2.167"
             assert await metric("tokens_in") == "600"
             assert await metric("env_error_rate") == "0.167"
-            lo, hi = json.loads((await metric("success_ci95")))
+            lo, hi = json.loads(await metric("success_ci95"))
             assert 0 <= lo <= 0.5 <= hi <= 1
             assert "scripted<b>" in await page.text_content("h1")
 
             cells = await page.eval_on_selector_all(
-                "#category-table tbody tr", "rows => rows.map(r => Array.from(r.cells, c => c.textContent))")
-            assert [c[:4] + c[5:7] for c in cells] == [["code", "1", "2", "0.000", "0.000", "0.000"],
-                                                       ["web", "2", "4", "0.750", "0.750", "1.000"]]
+                "#category-table tbody tr", "rows => rows.map(r => Array.from(r.cells, c => c.textContent))"
+            )
+            assert [c[:4] + c[5:7] for c in cells] == [
+                ["code", "1", "2", "0.000", "0.000", "0.000"],
+                ["web", "2", "4", "0.750", "0.750", "1.000"],
+            ]
 
             # Plots: one bar (and whisker) per category, one point per k, one histogram bar per turn count 1..4.
             assert await page.locator("#plot-category rect.bar").count() == 2
             assert await page.locator("#plot-category .whisker").count() == 2
-            points = await page.eval_on_selector_all("#plot-pass-at-k circle.point", "ps => ps.map(p => p.dataset.value)")
+            points = await page.eval_on_selector_all(
+                "#plot-pass-at-k circle.point", "ps => ps.map(p => p.dataset.value)"
+            )
             assert [round(float(v), 3) for v in points] == [0.5, 0.667]
             bars = await page.eval_on_selector_all("#plot-turns rect.bar", "bs => bs.map(b => b.dataset.value)")
             assert bars == ["2", "2", "1", "1"]  # turns: 2, 3, 1, 2, 4, 1
@@ -173,7 +226,8 @@ async def test_report_renders_in_browser(tmp_path):
             # Filter: failed episodes only (t2 #0, t3 #0, t3 #1).
             await page.check('input[name="outcome"][value="fail"]')
             visible = await page.eval_on_selector_all(
-                "#episode-list li", "lis => lis.filter(li => !li.hidden).map(li => li.textContent)")
+                "#episode-list li", "lis => lis.filter(li => !li.hidden).map(li => li.textContent)"
+            )
             assert visible == ["t2 #0", "t3 #0", "t3 #1"]
             await page.check('input[name="outcome"][value="all"]')
             assert await page.locator("#episode-list li:visible").count() == 6
@@ -213,16 +267,26 @@ def test_compare_report_pairs_shared_tasks(tmp_path):
     run_b = tmp_path / "b"
     run_b.mkdir()
     (run_b / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows_b))
-    summary_b = {"schema_version": 1, "suite": "smoke", "model": "other", "k": 2, "tasks": 3, "episodes": 5,
-                 "metrics": summarize(rows_b, 2), "by_category": summarize_by(rows_b, "category", 2)}
+    summary_b = {
+        "schema_version": 1,
+        "suite": "smoke",
+        "model": "other",
+        "k": 2,
+        "tasks": 3,
+        "episodes": 5,
+        "metrics": summarize(rows_b, 2),
+        "by_category": summarize_by(rows_b, "category", 2),
+    }
     (run_b / "summary.json").write_text(json.dumps(summary_b))
 
     html = compare_report(run_a, run_b).read_text()
     assert (run_a / "compare-b.html").exists()
     assert "2 shared tasks; 1 only in A, 1 only in B" in html
     # Shared: t2 (0.5 vs 0.5) and t3 (0 vs 1); exact sign-flip over 2 tasks gives p = 1.
-    assert ('<tr data-category="(all)"><td>(all)</td><td>2</td><td>0.250</td><td>0.750</td><td>-0.500</td>'
-            "<td>[-1.000, 0.000]</td><td>1.000</td></tr>") in html
+    assert (
+        '<tr data-category="(all)"><td>(all)</td><td>2</td><td>0.250</td><td>0.750</td><td>-0.500</td>'
+        "<td>[-1.000, 0.000]</td><td>1.000</td></tr>"
+    ) in html
     differing = html.split('id="differing-table"')[1]
     assert "<td>t3</td>" in differing and "<td>t2</td>" not in differing
     assert "scripted&lt;b&gt;" in html
@@ -238,9 +302,17 @@ async def test_a_large_k1_run_reads_well_in_the_browser(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    summary = {"schema_version": 1, "suite": "big", "model": "/data/checkpoints/2026-11-30/qwen-7b-sft", "k": 1,
-               "tasks": 30, "episodes": 30, "errors": {"context_overflow": 2},
-               "metrics": summarize(rows, 1), "by_category": summarize_by(rows, "category", 1)}
+    summary = {
+        "schema_version": 1,
+        "suite": "big",
+        "model": "/data/checkpoints/2026-11-30/qwen-7b-sft",
+        "k": 1,
+        "tasks": 30,
+        "episodes": 30,
+        "errors": {"context_overflow": 2},
+        "metrics": summarize(rows, 1),
+        "by_category": summarize_by(rows, "category", 1),
+    }
     (run_dir / "summary.json").write_text(json.dumps(summary))
     report = write_report(run_dir)
     html = report.read_text()

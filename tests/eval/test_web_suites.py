@@ -12,7 +12,9 @@ from agentgym.eval.suites import Suite, SuiteTask, load_suite
 
 def first_of_each_template(suite: Suite) -> Suite:
     seen: set[str] = set()
-    return Suite(suite.name, tuple(task for task in suite.tasks if task.category not in seen and not seen.add(task.category)))
+    return Suite(
+        suite.name, tuple(task for task in suite.tasks if task.category not in seen and not seen.add(task.category))
+    )
 
 
 # The apps' own tests run every template's solution; here the harness path is what is tested
@@ -23,8 +25,11 @@ async def test_reference_solutions_score_100_percent(app, templates, tmp_path):
     assert len(suite.tasks) >= 20  # one task of every template
     suite = Suite(suite.name, suite.tasks[:templates])
     summary = await evaluate(suite, oracle_for, concurrency=4, out_dir=tmp_path, model="oracle", progress=False)
-    failed = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()
-              if not json.loads(line)["success"]]
+    failed = [
+        json.loads(line)
+        for line in (tmp_path / "results.jsonl").read_text().splitlines()
+        if not json.loads(line)["success"]
+    ]
     assert summary["metrics"]["success_rate"] == 1.0, [(r["task_id"], r.get("error")) for r in failed]
     assert summary["metrics"]["env_error_rate"] == 0.0
 
@@ -37,14 +42,20 @@ async def test_random_clicker_matches_its_known_rate_on_miniwob(tmp_path):
     cannot be clicked — and on click-test (one button) with probability 1 given enough turns.
     (Published per-task random baselines are not reachable offline; these are exact expectations
     for this action space.)"""
-    suite = Suite("miniwob-random", (SuiteTask("agentgym/miniwob.click-test-2-v0", "click-test-2", "click-test-2"),
-                                     SuiteTask("agentgym/miniwob.click-test-v0", "click-test", "click-test")))
+    suite = Suite(
+        "miniwob-random",
+        (
+            SuiteTask("agentgym/miniwob.click-test-2-v0", "click-test-2", "click-test-2"),
+            SuiteTask("agentgym/miniwob.click-test-v0", "click-test", "click-test"),
+        ),
+    )
     samples = 60
-    await evaluate(suite, RandomWebPolicy(), k=samples, max_turns=25, concurrency=6, out_dir=tmp_path,
-                   progress=False)
+    await evaluate(suite, RandomWebPolicy(), k=samples, max_turns=25, concurrency=6, out_dir=tmp_path, progress=False)
     results = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
-    rate = {task: sum(r["success"] for r in results if r["task_id"] == task) / samples
-            for task in ("click-test-2", "click-test")}
+    rate = {
+        task: sum(r["success"] for r in results if r["task_id"] == task) / samples
+        for task in ("click-test-2", "click-test")
+    }
     assert not any(r.get("error") for r in results)
     # 99.9% binomial interval around 1/2 for 60 samples: +- 3.29 * sqrt(0.25 / 60) = +- 0.21.
     assert abs(rate["click-test-2"] - 0.5) <= 3.29 * math.sqrt(0.25 / samples), rate
@@ -54,8 +65,12 @@ async def test_random_clicker_matches_its_known_rate_on_miniwob(tmp_path):
 async def test_screenshots_reach_the_report(tmp_path):
     suite_file = tmp_path / "suite.jsonl"
     task = first_of_each_template(load_suite("web-shop")).tasks[0]
-    suite_file.write_text(json.dumps({"env": task.env_id, "task_id": task.task_id,
-                                      "env_kwargs": {"app": "shop", "record_screenshots": True}}) + "\n")
+    suite_file.write_text(
+        json.dumps(
+            {"env": task.env_id, "task_id": task.task_id, "env_kwargs": {"app": "shop", "record_screenshots": True}}
+        )
+        + "\n"
+    )
     out = tmp_path / "run"
     summary = await evaluate(load_suite(str(suite_file)), oracle_for, out_dir=out, model="oracle", progress=False)
     assert summary["metrics"]["success_rate"] == 1.0

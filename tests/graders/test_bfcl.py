@@ -21,10 +21,16 @@ def bfcl_runner():
     (importing that module needs every model provider's SDK)."""
     path = Path(multi_turn_eval.__file__).parents[1] / "eval_runner.py"
     tree = ast.parse(path.read_text())
-    function = next(node for node in tree.body
-                    if isinstance(node, ast.FunctionDef) and node.name == "_evaluate_single_multi_turn_entry")
-    namespace = {"BaseHandler": object, "multi_turn_checker": multi_turn_checker,
-                 "is_empty_execute_response": multi_turn_utils.is_empty_execute_response}
+    function = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and node.name == "_evaluate_single_multi_turn_entry"
+    )
+    namespace = {
+        "BaseHandler": object,
+        "multi_turn_checker": multi_turn_checker,
+        "is_empty_execute_response": multi_turn_utils.is_empty_execute_response,
+    }
     exec(compile(ast.Module([function], type_ignores=[]), str(path), "exec"), namespace)
     return namespace["_evaluate_single_multi_turn_entry"]
 
@@ -43,8 +49,15 @@ def bfcl_score(task, trajectory):
     """BFCL's eval runner on a trajectory (per user turn, per reply, call strings), its instance cache cleaned up."""
     model_name = f"graders_{uuid.uuid4().hex}"
     try:
-        return RUNNER(DecodedCalls(), task["id"], trajectory, task["ground_truth"], copy.deepcopy(task), model_name,
-                      task["id"].rsplit("_", 1)[0])
+        return RUNNER(
+            DecodedCalls(),
+            task["id"],
+            trajectory,
+            task["ground_truth"],
+            copy.deepcopy(task),
+            model_name,
+            task["id"].rsplit("_", 1)[0],
+        )
     finally:
         for name in [n for n in list(vars(multi_turn_utils)) if n.startswith(model_name)]:
             delattr(multi_turn_utils, name)

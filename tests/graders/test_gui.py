@@ -4,9 +4,9 @@ import threading
 
 import pytest
 
+from agentgym.envs.gui.apps import formula
 from agentgym.envs.gui.env import SandboxFiles
 from agentgym.envs.gui.tasks import DOCS, FILES_TREE, TASKS, XEDIT_SAVE, XEDIT_TEXT, _csv, cell_xy
-from agentgym.envs.gui.apps import formula
 
 
 # ---------------------------------------------------------------- the checkers on crafted files (no desktop)
@@ -48,8 +48,14 @@ def doubling_chain():
 def test_cells_built_to_hang_or_crash_the_checker_fail_it():
     assert checked_within("sheet-budget-total", budget_with("=SUM(B2:B5)")) is None
     cells, last = doubling_chain()
-    rows = [["Item", "Cost", "", "", ""], ["Rent", "1200"], ["Food", "340"], ["Travel", "150"], ["Books", "60"],
-            ["Total", f"={last}"]]
+    rows = [
+        ["Item", "Cost", "", "", ""],
+        ["Rent", "1200"],
+        ["Food", "340"],
+        ["Travel", "150"],
+        ["Books", "60"],
+        ["Total", f"={last}"],
+    ]
     grid = [row + [""] * (5 - len(row)) for row in rows] + [[""] * 5 for _ in range(formula.ROWS - len(rows))]
     for name, text in cells.items():
         grid[int(name[1:]) - 1][formula.COLUMNS.index(name[0])] = text
@@ -76,9 +82,9 @@ def test_the_right_text_in_the_wrong_place_fails():
 # ---------------------------------------------------------------- on the desktop, through env.step
 @pytest.fixture(scope="module")
 def env(docker_ready):
+    from agentgym.envs.gui import DesktopEnv
     from agentgym.sandbox.base import SandboxUnavailableError
     from agentgym.sandbox.desktop import build_desktop_image
-    from agentgym.envs.gui import DesktopEnv
 
     try:
         image = build_desktop_image()
@@ -100,8 +106,9 @@ def play(env, task_id, actions):
 
 
 @pytest.mark.docker
-@pytest.mark.parametrize("task_id", ["xedit-append-todo", "sheet-budget-total", "files-rename-notes",
-                                     "files-rename-missing"])
+@pytest.mark.parametrize(
+    "task_id", ["xedit-append-todo", "sheet-budget-total", "files-rename-notes", "files-rename-missing"]
+)
 def test_reference_solution_scores_one(env, task_id):
     assert play(env, task_id, TASKS[task_id].solution)[:2] == (1.0, True)
 
@@ -123,11 +130,15 @@ def test_desktop_hacks_score_zero(env):
     assert SandboxFiles(env.desktop).read(copy).rstrip("\n").endswith("- buy milk")  # the hack did save a copy
     assert env.step("done()")[1] == 0.0
     # The right cells, not saved; then the right value in the wrong cell, saved.
-    total = ['click({}, {})'.format(*cell_xy("A6")), 'type("Total")']
-    assert play(env, "sheet-budget-total", [*total, 'click({}, {})'.format(*cell_xy("B6")), 'type("1750")',
-                                            "done()"])[:2] == (0.0, False)
-    assert play(env, "sheet-budget-total", [*total, 'click({}, {})'.format(*cell_xy("C6")), 'type("1750")',
-                                            'key("ctrl+s")', "done()"])[:2] == (0.0, False)
+    total = ["click({}, {})".format(*cell_xy("A6")), 'type("Total")']
+    assert play(env, "sheet-budget-total", [*total, "click({}, {})".format(*cell_xy("B6")), 'type("1750")', "done()"])[
+        :2
+    ] == (0.0, False)
+    assert play(
+        env,
+        "sheet-budget-total",
+        [*total, "click({}, {})".format(*cell_xy("C6")), 'type("1750")', 'key("ctrl+s")', "done()"],
+    )[:2] == (0.0, False)
     # An infeasible task: damage, then the right verdict.
     delete_todo = TASKS["files-delete-todo"].solution[:-1]
     assert play(env, "files-rename-missing", [*delete_todo, "fail()"])[:2] == (0.0, False)

@@ -1,6 +1,5 @@
 """RepoFix's grader against reward hacks: each known hack, submitted through env.step as a policy would, scores 0; the gold patch scores 1."""
 
-import json
 
 import gymnasium
 import pytest
@@ -118,11 +117,15 @@ def _local(frame, event, arg):
 sys.settrace(lambda frame, event, arg: _local if frame.f_code.co_name.startswith("test_") else None)
 """
 
+
 def at_exit(*bodies):
     """Code that registers an atexit hook running `bodies` (the statements of its function) and then exiting 0."""
     body = "".join(bodies) + "os._exit(0)\n"
-    return ("import atexit, glob, json, os, sys\n\ndef _forge():\n"
-            + "".join(f"    {line}\n" for line in body.splitlines()) + "\natexit.register(_forge)\n")
+    return (
+        "import atexit, glob, json, os, sys\n\ndef _forge():\n"
+        + "".join(f"    {line}\n" for line in body.splitlines())
+        + "\natexit.register(_forge)\n"
+    )
 
 
 # The test log (whatever file stdout is) rewritten so that every failure reads as a pass.
@@ -176,11 +179,15 @@ if _frame:
 """
 
 # Stands in for pytest when `python -m pytest` runs from the repository: the real pytest, reports patched.
-SHADOW_PYTEST = """\
+SHADOW_PYTEST = (
+    """\
 import os, sys
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.getcwd()]
 import pytest
-""" + PATCH_TEST_REPORT + "raise SystemExit(pytest.console_main())\n"
+"""
+    + PATCH_TEST_REPORT
+    + "raise SystemExit(pytest.console_main())\n"
+)
 
 CONFIG = {
     "tests/pytest.ini": "[pytest]\naddopts = -p passing_plugin\n",
@@ -202,11 +209,16 @@ HACKS = {
     "skip at import": in_package(SKIP_AT_IMPORT),
     "hidden tests rewritten, pytest rerun": in_package(REWRITE_TESTS_AND_RERUN),
     "pytest shadowed": {"pytest.py": SHADOW_PYTEST},
-    "start-up hooks": {"sitecustomize.py": PATCH_TEST_REPORT, "usercustomize.py": PATCH_TEST_REPORT,
-                       "hack.pth": "import _pytest.reports; exec(open('sitecustomize.py').read())\n"},
+    "start-up hooks": {
+        "sitecustomize.py": PATCH_TEST_REPORT,
+        "usercustomize.py": PATCH_TEST_REPORT,
+        "hack.pth": "import _pytest.reports; exec(open('sitecustomize.py').read())\n",
+    },
     "conftest": {"conftest.py": PASSING_PLUGIN, "tests/conftest.py": PASSING_PLUGIN},
-    "hidden test planted": {"tests/test_statsutils_histogram.py": "def test_norm_regression():\n    pass\n\n"
-                                                                  "def test_check_sum():\n    pass\n"},
+    "hidden test planted": {
+        "tests/test_statsutils_histogram.py": "def test_norm_regression():\n    pass\n\n"
+        "def test_check_sum():\n    pass\n"
+    },
     **{f"config in {path}": {path: content, "passing_plugin.py": PASSING_PLUGIN} for path, content in CONFIG.items()},
 }
 
@@ -235,23 +247,29 @@ def test_a_hack_scores_zero(env, hack):
 def test_a_visible_test_helper_neutered_scores_zero(env):
     """tabulate's hidden tests compare through test/common.py's assert_equal, which the agent can see and edit."""
     task = TASKS["tabulate__latex_line_begin_tabular-0"]
-    reward, grade = submit(env, commands=["sed -i 's/^    assert expected == result$/    pass/' test/common.py"], task=task)
+    reward, grade = submit(
+        env, commands=["sed -i 's/^    assert expected == result$/    pass/' test/common.py"], task=task
+    )
     assert reward == 0.0, grade
 
 
 def test_a_hidden_test_file_rewritten_on_disk_is_noticed(env):
     """toolz's package, imported by the first hidden test file, rewrites the second before pytest imports it."""
     task = TASKS["toolz__has_keywords-0"]
-    rewrite = ("import os, re\n"
-               "_path = os.path.join(os.path.dirname(__file__), 'tests', 'test_inspect_args.py')\n"
-               "if os.path.exists(_path):\n"
-               "    _names = re.findall(r'^def (test_\\w+)', open(_path).read(), re.M)\n"
-               "    open(_path, 'w').write(''.join('def %s():\\n    pass\\n' % n for n in _names))\n")
+    rewrite = (
+        "import os, re\n"
+        "_path = os.path.join(os.path.dirname(__file__), 'tests', 'test_inspect_args.py')\n"
+        "if os.path.exists(_path):\n"
+        "    _names = re.findall(r'^def (test_\\w+)', open(_path).read(), re.M)\n"
+        "    open(_path, 'w').write(''.join('def %s():\\n    pass\\n' % n for n in _names))\n"
+    )
     env.reset(options={"task_id": task["instance_id"]})
     env.step(call("write_file", path="/tmp/hack.py", content=rewrite))
     env.step(call("bash", command="cat /tmp/hack.py >> toolz/__init__.py"))
     *_, info = env.step(call("submit"))
-    assert info["grade"]["resolved"] is False and "test_inspect_args.py changed on disk" in info["grade"]["error"], info["grade"]
+    assert info["grade"]["resolved"] is False and "test_inspect_args.py changed on disk" in info["grade"]["error"], (
+        info["grade"]
+    )
 
 
 def test_a_diff_over_the_bound_is_not_graded(env):

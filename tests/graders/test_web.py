@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from agentgym.envs.web.app_env import WebAppEnv, app_tasks
+from agentgym.envs.web.app_env import WebAppEnv
 from agentgym.envs.web.apps.mail.views import FOLDER_TITLES
 from agentgym.envs.web.apps.shop.data import catalog
 from agentgym.envs.web.miniwob import MiniWoBEnv
@@ -52,10 +52,24 @@ def solution_without_answer(env, task_id):
 
 # ---------------------------------------------------------------- reference solutions score 1
 REFERENCES = {
-    "shop": ["cheapest_kind/0", "order_items_on_date/0", "review_count/0", "browse_brand_sorted/0", "add_variant/0",
-             "checkout/0"],
-    "mail": ["sender_of_subject/0", "contact_phone/0", "offsite_venue/0", "nav_search_text/0", "mark_unread/0",
-             "delete_subject/0", "restore_from_trash/0", "reply_latest_from/0"],
+    "shop": [
+        "cheapest_kind/0",
+        "order_items_on_date/0",
+        "review_count/0",
+        "browse_brand_sorted/0",
+        "add_variant/0",
+        "checkout/0",
+    ],
+    "mail": [
+        "sender_of_subject/0",
+        "contact_phone/0",
+        "offsite_venue/0",
+        "nav_search_text/0",
+        "mark_unread/0",
+        "delete_subject/0",
+        "restore_from_trash/0",
+        "reply_latest_from/0",
+    ],
     "wiki": ["last_editor/0", "nav_history/0", "append_text/0", "edit_or_denied/0", "login_contributions/0"],
 }
 
@@ -75,8 +89,11 @@ def test_an_answer_listing_every_candidate_scores_zero(envs):
         parts = ", ".join(shop.task(task_id).evaluator.parts)  # the right answer among all the others
         assert reward_of(shop, task_id, [answer(f"{everything}; {parts}")]) == 0.0, task_id
     mail = envs("mail")
-    people = ", ".join(sorted({name for (name,) in mail.app.db.query(
-        "SELECT sender_name FROM messages UNION SELECT name FROM contacts")}))
+    people = ", ".join(
+        sorted(
+            {name for (name,) in mail.app.db.query("SELECT sender_name FROM messages UNION SELECT name FROM contacts")}
+        )
+    )
     phones = ", ".join(phone for (phone,) in mail.app.db.query("SELECT phone FROM contacts"))
     assert reward_of(mail, "sender_of_subject/0", [answer(people)]) == 0.0
     assert reward_of(mail, "thread_last_writer/0", [answer(people)]) == 0.0
@@ -96,8 +113,11 @@ def test_the_answer_typed_into_the_page_is_no_answer(envs):
     shop = envs("shop")
     task = shop.task("cheapest_kind/0")
     name = task.evaluator.parts[0]
-    steps = [lambda text: f'fill({element_id(text, "searchbox", "Search products")}, {json.dumps(name)})',
-             'press("Enter")', answer("")]
+    steps = [
+        lambda text: f"fill({element_id(text, 'searchbox', 'Search products')}, {json.dumps(name)})",
+        'press("Enter")',
+        answer(""),
+    ]
     assert reward_of(shop, task.id, steps) == 0.0
 
 
@@ -107,9 +127,12 @@ def test_pages_of_its_own_making_are_refused(envs):
     task = shop.task("browse_brand_sorted/0")
     path = task.evaluator.path
     query = "&".join(f"{key}={value}" for key, value in task.evaluator.query)
-    for url in (f"data:text/html,<title>{path}</title><h1>Task complete</h1>",
-                f"javascript:history.pushState(null, '', '{path}?{query}')",
-                f"http://127.0.0.1:1{path}?{query}", f"http://example.com{path}?{query}"):
+    for url in (
+        f"data:text/html,<title>{path}</title><h1>Task complete</h1>",
+        f"javascript:history.pushState(null, '', '{path}?{query}')",
+        f"http://127.0.0.1:1{path}?{query}",
+        f"http://example.com{path}?{query}",
+    ):
         observation, _ = shop.reset(options={"task_id": task.id})
         _, _, _, _, info = shop.step(f"goto({json.dumps(url)})")
         assert "outside the sites of this task" in (info["error"] or ""), url
@@ -149,11 +172,16 @@ def blanket(env, task_id, folder, subject, *actions):
         assert info["error"] is None, info["error"]
         return reward
 
-    act(lambda text: f'click({element_id(text, "link", FOLDER_TITLES[folder])})')
+    act(lambda text: f"click({element_id(text, 'link', FOLDER_TITLES[folder])})")
     while f'checkbox "Select message: {subject}"' not in observation["text"]:
-        act(lambda text: f'click({element_id(text, "link", "Next page")})')
-    act(lambda text: " ".join(f'check({e["id"]})' for e in elements(text)
-                              if e["role"] == "checkbox" and e["name"].startswith("Select message: ")))
+        act(lambda text: f"click({element_id(text, 'link', 'Next page')})")
+    act(
+        lambda text: " ".join(
+            f"check({e['id']})"
+            for e in elements(text)
+            if e["role"] == "checkbox" and e["name"].startswith("Select message: ")
+        )
+    )
     return [act(action) for action in actions][-1]
 
 
@@ -161,15 +189,20 @@ def blanket(env, task_id, folder, subject, *actions):
 def test_doing_it_to_every_message_is_not_doing_it_to_one(envs, task_id, button):
     mail = envs("mail")
     _, _, subject, _, _, folder = mail.task(task_id).params["candidate"]
-    assert blanket(mail, task_id, folder, subject, lambda text: f'click({element_id(text, "button", button)})',
-                   answer("")) == 0.0
+    assert (
+        blanket(mail, task_id, folder, subject, lambda text: f"click({element_id(text, 'button', button)})", answer(""))
+        == 0.0
+    )
 
 
 def test_restoring_the_whole_trash_is_not_restoring_one_message(envs):
     mail = envs("mail")
     subject = mail.task("restore_from_trash/0").params["candidate"][2]
-    move = (lambda text: f'select_option({element_id(text, "combobox", "Move selected to")}, "Inbox")',
-            lambda text: f'click({element_id(text, "button", "Move")})', answer(""))
+    move = (
+        lambda text: f'select_option({element_id(text, "combobox", "Move selected to")}, "Inbox")',
+        lambda text: f"click({element_id(text, 'button', 'Move')})",
+        answer(""),
+    )
     assert blanket(mail, "restore_from_trash/0", "trash", subject, *move) == 0.0
 
 
@@ -191,14 +224,17 @@ def test_miniwob_hacks_score_nothing():
     try:
         env.reset(seed=3)
         # No action runs script in the task page: the reward variables are out of reach.
-        for url in ("javascript:WOB_DONE_GLOBAL=true;WOB_RAW_REWARD_GLOBAL=1;WOB_REWARD_GLOBAL=1",
-                    "data:text/html,<script>WOB_DONE_GLOBAL=true</script>"):
+        for url in (
+            "javascript:WOB_DONE_GLOBAL=true;WOB_RAW_REWARD_GLOBAL=1;WOB_REWARD_GLOBAL=1",
+            "data:text/html,<script>WOB_DONE_GLOBAL=true</script>",
+        ):
             _, reward, terminated, _, info = env.step(f"goto({json.dumps(url)})")
             assert "outside the sites of this task" in info["error"] and not terminated and reward == 0.0
         # Solving an easier task on another page of the same server does not end this one.
         observation, *_ = env.step('goto("/miniwob/click-test.html")')
         observation, reward, terminated, _, _ = env.step(
-            f"click({element_id(observation['text'], 'button', 'Click Me!')})")
+            f"click({element_id(observation['text'], 'button', 'Click Me!')})"
+        )
         assert not terminated and reward == 0.0
         # Giving up is not success.
         env.reset(seed=3)

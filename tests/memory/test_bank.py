@@ -4,8 +4,18 @@ import threading
 
 import pytest
 
-from agentgym.memory.bank import (MEMORY_BEGIN, CorruptEntryError, MemoryBank, Retrieval, Skill, jaccard,
-                                  merge_skill_data, procedures_in_prompt, refined_utility, split_prompt)
+from agentgym.memory.bank import (
+    MEMORY_BEGIN,
+    CorruptEntryError,
+    MemoryBank,
+    Retrieval,
+    Skill,
+    jaccard,
+    merge_skill_data,
+    procedures_in_prompt,
+    refined_utility,
+    split_prompt,
+)
 from agentgym.memory.induction import EpisodeRecord, SkillDraft
 from agentgym.memory.store import Entry
 
@@ -16,10 +26,10 @@ TASK = "Find the number stored under cloud. Use lookup(key); an entry may point 
 
 
 def test_refined_utility_is_the_shrinkage_mean():
-    assert refined_utility(0.5, 4, 0.0, 1) == pytest.approx(0.4)       # (4·0.5 + 0) / 5
-    assert refined_utility(0.5, 4, -3.0, 6) == pytest.approx(-0.1)     # (2 − 3) / 10
-    assert refined_utility(0.0, 0, 1.5, 3) == pytest.approx(0.5)       # no prior: the mean advantage
-    assert refined_utility(0.7, 0, 0.0, 0) == 0.0                      # no evidence at all
+    assert refined_utility(0.5, 4, 0.0, 1) == pytest.approx(0.4)  # (4·0.5 + 0) / 5
+    assert refined_utility(0.5, 4, -3.0, 6) == pytest.approx(-0.1)  # (2 − 3) / 10
+    assert refined_utility(0.0, 0, 1.5, 3) == pytest.approx(0.5)  # no prior: the mean advantage
+    assert refined_utility(0.7, 0, 0.0, 0) == 0.0  # no evidence at all
 
 
 def test_jaccard():
@@ -28,10 +38,26 @@ def test_jaccard():
 
 
 def test_merge_sums_evidence_keeps_the_prior_and_bumps_the_version():
-    keep = {"uses": 2, "successes": 1, "reward_sum": 1.0, "advantage_sum": 0.5, "advantage_n": 2,
-            "sources": ["e1"], "version": 1, "validation": {"gain": 0.4, "n": 8}}
-    drop = {"uses": 3, "successes": 3, "reward_sum": 3.0, "advantage_sum": 1.5, "advantage_n": 3,
-            "sources": ["e1", "e2"], "version": 4, "validation": {"gain": 0.9, "n": 2}}
+    keep = {
+        "uses": 2,
+        "successes": 1,
+        "reward_sum": 1.0,
+        "advantage_sum": 0.5,
+        "advantage_n": 2,
+        "sources": ["e1"],
+        "version": 1,
+        "validation": {"gain": 0.4, "n": 8},
+    }
+    drop = {
+        "uses": 3,
+        "successes": 3,
+        "reward_sum": 3.0,
+        "advantage_sum": 1.5,
+        "advantage_n": 3,
+        "sources": ["e1", "e2"],
+        "version": 4,
+        "validation": {"gain": 0.9, "n": 2},
+    }
     merged = merge_skill_data(keep, drop, 7)
     assert (merged["uses"], merged["successes"], merged["advantage_n"]) == (5, 4, 5)
     assert merged["sources"] == ["e1", "e2"] and merged["merged"] == [7] and merged["version"] == 2
@@ -157,10 +183,14 @@ def test_refine_reports_each_step(bank):
 
 
 def test_corrupted_skill_data_is_skipped_with_a_clear_error(bank, caplog):
-    bad = bank.store.add(Entry(kind="skill", text="Find the number stored under x", title="broken", env=ENV,
-                               data={"steps": "not a list"}))
-    wrong_types = bank.store.add(Entry(kind="skill", text="Find the number", title="typed", env=ENV,
-                                       data={"steps": [], "uses": "many"}))
+    bad = bank.store.add(
+        Entry(
+            kind="skill", text="Find the number stored under x", title="broken", env=ENV, data={"steps": "not a list"}
+        )
+    )
+    wrong_types = bank.store.add(
+        Entry(kind="skill", text="Find the number", title="typed", env=ENV, data={"steps": [], "uses": "many"})
+    )
     good = bank.add_skill(draft())
     with pytest.raises(CorruptEntryError, match=f"skill {bad} has no usable procedure"):
         Skill.from_entry(bank.store.get(bad))

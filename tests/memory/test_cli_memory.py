@@ -23,8 +23,9 @@ def store(tmp_path) -> str:
     path = tmp_path / "memory.db"
     bank = MemoryBank(path)
     bank.add_episode(EpisodeRecord(env="keychain", task_id="train-1", task=TASK, reward=1.0, success=True))
-    bank.add_skill(SkillDraft("solve", "key chains", GOOD, env="keychain", family="train"),
-                   validation={"gain": 0.5, "n": 10})
+    bank.add_skill(
+        SkillDraft("solve", "key chains", GOOD, env="keychain", family="train"), validation={"gain": 0.5, "n": 10}
+    )
     bank.add_skill(SkillDraft("guess", "key chains", HARMFUL, env="keychain", family="train"))
     bank.close()
     return str(path)
@@ -74,21 +75,25 @@ def test_export_then_import_round_trips(store, tmp_path, capsys):
     assert code == 0 and "imported 3 entries" in out
     original = [json.loads(line) for line in exported.read_text().splitlines()]
     copied = list(MemoryBank(target).store.entries())
-    assert [(e.kind, e.title, e.data, e.created) for e in copied] == \
-           [(r["kind"], r["title"], r["data"], r["created"]) for r in original]
+    assert [(e.kind, e.title, e.data, e.created) for e in copied] == [
+        (r["kind"], r["title"], r["data"], r["created"]) for r in original
+    ]
 
 
-@pytest.mark.parametrize("line, problem", [
-    ('{"kind": 3, "text": "x"}', "string 'kind' and 'text'"),
-    ('{"kind": "skill", "text": "x", "data": [1]}', "'data' must be a JSON object"),
-    ('{"kind": "skill", "text": "x", "colour": "red"}', "unknown fields ['colour']"),
-    ("{not json", "Expecting property name"),
-])
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        ('{"kind": 3, "text": "x"}', "string 'kind' and 'text'"),
+        ('{"kind": "skill", "text": "x", "data": [1]}', "'data' must be a JSON object"),
+        ('{"kind": "skill", "text": "x", "colour": "red"}', "unknown fields ['colour']"),
+        ("{not json", "Expecting property name"),
+    ],
+)
 def test_a_bad_import_file_imports_nothing(tmp_path, capsys, line, problem):
     source = tmp_path / "in.jsonl"
     source.write_text('{"kind": "episode", "text": "fine"}\n' + line + "\n")
     code, _, err = run(capsys, "import", str(tmp_path / "new.db"), str(source))
-    assert code == 2 and f"in.jsonl:2: " in err and problem in err
+    assert code == 2 and "in.jsonl:2: " in err and problem in err
     assert not (tmp_path / "new.db").exists()
 
 
@@ -123,10 +128,15 @@ def test_eval_with_memory_learns_and_read_mode_needs_a_store(tmp_path):
     suite.write_text("".join(json.dumps({"env": "KeyChain-v0", "task_id": f"train-{i}"}) + "\n" for i in range(2)))
     store = tmp_path / "memory.db"
     base = [str(AGENTGYM), "eval", "--suite", str(suite), "--policy", "nonsense", "--memory", str(store)]
-    result = subprocess.run([*base, "--memory-mode", "learn", "--out", str(tmp_path / "run")],
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [*base, "--memory-mode", "learn", "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     assert MemoryBank(store).store.count(kind="episode") == 2
-    missing = subprocess.run([*base[:-1], str(tmp_path / "none.db"), "--out", str(tmp_path / "run2")],
-                             capture_output=True, text=True, timeout=300)
+    missing = subprocess.run(
+        [*base[:-1], str(tmp_path / "none.db"), "--out", str(tmp_path / "run2")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert missing.returncode == 2 and "read mode needs an existing store" in missing.stderr

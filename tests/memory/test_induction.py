@@ -5,9 +5,19 @@ import json
 import pytest
 
 from agentgym.envs.tool.keychain import KeyChainEnv, demonstration, make_task
-from agentgym.memory.induction import (EpisodeRecord, PolicySummarizer, RuleBasedDistiller, abstract_value,
-                                       episode_record, family_of, follow, follow_any, parse_step, resolve_step,
-                                       summarize_episode)
+from agentgym.memory.induction import (
+    EpisodeRecord,
+    PolicySummarizer,
+    RuleBasedDistiller,
+    abstract_value,
+    episode_record,
+    family_of,
+    follow,
+    follow_any,
+    parse_step,
+    resolve_step,
+    summarize_episode,
+)
 from agentgym.rollout.agent import Agent, AgentConfig
 from agentgym.rollout.policy import Completion, Policy
 
@@ -16,8 +26,16 @@ from .policies import GOOD
 TASK = "Find the number stored under cloud. Use lookup(key); an entry may point to another key. Then submit(answer)."
 
 
-@pytest.mark.parametrize("task_id, family", [("train-12", "train"), ("HumanEval/3", "HumanEval"),
-                                              ("multi_turn_base_7", "multi_turn_base"), ("plain", "plain"), ("42", "42")])
+@pytest.mark.parametrize(
+    "task_id, family",
+    [
+        ("train-12", "train"),
+        ("HumanEval/3", "HumanEval"),
+        ("multi_turn_base_7", "multi_turn_base"),
+        ("plain", "plain"),
+        ("42", "42"),
+    ],
+)
 def test_family_is_the_id_without_its_number(task_id, family):
     assert family_of(task_id) == family
 
@@ -43,10 +61,13 @@ def test_steps_parse_and_resolve_against_a_new_context():
 
 
 def test_follow_skips_steps_that_do_not_resolve():
-    two_hop = [GOOD[0], "lookup(key=<word after \"see\" in the last observation>)", GOOD[1]]
+    two_hop = [GOOD[0], 'lookup(key=<word after "see" in the last observation>)', GOOD[1]]
     assert follow(two_hop, TASK, [""]) == {"name": "lookup", "arguments": {"key": "cloud"}}
     assert follow(two_hop, TASK, ["", "cloud: see amber"])["arguments"] == {"key": "amber"}
-    assert follow(two_hop, TASK, ["", "cloud: see amber", "amber: 42"]) == {"name": "submit", "arguments": {"answer": "42"}}
+    assert follow(two_hop, TASK, ["", "cloud: see amber", "amber: 42"]) == {
+        "name": "submit",
+        "arguments": {"answer": "42"},
+    }
     # one hop: the second lookup does not resolve and is skipped
     assert follow(two_hop, TASK, ["", "cloud: 42"]) == {"name": "submit", "arguments": {"answer": "42"}}
     assert follow(two_hop, TASK, ["", "cloud: 42", "Submitted."]) is None  # used up
@@ -71,8 +92,15 @@ def record(task_id: str, replies: list[str], success: bool, truncated: bool = Fa
     for reply in replies:
         obs, reward, _, _, info = env.step(reply)
         steps.append(step_entry(env.parse(reply).calls, obs["text"], reward, info["error"]))
-    return EpisodeRecord(env=env.kind, task_id=task_id, task=observation["text"], steps=steps,
-                         reward=float(success), success=success, truncated=truncated)
+    return EpisodeRecord(
+        env=env.kind,
+        task_id=task_id,
+        task=observation["text"],
+        steps=steps,
+        reward=float(success),
+        success=success,
+        truncated=truncated,
+    )
 
 
 def solved(task_id: str) -> EpisodeRecord:
@@ -112,7 +140,9 @@ async def test_episode_record_from_a_trajectory():
     from .policies import Follower
 
     env = KeyChainEnv(max_hops=1)
-    trajectory = await Agent(Follower(fallback=None), AgentConfig(system_prompt=None, native_tools=False)).run(env, "train-1")
+    trajectory = await Agent(Follower(fallback=None), AgentConfig(system_prompt=None, native_tools=False)).run(
+        env, "train-1"
+    )
     rec = episode_record(trajectory, env, task=TASK)
     assert rec.success and rec.family == "train" and rec.source == trajectory.id
     assert [s["calls"][0]["name"] for s in rec.steps] == ["lookup", "submit"]
@@ -129,8 +159,9 @@ class Canned(Policy):
 
 
 async def test_policy_summarizer_parses_json_skills():
-    reply = "Here you go: " + json.dumps({"skills": [{"name": "chase", "when": "key chains", "steps": GOOD},
-                                                     {"name": "empty", "steps": []}, "junk"]})
+    reply = "Here you go: " + json.dumps(
+        {"skills": [{"name": "chase", "when": "key chains", "steps": GOOD}, {"name": "empty", "steps": []}, "junk"]}
+    )
     policy = Canned(reply)
     drafts = await PolicySummarizer(policy).induce([solved("train-1"), record("train-2", ['submit("1")'], False)])
     assert [(d.name, d.steps, d.family) for d in drafts] == [("chase", GOOD, "train")]

@@ -21,8 +21,18 @@ import pytest
 
 from agentgym.memory import store as store_module
 from agentgym.memory.embeddings import normalise
-from agentgym.memory.store import (Entry, MemoryStore, SchemaError, filter_sql, fts_query, prune_terms,
-                                   query_tokens, rrf, split_statements, top_k)
+from agentgym.memory.store import (
+    Entry,
+    MemoryStore,
+    SchemaError,
+    filter_sql,
+    fts_query,
+    prune_terms,
+    query_tokens,
+    rrf,
+    split_statements,
+    top_k,
+)
 
 
 class BagOfWords:
@@ -44,16 +54,48 @@ class BagOfWords:
 
 
 EPISODES = [
-    Entry("episode", "Fixed the tokenizer crash on empty input by returning an empty list early.",
-          title="tokenizer crash fix", env="code", family="repofix", task="toolz-3", tags=["python", "bugfix"]),
-    Entry("episode", "Summed column B of the spreadsheet and saved the file as totals.csv.",
-          title="spreadsheet sum", env="desktop", family="spreadsheet", task="sheet-1", tags=["gui"]),
-    Entry("skill", "To rename files, list the folder first, then move each file to its new name.",
-          title="rename files", env="desktop", family="files", tags=["gui", "files"]),
-    Entry("episode", "Booked a flight and messaged the user the confirmation number.",
-          title="travel booking", env="bfcl", family="travel", tags=["api"]),
-    Entry("skill", "When a test fails, read the traceback, open the file at the failing line, fix, rerun.",
-          title="debug failing tests", env="code", family="repofix", tags=["python", "debugging"]),
+    Entry(
+        "episode",
+        "Fixed the tokenizer crash on empty input by returning an empty list early.",
+        title="tokenizer crash fix",
+        env="code",
+        family="repofix",
+        task="toolz-3",
+        tags=["python", "bugfix"],
+    ),
+    Entry(
+        "episode",
+        "Summed column B of the spreadsheet and saved the file as totals.csv.",
+        title="spreadsheet sum",
+        env="desktop",
+        family="spreadsheet",
+        task="sheet-1",
+        tags=["gui"],
+    ),
+    Entry(
+        "skill",
+        "To rename files, list the folder first, then move each file to its new name.",
+        title="rename files",
+        env="desktop",
+        family="files",
+        tags=["gui", "files"],
+    ),
+    Entry(
+        "episode",
+        "Booked a flight and messaged the user the confirmation number.",
+        title="travel booking",
+        env="bfcl",
+        family="travel",
+        tags=["api"],
+    ),
+    Entry(
+        "skill",
+        "When a test fails, read the traceback, open the file at the failing line, fix, rerun.",
+        title="debug failing tests",
+        env="code",
+        family="repofix",
+        tags=["python", "debugging"],
+    ),
 ]
 
 
@@ -81,8 +123,9 @@ def fts_consistent(path) -> bool:
 
 
 def run_python(script: str, *args, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *map(str, args)],
-                            stdout=subprocess.PIPE, text=True, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script), *map(str, args)], stdout=subprocess.PIPE, text=True, **kwargs
+    )
 
 
 # -- pure functions -------------------------------------------------------------------------
@@ -96,8 +139,7 @@ def test_rrf_hand_computed():
     assert scores[3] == pytest.approx(1 / 63 + 1 / 61)  # 0.032266
     assert scores[2] == pytest.approx(1 / 62)
 
-    assert rrf([[10, 20], [20, 30]], k=1) == [(20, pytest.approx(1 / 3 + 1 / 2)), (10, 0.5),
-                                               (30, pytest.approx(1 / 3))]
+    assert rrf([[10, 20], [20, 30]], k=1) == [(20, pytest.approx(1 / 3 + 1 / 2)), (10, 0.5), (30, pytest.approx(1 / 3))]
 
 
 def test_rrf_duplicates_ties_and_empty():
@@ -161,7 +203,10 @@ def test_filters_env_family_kind_and_tags_all(store):
     assert {h.entry.title for h in store.search("file", k=10, tags=["gui"])} == {"spreadsheet sum", "rename files"}
     assert [h.entry.title for h in store.search("file", k=10, tags=["gui", "files"])] == ["rename files"]
     assert store.search("file", k=10, tags=["gui", "python"]) == []
-    assert store.search("tokenizer", k=10, env=["code", "desktop"], kind="episode", tags=["python"])[0].entry.task == "toolz-3"
+    assert (
+        store.search("tokenizer", k=10, env=["code", "desktop"], kind="episode", tags=["python"])[0].entry.task
+        == "toolz-3"
+    )
 
 
 def test_filters_apply_before_top_k(tmp_path):
@@ -174,11 +219,43 @@ def test_filters_apply_before_top_k(tmp_path):
             assert len(hits) == 3 and {h.entry.env for h in hits} == {"wanted"}, mode
 
 
-@pytest.mark.parametrize("query", [
-    '"', '""', '"unbalanced', "*", "a*", "(", ")", "((", "AND", "OR", "NOT", "a AND", "NEAR(a b)",
-    "-", "-x", "x - y", "col:val", "title:parser", "^start", "+", "{a b}", "'", ";", "\\", "\x00",
-    "", "   ", "_", "__init__", "ünïcödé 日本語", "x" * 5000, " ".join(f"w{i}" for i in range(500)),
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        '"',
+        '""',
+        '"unbalanced',
+        "*",
+        "a*",
+        "(",
+        ")",
+        "((",
+        "AND",
+        "OR",
+        "NOT",
+        "a AND",
+        "NEAR(a b)",
+        "-",
+        "-x",
+        "x - y",
+        "col:val",
+        "title:parser",
+        "^start",
+        "+",
+        "{a b}",
+        "'",
+        ";",
+        "\\",
+        "\x00",
+        "",
+        "   ",
+        "_",
+        "__init__",
+        "ünïcödé 日本語",
+        "x" * 5000,
+        " ".join(f"w{i}" for i in range(500)),
+    ],
+)
 def test_any_query_text_is_safe(store, query, monkeypatch):
     store.search(query, k=3)
     store.search(query, k=3, env="code", tags=["python"])
@@ -211,15 +288,33 @@ def test_exact_search_finds_underscored_and_dotted_words(store):
 
 def test_add_get_roundtrip_sets_id_and_times(tmp_path):
     with MemoryStore(tmp_path / "m.db") as s:
-        entry = Entry("skill", "body", title="t", env="e", family="f", task="k", tags=["a", "b", "a"],
-                      data={"uses": 3, "nested": {"x": [1, 2]}})
+        entry = Entry(
+            "skill",
+            "body",
+            title="t",
+            env="e",
+            family="f",
+            task="k",
+            tags=["a", "b", "a"],
+            data={"uses": 3, "nested": {"x": [1, 2]}},
+        )
         before = time.time()
         entry_id = s.add(entry)
         assert entry.id == entry_id and before <= entry.created == entry.updated <= time.time()
         got = s.get(entry_id)
-        assert got == Entry("skill", "body", title="t", env="e", family="f", task="k", tags=["a", "b"],
-                            data={"uses": 3, "nested": {"x": [1, 2]}}, id=entry_id,
-                            created=entry.created, updated=entry.updated)
+        assert got == Entry(
+            "skill",
+            "body",
+            title="t",
+            env="e",
+            family="f",
+            task="k",
+            tags=["a", "b"],
+            data={"uses": 3, "nested": {"x": [1, 2]}},
+            id=entry_id,
+            created=entry.created,
+            updated=entry.updated,
+        )
         assert s.get(entry_id + 100) is None
         imported = Entry("skill", "old", created=1234.5)
         s.add(imported)
@@ -328,7 +423,8 @@ def test_older_file_is_migrated_in_one_transaction(tmp_path, monkeypatch):
         s.add(Entry("skill", "kept across the migration", env="code"))
     v2 = store_module.MIGRATIONS + [
         "ALTER TABLE entries ADD COLUMN source TEXT NOT NULL DEFAULT 'v1';"
-        "CREATE INDEX entries_source ON entries(source);"]
+        "CREATE INDEX entries_source ON entries(source);"
+    ]
     broken = store_module.MIGRATIONS + ["ALTER TABLE entries ADD COLUMN source TEXT; SELECT * FROM nowhere;"]
 
     monkeypatch.setattr(store_module, "MIGRATIONS", broken)
@@ -457,8 +553,7 @@ def test_eight_writer_processes_lose_nothing(tmp_path):
 
 def test_concurrent_first_opens_migrate_once(tmp_path):
     path = tmp_path / "new.db"
-    procs = [run_python(WRITER, path, w, 1, 0)
-             for w in range(6)]
+    procs = [run_python(WRITER, path, w, 1, 0) for w in range(6)]
     assert [p.wait(timeout=120) for p in procs] == [0] * 6
     with MemoryStore(path) as s:
         assert s.count() == 6 and s.schema_version == len(store_module.MIGRATIONS)

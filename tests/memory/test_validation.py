@@ -62,8 +62,9 @@ TASKS = [Task(f"train-{i}", seed=i) for i in range(6)]
 async def test_a_useful_candidate_is_admitted_with_its_gain(tmp_path):
     bank = MemoryBank(tmp_path / "m.db")
     agent = Agent(Follower(), AgentConfig(system_prompt=None, native_tools=False))
-    estimate = await validate_candidate(SkillDraft("solve", "keychain", GOOD), bank, agent, one_hop_env, TASKS,
-                                        k_episodes=0)
+    estimate = await validate_candidate(
+        SkillDraft("solve", "keychain", GOOD), bank, agent, one_hop_env, TASKS, k_episodes=0
+    )
     assert (estimate.gain, estimate.mean_with, estimate.mean_without, estimate.n) == (1.0, 1.0, 0.0, 6)
     assert estimate.admits(0.5)
     assert bank.store.count() == 0  # validation reads the bank, it never writes
@@ -81,8 +82,11 @@ async def test_a_harmful_candidate_and_a_redundant_one_are_rejected(tmp_path):
 async def test_the_candidate_is_compared_within_the_same_retrieved_context(tmp_path):
     # The bank already holds the good skill, shown first; a candidate shown after it adds nothing.
     bank = MemoryBank(tmp_path / "m.db")
-    bank.add_skill(SkillDraft("solve", "train tasks like: Find the number stored under", GOOD,
-                              env=one_hop_env().kind, family="train"))
+    bank.add_skill(
+        SkillDraft(
+            "solve", "train tasks like: Find the number stored under", GOOD, env=one_hop_env().kind, family="train"
+        )
+    )
     policy = Follower()
     agent = Agent(policy, AgentConfig(system_prompt=None, native_tools=False))
     estimate = await validate_candidate(SkillDraft("guess", "anything", HARMFUL), bank, agent, one_hop_env, TASKS)
@@ -97,11 +101,16 @@ async def test_admit_candidates_judges_each_against_the_growing_bank(tmp_path):
     bank = MemoryBank(tmp_path / "m.db")
     agent = Agent(Follower(), AgentConfig(system_prompt=None, native_tools=False))
     kind = one_hop_env().kind
-    candidates = [SkillDraft(name, "train tasks like: Find the number stored under", steps, env=kind, family="train")
-                  for name, steps in (("solve", GOOD), ("guess", HARMFUL), ("solve again", GOOD))]
+    candidates = [
+        SkillDraft(name, "train tasks like: Find the number stored under", steps, env=kind, family="train")
+        for name, steps in (("solve", GOOD), ("guess", HARMFUL), ("solve again", GOOD))
+    ]
     decisions = await admit_candidates(candidates, bank, agent, one_hop_env, TASKS, margin=0.2, k_episodes=0)
-    assert [(d.name, e.gain, i is not None) for d, e, i in decisions] == \
-           [("solve", 1.0, True), ("guess", 0.0, False), ("solve again", 0.0, False)]
+    assert [(d.name, e.gain, i is not None) for d, e, i in decisions] == [
+        ("solve", 1.0, True),
+        ("guess", 0.0, False),
+        ("solve again", 0.0, False),
+    ]
     [skill] = bank.skills()
     assert skill.name == "solve" and skill.utility == 1.0 and skill.validation["n"] == len(TASKS)
     assert skill.validation["method"] == "paired-t, one-sided lower bound"

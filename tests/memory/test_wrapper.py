@@ -26,9 +26,16 @@ def bank(tmp_path):
 
 
 def add_good_skill(bank: MemoryBank, max_hops: int = 2) -> int:
-    return bank.add_skill(SkillDraft("solve", "train tasks like: Find the number stored under", GOOD,
-                                     env=KeyChainEnv(max_hops=max_hops).kind, family="train"),
-                          validation={"gain": 0.5, "n": 4, "mean_without": 0.0})
+    return bank.add_skill(
+        SkillDraft(
+            "solve",
+            "train tasks like: Find the number stored under",
+            GOOD,
+            env=KeyChainEnv(max_hops=max_hops).kind,
+            family="train",
+        ),
+        validation={"gain": 0.5, "n": 4, "mean_without": 0.0},
+    )
 
 
 def play(env, task_id="train-1"):
@@ -156,8 +163,11 @@ async def test_tree_style_branching_through_the_agent(bank):
 async def test_runner_workers_share_one_bank(bank):
     skill = add_good_skill(bank, max_hops=1)
     agent = Agent(Follower(), CHAT)
-    runner = Runner(agent, lambda: MemoryWrapper(KeyChainEnv(max_hops=1), bank, k_episodes=0),
-                    RunnerConfig(concurrency=4, progress=False))
+    runner = Runner(
+        agent,
+        lambda: MemoryWrapper(KeyChainEnv(max_hops=1), bank, k_episodes=0),
+        RunnerConfig(concurrency=4, progress=False),
+    )
     result = await runner.run([Task(f"train-{i}", seed=i) for i in range(12)])
     assert all(r.success for r in result.records) and all(MEMORY_BEGIN in r.initial_observation for r in result.records)
     assert bank.store.count(kind="episode") == 12
@@ -191,8 +201,9 @@ def test_trainer_env_factory_wraps_envs_when_the_config_has_a_memory_section(tmp
         args.check_memory()
 
 
-@pytest.mark.parametrize("config", ["agentgym.trainers.tree_grpo_config:TreeGRPOConfig",
-                                    "agentgym.trainers.sao_config:SAOConfig"])
+@pytest.mark.parametrize(
+    "config", ["agentgym.trainers.tree_grpo_config:TreeGRPOConfig", "agentgym.trainers.sao_config:SAOConfig"]
+)
 def test_both_trainer_configs_take_a_memory_section(tmp_path, config):
     from agentgym.train import _load
 
@@ -200,8 +211,9 @@ def test_both_trainer_configs_take_a_memory_section(tmp_path, config):
     section = {"path": str(tmp_path / "m.db"), "k_skills": 2}
     assert config_cls(output_dir=str(tmp_path), memory=section, report_to="none").memory == section
     with pytest.raises(ValueError, match="read mode needs an existing store"):  # at config time, not mid-training
-        config_cls(output_dir=str(tmp_path), memory={"path": str(tmp_path / "none.db"), "mode": "read"},
-                   report_to="none")
+        config_cls(
+            output_dir=str(tmp_path), memory={"path": str(tmp_path / "none.db"), "mode": "read"}, report_to="none"
+        )
 
 
 async def test_harness_with_memory_learns_from_its_episodes(tmp_path):
@@ -209,12 +221,22 @@ async def test_harness_with_memory_learns_from_its_episodes(tmp_path):
     from agentgym.eval.suites import load_suite
 
     suite_file = tmp_path / "keychain.jsonl"
-    suite_file.write_text("".join(json.dumps({"env": "KeyChain-v0", "task_id": f"train-{i}",
-                                              "env_kwargs": {"max_hops": 1}}) + "\n" for i in range(4)))
+    suite_file.write_text(
+        "".join(
+            json.dumps({"env": "KeyChain-v0", "task_id": f"train-{i}", "env_kwargs": {"max_hops": 1}}) + "\n"
+            for i in range(4)
+        )
+    )
     store = tmp_path / "memory.db"
     memory = MemoryConfig(str(store), mode="learn", k_episodes=0)
-    summary = await evaluate(load_suite(str(suite_file)), Follower(fallback=None), out_dir=tmp_path / "run",
-                             memory=memory, progress=False, concurrency=2)
+    summary = await evaluate(
+        load_suite(str(suite_file)),
+        Follower(fallback=None),
+        out_dir=tmp_path / "run",
+        memory=memory,
+        progress=False,
+        concurrency=2,
+    )
     assert summary["metrics"]["success_rate"] == 1.0
     assert MemoryBank(store).store.count(kind="episode") == 4
     run = json.loads((tmp_path / "run" / "run.json").read_text())

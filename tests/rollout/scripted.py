@@ -27,11 +27,15 @@ class ScriptedPolicy(Policy):
     async def generate(self, prompt_ids, sampling):
         self.prompts.append(list(prompt_ids))
         text = self.replies[(len(self.prompts) - 1) % len(self.replies)]
-        ids = self.chat_format.encode(text)[:sampling.max_tokens]
+        ids = self.chat_format.encode(text)[: sampling.max_tokens]
         stopped = self.stop and len(ids) < sampling.max_tokens
         if stopped:
             ids.append(self.chat_format.eos_token_id)
-        return Completion(text=self.chat_format.decode(ids), token_ids=ids,
-                          logprobs=[-0.5] * len(ids), finish_reason="stop" if stopped else "length",
-                          policy_version=self.version, entropy=1.0)
-
+        return Completion(
+            text=self.chat_format.decode(ids),
+            token_ids=ids,
+            logprobs=[-0.5] * len(ids),
+            finish_reason="stop" if stopped else "length",
+            policy_version=self.version,
+            entropy=1.0,
+        )

@@ -35,7 +35,9 @@ async def test_linear_episode_records_token_exact_turns(env):
 
 async def test_folding_keeps_token_accounting_exact(env):
     policy = ScriptedPolicy([call("add", n=1)] + [BAD] * 6 + [call("add", n=6), call("submit")])
-    config = AgentConfig(context_window=900, sampling=SamplingParams(max_tokens=64), fold=FoldPolicy(keep_last=1, target=0.7))
+    config = AgentConfig(
+        context_window=900, sampling=SamplingParams(max_tokens=64), fold=FoldPolicy(keep_last=1, target=0.7)
+    )
     trajectory = await Agent(policy, config).run(env, "reach-7")
     assert trajectory.success, trajectory.turns[-1].observation
     folded = [i for i, t in enumerate(trajectory.turns) if t.folded]
@@ -54,7 +56,9 @@ async def test_folding_keeps_token_accounting_exact(env):
 
 async def test_a_prompt_that_cannot_fit_ends_the_episode_with_an_error(env):
     policy = ScriptedPolicy([BAD])
-    trajectory = await Agent(policy, AgentConfig(context_window=300, sampling=SamplingParams(max_tokens=64))).run(env, "reach-7")
+    trajectory = await Agent(policy, AgentConfig(context_window=300, sampling=SamplingParams(max_tokens=64))).run(
+        env, "reach-7"
+    )
     assert trajectory.truncated and trajectory.error.startswith("context_overflow")
 
 
@@ -82,8 +86,11 @@ class NativeToolCalls(Policy):
         self.seen.append((list(messages), tools))
         n = len(self.seen)
         name, args = ("add", '{"n": 6}') if n <= 2 else ("submit", "{}")
-        return Completion(text="", finish_reason="tool_calls", tool_calls=[
-            {"id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": args}}])
+        return Completion(
+            text="",
+            finish_reason="tool_calls",
+            tool_calls=[{"id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": args}}],
+        )
 
 
 async def test_chat_mode_with_native_tool_calls(env):

@@ -6,7 +6,14 @@ from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
 from agentgym.models import tiny_model_path
-from agentgym.rollout.chat import PROBE_CONVERSATION, PROBE_TOOLS, ChatFormat, TemplateError, check_prefix_preserving, render
+from agentgym.rollout.chat import (
+    PROBE_CONVERSATION,
+    PROBE_TOOLS,
+    ChatFormat,
+    TemplateError,
+    check_prefix_preserving,
+    render,
+)
 
 
 @pytest.fixture(scope="module")
@@ -15,16 +22,29 @@ def tokenizer():
 
 
 text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=40)
-tool_call = st.fixed_dictionaries({"id": st.just("call_1"), "type": st.just("function"), "function": st.fixed_dictionaries(
-    {"name": st.sampled_from(["bash", "add"]), "arguments": st.dictionaries(st.sampled_from("abc"), st.integers(), max_size=2)})})
+tool_call = st.fixed_dictionaries(
+    {
+        "id": st.just("call_1"),
+        "type": st.just("function"),
+        "function": st.fixed_dictionaries(
+            {
+                "name": st.sampled_from(["bash", "add"]),
+                "arguments": st.dictionaries(st.sampled_from("abc"), st.integers(), max_size=2),
+            }
+        ),
+    }
+)
 turn = st.one_of(
     st.fixed_dictionaries({"role": st.just("user"), "content": text}),
     st.fixed_dictionaries({"role": st.just("tool"), "content": text}),
     st.fixed_dictionaries({"role": st.just("assistant"), "content": text}),
-    st.fixed_dictionaries({"role": st.just("assistant"), "content": text, "tool_calls": st.lists(tool_call, min_size=1, max_size=2)}),
+    st.fixed_dictionaries(
+        {"role": st.just("assistant"), "content": text, "tool_calls": st.lists(tool_call, min_size=1, max_size=2)}
+    ),
 )
 conversation = st.tuples(st.booleans(), text, st.lists(turn, min_size=1, max_size=8)).map(
-    lambda t: ([{"role": "system", "content": t[1]}] if t[0] else []) + [{"role": "user", "content": t[1]}] + t[2])
+    lambda t: ([{"role": "system", "content": t[1]}] if t[0] else []) + [{"role": "user", "content": t[1]}] + t[2]
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -41,10 +61,18 @@ def test_the_probe_passes_and_a_history_rewriting_template_is_refused(tokenizer)
         "{%- for m in messages %}{%- if m.role == 'assistant' and not loop.last %}"
         "{{- '<|im_start|>assistant\\n' + m.content.split('</think>')[-1] + '<|im_end|>\\n' }}"
         "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
-        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
-    assert check_prefix_preserving(rewriting, [[{"role": "user", "content": "q"},
-                                                {"role": "assistant", "content": "<think>hm</think>a"},
-                                                {"role": "user", "content": "r"}]])
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    )
+    assert check_prefix_preserving(
+        rewriting,
+        [
+            [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": "<think>hm</think>a"},
+                {"role": "user", "content": "r"},
+            ]
+        ],
+    )
     with pytest.raises(TemplateError, match="prefix-preserving"):
         ChatFormat(rewriting)
 
@@ -59,7 +87,7 @@ def test_continuation_keeps_sampled_ids_that_retokenising_would_change(tokenizer
     observation = {"role": "tool", "content": "ok"}
     continuation, rendered = chat.continuation_ids(messages, sampled, [observation])
     ids = prompt + sampled + continuation
-    assert ids[len(prompt):len(prompt) + len(sampled)] == sampled
+    assert ids[len(prompt) : len(prompt) + len(sampled)] == sampled
     expected = render(tokenizer, [*messages, {"role": "assistant", "content": "return"}, observation], None, True)
     assert tokenizer.decode(ids) == expected == rendered
 
@@ -79,7 +107,9 @@ def test_a_completion_ended_by_another_stop_token_is_closed_by_the_template(toke
     messages = [{"role": "user", "content": "hi"}]
     endoftext = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     assert endoftext in chat.stop_token_ids and endoftext != chat.eos_token_id
-    continuation, _ = chat.continuation_ids(messages, chat.encode("abc") + [endoftext], [{"role": "user", "content": "more"}])
+    continuation, _ = chat.continuation_ids(
+        messages, chat.encode("abc") + [endoftext], [{"role": "user", "content": "more"}]
+    )
     assert tokenizer.decode(continuation).startswith("<|im_end|>\n<|im_start|>user\nmore")
 
 

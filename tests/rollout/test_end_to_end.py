@@ -65,9 +65,12 @@ async def test_tree_rollouts_through_the_runner_and_agentgym_serve(code_env, ser
     tree_config = TreeConfig(strategy="uniform", roots=1, max_leaves=3, branch_every=1, branches=2)
     async with OpenAIPolicy(served_tiny_model, "tiny", tokenizer=tiny_model) as policy:
         agent = Agent(policy, CONFIG)
-        runner = Runner(agent, lambda: gymnasium.make(env.spec.id),
-                        RunnerConfig(concurrency=2, progress=False, store=store),
-                        job=lambda agent, env, task: TreeRollout(agent, tree_config).run(env, task.task_id, task.seed))
+        runner = Runner(
+            agent,
+            lambda: gymnasium.make(env.spec.id),
+            RunnerConfig(concurrency=2, progress=False, store=store),
+            job=lambda agent, env, task: TreeRollout(agent, tree_config).run(env, task.task_id, task.seed),
+        )
         result = await runner.run([Task(task_id, seed=0), Task(task_id, seed=1)])
     assert not result.failures and not result.pending and len(result.records) == 2
     for tree in result.records:

@@ -35,17 +35,19 @@ def prompts(policy, sizes=(1, 6, 15, 30)):
 def teacher_forced(model, prompt_ids, completion_ids, temperature):
     """log_softmax(logits / T) over the completion positions, from one un-padded forward pass."""
     with torch.no_grad():
-        logits = model(torch.tensor([prompt_ids + completion_ids])).logits[0, len(prompt_ids) - 1:-1].float()
+        logits = model(torch.tensor([prompt_ids + completion_ids])).logits[0, len(prompt_ids) - 1 : -1].float()
     return (logits / (temperature or 1.0)).log_softmax(-1)
 
 
 async def test_logprobs_and_entropy_match_an_unpadded_forward_pass(policy, tiny):
     batch = prompts(policy)
     assert len({len(p) for p in batch}) == len(batch)
-    params = [SamplingParams(max_tokens=12, temperature=0.7, seed=1),
-              SamplingParams(max_tokens=12, temperature=1.3, top_k=5, seed=2),
-              SamplingParams(max_tokens=12, temperature=0.0),
-              SamplingParams(max_tokens=12, temperature=1.0, top_p=0.05, seed=3)]
+    params = [
+        SamplingParams(max_tokens=12, temperature=0.7, seed=1),
+        SamplingParams(max_tokens=12, temperature=1.3, top_k=5, seed=2),
+        SamplingParams(max_tokens=12, temperature=0.0),
+        SamplingParams(max_tokens=12, temperature=1.0, top_p=0.05, seed=3),
+    ]
     completions = await asyncio.gather(*[policy.generate(p, s) for p, s in zip(batch, params)])
     assert policy.stats.batches == 1 and policy.stats.max_batch_seen == 4
 
@@ -91,7 +93,8 @@ async def test_seeded_sampling_is_reproducible_across_batch_compositions(policy)
         policy.generate(others[0], SamplingParams(max_tokens=3, temperature=0.5, top_k=3)),
         policy.generate(target, seeded),
         policy.generate(others[1], SamplingParams(max_tokens=20, temperature=0)),
-        policy.generate(others[2], SamplingParams(max_tokens=8, seed=1234)))
+        policy.generate(others[2], SamplingParams(max_tokens=8, seed=1234)),
+    )
     assert mixed[1].token_ids == alone.token_ids
     torch.testing.assert_close(mixed[1].logprobs, alone.logprobs, atol=1e-4, rtol=0)
     other_seed = await policy.generate(target, SamplingParams(max_tokens=16, temperature=1.0, top_p=0.95, seed=99))
@@ -101,8 +104,9 @@ async def test_seeded_sampling_is_reproducible_across_batch_compositions(policy)
 async def test_concurrent_requests_are_batched(tiny):
     async with HFPolicy.from_model(*tiny, max_batch_size=4, batch_wait_ms=50) as policy:
         batch = prompts(policy, sizes=(1, 2, 3, 5, 8, 13, 21, 34))
-        completions = await asyncio.gather(*[policy.generate(p, SamplingParams(max_tokens=6, seed=i))
-                                             for i, p in enumerate(batch)])
+        completions = await asyncio.gather(
+            *[policy.generate(p, SamplingParams(max_tokens=6, seed=i)) for i, p in enumerate(batch)]
+        )
         stats = policy.stats
         assert stats.requests == 8 and stats.batches == 2 and stats.max_batch_seen == 4
         assert stats.generated_tokens == sum(len(c.token_ids) for c in completions)
@@ -120,7 +124,7 @@ def eos_after(model, prompt_ids, completion_ids):
     model = copy.deepcopy(model)
     ids = list(prompt_ids) + list(completion_ids)
     with torch.no_grad():
-        hidden = model.model(torch.tensor([ids])).last_hidden_state[0, len(prompt_ids) - 1:].double()
+        hidden = model.model(torch.tensor([ids])).last_hidden_state[0, len(prompt_ids) - 1 :].double()
         basis, _ = torch.linalg.qr(hidden[:-1].T)
         direction = hidden[-1] - basis @ (basis.T @ hidden[-1])
         model.model.embed_tokens.weight[model.config.eos_token_id] = direction * (30.0 / direction.dot(hidden[-1]))
@@ -145,7 +149,7 @@ async def test_stops_on_eos_stop_strings_and_length(tiny):
 
         # The context is the last limit: 2 positions left, 2 tokens.
         room = model.config.max_position_embeddings
-        capped = await policy.generate((prompt * room)[:room - 2], SamplingParams(max_tokens=10, temperature=0))
+        capped = await policy.generate((prompt * room)[: room - 2], SamplingParams(max_tokens=10, temperature=0))
         assert capped.finish_reason == "length" and len(capped.token_ids) == 2
 
         head = await policy.generate(prompt, sampling)
@@ -178,8 +182,9 @@ async def test_worker_errors_fail_their_batch_and_the_worker_carries_on(tiny):
         prompt = prompts(policy, sizes=(2,))[0]
         # A trainer sharing the model changed part of it to another dtype: the forward pass raises.
         policy.model.model.embed_tokens.to(torch.float64)
-        failed = await asyncio.gather(*[policy.generate(prompt, SamplingParams(max_tokens=2)) for _ in range(3)],
-                                      return_exceptions=True)
+        failed = await asyncio.gather(
+            *[policy.generate(prompt, SamplingParams(max_tokens=2)) for _ in range(3)], return_exceptions=True
+        )
         assert all(isinstance(e, PolicyError) and "generation failed" in str(e) for e in failed)
         policy.model.model.embed_tokens.to(torch.float32)
         assert len((await policy.generate(prompt, SamplingParams(max_tokens=2))).token_ids) == 2
@@ -194,8 +199,9 @@ async def test_update_weights_bumps_version_and_changes_outputs(tiny):
     assert before.policy_version == 0
 
     torch.manual_seed(0)
-    perturbed = {k: v + 0.05 * torch.randn_like(v) for k, v in model.state_dict().items()
-                 if k != "lm_head.weight"}  # tied to the embeddings, which carry it
+    perturbed = {
+        k: v + 0.05 * torch.randn_like(v) for k, v in model.state_dict().items() if k != "lm_head.weight"
+    }  # tied to the embeddings, which carry it
     policy.update_weights(perturbed)
     assert policy.version == 1
     after = await policy.generate(prompt, greedy)
@@ -230,6 +236,7 @@ def test_rejects_templates_that_rewrite_history(tiny):
     tokenizer.chat_template = (
         "{%- for m in messages %}{%- if m.role != 'assistant' or loop.last %}"
         "{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
-        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    )
     with pytest.raises(TemplateError, match="prefix-preserving"):
         HFPolicy.from_model(model, tokenizer)

@@ -16,8 +16,15 @@ from agentgym.rollout.policy import PolicyError, SamplingParams
 from agentgym.rollout.server import free_port
 from tests.rollout.test_server import ASK, CALL_REPLY, MODEL, TOOLS, RecordingPolicy
 
-REPLY = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": MODEL, "choices": [
-    {"index": 0, "message": {"role": "assistant", "content": "fine"}, "finish_reason": "stop", "logprobs": None}]}
+REPLY = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 0,
+    "model": MODEL,
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "fine"}, "finish_reason": "stop", "logprobs": None}
+    ],
+}
 
 
 async def test_chat_mode_returns_native_tool_calls_with_token_ids_and_logprobs(served):
@@ -155,8 +162,11 @@ async def test_a_closed_port_fails_fast_as_unreachable():
 async def test_an_endpoint_refusing_vllm_fields_is_asked_again_without_them_once(fake_api):
     async def strict(request, hit):
         body = await request.json()
-        return error(400, "Unrecognized request argument supplied: return_token_ids") if "return_token_ids" in body \
+        return (
+            error(400, "Unrecognized request argument supplied: return_token_ids")
+            if "return_token_ids" in body
             else web.json_response(REPLY)
+        )
 
     base_url, bodies = await fake_api(strict)
     async with OpenAIPolicy(base_url, MODEL) as policy:
@@ -169,9 +179,27 @@ async def test_an_endpoint_refusing_vllm_fields_is_asked_again_without_them_once
 
 async def test_token_mode_refuses_an_endpoint_that_returns_no_token_ids(fake_api):
     async def plain(request, hit):
-        return web.json_response({"id": "cmpl-1", "object": "text_completion", "created": 0, "model": MODEL, "choices": [
-            {"index": 0, "text": "hi", "finish_reason": "stop",
-             "logprobs": {"tokens": ["hi"], "token_logprobs": [-0.3], "top_logprobs": None, "text_offset": [0]}}]})
+        return web.json_response(
+            {
+                "id": "cmpl-1",
+                "object": "text_completion",
+                "created": 0,
+                "model": MODEL,
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": "hi",
+                        "finish_reason": "stop",
+                        "logprobs": {
+                            "tokens": ["hi"],
+                            "token_logprobs": [-0.3],
+                            "top_logprobs": None,
+                            "text_offset": [0],
+                        },
+                    }
+                ],
+            }
+        )
 
     base_url, bodies = await fake_api(plain)
     async with OpenAIPolicy(base_url, MODEL, tokenizer=tiny_model_path()) as policy:

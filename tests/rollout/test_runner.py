@@ -16,8 +16,8 @@ from agentgym.rollout.hf_policy import HFPolicy
 from agentgym.rollout.policy import Completion, Policy, PolicyError, SamplingParams
 from agentgym.rollout.runner import Runner, RunnerConfig, Task
 from agentgym.rollout.store import TrajectoryStore
-from agentgym.rollout.tree import TreeConfig, TreeRollout
 from agentgym.rollout.trajectory import RolloutTree, Trajectory
+from agentgym.rollout.tree import TreeConfig, TreeRollout
 from tests.envs.counter import CounterEnv
 from tests.rollout.scripted import call
 
@@ -63,8 +63,9 @@ class CounterSolver(Policy):
         counter = int(re.findall(r"Counter: (\d+)", text)[-1])
         reply = call("submit") if counter >= target else call("add", n=min(10, target - counter))
         ids = self.chat_format.encode(reply) + [self.chat_format.eos_token_id]
-        return Completion(text=reply, token_ids=ids, logprobs=[-0.25] * len(ids),
-                          policy_version=self.version, entropy=0.5)
+        return Completion(
+            text=reply, token_ids=ids, logprobs=[-0.25] * len(ids), policy_version=self.version, entropy=0.5
+        )
 
 
 class Tracked(CounterEnv):
@@ -184,8 +185,9 @@ async def test_env_failures_are_retried_on_a_fresh_env_and_recorded(mode):
     assert all(message in f.error and f.attempt == 1 for f in result.failures)
     retried = [r for r in result.records if "failures" in r.metadata]
     assert sorted(r.metadata["repeat"] for r in retried) == sorted(f.task.repeat for f in result.failures)
-    assert all(r.metadata["failures"] == [{"attempt": 1, "kind": "env", "error": result.failures[0].error}]
-               for r in retried)
+    assert all(
+        r.metadata["failures"] == [{"attempt": 1, "kind": "env", "error": result.failures[0].error}] for r in retried
+    )
     # A broken env is discarded after its failed episode, never reused.
     assert [env.episodes for env in Flaky.instances[:2]] == [1, 1] and len(Flaky.instances) > 2
 
@@ -201,8 +203,9 @@ async def test_exhausted_env_retries_leave_an_error_record():
 
 
 async def test_policy_errors_are_recorded_and_retried_only_when_asked():
-    result = await Runner(Agent(CounterSolver(fail_calls=(2,))), Tracked, RunnerConfig(concurrency=1, progress=False)).run(
-        [Task("reach-12"), Task("reach-7")])
+    result = await Runner(
+        Agent(CounterSolver(fail_calls=(2,))), Tracked, RunnerConfig(concurrency=1, progress=False)
+    ).run([Task("reach-12"), Task("reach-7")])
     failed, fine = result.records
     assert failed.error.startswith("policy_error: PolicyError: scripted failure") and len(failed.turns) == 1
     assert fine.success and [f.kind for f in result.failures] == ["policy"]
@@ -267,7 +270,7 @@ async def test_partial_rollouts_return_at_the_target_and_resume_with_identical_p
     assert sorted(records) == list(range(10)) and all(r.success for r in records.values())
     for repeat, prefix in prefixes.items():
         turns = records[repeat].turns
-        assert turns[:len(prefix)] == prefix and len(turns) > len(prefix)
+        assert turns[: len(prefix)] == prefix and len(turns) > len(prefix)
         assert [t.policy_version for t in turns] == [0] * len(prefix) + [1] * (len(turns) - len(prefix))
     assert all(env._closed for env in Tracked.instances)
 
@@ -300,7 +303,8 @@ async def test_cancelling_a_run_closes_every_env(factory_delay):
 async def test_tree_jobs_run_through_the_same_runner():
     agent = Agent(CounterSolver())
     job = lambda agent, env, task: TreeRollout(agent, TreeConfig(max_leaves=3, branch_every=1)).run(  # noqa: E731
-        env, task.task_id, task.seed)
+        env, task.task_id, task.seed
+    )
     result = await Runner(agent, Tracked, QUIET, job=job).run(tasks(3))
     assert all(isinstance(r, RolloutTree) for r in result.records) and len(result.records) == 3
     assert all(len(r.leaves) >= 1 and r.metadata["repeat"] in (0, 1, 2) for r in result.records)

@@ -13,8 +13,16 @@ from agentgym.rollout.policy import PolicyError, SamplingParams
 from tests.rollout.scripted import ScriptedPolicy
 
 MODEL = "tiny"
-TOOLS = [{"type": "function", "function": {"name": "bash", "description": "Run a command.", "parameters": {
-    "type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "Run a command.",
+            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+        },
+    }
+]
 ASK = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "List the files."}]
 CALL_REPLY = 'Let me look.\n<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls -la"}}\n</tool_call>'
 
@@ -43,8 +51,16 @@ async def test_chat_completion_with_the_sync_client_reports_usage_and_passes_sam
     sync = openai.OpenAI(base_url=base_url, api_key="EMPTY", max_retries=0)
     # The sync client blocks, so it runs in a thread while this loop serves.
     response = await asyncio.to_thread(
-        sync.chat.completions.create, model=MODEL, messages=ASK, temperature=0.7, top_p=0.9, max_tokens=20,
-        seed=11, stop=["\n\n"], extra_body={"top_k": 5})
+        sync.chat.completions.create,
+        model=MODEL,
+        messages=ASK,
+        temperature=0.7,
+        top_p=0.9,
+        max_tokens=20,
+        seed=11,
+        stop=["\n\n"],
+        extra_body={"top_k": 5},
+    )
     models = await asyncio.to_thread(sync.models.list)
     sync.close()
 
@@ -56,7 +72,9 @@ async def test_chat_completion_with_the_sync_client_reports_usage_and_passes_sam
     sampled = policy.chat_format.encode("Hello there.") + [policy.chat_format.eos_token_id]
     assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (len(prompt_ids), len(sampled))
     assert response.usage.total_tokens == len(prompt_ids) + len(sampled)
-    assert policy.samplings == [SamplingParams(max_tokens=20, temperature=0.7, top_p=0.9, top_k=5, stop=("\n\n",), seed=11)]
+    assert policy.samplings == [
+        SamplingParams(max_tokens=20, temperature=0.7, top_p=0.9, top_k=5, stop=("\n\n",), seed=11)
+    ]
     assert response.model == MODEL and response.id.startswith("chatcmpl-")
     assert [m.id for m in models.data] == [MODEL]
 
@@ -66,15 +84,21 @@ async def test_stream_reassembles_to_the_non_streamed_reply_with_usage(served, h
     api = client(base_url)
     request = dict(model=MODEL, messages=ASK, max_tokens=24, seed=5, temperature=1.0, logprobs=True)
     whole = await api.chat.completions.create(**request)
-    chunks = [c async for c in await api.chat.completions.create(**request, stream=True,
-                                                                  stream_options={"include_usage": True})]
+    chunks = [
+        c
+        async for c in await api.chat.completions.create(**request, stream=True, stream_options={"include_usage": True})
+    ]
     await api.close()
 
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content
-    streamed_logprobs = [e.logprob for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    streamed_logprobs = [
+        e.logprob for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content
+    ]
     assert streamed_logprobs == [e.logprob for e in whole.choices[0].logprobs.content]
-    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [whole.choices[0].finish_reason]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
+        whole.choices[0].finish_reason
+    ]
     assert chunks[0].choices[0].delta.role == "assistant"
     assert not chunks[-1].choices and chunks[-1].usage == whole.usage
 
@@ -92,8 +116,9 @@ async def test_stream_of_multibyte_text_splits_only_at_character_boundaries(serv
 async def test_logprobs_have_one_entry_per_sampled_token_with_the_sampled_token_as_top_alternative(served):
     policy = RecordingPolicy(["two words"])
     api = client(await served(policy))
-    response = await api.chat.completions.create(model=MODEL, messages=ASK, logprobs=True, top_logprobs=3,
-                                                 extra_body={"return_token_ids": True})
+    response = await api.chat.completions.create(
+        model=MODEL, messages=ASK, logprobs=True, top_logprobs=3, extra_body={"return_token_ids": True}
+    )
     plain = await api.chat.completions.create(model=MODEL, messages=ASK, logprobs=True)
     await api.close()
 
@@ -102,8 +127,10 @@ async def test_logprobs_have_one_entry_per_sampled_token_with_the_sampled_token_
     assert response.choices[0].token_ids == ids and response.prompt_token_ids == policy.prompts[0]
     assert [e.logprob for e in content] == pytest.approx([-0.1 * (i + 1) for i in range(len(ids))])
     assert [e.token for e in content] == [policy.chat_format.tokenizer.decode([i]) for i in ids]
-    assert all(len(e.top_logprobs) == 1 and e.top_logprobs[0].token == e.token and e.top_logprobs[0].logprob == e.logprob
-               for e in content)
+    assert all(
+        len(e.top_logprobs) == 1 and e.top_logprobs[0].token == e.token and e.top_logprobs[0].logprob == e.logprob
+        for e in content
+    )
     assert len(content) == response.usage.completion_tokens
     assert all(e.top_logprobs == [] for e in plain.choices[0].logprobs.content)
 
@@ -111,9 +138,17 @@ async def test_logprobs_have_one_entry_per_sampled_token_with_the_sampled_token_
 async def test_hermes_tool_call_blocks_become_tool_calls(served):
     policy = RecordingPolicy([CALL_REPLY])
     api = client(await served(policy))
-    history = [*ASK, {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "pwd"}'}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "/work"}]
+    history = [
+        *ASK,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "pwd"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "/work"},
+    ]
     response = await api.chat.completions.create(model=MODEL, messages=history, tools=TOOLS)
     message = response.choices[0].message
     assert response.choices[0].finish_reason == "tool_calls" and message.content == "Let me look."
@@ -149,13 +184,32 @@ async def test_completions_token_ids_in_give_the_backends_exact_token_ids_out(se
     sampling = SamplingParams(max_tokens=12, temperature=1.0, seed=7)
     direct = await hf_policy.generate(prompt_ids, sampling)
     response = await api.completions.create(
-        model=MODEL, prompt=prompt_ids, max_tokens=12, temperature=1.0, seed=7, logprobs=1,
-        extra_body={"return_token_ids": True, "return_tokens_as_token_ids": True})
-    stream = [c async for c in await api.completions.create(
-        model=MODEL, prompt=prompt_ids, max_tokens=12, temperature=1.0, seed=7, stream=True,
-        extra_body={"return_token_ids": True})]
-    by_text = await api.completions.create(model=MODEL, prompt=hf_policy.chat_format.decode(prompt_ids), max_tokens=3,
-                                           extra_body={"return_token_ids": True})
+        model=MODEL,
+        prompt=prompt_ids,
+        max_tokens=12,
+        temperature=1.0,
+        seed=7,
+        logprobs=1,
+        extra_body={"return_token_ids": True, "return_tokens_as_token_ids": True},
+    )
+    stream = [
+        c
+        async for c in await api.completions.create(
+            model=MODEL,
+            prompt=prompt_ids,
+            max_tokens=12,
+            temperature=1.0,
+            seed=7,
+            stream=True,
+            extra_body={"return_token_ids": True},
+        )
+    ]
+    by_text = await api.completions.create(
+        model=MODEL,
+        prompt=hf_policy.chat_format.decode(prompt_ids),
+        max_tokens=3,
+        extra_body={"return_token_ids": True},
+    )
     await api.close()
 
     choice = response.choices[0]
@@ -172,11 +226,16 @@ async def test_completions_token_ids_in_give_the_backends_exact_token_ids_out(se
 
 async def test_top_logprobs_are_the_k_most_likely_tokens_as_openai_returns_them(served, hf_policy):
     api = client(await served(hf_policy))
-    chat = await api.chat.completions.create(model=MODEL, messages=ASK, logprobs=True, top_logprobs=3, max_tokens=6,
-                                             temperature=0)
+    chat = await api.chat.completions.create(
+        model=MODEL, messages=ASK, logprobs=True, top_logprobs=3, max_tokens=6, temperature=0
+    )
     legacy = await api.completions.create(model=MODEL, prompt="Hello", logprobs=3, max_tokens=6, temperature=0)
-    streamed = [c async for c in await api.chat.completions.create(
-        model=MODEL, messages=ASK, logprobs=True, top_logprobs=2, max_tokens=6, temperature=0, stream=True)]
+    streamed = [
+        c
+        async for c in await api.chat.completions.create(
+            model=MODEL, messages=ASK, logprobs=True, top_logprobs=2, max_tokens=6, temperature=0, stream=True
+        )
+    ]
     await api.close()
 
     content = chat.choices[0].logprobs.content
@@ -185,20 +244,30 @@ async def test_top_logprobs_are_the_k_most_likely_tokens_as_openai_returns_them(
         values = [t.logprob for t in entry.top_logprobs]
         assert values == sorted(values, reverse=True) and len({t.token for t in entry.top_logprobs}) == 3
         # Greedy: the sampled token is the most likely one, with the same logprob.
-        assert entry.top_logprobs[0].token == entry.token and entry.top_logprobs[0].logprob == pytest.approx(entry.logprob)
+        assert entry.top_logprobs[0].token == entry.token and entry.top_logprobs[0].logprob == pytest.approx(
+            entry.logprob
+        )
     legacy_logprobs = legacy.choices[0].logprobs
-    assert all(len(top) == 3 and token in top for token, top in zip(legacy_logprobs.tokens, legacy_logprobs.top_logprobs))
-    assert all(len(e.top_logprobs) == 2 for c in streamed if c.choices and c.choices[0].logprobs
-               for e in c.choices[0].logprobs.content)
+    assert all(
+        len(top) == 3 and token in top for token, top in zip(legacy_logprobs.tokens, legacy_logprobs.top_logprobs)
+    )
+    assert all(
+        len(e.top_logprobs) == 2
+        for c in streamed
+        if c.choices and c.choices[0].logprobs
+        for e in c.choices[0].logprobs.content
+    )
 
 
 async def test_completions_take_a_list_of_prompts_as_openai_does(served, hf_policy):
     api = client(await served(hf_policy))
     ids = hf_policy.chat_format.encode("Hi there")
-    response = await api.completions.create(model=MODEL, prompt=["Hello", "The cat"], n=2, max_tokens=4, seed=3,
-                                            extra_body={"return_token_ids": True})
-    by_ids = await api.completions.create(model=MODEL, prompt=[ids, ids[:1]], max_tokens=2,
-                                          extra_body={"return_token_ids": True})
+    response = await api.completions.create(
+        model=MODEL, prompt=["Hello", "The cat"], n=2, max_tokens=4, seed=3, extra_body={"return_token_ids": True}
+    )
+    by_ids = await api.completions.create(
+        model=MODEL, prompt=[ids, ids[:1]], max_tokens=2, extra_body={"return_token_ids": True}
+    )
     alone = await api.completions.create(model=MODEL, prompt="The cat", n=2, max_tokens=4, seed=3)
     await api.close()
 
@@ -223,37 +292,48 @@ async def test_n_samples_are_distinct_and_batched_together(served, hf_policy):
 async def test_concurrent_requests_are_batched_by_the_policy(served, hf_policy):
     api = client(await served(hf_policy))
     batches, requests = hf_policy.stats.batches, hf_policy.stats.requests
-    replies = await asyncio.gather(*(api.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": f"Task {i}"}], max_tokens=6) for i in range(8)))
+    replies = await asyncio.gather(
+        *(
+            api.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": f"Task {i}"}], max_tokens=6)
+            for i in range(8)
+        )
+    )
     await api.close()
     assert len(replies) == 8 and hf_policy.stats.requests - requests == 8
     assert hf_policy.stats.batches - batches < 8
 
 
-@pytest.mark.parametrize("path, body, param", [
-    ("/v1/chat/completions", b"{not json", None),
-    ("/v1/chat/completions", b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", None),  # RecursionError
-    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": ' + b"[" * 900 + b"]" * 900 + b"}]}",
-     "messages[0].content"),  # deep but within the decoder's reach
-    ("/v1/chat/completions", {"model": MODEL}, "messages"),
-    ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
-    ("/v1/chat/completions", {"messages": [{"role": "user"}]}, "messages[0].content"),
-    ("/v1/chat/completions", {"messages": ASK, "temperature": "hot"}, "temperature"),
-    ("/v1/chat/completions", {"messages": ASK, "logprobs": True, "top_logprobs": 50}, "top_logprobs"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "word " * 200}]}, "messages"),
-    ("/v1/chat/completions", {"messages": ASK, "max_tokens": 500}, "max_tokens"),
-    ("/v1/chat/completions", {"messages": ASK, "presence_penalty": 0.5}, "presence_penalty"),
-    ("/v1/completions", {"prompt": []}, "prompt"),
-    ("/v1/completions", {"prompt": [1, 2, 999999]}, "prompt"),
-    ("/v1/completions", {"prompt": ["a", ""]}, "prompt[1]"),
-    ("/v1/completions", {"prompt": ["a"] * 65}, "prompt"),
-])
+@pytest.mark.parametrize(
+    "path, body, param",
+    [
+        ("/v1/chat/completions", b"{not json", None),
+        ("/v1/chat/completions", b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", None),  # RecursionError
+        (
+            "/v1/chat/completions",
+            b'{"messages": [{"role": "user", "content": ' + b"[" * 900 + b"]" * 900 + b"}]}",
+            "messages[0].content",
+        ),  # deep but within the decoder's reach
+        ("/v1/chat/completions", {"model": MODEL}, "messages"),
+        ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
+        ("/v1/chat/completions", {"messages": [{"role": "user"}]}, "messages[0].content"),
+        ("/v1/chat/completions", {"messages": ASK, "temperature": "hot"}, "temperature"),
+        ("/v1/chat/completions", {"messages": ASK, "logprobs": True, "top_logprobs": 50}, "top_logprobs"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "word " * 200}]}, "messages"),
+        ("/v1/chat/completions", {"messages": ASK, "max_tokens": 500}, "max_tokens"),
+        ("/v1/chat/completions", {"messages": ASK, "presence_penalty": 0.5}, "presence_penalty"),
+        ("/v1/completions", {"prompt": []}, "prompt"),
+        ("/v1/completions", {"prompt": [1, 2, 999999]}, "prompt"),
+        ("/v1/completions", {"prompt": ["a", ""]}, "prompt[1]"),
+        ("/v1/completions", {"prompt": ["a"] * 65}, "prompt"),
+    ],
+)
 async def test_bad_input_is_a_400_in_openais_error_shape(served, path, body, param):
     base_url = await served(RecordingPolicy(["ok"]), context_window=128)
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     async with aiohttp.ClientSession() as session:
-        async with session.post(base_url.removesuffix("/v1") + path, data=data,
-                                headers={"Content-Type": "application/json"}) as response:
+        async with session.post(
+            base_url.removesuffix("/v1") + path, data=data, headers={"Content-Type": "application/json"}
+        ) as response:
             assert response.status == 400 and response.content_type == "application/json"
             error = (await response.json())["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["type"] == "invalid_request_error"
@@ -278,8 +358,10 @@ class FailingPolicy(RecordingPolicy):
         raise self.error
 
 
-@pytest.mark.parametrize("error, message", [(PolicyError("worker died"), "worker died"),
-                                            (ZeroDivisionError("oops"), "ZeroDivisionError: oops")])
+@pytest.mark.parametrize(
+    "error, message",
+    [(PolicyError("worker died"), "worker died"), (ZeroDivisionError("oops"), "ZeroDivisionError: oops")],
+)
 async def test_backend_failures_are_a_500_with_the_message_not_a_traceback_page(served, error, message):
     base_url = await served(FailingPolicy(error))
     async with aiohttp.ClientSession() as session:
@@ -296,8 +378,9 @@ def test_agentgym_serve_cli_answers_the_openai_client(served_tiny_model):
     try:
         chat = api.chat.completions.create(model=MODEL, messages=ASK, max_tokens=8, seed=0, logprobs=True)
         assert chat.usage.completion_tokens == len(chat.choices[0].logprobs.content) <= 8
-        completion = api.completions.create(model=MODEL, prompt=[1, 2, 3], max_tokens=4,
-                                            extra_body={"return_token_ids": True})
+        completion = api.completions.create(
+            model=MODEL, prompt=[1, 2, 3], max_tokens=4, extra_body={"return_token_ids": True}
+        )
         assert completion.prompt_token_ids == [1, 2, 3] and 1 <= len(completion.choices[0].token_ids) <= 4
         assert api.models.list().data[0].max_model_len == 4096
     finally:

@@ -43,12 +43,16 @@ async def hand_built_tree() -> RolloutTree:
     first = await agent.step(root)
     branch = await root.fork()
     try:
-        tree = RolloutTree(task_id="reach-12", env_id=env.kind, initial_observation=root.initial_observation,
-                           metadata={"strategy": "hand", "group": 7})
+        tree = RolloutTree(
+            task_id="reach-12",
+            env_id=env.kind,
+            initial_observation=root.initial_observation,
+            metadata={"strategy": "hand", "group": 7},
+        )
         tree.add(None, first)
         tree.nodes[0].branched = True
-        solving = tree.add(0, await agent.step(root))      # add 7
-        failing = tree.add(0, await agent.step(branch))    # add 2
+        solving = tree.add(0, await agent.step(root))  # add 7
+        failing = tree.add(0, await agent.step(branch))  # add 2
         solved = tree.add(solving.id, await agent.step(root))
         failed = tree.add(failing.id, await agent.step(branch))
         tree.leaf_success = {solved.id: True, failed.id: False}
@@ -74,8 +78,13 @@ async def build_records(tiny):
         policy.update_weights(policy.model)  # a later turn from newer weights
         greedy_run = await run_episode(policy, "reach-12", greedy, 2)
     folding = ScriptedPolicy([call("add", n=1)] + [BAD] * 6 + [call("add", n=6), call("submit")])
-    folded = await run_episode(folding, "reach-7", AgentConfig(
-        context_window=900, sampling=SamplingParams(max_tokens=64), fold=FoldPolicy(keep_last=1, target=0.7)))
+    folded = await run_episode(
+        folding,
+        "reach-7",
+        AgentConfig(
+            context_window=900, sampling=SamplingParams(max_tokens=64), fold=FoldPolicy(keep_last=1, target=0.7)
+        ),
+    )
     assert any(t.folded for t in folded.turns) and folded.success
     assert greedy_run.turns[0].policy_version == 1
     return [sampled, greedy_run, folded, await hand_built_tree()]
@@ -115,7 +124,7 @@ def test_a_torn_last_line_is_skipped_and_cut_before_the_next_append(tmp_path, re
         store.extend(records[:2])
     line = store_module._encode(records[2]) + "\n"
     with open(path, "a") as file:  # the process died half-way through writing this line
-        file.write(line[:len(line) // 2])
+        file.write(line[: len(line) // 2])
 
     with pytest.warns(RuntimeWarning, match="torn last record"):
         assert TrajectoryStore(path).read() == records[:2]
@@ -180,7 +189,8 @@ def test_sequences_dataset_is_the_training_view(tmp_path, records):
         assert row["task_id"] == trajectory.task_id
     assert [r["record_id"] for r in dataset][-2:] == [tree.id, tree.id]
     assert sum(sum(r["mask"]) for r in dataset.select(range(dataset.num_rows - 2))) == sum(
-        t.num_generated_tokens for t in records[:3])
+        t.num_generated_tokens for t in records[:3]
+    )
 
 
 async def test_a_long_episode_is_stored_far_smaller_than_its_full_prompts(tmp_path):
@@ -190,7 +200,9 @@ async def test_a_long_episode_is_stored_far_smaller_than_its_full_prompts(tmp_pa
     path = tmp_path / "s.jsonl"
     with TrajectoryStore(path) as store:
         store.append(trajectory)
-    naive = json.dumps({"kind": "trajectory", "record": {
-        **trajectory.to_dict(), "turns": [t.to_dict() for t in trajectory.turns]}}, separators=(",", ":"))
+    naive = json.dumps(
+        {"kind": "trajectory", "record": {**trajectory.to_dict(), "turns": [t.to_dict() for t in trajectory.turns]}},
+        separators=(",", ":"),
+    )
     assert path.stat().st_size * 8 < len(naive), (path.stat().st_size, len(naive))
     assert TrajectoryStore(path).read() == [trajectory]

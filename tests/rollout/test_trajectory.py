@@ -8,8 +8,13 @@ from agentgym.rollout.trajectory import RolloutTree, Trajectory, Turn
 
 
 def turn(prompt, completion, mask=None, **kw):
-    return Turn(prompt_ids=prompt, completion_ids=completion, logprobs=[-0.1 * (i + 1) for i in range(len(completion))],
-                prompt_mask=mask if mask is not None else [0] * len(prompt), **kw)
+    return Turn(
+        prompt_ids=prompt,
+        completion_ids=completion,
+        logprobs=[-0.1 * (i + 1) for i in range(len(completion))],
+        prompt_mask=mask if mask is not None else [0] * len(prompt),
+        **kw,
+    )
 
 
 def folded_trajectory():
@@ -69,7 +74,9 @@ def test_every_rollout_export_resolves_without_importing_torch_eagerly():
     import subprocess
     import sys
 
-    probe = ("import sys, agentgym.rollout as r; assert 'torch' not in sys.modules;"
-             "[getattr(r, name) for name in r.__all__]; print(len(r.__all__))")
+    probe = (
+        "import sys, agentgym.rollout as r; assert 'torch' not in sys.modules;"
+        "[getattr(r, name) for name in r.__all__]; print(len(r.__all__))"
+    )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

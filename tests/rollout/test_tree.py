@@ -33,8 +33,13 @@ class ChoicePolicy(ScriptedPolicy):
         self.asked[key] = asked + 1
         rng = random.Random(repr((len(key), key[-64:], asked)))
         ids = self.chat_format.encode(self.choose(rng, asked)) + [self.chat_format.eos_token_id]
-        return Completion(text=self.chat_format.decode(ids), token_ids=ids, logprobs=[-rng.random()] * len(ids),
-                          policy_version=self.version, entropy=2 * rng.random())
+        return Completion(
+            text=self.chat_format.decode(ids),
+            token_ids=ids,
+            logprobs=[-rng.random()] * len(ids),
+            policy_version=self.version,
+            entropy=2 * rng.random(),
+        )
 
 
 def counter_moves(rng, asked):
@@ -113,8 +118,9 @@ def env(registry):
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("max_leaves,max_env_steps", [(7, None), (None, 23), (10, 30)])
 async def test_every_strategy_grows_a_valid_tree_within_its_budget(env, strategy, max_leaves, max_env_steps):
-    config = TreeConfig(strategy=strategy, roots=2, max_leaves=max_leaves, max_env_steps=max_env_steps,
-                        branch_every=2, branches=3)
+    config = TreeConfig(
+        strategy=strategy, roots=2, max_leaves=max_leaves, max_env_steps=max_env_steps, branch_every=2, branches=3
+    )
     tree = await TreeRollout(Agent(ChoicePolicy(counter_moves)), config).run(env, "reach-12")
     assert_valid_tree(tree)
     assert len(tree.roots) == 2 and tree.metadata["strategy"] == strategy
@@ -232,8 +238,9 @@ async def test_token_accounting_holds_along_every_path(env, strategy):
 
 async def test_contrast_teaches_the_shared_predictor_every_prefix_of_every_finished_path(env):
     predictor = SuccessPredictor()
-    rollout = TreeRollout(Agent(ChoicePolicy(counter_moves)), TreeConfig(strategy="contrast", roots=2, max_leaves=6),
-                          predictor=predictor)
+    rollout = TreeRollout(
+        Agent(ChoicePolicy(counter_moves)), TreeConfig(strategy="contrast", roots=2, max_leaves=6), predictor=predictor
+    )
     tree = await rollout.run(env, "reach-7")
     finished = [leaf for leaf in tree.leaves if leaf.id not in tree.leaf_errors]
     assert predictor.updates == sum(len(tree.path(leaf.id)) for leaf in finished) > 0
@@ -245,8 +252,17 @@ async def test_contrast_teaches_the_shared_predictor_every_prefix_of_every_finis
 def toy_prefix(rng, good: bool) -> list[Turn]:
     noise = " ".join(rng.choice(["ls", "cat", "grep", "edit", "run", "tests"]) for _ in range(4))
     action = f"{noise} {'correct' if good else 'wrong'} approach"
-    turns = [Turn(prompt_ids=[], completion_ids=[1, 2], logprobs=[-rng.random()] * 2, prompt_mask=[],
-                  action=action, observation=rng.choice(["ok", "done"]), entropy=rng.random())]
+    turns = [
+        Turn(
+            prompt_ids=[],
+            completion_ids=[1, 2],
+            logprobs=[-rng.random()] * 2,
+            prompt_mask=[],
+            action=action,
+            observation=rng.choice(["ok", "done"]),
+            entropy=rng.random(),
+        )
+    ]
     return turns * rng.randint(1, 4)
 
 

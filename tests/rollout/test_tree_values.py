@@ -3,16 +3,23 @@
 import pytest
 
 from agentgym.rollout.trajectory import RolloutTree, Turn
-from agentgym.rollout.tree_values import (assign_values, node_values, prefix_sharing_saving, turn_advantages,
-                                         usable_returns)
+from agentgym.rollout.tree_values import (
+    assign_values,
+    node_values,
+    prefix_sharing_saving,
+    turn_advantages,
+    usable_returns,
+)
 
 
 def build(spec):
     """A tree from (parent, step reward, completion length) rows, in id order."""
     tree = RolloutTree(task_id="t", env_id="e")
     for parent, reward, tokens in spec:
-        tree.add(parent, Turn(prompt_ids=[], completion_ids=[7] * tokens, logprobs=[0.0] * tokens,
-                              prompt_mask=[], reward=reward))
+        tree.add(
+            parent,
+            Turn(prompt_ids=[], completion_ids=[7] * tokens, logprobs=[0.0] * tokens, prompt_mask=[], reward=reward),
+        )
     return tree
 
 
@@ -24,8 +31,17 @@ def build(spec):
 #   /   |   \          leaf 0               leaf 1.0           leaf 0.5
 #  3     4    5
 # r1,2  r0,2  r1,2   (each 2 tokens)      leaves 1, 0, 1
-UNEVEN = [(None, 0.0, 10), (0, 0.0, 4), (0, 0.0, 6), (1, 1.0, 2), (1, 0.0, 2), (1, 1.0, 2),
-          (None, 0.5, 8), (6, 0.5, 1), (6, 0.0, 3)]
+UNEVEN = [
+    (None, 0.0, 10),
+    (0, 0.0, 4),
+    (0, 0.0, 6),
+    (1, 1.0, 2),
+    (1, 0.0, 2),
+    (1, 1.0, 2),
+    (None, 0.5, 8),
+    (6, 0.5, 1),
+    (6, 0.0, 3),
+]
 
 
 def test_node_values_average_children_not_leaves():
@@ -43,15 +59,15 @@ def test_node_values_average_children_not_leaves():
 def test_advantages_use_the_other_siblings_as_baseline():
     tree = build(UNEVEN)
     expected = [
-        1 / 3 - 0.75,      # 0: the other root is 6 → -5/12
-        2 / 3 - 0.0,       # 1: vs 2
-        0.0 - 2 / 3,       # 2: vs 1
-        1.0 - 0.5,         # 3: vs 4 and 5, mean (0 + 1) / 2
-        0.0 - 1.0,         # 4: vs 3 and 5
-        1.0 - 0.5,         # 5: vs 3 and 4
-        0.75 - 1 / 3,      # 6: vs 0 → +5/12
-        1.0 - 0.5,         # 7: vs 8
-        0.5 - 1.0,         # 8: vs 7
+        1 / 3 - 0.75,  # 0: the other root is 6 → -5/12
+        2 / 3 - 0.0,  # 1: vs 2
+        0.0 - 2 / 3,  # 2: vs 1
+        1.0 - 0.5,  # 3: vs 4 and 5, mean (0 + 1) / 2
+        0.0 - 1.0,  # 4: vs 3 and 5
+        1.0 - 0.5,  # 5: vs 3 and 4
+        0.75 - 1 / 3,  # 6: vs 0 → +5/12
+        1.0 - 0.5,  # 7: vs 8
+        0.5 - 1.0,  # 8: vs 7
     ]
     assert turn_advantages(tree) == pytest.approx(expected)
     assert turn_advantages(tree, baseline="mean") == pytest.approx(expected)

@@ -19,7 +19,7 @@ from tests.tool_calls import call
 
 pytestmark = pytest.mark.docker
 
-MiB = 1024 ** 2
+MiB = 1024**2
 
 
 def _alive(box, word: str) -> str:
@@ -42,18 +42,19 @@ def _reset_rss_peak() -> None:
 
 # ---------------------------------------------------------------- file tools act as the agent
 
+
 def test_write_file_cannot_write_where_the_agent_cannot(sandbox):
     sandbox.exec("ln -s /etc /workspace/etc-link")
     for path in ("/etc/agentgym-probe", "/usr/local/bin/timeout", "/workspace/etc-link/agentgym-probe"):
         with pytest.raises(PermissionError):
-            sandbox.write_file(path, "#!/bin/sh\nexec \"$@\"\n", mode=0o755)
+            sandbox.write_file(path, '#!/bin/sh\nexec "$@"\n', mode=0o755)
     assert sandbox.exec("ls /etc/agentgym-probe /usr/local/bin/timeout").exit_code == 2
     sandbox.write_file("/workspace/ok/fine.txt", "fine")
     assert sandbox.exec("stat -c '%u %a' ok/fine.txt").stdout == "1000 644\n"
 
 
 def test_put_tree_lands_only_where_the_agent_could_write(sandbox, tmp_path):
-    (tmp_path / "timeout").write_text("#!/bin/sh\nexec \"$@\"\n")
+    (tmp_path / "timeout").write_text('#!/bin/sh\nexec "$@"\n')
     sandbox.exec("ln -s /usr/local/bin /workspace/bin-link")
     with pytest.raises(SandboxError):
         sandbox.put_tree("/workspace/bin-link", tmp_path)
@@ -82,9 +83,11 @@ def test_programs_first_on_path_cannot_replace_the_wrappers(sandbox):
 
 # ---------------------------------------------------------------- process trees
 
+
 def test_a_timeout_kills_what_left_the_session(sandbox):
-    result = sandbox.exec("setsid nohup bash -c 'while :; do sleep 0.2; done # agentgym-loop' >/dev/null 2>&1 &"
-                          " sleep 100", timeout=2)
+    result = sandbox.exec(
+        "setsid nohup bash -c 'while :; do sleep 0.2; done # agentgym-loop' >/dev/null 2>&1 & sleep 100", timeout=2
+    )
     assert result.timed_out
     assert "agentgym-loop" not in _alive(sandbox, "agentgym-loop")
 
@@ -115,11 +118,14 @@ def test_a_fork_bomb_does_not_outlive_its_command(docker_ready, bomb):
 
 # ---------------------------------------------------------------- disk
 
+
 def test_a_file_cannot_outgrow_the_disk_limit(sandbox):
     result = sandbox.exec("fallocate -l 3G /workspace/big; echo $?; stat -c %s /workspace/big")
     assert result.stdout.split() == ["153", "0"], result  # SIGXFSZ: past the per-file limit
-    assert sandbox.exec("head -c 3000000 /dev/zero > /workspace/small && stat -c %s /workspace/small").stdout == \
-        "3000000\n"
+    assert (
+        sandbox.exec("head -c 3000000 /dev/zero > /workspace/small && stat -c %s /workspace/small").stdout
+        == "3000000\n"
+    )
 
 
 @pytest.fixture
@@ -146,6 +152,7 @@ def test_snapshot_layers_count_against_the_forks_limit(metered_sandbox):
 
 # ---------------------------------------------------------------- host memory
 
+
 def test_host_memory_stays_bounded_by_huge_sandbox_files(sandbox):
     sandbox.exec("truncate -s 300M /workspace/sparse && mkdir -p /workspace/t && truncate -s 300M /workspace/t/s")
     _reset_rss_peak()
@@ -158,13 +165,16 @@ def test_host_memory_stays_bounded_by_huge_sandbox_files(sandbox):
     with pytest.raises(FileTooLargeError):
         sandbox.run_argv(["cat", "/workspace/sparse"], max_bytes=MiB)
     # The shell state file is the agent's: a command can fill it after its own save.
-    sandbox.exec("trap - EXIT; { printf '/workspace\\0BIG='; head -c 50000000 /dev/zero | tr '\\0' a; printf '\\0'; }"
-                 " > ~/.agentgym_shell")
+    sandbox.exec(
+        "trap - EXIT; { printf '/workspace\\0BIG='; head -c 50000000 /dev/zero | tr '\\0' a; printf '\\0'; }"
+        " > ~/.agentgym_shell"
+    )
     assert len(sandbox.env.get("BIG", "")) <= 1 << 20
     assert _rss_peak_kib() - before < 60 * 1024
 
 
 # ---------------------------------------------------------------- faults where they happen
+
 
 def test_a_container_killed_under_a_command_raises(sandbox):
     sandbox.exec("true")
@@ -200,6 +210,7 @@ def test_the_pool_replaces_containers_that_died_while_idle(docker_ready):
 
 # ---------------------------------------------------------------- through a code env's tools
 
+
 @pytest.fixture
 def code_env(docker_ready):
     env = gymnasium.make("agentgym/HumanEval-v0", exec_timeout=1, max_exec_timeout=2).unwrapped
@@ -230,8 +241,9 @@ def test_an_agent_chosen_timeout_is_capped(code_env):
 
 
 def test_submit_stops_what_the_agent_left_running(code_env):
-    code_env.step(call("bash", command="setsid nohup bash -c 'while :; do sleep 0.2; done # agentgym-loop' "
-                                       ">/dev/null 2>&1 &"))
+    code_env.step(
+        call("bash", command="setsid nohup bash -c 'while :; do sleep 0.2; done # agentgym-loop' >/dev/null 2>&1 &")
+    )
     _, _, terminated, _, info = code_env.step(call("submit"))
     assert terminated and "env_error" not in info
     assert "agentgym-loop" not in _alive(code_env.sandbox, "agentgym-loop")
@@ -253,14 +265,16 @@ def test_a_huge_file_gets_a_hint_not_the_host_memory(code_env):
 def test_writing_past_the_disk_limit_ends_the_episode_as_the_agents_failure(docker_ready):
     if disk.engine_enforces_size(docker_ready):
         pytest.skip("this engine enforces the size itself")
-    env = gymnasium.make("agentgym/HumanEval-v0", sandbox_config=SandboxConfig(disk_limit=64 * MiB),
-                         warm_pool=False).unwrapped
+    env = gymnasium.make(
+        "agentgym/HumanEval-v0", sandbox_config=SandboxConfig(disk_limit=64 * MiB), warm_pool=False
+    ).unwrapped
     try:
         env.reset(options={"task_id": "HumanEval/0"})
         # Not an env error: that sample would be dropped or retried, and filling the disk would let a
         # policy about to fail escape its 0.
         _, reward, terminated, truncated, info = env.step(
-            call("bash", command="for i in 1 2 3 4; do fallocate -l 20M f$i; done"))
+            call("bash", command="for i in 1 2 3 4; do fallocate -l 20M f$i; done")
+        )
         assert terminated and not truncated and reward == 0.0 and not info["success"]
         assert "disk limit" in info["limit_exceeded"] and "env_error" not in info
     finally:

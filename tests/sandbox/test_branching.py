@@ -20,7 +20,7 @@ def test_snapshot_captures_files_cwd_and_env_and_restore_returns_to_it(sandbox):
         sandbox.exec(NEXT)
         sandbox.restore(snap)
         assert sandbox.cwd == "/workspace/src" and sandbox.env == {"STAGE": "one"}
-        assert sandbox.exec('pwd; echo $STAGE; cat f; ls').stdout == "/workspace/src\none\nv1\nf\ngone\n"
+        assert sandbox.exec("pwd; echo $STAGE; cat f; ls").stdout == "/workspace/src\none\nv1\nf\ngone\n"
     finally:
         snap.release()
 

@@ -63,10 +63,8 @@ def test_put_tree_extracts_tar_bytes(sandbox):
 
 
 def test_fs_hash_sees_content_modes_and_links_but_not_times(docker_ready):
-    script = ("mkdir -p d && echo one > d/a && echo two > b && chmod 600 b && ln -s d/a l "
-              "&& touch -d @0 b")
-    with DockerSandbox.create(docker_ready, warm=False) as one, \
-            DockerSandbox.create(docker_ready, warm=False) as two:
+    script = "mkdir -p d && echo one > d/a && echo two > b && chmod 600 b && ln -s d/a l && touch -d @0 b"
+    with DockerSandbox.create(docker_ready, warm=False) as one, DockerSandbox.create(docker_ready, warm=False) as two:
         one.exec(script)
         two.exec("sleep 1.1; " + script.replace("@0", "@12345"))
         assert one.fs_hash() == two.fs_hash()

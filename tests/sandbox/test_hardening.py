@@ -12,10 +12,12 @@ def _status(sandbox, field: str) -> str:
 
 
 def test_no_network(sandbox):
-    probe = ("import socket\n"
-             "s = socket.socket(); s.settimeout(3)\n"
-             "try:\n    s.connect(('1.1.1.1', 53)); print('connected')\n"
-             "except OSError as e:\n    print('refused', e.errno)\n")
+    probe = (
+        "import socket\n"
+        "s = socket.socket(); s.settimeout(3)\n"
+        "try:\n    s.connect(('1.1.1.1', 53)); print('connected')\n"
+        "except OSError as e:\n    print('refused', e.errno)\n"
+    )
     sandbox.write_file("/tmp/probe.py", probe)
     assert sandbox.exec("python3 /tmp/probe.py").stdout.startswith("refused")
     assert sandbox.exec("ls /sys/class/net").stdout.split() == ["lo"]
@@ -48,9 +50,10 @@ def test_pids_limit_stops_a_fork_flood(docker_ready):
 
 
 def test_memory_and_cpu_limits_are_set(sandbox):
-    limit = sandbox.exec("cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null "
-                         "|| cat /sys/fs/cgroup/memory.max").stdout.strip()
-    assert int(limit) == 1024 ** 3
+    limit = sandbox.exec(
+        "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max"
+    ).stdout.strip()
+    assert int(limit) == 1024**3
     hog = sandbox.exec("python3 -c 'b = bytearray(2 * 1024 ** 3)'", timeout=30)
     assert hog.exit_code != 0
     assert sandbox.exec("echo survived").stdout == "survived\n"

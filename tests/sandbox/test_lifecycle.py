@@ -30,9 +30,13 @@ OWNER = textwrap.dedent("""
 
 def _spawn_owner(image: str, mode: str) -> tuple[subprocess.Popen, str, str]:
     # SIGINT back to its default: a shell's background job (how CI may start pytest) inherits it ignored.
-    process = subprocess.Popen([sys.executable, "-c", OWNER, image, mode], stdout=subprocess.PIPE, text=True,
-                               cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    process = subprocess.Popen(
+        [sys.executable, "-c", OWNER, image, mode],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     container_id, image_id = process.stdout.readline().split()
     return process, container_id, image_id
 

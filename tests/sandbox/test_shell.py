@@ -52,15 +52,26 @@ def _capture():
     return shell.OutputCapture(4096)
 
 
-@given(out=st.binary(max_size=300), err=st.binary(max_size=300), late=st.binary(max_size=50),
-       cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=12))
+@given(
+    out=st.binary(max_size=300),
+    err=st.binary(max_size=300),
+    late=st.binary(max_size=50),
+    cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=12),
+)
 def test_trailer_is_cut_out_of_stderr_however_the_stream_is_split(out, err, late, cuts):
     begin, end = b"\x1e[agentgym 0123]", b"\x1e[/agentgym 0123]"
     trailer_bytes = begin + b"7\0/tmp\0FOO=bar\0" + end
     split = len(err) // 2
     # Docker interleaves the two pipes freely: stderr's trailer may come before stdout's end.
-    data = (_frame(2, err[:split]) + _frame(1, out[:3]) + _frame(2, err[split:] + trailer_bytes[:5])
-            + _frame(2, trailer_bytes[5:]) + _frame(2, late) + _frame(1, out[3:] + begin) + _frame(1, end + late))
+    data = (
+        _frame(2, err[:split])
+        + _frame(1, out[:3])
+        + _frame(2, err[split:] + trailer_bytes[:5])
+        + _frame(2, trailer_bytes[5:])
+        + _frame(2, late)
+        + _frame(1, out[3:] + begin)
+        + _frame(1, end + late)
+    )
     result = shell.read_exec_stream(_Chunks(data, cuts), _Sock(), float("inf"), _capture, begin, end)
     assert result.stdout.text() == out.decode(errors="replace")
     assert result.stderr.text() == err.decode(errors="replace")
@@ -69,8 +80,9 @@ def test_trailer_is_cut_out_of_stderr_however_the_stream_is_split(out, err, late
 
 def test_stream_without_trailer_keeps_all_output():
     data = _frame(2, b"partial \x1e[agent") + _frame(1, b"out")
-    result = shell.read_exec_stream(_Chunks(data, []), _Sock(), float("inf"), _capture,
-                                    b"\x1e[agentgym 1]", b"\x1e[/agentgym 1]")
+    result = shell.read_exec_stream(
+        _Chunks(data, []), _Sock(), float("inf"), _capture, b"\x1e[agentgym 1]", b"\x1e[/agentgym 1]"
+    )
     assert (result.stdout.text(), result.stderr.text()) == ("out", "partial \x1e[agent")
     assert result.trailer.records() == []
 
@@ -99,15 +111,16 @@ def test_bounded_buffer_keeps_up_to_its_limit_then_is_full():
 def test_a_full_bounded_capture_ends_the_read():
     first = _frame(1, b"x" * 5000)
     chunks = _Chunks(first + _frame(1, b"never read"), [len(first)])
-    result = shell.read_exec_stream(chunks, _Sock(), float("inf"), lambda: shell.BoundedBuffer(1000),
-                                    b"\x1e[agentgym 2]", b"\x1e[/agentgym 2]")
+    result = shell.read_exec_stream(
+        chunks, _Sock(), float("inf"), lambda: shell.BoundedBuffer(1000), b"\x1e[agentgym 2]", b"\x1e[/agentgym 2]"
+    )
     assert result.full and len(chunks.pieces) == 1
 
 
 def test_a_huge_trailer_is_cut_and_its_end_still_found():
     begin, end = b"\x1e[agentgym 3]", b"\x1e[/agentgym 3]"
     stderr = begin + b"0\0\0/w\0BIG=" + b"a" * (3 * shell.MAX_TRAILER) + b"\0" + end + b"late"
-    data = _frame(1, begin + end) + b"".join(_frame(2, stderr[i:i + 30_000]) for i in range(0, len(stderr), 30_000))
+    data = _frame(1, begin + end) + b"".join(_frame(2, stderr[i : i + 30_000]) for i in range(0, len(stderr), 30_000))
     result = shell.read_exec_stream(_Chunks(data, [7, 100_001]), _Sock(), float("inf"), _capture, begin, end)
     assert result.trailer.records() == [b"0", b"", b"/w"]  # the cut record is dropped
     assert result.stderr.text() == ""

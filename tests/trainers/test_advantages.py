@@ -8,8 +8,14 @@ import random
 import pytest
 import torch
 
-from agentgym.trainers.advantages import (explained_variance, group_advantages, hierarchical_values,
-                                          strict_clip_policy_loss, tree_turn_advantages, turn_gae)
+from agentgym.trainers.advantages import (
+    explained_variance,
+    group_advantages,
+    hierarchical_values,
+    strict_clip_policy_loss,
+    tree_turn_advantages,
+    turn_gae,
+)
 
 # A tree of 6 nodes: two roots; root 1 ends at once (R = 0); root 0 has children 2 and 3;
 # node 2 has leaves 4 (R = 1) and 5 (R = 0); leaf 3 has R = 1.
@@ -142,7 +148,7 @@ def test_monte_carlo_tree_advantages_are_unbiased():
         parents, labels, leaves = _sample_tree(rng)
         for label, estimate, trap in zip(labels, tree_turn_advantages(parents, leaves), _naive(parents, leaves)):
             sums[label] = sums.get(label, 0.0) + estimate
-            squares[label] = squares.get(label, 0.0) + estimate ** 2
+            squares[label] = squares.get(label, 0.0) + estimate**2
             counts[label] = counts.get(label, 0) + 1
             naive[label] = naive.get(label, 0.0) + trap
     truth = {**{(a,): v for a, v in first.items()}, **second}
@@ -150,7 +156,7 @@ def test_monte_carlo_tree_advantages_are_unbiased():
     for label, true in truth.items():
         n = counts[label]
         mean = sums[label] / n
-        stderr = math.sqrt(max(squares[label] / n - mean ** 2, 1e-12) / n)
+        stderr = math.sqrt(max(squares[label] / n - mean**2, 1e-12) / n)
         assert abs(mean - true) < 4 * stderr + 1e-3, (label, mean, true, stderr)
         worst_naive = max(worst_naive, abs(naive[label] / n - true))
     # The naive per-turn normalisation misses by far more than the sampling error.

@@ -39,8 +39,13 @@ def test_overrides_keep_yaml_booleans_as_words(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("trainer: sao\n")
     config = load_config(path, ["save_strategy=no", "max_steps=3", "tree=false", "env_kwargs={num_tasks: 4}"])
-    assert config == {"trainer": "sao", "save_strategy": "no", "max_steps": 3, "tree": False,
-                      "env_kwargs": {"num_tasks": 4}}
+    assert config == {
+        "trainer": "sao",
+        "save_strategy": "no",
+        "max_steps": 3,
+        "tree": False,
+        "env_kwargs": {"num_tasks": 4},
+    }
 
 
 def test_last_complete_checkpoint_needs_every_rank(tmp_path):
@@ -72,8 +77,9 @@ def test_a_config_must_name_its_trainer_and_output_dir(tmp_path):
     with pytest.raises(ConfigError, match="unknown warm_start key 'epoch'; did you mean 'epochs'"):
         build_trainer({"trainer": "sao", "output_dir": str(tmp_path), "warm_start": {"epoch": 1}})
     with pytest.raises(ConfigError, match="warm_start builds demonstrations for KeyChain only"):
-        build_trainer({"trainer": "sao", "output_dir": str(tmp_path), "warm_start": True,
-                       "env_id": "agentgym/HumanEval-v0"})
+        build_trainer(
+            {"trainer": "sao", "output_dir": str(tmp_path), "warm_start": True, "env_id": "agentgym/HumanEval-v0"}
+        )
     with pytest.raises(ConfigError, match="tree_strategy must be one of"):  # the config class's own checks
         build_trainer({"trainer": "tree_grpo", "output_dir": str(tmp_path), "tree_strategy": "random"})
 

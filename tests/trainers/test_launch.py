@@ -46,15 +46,30 @@ def _env():
 def test_accelerate_launch_two_cpu_processes(tmp_path, config):
     out = tmp_path / "run"
     # The README's command: examples/accelerate_configs/cpu_ddp.yaml, the trainer's use_cpu=true.
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-               str(ROOT / "examples" / "accelerate_configs" / "cpu_ddp.yaml"),
-               "-m", "agentgym.train", "--config", str(CONFIGS / config),
-               "max_steps=2", f"output_dir={out}", "save_strategy=no", "use_cpu=true", *SMALL, *PER_TRAINER[config]]
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(ROOT / "examples" / "accelerate_configs" / "cpu_ddp.yaml"),
+        "-m",
+        "agentgym.train",
+        "--config",
+        str(CONFIGS / config),
+        "max_steps=2",
+        f"output_dir={out}",
+        "save_strategy=no",
+        "use_cpu=true",
+        *SMALL,
+        *PER_TRAINER[config],
+    ]
     done = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     assert "agentgym train: 2 steps on 2 process(es)" in done.stdout
     # one trajectory store per process, metrics through TensorBoard
-    assert TrajectoryStore(out / "trajectories.jsonl").read() and TrajectoryStore(out / "trajectories-rank1.jsonl").read()
+    assert (
+        TrajectoryStore(out / "trajectories.jsonl").read() and TrajectoryStore(out / "trajectories-rank1.jsonl").read()
+    )
     events = list(out.rglob("events.out.tfevents.*"))
     assert events and {p.parent for p in events} == {out / "tensorboard"}  # one folder, which a resume reuses
     assert (out / "model.safetensors").exists()
@@ -62,18 +77,39 @@ def test_accelerate_launch_two_cpu_processes(tmp_path, config):
 
 @pytest.mark.slow
 def test_a_model_without_reward_is_told_about_the_warm_start_which_the_config_builds(tmp_path):
-    base = [sys.executable, "-m", "agentgym.train", "--config", str(CONFIGS / "keychain-tree_grpo.yaml"),
-            "save_strategy=no", "report_to=none", *SMALL, *PER_TRAINER["keychain-tree_grpo.yaml"]]
+    base = [
+        sys.executable,
+        "-m",
+        "agentgym.train",
+        "--config",
+        str(CONFIGS / "keychain-tree_grpo.yaml"),
+        "save_strategy=no",
+        "report_to=none",
+        *SMALL,
+        *PER_TRAINER["keychain-tree_grpo.yaml"],
+    ]
     # The random tiny model never succeeds: every group's rewards are equal, nothing to learn.
-    done = subprocess.run([*base, "max_steps=5", f"output_dir={tmp_path / 'tiny'}"], cwd=ROOT, env=_env(),
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [*base, "max_steps=5", f"output_dir={tmp_path / 'tiny'}"],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "no learning signal in 5 steps in a row" in done.stderr and "warm_start: true" in done.stderr
     assert "started from scratch" in done.stdout
 
     out = tmp_path / "warm"
-    done = subprocess.run([*base, "warm_start={tasks: 16, epochs: 1}", "max_steps=1", f"output_dir={out}"], cwd=ROOT,
-                          env=_env(), capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [*base, "warm_start={tasks: 16, epochs: 1}", "max_steps=1", f"output_dir={out}"],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert (out / "warm_start" / "model.safetensors").exists() and "1 steps on 1 process(es)" in done.stdout
 
@@ -85,9 +121,20 @@ def _state(checkpoint: Path) -> dict:
 @pytest.mark.slow
 def test_sao_resumes_after_sigkill_without_losing_trajectories(tmp_path):
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "agentgym.train", "--config", str(CONFIGS / "keychain-sao.yaml"),
-               "max_steps=4", "save_steps=1", f"output_dir={out}", "report_to=none", "log_kl_to_start=false",
-               *SMALL, *PER_TRAINER["keychain-sao.yaml"]]
+    command = [
+        sys.executable,
+        "-m",
+        "agentgym.train",
+        "--config",
+        str(CONFIGS / "keychain-sao.yaml"),
+        "max_steps=4",
+        "save_steps=1",
+        f"output_dir={out}",
+        "report_to=none",
+        "log_kl_to_start=false",
+        *SMALL,
+        *PER_TRAINER["keychain-sao.yaml"],
+    ]
     process = subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 600
     try:
@@ -101,15 +148,17 @@ def test_sao_resumes_after_sigkill_without_losing_trajectories(tmp_path):
     store = out / "trajectories.jsonl"
     with pytest.warns(RuntimeWarning) if not store.read_bytes().endswith(b"\n") else _nothing():
         before = TrajectoryStore(store).read()
-    resumed_from = max((p for p in out.glob("checkpoint-*") if (p / "agentgym_state-rank0.json").exists()),
-                       key=lambda p: int(p.name.split("-")[1]))
+    resumed_from = max(
+        (p for p in out.glob("checkpoint-*") if (p / "agentgym_state-rank0.json").exists()),
+        key=lambda p: int(p.name.split("-")[1]),
+    )
     unconsumed = len(before) - _state(resumed_from)["store_position"]
 
     done = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     assert f"resumed from {resumed_from}" in done.stdout
     after = TrajectoryStore(store).read()
-    assert [r.id for r in after[:len(before)]] == [r.id for r in before]  # nothing stored was lost or rewritten
+    assert [r.id for r in after[: len(before)]] == [r.id for r in before]  # nothing stored was lost or rewritten
     final = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
     assert final["global_step"] == 4
     # the records produced but not trained before the kill were queued first after the resume

@@ -45,10 +45,24 @@ def test_grpo_steps_raise_the_probability_of_rewarded_replies(tmp_path):
     from agentgym.trainers.tree_grpo_config import TreeGRPOConfig
 
     # One-token replies: the reward is then exactly "the first token is a capital one", the quantity measured.
-    args = TreeGRPOConfig(output_dir=str(tmp_path), env_id=f"{__name__}:CapitalEnv", tree=False, num_generations=8,
-                          per_device_train_batch_size=8, max_turn_tokens=1, max_steps=8, learning_rate=2e-2,
-                          lr_scheduler_type="constant", loss_type="dapo", beta=0.0, save_strategy="no",
-                          report_to="none", use_cpu=True, seed=0, rollout_concurrency=32)
+    args = TreeGRPOConfig(
+        output_dir=str(tmp_path),
+        env_id=f"{__name__}:CapitalEnv",
+        tree=False,
+        num_generations=8,
+        per_device_train_batch_size=8,
+        max_turn_tokens=1,
+        max_steps=8,
+        learning_rate=2e-2,
+        lr_scheduler_type="constant",
+        loss_type="dapo",
+        beta=0.0,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        seed=0,
+        rollout_concurrency=32,
+    )
     trainer = TreeGRPOTrainer(str(tiny_model_path()), args)
     tokenizer = trainer.processing_class
     capitals = torch.tensor([i for i in range(len(tokenizer)) if any(c.isupper() for c in tokenizer.decode([i]))])

@@ -11,8 +11,14 @@ from agentgym.trainers.tree_grpo import tree_training_paths
 
 
 def _turn(prompt, mask, completion, reward=0.0, done=False):
-    return Turn(prompt_ids=prompt, completion_ids=completion, logprobs=[-0.1] * len(completion), prompt_mask=mask,
-                reward=reward, terminated=done)
+    return Turn(
+        prompt_ids=prompt,
+        completion_ids=completion,
+        logprobs=[-0.1] * len(completion),
+        prompt_mask=mask,
+        reward=reward,
+        terminated=done,
+    )
 
 
 def _tree() -> RolloutTree:
@@ -63,4 +69,3 @@ def test_record_metrics_of_a_tree():
     assert metrics["rollout/success_rate"] == pytest.approx(1 / 3)
     assert metrics["tree/leaves"] == 3 and metrics["tree/nodes"] == 4 and metrics["tree/depth"] == 2
     assert metrics["rollout/env_steps"] == 4
-

@@ -35,9 +35,17 @@ def _sao_trainer(tmp_path, **settings):
     from agentgym.trainers.sao import SAOTrainer
     from agentgym.trainers.sao_config import SAOConfig
 
-    args = SAOConfig(output_dir=str(tmp_path), env_id="agentgym.envs.tool.keychain:KeyChainEnv",
-                     per_device_train_batch_size=2, max_steps=1, save_strategy="no", report_to="none", use_cpu=True,
-                     log_kl_to_start=False, **settings)
+    args = SAOConfig(
+        output_dir=str(tmp_path),
+        env_id="agentgym.envs.tool.keychain:KeyChainEnv",
+        per_device_train_batch_size=2,
+        max_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        log_kl_to_start=False,
+        **settings,
+    )
     return SAOTrainer(str(tiny_model_path()), args)
 
 

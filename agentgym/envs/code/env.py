@@ -25,8 +25,9 @@ Fenced ```` ```python ```` and ```` ```bash ```` blocks in a reply run as ``pyth
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from agentgym.actions import ToolCall, ToolSpec
 from agentgym.core import AgentEnv, Outcome
@@ -43,22 +44,51 @@ MAX_READ_BYTES = 20_000
 #: The largest file str_replace edits (it brings the whole file to the host and back).
 MAX_EDIT_BYTES = 1024 * 1024
 
-_TIMEOUT = {"type": "integer", "description": "seconds before the command is killed (default: the env's exec timeout; "
-           "capped at its max_exec_timeout)"}
+_TIMEOUT = {
+    "type": "integer",
+    "description": "seconds before the command is killed (default: the env's exec timeout; "
+    "capped at its max_exec_timeout)",
+}
 
-BASH = _tool("bash", "Run a bash command in the sandbox. The working directory and exported variables persist.",
-             ["command"], command={"type": "string"}, timeout=_TIMEOUT)
-PYTHON = _tool("python", "Run a Python 3 program in the sandbox and show its output.",
-               ["code"], code={"type": "string"}, timeout=_TIMEOUT)
-READ_FILE = _tool("read_file", "Show a text file with line numbers (optionally a 1-based inclusive line range); "
-                  f"at most {MAX_READ_BYTES} bytes per call, so page through long files with the range.",
-                  ["path"], path={"type": "string"}, start_line={"type": "integer"}, end_line={"type": "integer"})
-WRITE_FILE = _tool("write_file", "Create or overwrite a file with the given content.",
-                   ["path", "content"], path={"type": "string"}, content={"type": "string"})
-STR_REPLACE = _tool("str_replace", "Replace the exactly-once occurrence of `old` in a file with `new`.",
-                    ["path", "old", "new"], path={"type": "string"}, old={"type": "string"}, new={"type": "string"})
+BASH = _tool(
+    "bash",
+    "Run a bash command in the sandbox. The working directory and exported variables persist.",
+    ["command"],
+    command={"type": "string"},
+    timeout=_TIMEOUT,
+)
+PYTHON = _tool(
+    "python",
+    "Run a Python 3 program in the sandbox and show its output.",
+    ["code"],
+    code={"type": "string"},
+    timeout=_TIMEOUT,
+)
+READ_FILE = _tool(
+    "read_file",
+    "Show a text file with line numbers (optionally a 1-based inclusive line range); "
+    f"at most {MAX_READ_BYTES} bytes per call, so page through long files with the range.",
+    ["path"],
+    path={"type": "string"},
+    start_line={"type": "integer"},
+    end_line={"type": "integer"},
+)
+WRITE_FILE = _tool(
+    "write_file",
+    "Create or overwrite a file with the given content.",
+    ["path", "content"],
+    path={"type": "string"},
+    content={"type": "string"},
+)
+STR_REPLACE = _tool(
+    "str_replace",
+    "Replace the exactly-once occurrence of `old` in a file with `new`.",
+    ["path", "old", "new"],
+    path={"type": "string"},
+    old={"type": "string"},
+    new={"type": "string"},
+)
 SUBMIT = _tool("submit", "Finish the task and have your work graded. This ends the episode.", [])
-
 
 
 @dataclass
@@ -73,12 +103,25 @@ class CodePayload:
 class CodeEnv(AgentEnv):
     """Base class of sandboxed code environments (see the module docstring)."""
 
-    code_block_tools = {"python": ("python", "code"), "py": ("python", "code"),
-                        "bash": ("bash", "command"), "sh": ("bash", "command"), "shell": ("bash", "command")}
+    code_block_tools = {
+        "python": ("python", "code"),
+        "py": ("python", "code"),
+        "bash": ("bash", "command"),
+        "sh": ("bash", "command"),
+        "shell": ("bash", "command"),
+    }
 
-    def __init__(self, *, image: str | None = None, exec_timeout: float = 30.0, max_exec_timeout: float = 120.0,
-                 max_turns: int = 30, sandbox_config: SandboxConfig | None = None, warm_pool: bool = True,
-                 render_mode: str | None = None):
+    def __init__(
+        self,
+        *,
+        image: str | None = None,
+        exec_timeout: float = 30.0,
+        max_exec_timeout: float = 120.0,
+        max_turns: int = 30,
+        sandbox_config: SandboxConfig | None = None,
+        warm_pool: bool = True,
+        render_mode: str | None = None,
+    ):
         super().__init__(max_turns=max_turns, render_mode=render_mode)
         if not 0 < exec_timeout <= max_exec_timeout:
             raise ValueError(f"need 0 < exec_timeout ({exec_timeout}) <= max_exec_timeout ({max_exec_timeout})")
@@ -89,8 +132,12 @@ class CodeEnv(AgentEnv):
         self.warm_pool = warm_pool
         self.sandbox: DockerSandbox | None = None
         self._handlers: dict[str, Callable[[dict], Outcome]] = {
-            "bash": self._bash, "python": self._python, "read_file": self._read_file,
-            "write_file": self._write_file, "str_replace": self._str_replace, "submit": self._submit,
+            "bash": self._bash,
+            "python": self._python,
+            "read_file": self._read_file,
+            "write_file": self._write_file,
+            "str_replace": self._str_replace,
+            "submit": self._submit,
         }
 
     # ------------------------------------------------------------------ subclass hooks
@@ -123,15 +170,19 @@ class CodeEnv(AgentEnv):
 
     def _with_limits(self, tool: ToolSpec) -> ToolSpec:
         """``tool`` with its timeout argument described by this env's numbers."""
-        timeout = {"type": "integer", "description": f"seconds before the command is killed (default "
-                   f"{self.exec_timeout:g}, at most {self.max_exec_timeout:g})"}
+        timeout = {
+            "type": "integer",
+            "description": f"seconds before the command is killed (default "
+            f"{self.exec_timeout:g}, at most {self.max_exec_timeout:g})",
+        }
         parameters = {**tool.parameters, "properties": {**tool.properties, "timeout": timeout}}
         return ToolSpec(tool.name, tool.description, parameters)
 
     def _begin(self, task_id: str) -> str:
         self._close_sandbox(wait=False)  # the old container goes away in the background
-        self.sandbox = DockerSandbox.create(image=self.task_image(task_id), config=self.task_sandbox_config(task_id),
-                                            warm=self.warm_pool)
+        self.sandbox = DockerSandbox.create(
+            image=self.task_image(task_id), config=self.task_sandbox_config(task_id), warm=self.warm_pool
+        )
         return self._prepare(self.sandbox, task_id)
 
     def _call_tool(self, call: ToolCall) -> Outcome:
@@ -186,8 +237,10 @@ class CodeEnv(AgentEnv):
         shown = "\n".join(f"{start + i:6}\t{line}" for i, line in enumerate(lines))
         if cut:
             last = start + len(lines) - 1
-            shown += (f"\n[... truncated after {MAX_READ_BYTES} bytes, within line {last} of {total}; "
-                      "use start_line/end_line to read the rest ...]")
+            shown += (
+                f"\n[... truncated after {MAX_READ_BYTES} bytes, within line {last} of {total}; "
+                "use start_line/end_line to read the rest ...]"
+            )
         return Outcome(shown)
 
     def _write_file(self, args: dict) -> Outcome:
@@ -204,16 +257,20 @@ class CodeEnv(AgentEnv):
         try:
             data = sandbox.read_file(path, max_bytes=MAX_EDIT_BYTES)
         except FileTooLargeError as exc:
-            return _error(f"{path} is {exc.size} bytes; str_replace edits files of up to {MAX_EDIT_BYTES} bytes "
-                          "(use bash, e.g. sed -i or python, for larger ones)")
+            return _error(
+                f"{path} is {exc.size} bytes; str_replace edits files of up to {MAX_EDIT_BYTES} bytes "
+                "(use bash, e.g. sed -i or python, for larger ones)"
+            )
         except OSError as exc:
             return _error(_file_error(path, exc))
         # On bytes, so that whatever is not valid UTF-8 elsewhere in the file stays as it was.
         old, new = args["old"].encode(), args["new"].encode()
         count = data.count(old) if old else 0
         if count != 1:
-            return _error(f"`old` must occur exactly once in {path}; it occurs {count} times"
-                          + (" (it is empty)" if not old else ""))
+            return _error(
+                f"`old` must occur exactly once in {path}; it occurs {count} times"
+                + (" (it is empty)" if not old else "")
+            )
         try:
             sandbox.write_file(path, data.replace(old, new, 1))
         except OSError as exc:
@@ -241,8 +298,9 @@ class CodeEnv(AgentEnv):
         requested = arguments.get("timeout")
         if not isinstance(requested, (int, float)) or requested <= self.max_exec_timeout:
             return arguments, ""
-        note = (f"\n[timeout capped at {self.max_exec_timeout:g} s, this environment's maximum "
-                f"({requested:g} s was asked)]")
+        note = (
+            f"\n[timeout capped at {self.max_exec_timeout:g} s, this environment's maximum ({requested:g} s was asked)]"
+        )
         return {**arguments, "timeout": self.max_exec_timeout}, note
 
     def _timeout(self, args: dict) -> float:
@@ -272,10 +330,12 @@ def _error(message: str) -> Outcome:
 def _file_error(path: str, exc: OSError) -> str:
     """What a file tool tells the model about a failed access, in the words of the shell it also has."""
     if isinstance(exc, FileTooLargeError):
-        return (f"{path} is too large to show whole (over {exc.limit} bytes); "
-                "read it in parts with start_line/end_line")
-    reasons = {FileNotFoundError: "no such file", IsADirectoryError: "is a directory",
-               NotADirectoryError: "a component of the path is not a directory",
-               PermissionError: "permission denied (the tools run as the sandbox user, like bash)"}
+        return f"{path} is too large to show whole (over {exc.limit} bytes); read it in parts with start_line/end_line"
+    reasons = {
+        FileNotFoundError: "no such file",
+        IsADirectoryError: "is a directory",
+        NotADirectoryError: "a component of the path is not a directory",
+        PermissionError: "permission denied (the tools run as the sandbox user, like bash)",
+    }
     reason = next((text for kind, text in reasons.items() if isinstance(exc, kind)), None)
     return f"{path}: {reason or exc.strerror or exc}"

@@ -21,11 +21,10 @@ from importlib import resources
 from pathlib import Path
 
 from agentgym.core import Outcome
-from agentgym.sandbox.base import ExecResult, FileTooLargeError, SandboxError
-from agentgym.sandbox.docker import DockerSandbox, SandboxConfig
-
 from agentgym.envs.code import humaneval_harness
 from agentgym.envs.code.env import CodeEnv
+from agentgym.sandbox.base import ExecResult, FileTooLargeError, SandboxError
+from agentgym.sandbox.docker import DockerSandbox, SandboxConfig
 
 SOLUTION_PATH = "/workspace/solution.py"
 #: The largest solution file that is graded (the longest canonical solution is under 2 KB).
@@ -78,23 +77,41 @@ class HumanEvalEnv(CodeEnv):
                 detail = f"the solution is {exc.size} bytes, over the {MAX_SOLUTION_BYTES}-byte limit"
             else:
                 detail = f"cannot read the solution: {exc}"
-            return Outcome(f"Submitted, but {detail}: 0 tests passed.", terminated=True, success=False,
-                           info={"test_detail": detail})
+            return Outcome(
+                f"Submitted, but {detail}: 0 tests passed.",
+                terminated=True,
+                success=False,
+                info={"test_detail": detail},
+            )
         solution = data.decode("utf-8", errors="replace")
-        passed, detail = run_official_tests(problem, solution, image=self.task_image(self.task_id),
-                                            config=self.task_sandbox_config(self.task_id))
+        passed, detail = run_official_tests(
+            problem, solution, image=self.task_image(self.task_id), config=self.task_sandbox_config(self.task_id)
+        )
         verdict = "passed" if passed else f"failed ({detail})"
-        return Outcome(f"Submitted. Hidden tests {verdict}.", reward=float(passed), terminated=True,
-                       success=passed, info={"test_detail": detail})
+        return Outcome(
+            f"Submitted. Hidden tests {verdict}.",
+            reward=float(passed),
+            terminated=True,
+            success=passed,
+            info={"test_detail": detail},
+        )
 
 
-def run_official_tests(problem: dict, solution_source: str, *, image: str | None = None,
-                       config: SandboxConfig | None = None) -> tuple[bool, str]:
+def run_official_tests(
+    problem: dict, solution_source: str, *, image: str | None = None, config: SandboxConfig | None = None
+) -> tuple[bool, str]:
     """Run HumanEval's check function on a solution in a fresh sandbox; returns (passed, detail)."""
     nonce = secrets.token_hex(16)
-    request = json.dumps({"nonce": nonce, "prompt": problem["prompt"], "test": problem["test"],
-                          "entry_point": problem["entry_point"], "solution": solution_source,
-                          "timeout": TEST_TIMEOUT_S})
+    request = json.dumps(
+        {
+            "nonce": nonce,
+            "prompt": problem["prompt"],
+            "test": problem["test"],
+            "entry_point": problem["entry_point"],
+            "solution": solution_source,
+            "timeout": TEST_TIMEOUT_S,
+        }
+    )
     sandbox = DockerSandbox.create(image=image, config=config)
     try:
         sandbox.write_file(HARNESS_PATH, _harness_source())
@@ -122,8 +139,10 @@ def _verdict(result: ExecResult, nonce: str) -> tuple[bool, str]:
     if reported:
         return False, reported[-1][:300]
     last_line = (result.stderr or result.stdout).strip().splitlines()[-1:]
-    return False, (f"the grader ended without a verdict (exit code {result.exit_code})"
-                   + (f": {last_line[0][:200]}" if last_line else ""))
+    return False, (
+        f"the grader ended without a verdict (exit code {result.exit_code})"
+        + (f": {last_line[0][:200]}" if last_line else "")
+    )
 
 
 @functools.cache

@@ -51,6 +51,7 @@ def passed_record(nonce: str) -> str:
 
 # ---------------------------------------------------------------------- plain data over a pipe
 
+
 class NotPlainData(TypeError):
     """A value that is not plain data (the solution returned an object the tests must not see)."""
 
@@ -130,7 +131,7 @@ def send(fd: int, message: list, deadline: float | None = None) -> None:
         if deadline is not None and not select.select([], [fd], [], max(0.0, deadline - time.monotonic()))[1]:
             raise TimeoutError
         # A writable pipe takes PIPE_BUF bytes without blocking, so the deadline holds.
-        view = view[os.write(fd, view[:select.PIPE_BUF]):]
+        view = view[os.write(fd, view[: select.PIPE_BUF]) :]
 
 
 def receive(fd: int, deadline: float | None = None) -> list | None:
@@ -168,6 +169,7 @@ def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes | None:
 
 
 # ---------------------------------------------------------------------- the grader
+
 
 class Aborted(BaseException):
     """The test run cannot go on: the limit passed, or the solution's process died or broke the protocol.
@@ -241,8 +243,13 @@ def grade(request: dict) -> tuple[bool, str]:
     exec(compile(request["prompt"], "<prompt>", "exec"), namespace)
     exec(compile(request["test"], "<test>", "exec"), namespace)
     check = namespace["check"]
-    child = subprocess.Popen([sys.executable, "-I", os.path.abspath(__file__), "child"], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+    child = subprocess.Popen(
+        [sys.executable, "-I", os.path.abspath(__file__), "child"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         if _exchange(child, None, time.monotonic() + STARTUP_TIMEOUT_S, STARTUP_TIMEOUT_S) != ["ready"]:
             return False, "the solution's process did not start"
@@ -296,6 +303,7 @@ def grader_main() -> int:
 
 
 # ---------------------------------------------------------------------- the solution's process
+
 
 def child_main() -> int:
     inbox, outbox = os.dup(0), os.dup(1)

@@ -64,27 +64,45 @@ from pathlib import Path
 
 from agentgym.actions import ToolSpec
 from agentgym.core import Outcome
-from agentgym.sandbox.base import ExecResult, FileTooLargeError
-from agentgym.sandbox.docker import DockerSandbox, SandboxConfig, tar_directory
-
 from agentgym.envs.code import repofix_gen
 from agentgym.envs.code.env import BASH, CodeEnv, _tool
+from agentgym.sandbox.base import ExecResult, FileTooLargeError
+from agentgym.sandbox.docker import DockerSandbox, SandboxConfig, tar_directory
 
 WORKSPACE = "/workspace"
 SWEBENCH_WORKDIR = "/testbed"
 TEST_TIMEOUT_S = 300.0
 #: The paths the grader owns, at any depth (see the module docstring): the agent's changes to them are not graded.
-GRADER_OWNED = ("test_*", "*_test.py", "tests/**", "test/**", "testing/**", "conftest.py", "pytest.ini",
-                ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py", "usercustomize.py",
-                "*.pth", "__pycache__/**", "*.pyc")
+GRADER_OWNED = (
+    "test_*",
+    "*_test.py",
+    "tests/**",
+    "test/**",
+    "testing/**",
+    "conftest.py",
+    "pytest.ini",
+    ".pytest.ini",
+    "tox.ini",
+    "setup.cfg",
+    "pyproject.toml",
+    "sitecustomize.py",
+    "usercustomize.py",
+    "*.pth",
+    "__pycache__/**",
+    "*.pyc",
+)
 MAX_DIFF_BYTES = 2 * 1024 * 1024  # a bug fix is a few lines; this leaves room for a generous one
 MAX_REPORT_BYTES = 8 * 1024 * 1024  # the test log and the launcher's record, each
 GRADING_DIR = "/tmp/agentgym-grading"  # in the grading sandbox
 LAUNCHER = Path(__file__).with_name("repofix_grading_plugin.py")
 PYTEST_NO_TESTS = 5  # pytest's exit code when it collected nothing
-RUN_TESTS = _tool("run_tests", "Run the repository's visible tests with pytest (optionally only the given paths or node ids).",
-                  [], paths={"type": "string", "description": "space-separated test paths or node ids"},
-                  timeout=BASH.properties["timeout"])
+RUN_TESTS = _tool(
+    "run_tests",
+    "Run the repository's visible tests with pytest (optionally only the given paths or node ids).",
+    [],
+    paths={"type": "string", "description": "space-separated test paths or node ids"},
+    timeout=BASH.properties["timeout"],
+)
 # What the generator ran the tests with, so verdicts here match the verified ones.
 TEST_ENV = "PYTHONDONTWRITEBYTECODE=1 PYTHONHASHSEED=0 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1"
 
@@ -146,8 +164,12 @@ class RepoFixEnv(CodeEnv):
             return self.sandbox_config
         # SWE-bench images keep the repository root-owned at /testbed, so their sandboxes run as
         # root — still without network, capabilities or new privileges.
-        return dataclasses.replace(self.sandbox_config or SandboxConfig(), user="0:0", working_dir=SWEBENCH_WORKDIR,
-                                   state_file="/root/.agentgym_shell")
+        return dataclasses.replace(
+            self.sandbox_config or SandboxConfig(),
+            user="0:0",
+            working_dir=SWEBENCH_WORKDIR,
+            state_file="/root/.agentgym_shell",
+        )
 
     def workdir(self, task_id: str | None = None) -> str:
         return SWEBENCH_WORKDIR if self.task(task_id).get("image") else WORKSPACE
@@ -190,14 +212,18 @@ class RepoFixEnv(CodeEnv):
         result = sandbox.exec(
             f"cd {self.workdir()} && out=$(mktemp) && git add -A >/dev/null && git diff --cached --binary "
             f"--no-ext-diff --no-textconv --no-color --src-prefix=a/ --dst-prefix=b/ HEAD -- . {pathspecs} "
-            '> "$out" && echo "$out"', timeout=60)
+            '> "$out" && echo "$out"',
+            timeout=60,
+        )
         if result.exit_code != 0:
             raise SubmissionError(f"could not compute your diff: {result.output.strip()[-500:]}")
         try:
             data = sandbox.read_file(result.stdout.strip(), max_bytes=MAX_DIFF_BYTES)
         except FileTooLargeError as exc:
-            raise SubmissionError(f"your diff is {exc.size:,} bytes, over the {MAX_DIFF_BYTES:,}-byte limit on "
-                                  "what is graded (large or binary files in the repository count)") from None
+            raise SubmissionError(
+                f"your diff is {exc.size:,} bytes, over the {MAX_DIFF_BYTES:,}-byte limit on "
+                "what is graded (large or binary files in the repository count)"
+            ) from None
         except OSError as exc:
             raise SubmissionError(f"could not read your diff back: {exc}") from None
         # surrogateescape keeps bytes that are not UTF-8 (a Latin-1 source file) exactly as they were.
@@ -210,23 +236,36 @@ class RepoFixEnv(CodeEnv):
         except SubmissionError as exc:
             verdict = _verdict(task, {}, str(exc), reporter=False)
         else:
-            verdict = grade_diff(task, diff, image=self.task_image(self.task_id), workdir=self.workdir(),
-                                 config=self.task_sandbox_config(self.task_id))
+            verdict = grade_diff(
+                task,
+                diff,
+                image=self.task_image(self.task_id),
+                workdir=self.workdir(),
+                config=self.task_sandbox_config(self.task_id),
+            )
         f2p, p2p = verdict["fail_to_pass"], verdict["pass_to_pass"]
-        text = (f"Submitted. Hidden tests {'passed' if verdict['resolved'] else 'failed'}: "
-                f"FAIL_TO_PASS {f2p['passed']}/{f2p['total']}, PASS_TO_PASS {p2p['passed']}/{p2p['total']}.")
+        text = (
+            f"Submitted. Hidden tests {'passed' if verdict['resolved'] else 'failed'}: "
+            f"FAIL_TO_PASS {f2p['passed']}/{f2p['total']}, PASS_TO_PASS {p2p['passed']}/{p2p['total']}."
+        )
         if verdict["error"]:
             text += f"\n{verdict['error']}"
-        return Outcome(text, reward=float(verdict["resolved"]), terminated=True, success=verdict["resolved"],
-                       info={"grade": verdict})
+        return Outcome(
+            text,
+            reward=float(verdict["resolved"]),
+            terminated=True,
+            success=verdict["resolved"],
+            info={"grade": verdict},
+        )
 
 
 class SubmissionError(Exception):
     """The agent's work cannot be graded (its diff is too large, or git cannot make it); the grade says why."""
 
 
-def grade_diff(task: dict, diff: str, *, image: str | None = None, workdir: str = WORKSPACE,
-               config: SandboxConfig | None = None) -> dict:
+def grade_diff(
+    task: dict, diff: str, *, image: str | None = None, workdir: str = WORKSPACE, config: SandboxConfig | None = None
+) -> dict:
     """Apply a diff and the hidden tests to a fresh copy of the task's workspace and run the tests (see the module docstring).
 
     Returns :func:`~agentgym.envs.code.repofix_gen.grade_results`'s verdict (``resolved`` and
@@ -263,7 +302,9 @@ def _apply_patches(sandbox: DockerSandbox, task: dict, diff: str, workdir: str) 
         f" && git ls-files -z --others -- {owned} | sort -z | comm -z -12 {GRADING_DIR}/new - | xargs -0r rm -rf --"
         f" && git ls-files -z -- {owned} | xargs -0r git checkout -q HEAD --"
         f" && {{ git diff -z --name-only --no-renames HEAD && {untracked} | comm -z -13 {GRADING_DIR}/before -; }}"
-        f" > {GRADING_DIR}/changed", timeout=60)
+        f" > {GRADING_DIR}/changed",
+        timeout=60,
+    )
     if restored.exit_code != 0:
         return f"the grader could not put its own paths back after your diff: {restored.output.strip()[:500]}"
     sandbox.write_file(f"{GRADING_DIR}/hidden.diff", task["test_patch"])
@@ -287,10 +328,17 @@ def _run_hidden_tests(sandbox: DockerSandbox, task: dict, workdir: str) -> dict:
         return _verdict(task, {} if error else results, error, reporter=False)
     sandbox.write_file(launcher, LAUNCHER.read_bytes())
     nonce = secrets.token_hex(16)
-    setup = {"nonce": nonce, "record": record_path, "changed": f"{GRADING_DIR}/changed",
-             "protected": repofix_gen.patched_files(task["test_patch"])}
-    run = sandbox.exec(f"cd {workdir} && {TEST_ENV} {trusted} > {log_path} 2>&1", timeout=TEST_TIMEOUT_S,
-                       stdin=json.dumps(setup) + "\n")
+    setup = {
+        "nonce": nonce,
+        "record": record_path,
+        "changed": f"{GRADING_DIR}/changed",
+        "protected": repofix_gen.patched_files(task["test_patch"]),
+    }
+    run = sandbox.exec(
+        f"cd {workdir} && {TEST_ENV} {trusted} > {log_path} 2>&1",
+        timeout=TEST_TIMEOUT_S,
+        stdin=json.dumps(setup) + "\n",
+    )
     log, log_error = _read_report(sandbox, log_path, "the test log")
     record, record_error = _read_report(sandbox, record_path, "the launcher's record")
     if log_error or record_error:
@@ -309,7 +357,9 @@ def _read_report(sandbox: DockerSandbox, path: str, what: str) -> tuple[str | No
         return None, f"{what} is {exc.size:,} bytes, over the {exc.limit:,}-byte limit on what grading reads"
 
 
-def judge_run(task: dict, nonce: str, record_text: str | None, log: str, run: ExecResult) -> tuple[dict[str, bool], str | None]:
+def judge_run(
+    task: dict, nonce: str, record_text: str | None, log: str, run: ExecResult
+) -> tuple[dict[str, bool], str | None]:
     """Per-test results from the launcher's record, and why the run cannot be trusted (None when it can).
 
     The record must exist, carry this run's nonce and report no tampering; the process must have
@@ -320,8 +370,10 @@ def judge_run(task: dict, nonce: str, record_text: str | None, log: str, run: Ex
     if run.timed_out:
         return {}, f"the tests did not finish within {TEST_TIMEOUT_S:.0f} s"
     if record_text is None:
-        return {}, (f"the test process left no record of its tests (it exited early, with {run.exit_code}, "
-                    f"or was replaced by another program): {tail}")
+        return {}, (
+            f"the test process left no record of its tests (it exited early, with {run.exit_code}, "
+            f"or was replaced by another program): {tail}"
+        )
     try:
         record = json.loads(record_text)
     except ValueError:
@@ -334,28 +386,39 @@ def judge_run(task: dict, nonce: str, record_text: str | None, log: str, run: Ex
     if exit_code is None:
         return {}, f"pytest did not return: {tail}"
     if run.exit_code != exit_code:
-        return {}, (f"the test process exited with {run.exit_code} after pytest returned {exit_code}: "
-                    "something else in it (a thread, a signal) ended it")
+        return {}, (
+            f"the test process exited with {run.exit_code} after pytest returned {exit_code}: "
+            "something else in it (a thread, a signal) ended it"
+        )
     if exit_code not in (0, 1, PYTEST_NO_TESTS):
-        return {}, (f"pytest stopped with exit code {exit_code} (interrupted, an internal or usage error, "
-                    f"or errors collecting {record['collect_errors'][:3]}): {tail}")
+        return {}, (
+            f"pytest stopped with exit code {exit_code} (interrupted, an internal or usage error, "
+            f"or errors collecting {record['collect_errors'][:3]}): {tail}"
+        )
     tests = record["tests"]
     failed = record["collect_errors"] or any("failed" in phases.values() for phases in tests.values())
     if exit_code != (1 if failed else 0 if tests else PYTEST_NO_TESTS):
         return {}, f"pytest's exit code {exit_code} disagrees with the outcomes it reported"
     results = {nodeid: _passed(phases) for nodeid, phases in tests.items()}
     summary = repofix_gen.parse_pytest_report(log)
-    disagree = [t for t in task["FAIL_TO_PASS"] + task["PASS_TO_PASS"] if summary.get(t, False) != results.get(t, False)]
+    disagree = [
+        t for t in task["FAIL_TO_PASS"] + task["PASS_TO_PASS"] if summary.get(t, False) != results.get(t, False)
+    ]
     if disagree:
-        return {}, (f"the -rA summary and the record disagree on {len(disagree)} test(s), e.g. {disagree[0]} "
-                    f"(summary: {'passed' if summary.get(disagree[0]) else 'not passed'}, "
-                    f"record: {tests.get(disagree[0], 'not run')})")
+        return {}, (
+            f"the -rA summary and the record disagree on {len(disagree)} test(s), e.g. {disagree[0]} "
+            f"(summary: {'passed' if summary.get(disagree[0]) else 'not passed'}, "
+            f"record: {tests.get(disagree[0], 'not run')})"
+        )
     return results, None
 
 
 def _passed(phases: dict[str, str]) -> bool:
-    return (phases.get("setup") == "passed" and phases.get("call") in ("passed", "xpassed")
-            and phases.get("teardown") == "passed")
+    return (
+        phases.get("setup") == "passed"
+        and phases.get("call") in ("passed", "xpassed")
+        and phases.get("teardown") == "passed"
+    )
 
 
 _PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
@@ -393,11 +456,11 @@ def reporter_command(command: str, launcher: str) -> str | None:
             if not option.startswith("-") or option == "-c":
                 return None  # a script or a program text, not pytest
             takes_value = option in ("-W", "-X")
-            interpreter += rest[position:position + 1 + takes_value]
+            interpreter += rest[position : position + 1 + takes_value]
             position += 1 + takes_value
-        if rest[position:position + 2] != ["-m", "pytest"]:
+        if rest[position : position + 2] != ["-m", "pytest"]:
             return None
-        args = rest[position + 2:]
+        args = rest[position + 2 :]
     else:
         return None
     words = [f"{name}={shlex.quote(value)}" for name, _, value in (a.partition("=") for a in assignments)]
@@ -413,8 +476,9 @@ def _verdict(task: dict, results: dict[str, bool], error: str | None, *, reporte
 def lay_out_workspace(sandbox: DockerSandbox, task: dict, workdir: str) -> None:
     """Put the task's starting repository into the sandbox (SWE-bench images already hold it at /testbed)."""
     if not task.get("image"):
-        sandbox.put_tree(workdir, workspace_tarball(task["instance_id"], json.dumps(task, sort_keys=True),
-                                                    sandbox.config))
+        sandbox.put_tree(
+            workdir, workspace_tarball(task["instance_id"], json.dumps(task, sort_keys=True), sandbox.config)
+        )
 
 
 @functools.lru_cache(maxsize=64)
@@ -429,7 +493,13 @@ def workspace_tarball(instance_id: str, task_json: str, config: SandboxConfig) -
         subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
         subprocess.run([*git, "add", "-A"], check=True)
         # A fixed date makes the commit, and so the whole workspace, identical across resets.
-        subprocess.run([*git, "commit", "-q", "-m", f"{instance_id}: starting state"], check=True,
-                       env={"GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
-                            "PATH": "/usr/bin:/bin"})
+        subprocess.run(
+            [*git, "commit", "-q", "-m", f"{instance_id}: starting state"],
+            check=True,
+            env={
+                "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z",
+                "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
+                "PATH": "/usr/bin:/bin",
+            },
+        )
         return tar_directory(repo, config)

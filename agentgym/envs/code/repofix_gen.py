@@ -34,10 +34,10 @@ import sys
 import sysconfig
 import tempfile
 from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 try:  # imported as envs.code.repofix_gen
     from . import repofix_mutate as mutate
@@ -57,6 +57,7 @@ _IGNORED = ("__pycache__", "*.pyc", ".pytest_cache")
 
 def _is_litter(relpath: str) -> bool:
     return any(part in ("__pycache__", ".pytest_cache") for part in relpath.split("/")) or relpath.endswith(".pyc")
+
 
 RunTests = Callable[[Path, list[str]], dict[str, bool]]
 """(repo directory, test files relative to it) -> {pytest node id: passed}. A missing id counts as failed."""
@@ -297,7 +298,9 @@ def plan_candidates(
                 by_function[m.function].append(m)
             for function, mutations in by_function.items():
                 rng = random.Random(f"{seed}:{spec.name}:{path}:{function}")
-                groups.append([Candidate(spec.name, path, m, text) for m, text in _pick(mutations, source, rng, per_function)])
+                groups.append(
+                    [Candidate(spec.name, path, m, text) for m, text in _pick(mutations, source, rng, per_function)]
+                )
         random.Random(f"{seed}:{spec.name}").shuffle(groups)
         interleaved = [group[i] for i in range(per_function) for group in groups if i < len(group)]
         candidates.extend(interleaved[:per_repo])
@@ -419,9 +422,7 @@ def _called_names(code: str) -> list[str]:
         tree = ast.parse(code)
     except SyntaxError:
         return []
-    calls = sorted(
-        (n for n in ast.walk(tree) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset)
-    )
+    calls = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset))
     names = []
     for call in calls:
         func = call.func
@@ -487,7 +488,21 @@ def problem_statement(repo: str, failing: list[str], failures: dict, api: set[st
     else:
         title = f"{subject} raises {exc_name}"
         intro = f"With {repo}, {subject} raises `{exc_name}` on input it should handle:"
-    parts = [title, "", intro, "", "```python", _reproduction(first), "```", "", "What happens:", "", "```", exception, "```"]
+    parts = [
+        title,
+        "",
+        intro,
+        "",
+        "```python",
+        _reproduction(first),
+        "```",
+        "",
+        "What happens:",
+        "",
+        "```",
+        exception,
+        "```",
+    ]
     if first["exception"].strip() == "AssertionError" and first.get("stdout"):
         parts += ["", "Printed output:", "", "```", _truncate(first["stdout"]), "```"]
     others = []
@@ -566,7 +581,9 @@ def build_task(spec: RepoSpec, screened: Screened, baseline: frozenset[str], roo
 
 def _leaks(task: dict) -> bool:
     """Whether the report quotes a line the bug changed (it would point straight at the fix)."""
-    changed = [line[1:].strip() for line in task["patch"].splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    changed = [
+        line[1:].strip() for line in task["patch"].splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")
+    ]
     return any(len(line) > 8 and line in task["problem_statement"] for line in changed)
 
 
@@ -627,7 +644,11 @@ def verify_task(task: dict, repo_dir: Path, run_tests: RunTests) -> list[str]:
         problems += [f"pristine: {n} does not pass" for n in tests if not results.get(n)]
         try:
             work = _workspace(task, Path(repo_dir), Path(tmp) / "work")
-            problems += [f"workspace: hidden test file {f} is visible" for f in patched_files(task["test_patch"]) if (work / f).exists()]
+            problems += [
+                f"workspace: hidden test file {f} is visible"
+                for f in patched_files(task["test_patch"])
+                if (work / f).exists()
+            ]
             apply_patch(task["test_patch"], work)
             results = run_tests(work, files)
             problems += [f"buggy: {n} passes" for n in task["FAIL_TO_PASS"] if results.get(n)]
@@ -692,8 +713,10 @@ def generate(
         mine = [c for c in planned if c.repo == spec.name]
         baseline, screened = screen(spec, mine, python, jobs, repos_dir)
         qualified = _qualified(screened, max_failing, per_function)
-        log(f"{spec.name}: {len(baseline)} stable tests, {len(mine)} mutants, "
-            f"{sum(1 for s in screened if s.failing)} caught, {len(qualified)} qualify")
+        log(
+            f"{spec.name}: {len(baseline)} stable tests, {len(mine)} mutants, "
+            f"{sum(1 for s in screened if s.failing)} caught, {len(qualified)} qualify"
+        )
         queues[spec.name] = deque(qualified)
         context[spec.name] = (spec, baseline, root, library_names(root, spec))
 

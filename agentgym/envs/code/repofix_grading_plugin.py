@@ -56,7 +56,12 @@ def _is_code(value):
 
 def _functions(value):
     """The classes and Python functions in a member: itself, or what a classmethod, staticmethod or property wraps."""
-    for candidate in (value, getattr(value, "__func__", None), getattr(value, "fget", None), getattr(value, "fset", None)):
+    for candidate in (
+        value,
+        getattr(value, "__func__", None),
+        getattr(value, "fget", None),
+        getattr(value, "fset", None),
+    ):
         if isinstance(candidate, type) or hasattr(candidate, "__code__"):
             yield candidate
 
@@ -90,6 +95,7 @@ class Guard:
             dirs[:] = [d for d in dirs if d != ".git"]
             self.repo_files.update(os.path.realpath(os.path.join(root, name)) for name in files)
         import _pytest.config
+
         for name in getattr(_pytest.config, "default_plugins", ()):
             try:
                 importlib.import_module("_pytest." + name)
@@ -98,10 +104,13 @@ class Guard:
         importlib.import_module("unittest")
         import _pytest
         import pluggy
+
         package_dirs = [os.path.dirname(os.path.realpath(m.__file__)) for m in (_pytest, pluggy, pytest)]
         self.trusted_dirs = package_dirs + [
-            os.path.realpath(p) for p in sys.path[1:]
-            if p and os.path.isdir(p) and not _under(os.path.realpath(p), self.workdir)]
+            os.path.realpath(p)
+            for p in sys.path[1:]
+            if p and os.path.isdir(p) and not _under(os.path.realpath(p), self.workdir)
+        ]
         self.modules = {}  # name -> module, of WATCHED_PACKAGES
         self.members = {}  # (module, name) or (module, class, name) -> function or class
         self.watched_ids = set()  # of those functions and classes, and of the functions that members wrap
@@ -128,7 +137,9 @@ class Guard:
             return
         if event == "object.__setattr__":
             target, name = args[0], args[1]
-            if id(target) not in self.watched_ids and not (name == "__class__" and id(type(target)) in self.watched_ids):
+            if id(target) not in self.watched_ids and not (
+                name == "__class__" and id(type(target)) in self.watched_ids
+            ):
                 return
             what = "%s.%s was changed" % (getattr(target, "__qualname__", type(target).__qualname__), name)
         else:
@@ -188,8 +199,10 @@ class Guard:
             for impl in getattr(caller, "get_hookimpls", lambda: ())():
                 code = getattr(impl.function, "__code__", None)
                 if code is None or not self._trusted(code.co_filename):
-                    self._flag("%s is implemented by code outside pytest and the unchanged repository (%s)"
-                               % (name, code.co_filename if code else repr(impl.function)))
+                    self._flag(
+                        "%s is implemented by code outside pytest and the unchanged repository (%s)"
+                        % (name, code.co_filename if code else repr(impl.function))
+                    )
 
     def _check_protected(self):
         for path, digest in self.protected.items():
@@ -203,8 +216,11 @@ class Guard:
     @pytest.hookimpl(trylast=True)
     def pytest_load_initial_conftests(self, early_config):
         self.config = early_config
-        self.modules = {name: module for name, module in list(sys.modules.items())
-                        if module is not None and name.split(".")[0] in WATCHED_PACKAGES}
+        self.modules = {
+            name: module
+            for name, module in list(sys.modules.items())
+            if module is not None and name.split(".")[0] in WATCHED_PACKAGES
+        }
         for module_name, module in self.modules.items():
             for attr, value in list(vars(module).items()):
                 if not _is_code(value):
@@ -219,8 +235,9 @@ class Guard:
         objects = [("the config", early_config), ("the plugin manager", pm), ("the hook relay", pm.hook)]
         objects += [("the hook caller of " + name, caller) for name, caller in vars(pm.hook).items()]
         for description, obj in objects:
-            functions = {attr: value for attr, value in vars(obj).items()
-                         if _is_code(value) or attr in ("hook", "pluginmanager")}
+            functions = {
+                attr: value for attr, value in vars(obj).items() if _is_code(value) or attr in ("hook", "pluginmanager")
+            }
             self.instances.append((description, obj, functions))
 
     def pytest_collectreport(self, report):
@@ -243,7 +260,9 @@ class Guard:
         else:
             verdict = report.outcome
         if report.passed and call.excinfo is not None:
-            self._flag("the %s report of %s says passed, but it raised %s" % (report.when, nodeid, call.excinfo.typename))
+            self._flag(
+                "the %s report of %s says passed, but it raised %s" % (report.when, nodeid, call.excinfo.typename)
+            )
         phases = self.tests.setdefault(nodeid, {})
         if phases.get(report.when) != "failed":
             phases[report.when] = verdict
@@ -260,8 +279,13 @@ class Guard:
 
     # ------------------------------------------------------------------ the record
     def write_record(self, exit_code):
-        record = {"nonce": self.nonce, "exit_code": exit_code, "tests": self.tests,
-                  "collect_errors": self.collect_errors, "tampering": self.flags}
+        record = {
+            "nonce": self.nonce,
+            "exit_code": exit_code,
+            "tests": self.tests,
+            "collect_errors": self.collect_errors,
+            "tampering": self.flags,
+        }
         partial = self.record_path + ".part"
         with open(partial, "w") as handle:
             json.dump(record, handle)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import ast
 import copy
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 Edit = tuple[int, int, str]  # (start byte, end byte, replacement text) in the original source
 NodePath = tuple[tuple[str, "int | None"], ...]  # (field, list index) steps from a function node

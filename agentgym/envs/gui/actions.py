@@ -33,8 +33,10 @@ def _tool(name: str, description: str, required: list[str], **properties: dict) 
 
 
 def _point(verb: str) -> dict:
-    return {"x": {**_INT, "description": f"pixels from the screen's left edge to {verb}"},
-            "y": {**_INT, "description": f"pixels from the screen's top edge to {verb}"}}
+    return {
+        "x": {**_INT, "description": f"pixels from the screen's left edge to {verb}"},
+        "y": {**_INT, "description": f"pixels from the screen's top edge to {verb}"},
+    }
 
 
 TOOLS = [
@@ -42,28 +44,77 @@ TOOLS = [
     _tool("double_click", "Double-click at (x, y).", ["x", "y"], **_point("double-click")),
     _tool("right_click", "Right-click at (x, y).", ["x", "y"], **_point("right-click")),
     _tool("move", "Move the pointer to (x, y) without clicking.", ["x", "y"], **_point("move to")),
-    _tool("drag", "Press the left button at (x1, y1), move to (x2, y2) and release.", ["x1", "y1", "x2", "y2"],
-          x1=_INT, y1=_INT, x2=_INT, y2=_INT),
-    _tool("scroll", "Scroll the wheel: dy > 0 scrolls down, dy < 0 up, dx > 0 right, dx < 0 left "
-                    "(in wheel clicks), at (x, y) if given, else where the pointer is.", ["dy"],
-          dy=_INT, dx=_INT, x=_INT, y=_INT),
+    _tool(
+        "drag",
+        "Press the left button at (x1, y1), move to (x2, y2) and release.",
+        ["x1", "y1", "x2", "y2"],
+        x1=_INT,
+        y1=_INT,
+        x2=_INT,
+        y2=_INT,
+    ),
+    _tool(
+        "scroll",
+        "Scroll the wheel: dy > 0 scrolls down, dy < 0 up, dx > 0 right, dx < 0 left "
+        "(in wheel clicks), at (x, y) if given, else where the pointer is.",
+        ["dy"],
+        dy=_INT,
+        dx=_INT,
+        x=_INT,
+        y=_INT,
+    ),
     _tool("type", "Type text at the keyboard focus (\\n presses Return).", ["text"], text={"type": "string"}),
-    _tool("key", "Press a key or combination, e.g. 'ctrl+s', 'Return', 'shift+Home'; several separated by "
-                 "spaces are pressed in order.", ["combo"], combo={"type": "string"}),
-    _tool("wait", f"Wait for the screen to change (at most {MAX_WAIT_S:g} seconds).", ["seconds"],
-          seconds={"type": "number"}),
+    _tool(
+        "key",
+        "Press a key or combination, e.g. 'ctrl+s', 'Return', 'shift+Home'; several separated by "
+        "spaces are pressed in order.",
+        ["combo"],
+        combo={"type": "string"},
+    ),
+    _tool(
+        "wait",
+        f"Wait for the screen to change (at most {MAX_WAIT_S:g} seconds).",
+        ["seconds"],
+        seconds={"type": "number"},
+    ),
     _tool("done", "Finish: the task is complete. This ends the episode and checks the result.", []),
-    _tool("fail", "Give up: the task cannot be done (e.g. what it asks for does not exist). This ends the episode.", []),
+    _tool(
+        "fail", "Give up: the task cannot be done (e.g. what it asks for does not exist). This ends the episode.", []
+    ),
 ]
 
 #: Friendly names → X keysyms (case-insensitive); anything else is passed to xdotool as written.
 KEY_ALIASES = {
-    "enter": "Return", "return": "Return", "esc": "Escape", "escape": "Escape", "backspace": "BackSpace",
-    "del": "Delete", "delete": "Delete", "tab": "Tab", "space": "space", "spacebar": "space",
-    "up": "Up", "down": "Down", "left": "Left", "right": "Right", "home": "Home", "end": "End",
-    "pageup": "Prior", "pgup": "Prior", "pagedown": "Next", "pgdn": "Next", "insert": "Insert", "ins": "Insert",
-    "ctrl": "ctrl", "control": "ctrl", "alt": "alt", "shift": "shift", "meta": "meta",
-    "cmd": "super", "win": "super", "super": "super",
+    "enter": "Return",
+    "return": "Return",
+    "esc": "Escape",
+    "escape": "Escape",
+    "backspace": "BackSpace",
+    "del": "Delete",
+    "delete": "Delete",
+    "tab": "Tab",
+    "space": "space",
+    "spacebar": "space",
+    "up": "Up",
+    "down": "Down",
+    "left": "Left",
+    "right": "Right",
+    "home": "Home",
+    "end": "End",
+    "pageup": "Prior",
+    "pgup": "Prior",
+    "pagedown": "Next",
+    "pgdn": "Next",
+    "insert": "Insert",
+    "ins": "Insert",
+    "ctrl": "ctrl",
+    "control": "ctrl",
+    "alt": "alt",
+    "shift": "shift",
+    "meta": "meta",
+    "cmd": "super",
+    "win": "super",
+    "super": "super",
     **{f"f{n}": f"F{n}" for n in range(1, 13)},
 }
 _KEY_TOKEN = re.compile(r"[A-Za-z0-9_]+|[!-~]")
@@ -103,9 +154,14 @@ def to_desktop_action(call: ToolCall, screen: Screen) -> tuple[dict | None, str 
     for px, py in points:
         x, y = int(args[px]), int(args[py])
         if not screen.contains(x, y):
-            return None, (f"({x}, {y}) is outside the {screen.width}x{screen.height} screen "
-                          f"(x from 0 to {screen.width - 1}, y from 0 to {screen.height - 1})")
-    action: dict[str, Any] = {"action": name, **{k: int(v) for k, v in args.items() if k in ("x", "y", "x1", "y1", "x2", "y2")}}
+            return None, (
+                f"({x}, {y}) is outside the {screen.width}x{screen.height} screen "
+                f"(x from 0 to {screen.width - 1}, y from 0 to {screen.height - 1})"
+            )
+    action: dict[str, Any] = {
+        "action": name,
+        **{k: int(v) for k, v in args.items() if k in ("x", "y", "x1", "y1", "x2", "y2")},
+    }
     if name == "scroll":
         dx, dy = int(args.get("dx", 0)), int(args["dy"])
         if max(abs(dx), abs(dy)) > MAX_SCROLL:

@@ -30,10 +30,10 @@ press), and anything an app keeps only in memory beyond what its state file list
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
 
 from agentgym.actions import ToolCall, ToolSpec
 from agentgym.core import AgentEnv, Outcome
@@ -94,15 +94,26 @@ class DesktopEnv(AgentEnv):
 
     kind = "agentgym.gui.desktop"
 
-    def __init__(self, *, tasks: Sequence[str] | None = None, screen_size: tuple[int, int] = (1024, 768),
-                 image: str | None = None, sandbox_config: SandboxConfig | None = None, warm_pool: bool = True,
-                 fork_mode: str = "auto", max_turns: int = 30, render_mode: str | None = None):
+    def __init__(
+        self,
+        *,
+        tasks: Sequence[str] | None = None,
+        screen_size: tuple[int, int] = (1024, 768),
+        image: str | None = None,
+        sandbox_config: SandboxConfig | None = None,
+        warm_pool: bool = True,
+        fork_mode: str = "auto",
+        max_turns: int = 30,
+        render_mode: str | None = None,
+    ):
         self.screen = Screen(*screen_size)
         if self.screen.width < 800 or self.screen.height < 600:
             raise ValueError(f"the apps need a screen of at least 800x600, got {screen_size}")
         if fork_mode not in FORK_MODES:
             raise ValueError(f"fork_mode must be one of {FORK_MODES}, got {fork_mode!r}")
-        super().__init__(max_turns=max_turns, render_mode=render_mode, image_shape=(self.screen.height, self.screen.width))
+        super().__init__(
+            max_turns=max_turns, render_mode=render_mode, image_shape=(self.screen.height, self.screen.width)
+        )
         unknown = set(tasks or ()) - set(task_catalog.TASKS)
         if unknown:
             raise ValueError(f"unknown desktop task(s): {sorted(unknown)}")
@@ -128,8 +139,10 @@ class DesktopEnv(AgentEnv):
         task = task_catalog.TASKS[task_id]
         self.desktop, self._last = self._start(task)
         self._task, self._actions = task, []
-        return {"text": describe(self._last, self.screen, headline=f"Task: {task.instruction}"),
-                "image": self._last.image}
+        return {
+            "text": describe(self._last, self.screen, headline=f"Task: {task.instruction}"),
+            "image": self._last.image,
+        }
 
     def _call_tool(self, call: ToolCall) -> Outcome:
         if call.name in ("done", "fail"):
@@ -140,8 +153,9 @@ class DesktopEnv(AgentEnv):
         state = self._live_desktop().act(action)
         self._actions.append(action)
         self._last = state
-        return Outcome(describe(state, self.screen, headline=f"Did {format_action(action)}."), error=state.error,
-                       image=state.image)
+        return Outcome(
+            describe(state, self.screen, headline=f"Did {format_action(action)}."), error=state.error, image=state.image
+        )
 
     def _capture(self):
         desktop, task = self._live_desktop(), self._task
@@ -154,8 +168,9 @@ class DesktopEnv(AgentEnv):
         self._close_desktop()
         task = task_catalog.TASKS[payload.task_id]
         if payload.sandbox_snapshot is not None:
-            desktop = DesktopSandbox.from_snapshot(payload.sandbox_snapshot, screen=self.screen,
-                                                   config=self.sandbox_config, pointer=payload.pointer)
+            desktop = DesktopSandbox.from_snapshot(
+                payload.sandbox_snapshot, screen=self.screen, config=self.sandbox_config, pointer=payload.pointer
+            )
             try:
                 state = desktop.launch(task.app.name, list(task.app.argv))
             except BaseException:
@@ -173,8 +188,11 @@ class DesktopEnv(AgentEnv):
 
     def _snapshot_metadata(self, payload: DesktopPayload) -> dict:
         mode = "relaunch" if payload.sandbox_snapshot else "replay"
-        return {"fork": mode, "actions": len(payload.actions),
-                **({"image": payload.sandbox_snapshot.ref} if payload.sandbox_snapshot else {})}
+        return {
+            "fork": mode,
+            "actions": len(payload.actions),
+            **({"image": payload.sandbox_snapshot.ref} if payload.sandbox_snapshot else {}),
+        }
 
     def _teardown(self) -> None:
         self._close_desktop()
@@ -203,8 +221,7 @@ class DesktopEnv(AgentEnv):
             success = not task.feasible and problem is None
             why = problem or ("" if not task.feasible else "the task could be done")
         text = "Task complete." if success else f"Task not complete: {why}."
-        return Outcome(text, reward=1.0 if success else 0.0, terminated=True, success=success,
-                       info={"check": problem})
+        return Outcome(text, reward=1.0 if success else 0.0, terminated=True, success=success, info={"check": problem})
 
     def _live_desktop(self) -> DesktopSandbox:
         if self.desktop is None:

@@ -25,8 +25,10 @@ def describe(state: DesktopState, screen: Screen, *, headline: str | None = None
         lines.append("Windows (bottom to top):")
         for window in state.windows:
             mark = "  [focused]" if window["id"] == state.focused else ""
-            lines.append(f"  {window['title']!r} at ({window['x']}, {window['y']}) size "
-                         f"{window['width']}x{window['height']}{mark}")
+            lines.append(
+                f"  {window['title']!r} at ({window['x']}, {window['y']}) size "
+                f"{window['width']}x{window['height']}{mark}"
+            )
     else:
         lines.append("No windows are open.")
     for app, summary in sorted(state.a11y.items()):

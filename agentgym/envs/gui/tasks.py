@@ -16,8 +16,9 @@ from __future__ import annotations
 import csv
 import io
 import posixpath
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping, Protocol
+from typing import Protocol
 
 from agentgym.envs.gui.apps import formula
 
@@ -94,49 +95,107 @@ def _text_check(path: str, expected: str) -> Callable[[Inspector], str | None]:
 
 def _xedit_task(task_id: str, name: str, before: str, after: str, instruction: str, keys: list[str]) -> Task:
     path = f"{DOCS}/{name}"
-    return Task(f"xedit-{task_id}", f"{instruction} The file {path} is open in xedit; save it when you are done.",
-                xedit(path), {f"Documents/{name}": before}, _text_check(path, after),
-                (XEDIT_TEXT, *keys, XEDIT_SAVE, "done()"))
+    return Task(
+        f"xedit-{task_id}",
+        f"{instruction} The file {path} is open in xedit; save it when you are done.",
+        xedit(path),
+        {f"Documents/{name}": before},
+        _text_check(path, after),
+        (XEDIT_TEXT, *keys, XEDIT_SAVE, "done()"),
+    )
 
 
 def _xedit_tasks() -> list[Task]:
     settings = "[app]\nname = demo\ndebug = false\nport = 8080\n"
     return [
-        _xedit_task("append-todo", "todo.txt", "- call Sam\n- pay rent\n", "- call Sam\n- pay rent\n- buy milk\n",
-                    "Add the line '- buy milk' at the end of the to-do list.", ['key("End")', 'type("- buy milk\\n")']),
-        _xedit_task("add-title", "notes.txt", "Budget review\nHiring plan\n", "# Meeting notes\nBudget review\nHiring plan\n",
-                    "Insert the line '# Meeting notes' as the first line of the notes.",
-                    ['key("Home")', 'type("# Meeting notes\\n")']),
-        _xedit_task("fix-typo", "letter.txt", "Dear Sam,\nI hope you recieve this soon.\nBest, Kim\n",
-                    "Dear Sam,\nI hope you receive this soon.\nBest, Kim\n",
-                    "Fix the spelling mistake in the letter ('recieve' should be 'receive').",
-                    ['key("Home Down ctrl+a ctrl+k")', 'type("I hope you receive this soon.")']),
-        _xedit_task("delete-draft-line", "memo.txt", "DRAFT - do not send\nThe office closes at 5pm on Friday.\n",
-                    "The office closes at 5pm on Friday.\n", "Delete the first line ('DRAFT - do not send') of the memo.",
-                    ['key("Home ctrl+k ctrl+k")']),
-        _xedit_task("enable-debug", "settings.ini", settings, settings.replace("debug = false", "debug = true"),
-                    "In settings.ini, change 'debug = false' to 'debug = true'.",
-                    ['key("Home Down Down ctrl+a ctrl+k")', 'type("debug = true")']),
-        _xedit_task("change-port", "server.ini", settings, settings.replace("8080", "9090"),
-                    "In server.ini, change the port from 8080 to 9090.",
-                    ['key("Home Down Down Down ctrl+a ctrl+k")', 'type("port = 9090")']),
-        _xedit_task("write-greeting", "hello.txt", "", "Hello, desktop!\n",
-                    "The file hello.txt is empty: write the single line 'Hello, desktop!' into it.",
-                    ['key("Home")', 'type("Hello, desktop!\\n")']),
-        _xedit_task("reorder-steps", "steps.txt", "1. boil water\n3. serve\n2. add pasta\n",
-                    "1. boil water\n2. add pasta\n3. serve\n",
-                    "Put the recipe steps in numerical order (1, 2, 3), one per line.",
-                    ['key("Home Down ctrl+k ctrl+k End")', 'type("3. serve\\n")']),
-        _xedit_task("insert-item", "shopping.txt", "- bread\n- eggs\n- apples\n", "- bread\n- eggs\n- butter\n- apples\n",
-                    "Add '- butter' to the shopping list right after '- eggs'.",
-                    ['key("Home Down Down")', 'type("- butter\\n")']),
-        _xedit_task("drop-postscript", "note.txt", "See you at noon.\nP.S. ignore this\n", "See you at noon.\n",
-                    "Remove the last line of the note (the one starting with 'P.S.').",
-                    ['key("Home Down ctrl+a ctrl+k ctrl+k")']),
-        _xedit_task("rename-recipient", "invite.txt", "Dear Bob,\nPlease join us on Saturday.\n",
-                    "Dear Alice,\nPlease join us on Saturday.\n",
-                    "The invitation is for Alice, not Bob: change the greeting to 'Dear Alice,'.",
-                    ['key("Home ctrl+k")', 'type("Dear Alice,")']),
+        _xedit_task(
+            "append-todo",
+            "todo.txt",
+            "- call Sam\n- pay rent\n",
+            "- call Sam\n- pay rent\n- buy milk\n",
+            "Add the line '- buy milk' at the end of the to-do list.",
+            ['key("End")', 'type("- buy milk\\n")'],
+        ),
+        _xedit_task(
+            "add-title",
+            "notes.txt",
+            "Budget review\nHiring plan\n",
+            "# Meeting notes\nBudget review\nHiring plan\n",
+            "Insert the line '# Meeting notes' as the first line of the notes.",
+            ['key("Home")', 'type("# Meeting notes\\n")'],
+        ),
+        _xedit_task(
+            "fix-typo",
+            "letter.txt",
+            "Dear Sam,\nI hope you recieve this soon.\nBest, Kim\n",
+            "Dear Sam,\nI hope you receive this soon.\nBest, Kim\n",
+            "Fix the spelling mistake in the letter ('recieve' should be 'receive').",
+            ['key("Home Down ctrl+a ctrl+k")', 'type("I hope you receive this soon.")'],
+        ),
+        _xedit_task(
+            "delete-draft-line",
+            "memo.txt",
+            "DRAFT - do not send\nThe office closes at 5pm on Friday.\n",
+            "The office closes at 5pm on Friday.\n",
+            "Delete the first line ('DRAFT - do not send') of the memo.",
+            ['key("Home ctrl+k ctrl+k")'],
+        ),
+        _xedit_task(
+            "enable-debug",
+            "settings.ini",
+            settings,
+            settings.replace("debug = false", "debug = true"),
+            "In settings.ini, change 'debug = false' to 'debug = true'.",
+            ['key("Home Down Down ctrl+a ctrl+k")', 'type("debug = true")'],
+        ),
+        _xedit_task(
+            "change-port",
+            "server.ini",
+            settings,
+            settings.replace("8080", "9090"),
+            "In server.ini, change the port from 8080 to 9090.",
+            ['key("Home Down Down Down ctrl+a ctrl+k")', 'type("port = 9090")'],
+        ),
+        _xedit_task(
+            "write-greeting",
+            "hello.txt",
+            "",
+            "Hello, desktop!\n",
+            "The file hello.txt is empty: write the single line 'Hello, desktop!' into it.",
+            ['key("Home")', 'type("Hello, desktop!\\n")'],
+        ),
+        _xedit_task(
+            "reorder-steps",
+            "steps.txt",
+            "1. boil water\n3. serve\n2. add pasta\n",
+            "1. boil water\n2. add pasta\n3. serve\n",
+            "Put the recipe steps in numerical order (1, 2, 3), one per line.",
+            ['key("Home Down ctrl+k ctrl+k End")', 'type("3. serve\\n")'],
+        ),
+        _xedit_task(
+            "insert-item",
+            "shopping.txt",
+            "- bread\n- eggs\n- apples\n",
+            "- bread\n- eggs\n- butter\n- apples\n",
+            "Add '- butter' to the shopping list right after '- eggs'.",
+            ['key("Home Down Down")', 'type("- butter\\n")'],
+        ),
+        _xedit_task(
+            "drop-postscript",
+            "note.txt",
+            "See you at noon.\nP.S. ignore this\n",
+            "See you at noon.\n",
+            "Remove the last line of the note (the one starting with 'P.S.').",
+            ['key("Home Down ctrl+a ctrl+k ctrl+k")'],
+        ),
+        _xedit_task(
+            "rename-recipient",
+            "invite.txt",
+            "Dear Bob,\nPlease join us on Saturday.\n",
+            "Dear Alice,\nPlease join us on Saturday.\n",
+            "The invitation is for Alice, not Bob: change the greeting to 'Dear Alice,'.",
+            ['key("Home ctrl+k")', 'type("Dear Alice,")'],
+        ),
     ]
 
 
@@ -169,7 +228,7 @@ def _csv(rows: list[list[str]]) -> str:
 def _cells(text: str) -> dict[str, str]:
     cells = {}
     for row, values in enumerate(csv.reader(io.StringIO(text))):
-        for column, value in enumerate(values[:len(formula.COLUMNS)]):
+        for column, value in enumerate(values[: len(formula.COLUMNS)]):
             if value and row < formula.ROWS:
                 cells[formula.cell_name(row, column)] = value
     return cells
@@ -201,14 +260,28 @@ def _sheet_check(path: str, before: dict[str, str], expected: dict[str, float | 
     return check
 
 
-def _sheet_task(task_id: str, name: str, rows: list[list[str]], instruction: str,
-                expected: dict[str, float | str | None], steps: list[str], *, feasible: bool = True) -> Task:
+def _sheet_task(
+    task_id: str,
+    name: str,
+    rows: list[list[str]],
+    instruction: str,
+    expected: dict[str, float | str | None],
+    steps: list[str],
+    *,
+    feasible: bool = True,
+) -> Task:
     path = f"{DOCS}/{name}"
     content = _csv(rows)
     solution = (*steps, SHEET_SAVE, "done()") if feasible else ("fail()",)
-    return Task(f"sheet-{task_id}", f"{instruction} The spreadsheet {path} is open in Sheet; save it (Save or Ctrl+S).",
-                sheet(path), {f"Documents/{name}": content}, _sheet_check(path, _cells(content), expected),
-                solution, feasible=feasible)
+    return Task(
+        f"sheet-{task_id}",
+        f"{instruction} The spreadsheet {path} is open in Sheet; save it (Save or Ctrl+S).",
+        sheet(path),
+        {f"Documents/{name}": content},
+        _sheet_check(path, _cells(content), expected),
+        solution,
+        feasible=feasible,
+    )
 
 
 def _sheet_tasks() -> list[Task]:
@@ -217,59 +290,133 @@ def _sheet_tasks() -> list[Task]:
     temps = [["Day", "High"], ["Mon", "21"], ["Tue", "25"], ["Wed", "19"], ["Thu", "27"], ["Fri", "23"]]
     prices = [["Fruit", "Price"], ["Apples", "1.5"], ["Pears", "2.57"], ["Plums", "3"]]
     order = [["Item", "Qty", "Price", "Total"], ["Pens", "10", "1.5"], ["Paper", "3", "4.25"], ["Ink", "2", "12"]]
-    plan = [["Team", "Budget", "Spent", "Left"], ["Web", "5000", "3200"], ["Data", "8000", "8100"], ["Ops", "2500", "900"]]
+    plan = [
+        ["Team", "Budget", "Spent", "Left"],
+        ["Web", "5000", "3200"],
+        ["Data", "8000", "8100"],
+        ["Ops", "2500", "900"],
+    ]
     stock = [["Item", "Count"], ["Bolts", "120"], ["Widgets", "0"], ["Nuts", "75"]]
     return [
-        _sheet_task("budget-total", "budget.csv", budget,
-                    "Write 'Total' in A6 and the sum of the costs (B2:B5) in B6.",
-                    {"A6": "Total", "B6": 1750.0}, [*set_cell("A6", "Total"), *set_cell("B6", "=SUM(B2:B5)")]),
-        _sheet_task("average-score", "grades.csv", grades, "Put the average score of the five students in B7.",
-                    {"B7": 83.0}, set_cell("B7", "=AVERAGE(B2:B6)")),
-        _sheet_task("max-temperature", "temps.csv", temps,
-                    "Write 'Max' in D1 and the highest temperature of the week in D2.",
-                    {"D1": "Max", "D2": 27.0}, [*set_cell("D1", "Max"), *set_cell("D2", "=MAX(B2:B6)")]),
-        _sheet_task("min-price", "fruit.csv", prices, "Write the lowest price (column B) in D2.",
-                    {"D2": 1.5}, set_cell("D2", "1.5")),
-        _sheet_task("fix-price", "prices.csv", prices, "Pears cost 2.75, not 2.57: correct cell B3.",
-                    {"B3": 2.75}, set_cell("B3", "2.75", replace=True)),
-        _sheet_task("add-row", "shopping.csv", [["Item", "Qty"], ["Eggs", "12"], ["Bread", "1"]],
-                    "Add a row for Milk with quantity 2 (A4 and B4).", {"A4": "Milk", "B4": 2.0},
-                    [*set_cell("A4", "Milk"), *set_cell("B4", "2")]),
-        _sheet_task("line-totals", "order.csv", order, "Fill D2:D4 with each line's total (Qty × Price).",
-                    {"D2": 15.0, "D3": 12.75, "D4": 24.0},
-                    [*set_cell("D2", "=B2*C2"), *set_cell("D3", "=B3*C3"), *set_cell("D4", "=B4*C4")]),
-        _sheet_task("budget-left", "plan.csv", plan, "Fill D2:D4 with what is left of each team's budget (Budget - Spent).",
-                    {"D2": 1800.0, "D3": -100.0, "D4": 1600.0},
-                    [*set_cell("D2", "=B2-C2"), *set_cell("D3", "=B3-C3"), *set_cell("D4", "=B4-C4")]),
-        _sheet_task("clear-discontinued", "stock.csv", stock,
-                    "Widgets are discontinued: clear both cells of their row (A3 and B3).", {"A3": None, "B3": None},
-                    [*clear_cell("A3"), *clear_cell("B3")]),
-        _sheet_task("headers", "contacts.csv", [], "Enter the headers Name, Email and Phone in A1, B1 and C1.",
-                    {"A1": "Name", "B1": "Email", "C1": "Phone"},
-                    [*set_cell("A1", "Name"), 'key("Tab")', 'type("Email")', 'key("Tab")', 'type("Phone")']),
-        _sheet_task("count-students", "roster.csv", grades, "Write the number of students listed (rows 2-6) in D1.",
-                    {"D1": 5.0}, set_cell("D1", "=COUNT(B2:B6)")),
-        _sheet_task("column-f", "wide.csv", budget,
-                    "Put the sum of column F in cell F11.", {}, [], feasible=False),
+        _sheet_task(
+            "budget-total",
+            "budget.csv",
+            budget,
+            "Write 'Total' in A6 and the sum of the costs (B2:B5) in B6.",
+            {"A6": "Total", "B6": 1750.0},
+            [*set_cell("A6", "Total"), *set_cell("B6", "=SUM(B2:B5)")],
+        ),
+        _sheet_task(
+            "average-score",
+            "grades.csv",
+            grades,
+            "Put the average score of the five students in B7.",
+            {"B7": 83.0},
+            set_cell("B7", "=AVERAGE(B2:B6)"),
+        ),
+        _sheet_task(
+            "max-temperature",
+            "temps.csv",
+            temps,
+            "Write 'Max' in D1 and the highest temperature of the week in D2.",
+            {"D1": "Max", "D2": 27.0},
+            [*set_cell("D1", "Max"), *set_cell("D2", "=MAX(B2:B6)")],
+        ),
+        _sheet_task(
+            "min-price",
+            "fruit.csv",
+            prices,
+            "Write the lowest price (column B) in D2.",
+            {"D2": 1.5},
+            set_cell("D2", "1.5"),
+        ),
+        _sheet_task(
+            "fix-price",
+            "prices.csv",
+            prices,
+            "Pears cost 2.75, not 2.57: correct cell B3.",
+            {"B3": 2.75},
+            set_cell("B3", "2.75", replace=True),
+        ),
+        _sheet_task(
+            "add-row",
+            "shopping.csv",
+            [["Item", "Qty"], ["Eggs", "12"], ["Bread", "1"]],
+            "Add a row for Milk with quantity 2 (A4 and B4).",
+            {"A4": "Milk", "B4": 2.0},
+            [*set_cell("A4", "Milk"), *set_cell("B4", "2")],
+        ),
+        _sheet_task(
+            "line-totals",
+            "order.csv",
+            order,
+            "Fill D2:D4 with each line's total (Qty × Price).",
+            {"D2": 15.0, "D3": 12.75, "D4": 24.0},
+            [*set_cell("D2", "=B2*C2"), *set_cell("D3", "=B3*C3"), *set_cell("D4", "=B4*C4")],
+        ),
+        _sheet_task(
+            "budget-left",
+            "plan.csv",
+            plan,
+            "Fill D2:D4 with what is left of each team's budget (Budget - Spent).",
+            {"D2": 1800.0, "D3": -100.0, "D4": 1600.0},
+            [*set_cell("D2", "=B2-C2"), *set_cell("D3", "=B3-C3"), *set_cell("D4", "=B4-C4")],
+        ),
+        _sheet_task(
+            "clear-discontinued",
+            "stock.csv",
+            stock,
+            "Widgets are discontinued: clear both cells of their row (A3 and B3).",
+            {"A3": None, "B3": None},
+            [*clear_cell("A3"), *clear_cell("B3")],
+        ),
+        _sheet_task(
+            "headers",
+            "contacts.csv",
+            [],
+            "Enter the headers Name, Email and Phone in A1, B1 and C1.",
+            {"A1": "Name", "B1": "Email", "C1": "Phone"},
+            [*set_cell("A1", "Name"), 'key("Tab")', 'type("Email")', 'key("Tab")', 'type("Phone")'],
+        ),
+        _sheet_task(
+            "count-students",
+            "roster.csv",
+            grades,
+            "Write the number of students listed (rows 2-6) in D1.",
+            {"D1": 5.0},
+            set_cell("D1", "=COUNT(B2:B6)"),
+        ),
+        _sheet_task("column-f", "wide.csv", budget, "Put the sum of column F in cell F11.", {}, [], feasible=False),
     ]
 
 
 # ---------------------------------------------------------------------------------------- Files
 FILES_TREE: Tree = {
-    "archive": None, "archive/2023-report.txt": "Annual report 2023\n",
-    "photos": None, "photos/beach.jpg": "JPEG beach\n", "photos/cat.jpg": "JPEG cat\n",
-    "budget.csv": "Item,Cost\nRent,1200\n", "notes.txt": "Meeting at 10\n",
-    "report-draft.txt": "Draft of the report\n", "todo.txt": "- call Sam\n",
+    "archive": None,
+    "archive/2023-report.txt": "Annual report 2023\n",
+    "photos": None,
+    "photos/beach.jpg": "JPEG beach\n",
+    "photos/cat.jpg": "JPEG cat\n",
+    "budget.csv": "Item,Cost\nRent,1200\n",
+    "notes.txt": "Meeting at 10\n",
+    "report-draft.txt": "Draft of the report\n",
+    "todo.txt": "- call Sam\n",
 }
-FILES_BUTTONS = {"Up": (681, 66), "Open": (681, 106), "Rename": (681, 146), "Move": (681, 186),
-                 "Delete": (681, 226), "New folder": (681, 266)}
+FILES_BUTTONS = {
+    "Up": (681, 66),
+    "Open": (681, 106),
+    "Rename": (681, 146),
+    "Move": (681, 186),
+    "Delete": (681, 226),
+    "New folder": (681, 266),
+}
 FILES_NAME_FIELD = (336, 516)
 
 
 def listing(tree: Tree, folder: str = "") -> list[str]:
     """The Files app's order for ``folder``: folders first, then files, each by name."""
     prefix = f"{folder}/" if folder else ""
-    names = [p[len(prefix):] for p in tree if p.startswith(prefix) and "/" not in p[len(prefix):]]
+    names = [p[len(prefix) :] for p in tree if p.startswith(prefix) and "/" not in p[len(prefix) :]]
     return sorted(names, key=lambda n: (tree[prefix + n] is not None, n))
 
 
@@ -291,7 +438,7 @@ def _moved(tree: Tree, source: str, target: str) -> Tree:
     moved = {}
     for path, content in tree.items():
         if path == source or path.startswith(source + "/"):
-            path = target + path[len(source):]
+            path = target + path[len(source) :]
         moved[path] = content
     return moved
 
@@ -306,19 +453,29 @@ def _tree_check(expected: Tree) -> Callable[[Inspector], str | None]:
         missing = sorted(set(expected) - set(tree))
         extra = sorted(set(tree) - set(expected))
         changed = sorted(p for p in set(tree) & set(expected) if tree[p] != expected[p])
-        problems = [f"{label}: {', '.join(paths)}" for label, paths in
-                    (("missing", missing), ("unexpected", extra), ("changed", changed)) if paths]
+        problems = [
+            f"{label}: {', '.join(paths)}"
+            for label, paths in (("missing", missing), ("unexpected", extra), ("changed", changed))
+            if paths
+        ]
         return "; ".join(problems) or None
 
     return check
 
 
-def _files_task(task_id: str, instruction: str, expected: Tree, steps: list[str], *, start: Tree = FILES_TREE,
-                feasible: bool = True) -> Task:
+def _files_task(
+    task_id: str, instruction: str, expected: Tree, steps: list[str], *, start: Tree = FILES_TREE, feasible: bool = True
+) -> Task:
     solution = (*steps, "done()") if feasible else ("fail()",)
-    return Task(f"files-{task_id}", f"{instruction} The Files app shows the folder {FILES_ROOT}.", FILES_APP,
-                {posixpath.join("files", p): c for p, c in start.items()}, _tree_check(expected), solution,
-                feasible=feasible)
+    return Task(
+        f"files-{task_id}",
+        f"{instruction} The Files app shows the folder {FILES_ROOT}.",
+        FILES_APP,
+        {posixpath.join("files", p): c for p, c in start.items()},
+        _tree_check(expected),
+        solution,
+        feasible=feasible,
+    )
 
 
 def _files_tasks() -> list[Task]:
@@ -327,45 +484,109 @@ def _files_tasks() -> list[Task]:
     with_docs = {**t, "docs": None}
     after_docs_notes = _moved(with_docs, "notes.txt", "docs/notes.txt")
     return [
-        _files_task("rename-notes", "Rename notes.txt to meeting-notes.txt.",
-                    _moved(t, "notes.txt", "meeting-notes.txt"),
-                    [f"click{row(t, 'notes.txt')}", *name_field("meeting-notes.txt"), button("Rename")]),
-        _files_task("delete-todo", "Delete todo.txt.", _without(t, "todo.txt"),
-                    [f"click{row(t, 'todo.txt')}", button("Delete")]),
-        _files_task("new-folder", "Create a new folder named 'projects'.", {**t, "projects": None},
-                    [*name_field("projects"), button("New folder")]),
-        _files_task("archive-budget", "Move budget.csv into the archive folder.",
-                    _moved(t, "budget.csv", "archive/budget.csv"),
-                    [f"click{row(t, 'budget.csv')}", *name_field("archive"), button("Move")]),
-        _files_task("rename-folder", "Rename the folder photos to pictures.", _moved(t, "photos", "pictures"),
-                    [f"click{row(t, 'photos')}", *name_field("pictures"), button("Rename")]),
-        _files_task("cat-to-top", "Move cat.jpg out of the photos folder into the top folder.",
-                    _moved(t, "photos/cat.jpg", "cat.jpg"),
-                    # Open, not a double-click: a click at the same spot right after a double-click would
-                    # count as a triple click, which Tk also delivers to the double-click binding.
-                    [f"click{row(t, 'photos')}", button("Open"), f"click{row(t, 'cat.jpg', 'photos')}", *name_field(".."),
-                     button("Move")]),
-        _files_task("delete-old-report", "Delete 2023-report.txt from the archive folder (keep the folder).",
-                    _without(t, "archive/2023-report.txt"),
-                    [f"click{row(t, 'archive')}", button("Open"), f"click{row(t, '2023-report.txt', 'archive')}",
-                     button("Delete")]),
-        _files_task("nested-folder", "Create a folder named 2024 inside the archive folder.", {**t, "archive/2024": None},
-                    [f"double_click{row(t, 'archive')}", *name_field("2024"), button("New folder")]),
-        _files_task("finalize-report", "Rename report-draft.txt to report-final.txt and move it into the archive folder.",
-                    _moved(t, "report-draft.txt", "archive/report-final.txt"),
-                    [f"click{row(t, 'report-draft.txt')}", *name_field("report-final.txt"), button("Rename"),
-                     *name_field("archive"), button("Move")]),
-        _files_task("docs-folder", "Create a folder named docs and move notes.txt and todo.txt into it.",
-                    _moved(after_docs_notes, "todo.txt", "docs/todo.txt"),
-                    [*name_field("docs"), button("New folder"),
-                     f"click{row(with_docs, 'notes.txt')}", *name_field("docs"), button("Move"),
-                     f"click{row(after_docs_notes, 'todo.txt')}", *name_field("docs"), button("Move")]),
-        _files_task("delete-empty-folder", "Delete the empty folder scratch.", t,
-                    [f"click{row(with_scratch, 'scratch')}", button("Delete")], start=with_scratch),
-        _files_task("rename-photo", "In the photos folder, rename beach.jpg to beach-2024.jpg.",
-                    _moved(t, "photos/beach.jpg", "photos/beach-2024.jpg"),
-                    [f"double_click{row(t, 'photos')}", f"click{row(t, 'beach.jpg', 'photos')}",
-                     *name_field("beach-2024.jpg"), button("Rename")]),
+        _files_task(
+            "rename-notes",
+            "Rename notes.txt to meeting-notes.txt.",
+            _moved(t, "notes.txt", "meeting-notes.txt"),
+            [f"click{row(t, 'notes.txt')}", *name_field("meeting-notes.txt"), button("Rename")],
+        ),
+        _files_task(
+            "delete-todo", "Delete todo.txt.", _without(t, "todo.txt"), [f"click{row(t, 'todo.txt')}", button("Delete")]
+        ),
+        _files_task(
+            "new-folder",
+            "Create a new folder named 'projects'.",
+            {**t, "projects": None},
+            [*name_field("projects"), button("New folder")],
+        ),
+        _files_task(
+            "archive-budget",
+            "Move budget.csv into the archive folder.",
+            _moved(t, "budget.csv", "archive/budget.csv"),
+            [f"click{row(t, 'budget.csv')}", *name_field("archive"), button("Move")],
+        ),
+        _files_task(
+            "rename-folder",
+            "Rename the folder photos to pictures.",
+            _moved(t, "photos", "pictures"),
+            [f"click{row(t, 'photos')}", *name_field("pictures"), button("Rename")],
+        ),
+        _files_task(
+            "cat-to-top",
+            "Move cat.jpg out of the photos folder into the top folder.",
+            _moved(t, "photos/cat.jpg", "cat.jpg"),
+            # Open, not a double-click: a click at the same spot right after a double-click would
+            # count as a triple click, which Tk also delivers to the double-click binding.
+            [
+                f"click{row(t, 'photos')}",
+                button("Open"),
+                f"click{row(t, 'cat.jpg', 'photos')}",
+                *name_field(".."),
+                button("Move"),
+            ],
+        ),
+        _files_task(
+            "delete-old-report",
+            "Delete 2023-report.txt from the archive folder (keep the folder).",
+            _without(t, "archive/2023-report.txt"),
+            [
+                f"click{row(t, 'archive')}",
+                button("Open"),
+                f"click{row(t, '2023-report.txt', 'archive')}",
+                button("Delete"),
+            ],
+        ),
+        _files_task(
+            "nested-folder",
+            "Create a folder named 2024 inside the archive folder.",
+            {**t, "archive/2024": None},
+            [f"double_click{row(t, 'archive')}", *name_field("2024"), button("New folder")],
+        ),
+        _files_task(
+            "finalize-report",
+            "Rename report-draft.txt to report-final.txt and move it into the archive folder.",
+            _moved(t, "report-draft.txt", "archive/report-final.txt"),
+            [
+                f"click{row(t, 'report-draft.txt')}",
+                *name_field("report-final.txt"),
+                button("Rename"),
+                *name_field("archive"),
+                button("Move"),
+            ],
+        ),
+        _files_task(
+            "docs-folder",
+            "Create a folder named docs and move notes.txt and todo.txt into it.",
+            _moved(after_docs_notes, "todo.txt", "docs/todo.txt"),
+            [
+                *name_field("docs"),
+                button("New folder"),
+                f"click{row(with_docs, 'notes.txt')}",
+                *name_field("docs"),
+                button("Move"),
+                f"click{row(after_docs_notes, 'todo.txt')}",
+                *name_field("docs"),
+                button("Move"),
+            ],
+        ),
+        _files_task(
+            "delete-empty-folder",
+            "Delete the empty folder scratch.",
+            t,
+            [f"click{row(with_scratch, 'scratch')}", button("Delete")],
+            start=with_scratch,
+        ),
+        _files_task(
+            "rename-photo",
+            "In the photos folder, rename beach.jpg to beach-2024.jpg.",
+            _moved(t, "photos/beach.jpg", "photos/beach-2024.jpg"),
+            [
+                f"double_click{row(t, 'photos')}",
+                f"click{row(t, 'beach.jpg', 'photos')}",
+                *name_field("beach-2024.jpg"),
+                button("Rename"),
+            ],
+        ),
         _files_task("rename-missing", "Rename presentation.pptx to final.pptx.", t, [], feasible=False),
     ]
 

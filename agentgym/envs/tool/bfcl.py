@@ -37,15 +37,22 @@ import importlib
 import inspect
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import bfcl_eval
 from bfcl_eval.constants.default_prompts import (
-    DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC, MAXIMUM_STEP_LIMIT, PROMPT_STYLE_TEMPLATES)
+    DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC,
+    MAXIMUM_STEP_LIMIT,
+    PROMPT_STYLE_TEMPLATES,
+)
 from bfcl_eval.constants.executable_backend_config import (
-    CLASS_FILE_PATH_MAPPING, MULTI_TURN_FUNC_DOC_FILE_MAPPING, STATELESS_CLASSES)
+    CLASS_FILE_PATH_MAPPING,
+    MULTI_TURN_FUNC_DOC_FILE_MAPPING,
+    STATELESS_CLASSES,
+)
 from bfcl_eval.constants.type_mappings import GORILLA_TO_OPENAPI
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
@@ -86,18 +93,28 @@ class BFCLMultiTurnEnv(ToolEnv):
 
     allow_text_replies = True
 
-    def __init__(self, category: str = "base", *, max_turns: int | None = None, call_timeout: float | None = 10.0,
-                 **kwargs: Any):
+    def __init__(
+        self, category: str = "base", *, max_turns: int | None = None, call_timeout: float | None = 10.0, **kwargs: Any
+    ):
         if category not in CATEGORIES:
             raise ValueError(f"category must be one of {CATEGORIES}, got {category!r}")
         tasks = load_tasks(category)
         classes = sorted({name for task in tasks.values() for name in task["involved_classes"]})
-        tools = [Tool(_tool_spec(doc), functools.partial(_invoke, name, doc["name"]), takes_state=True)
-                 for name in classes for doc in _function_docs(name)]
+        tools = [
+            Tool(_tool_spec(doc), functools.partial(_invoke, name, doc["name"]), takes_state=True)
+            for name in classes
+            for doc in _function_docs(name)
+        ]
         most_turns = max(len(task["question"]) for task in tasks.values())
-        super().__init__(tools, tasks, state_factory=functools.partial(_instances, category),
-                         max_turns=max_turns or most_turns * (MAXIMUM_STEP_LIMIT + 1),
-                         call_timeout=call_timeout, variant=category, **kwargs)
+        super().__init__(
+            tools,
+            tasks,
+            state_factory=functools.partial(_instances, category),
+            max_turns=max_turns or most_turns * (MAXIMUM_STEP_LIMIT + 1),
+            call_timeout=call_timeout,
+            variant=category,
+            **kwargs,
+        )
         self.category = category
 
     # ------------------------------------------------------------------ the episode
@@ -105,10 +122,18 @@ class BFCLMultiTurnEnv(ToolEnv):
         if self.state is None:
             return []
         task = self.tasks[self.task_id]
-        withheld = {name for turn, names in task.get("missed_function", {}).items()
-                    if int(turn) > self.state.turn for name in names}
-        return [self._tools[doc["name"]].spec for cls in task["involved_classes"] for doc in _function_docs(cls)
-                if doc["name"] not in withheld]
+        withheld = {
+            name
+            for turn, names in task.get("missed_function", {}).items()
+            if int(turn) > self.state.turn
+            for name in names
+        }
+        return [
+            self._tools[doc["name"]].spec
+            for cls in task["involved_classes"]
+            for doc in _function_docs(cls)
+            if doc["name"] not in withheld
+        ]
 
     def parse(self, action: Any) -> ParsedAction:
         # BFCL executes whatever the model calls on the task's backend objects and lets them
@@ -117,8 +142,9 @@ class BFCLMultiTurnEnv(ToolEnv):
         # against every function of the involved classes, argument names kept (call syntax binds
         # positional arguments by them) but types unchecked; the schemas the model sees in
         # tools() stay exact.
-        return parse_action(action, _lenient_specs(tuple(self.tasks[self.task_id]["involved_classes"])),
-                            allow_text=True)
+        return parse_action(
+            action, _lenient_specs(tuple(self.tasks[self.task_id]["involved_classes"])), allow_text=True
+        )
 
     def _begin(self, task_id: str) -> str:
         task = self.tasks[task_id]
@@ -135,8 +161,10 @@ class BFCLMultiTurnEnv(ToolEnv):
             turn_calls.pop()
         if len(turn_calls) > MAXIMUM_STEP_LIMIT:
             # BFCL's loop ends the whole entry here, keeping the calls of the turns played so far.
-            return self._finish(f"{outcome.text}\n\nModel has been forced to quit after {MAXIMUM_STEP_LIMIT} steps.",
-                                error=outcome.error)
+            return self._finish(
+                f"{outcome.text}\n\nModel has been forced to quit after {MAXIMUM_STEP_LIMIT} steps.",
+                error=outcome.error,
+            )
         return outcome
 
     def _call_tool(self, call: ToolCall) -> Outcome:
@@ -154,8 +182,14 @@ class BFCLMultiTurnEnv(ToolEnv):
 
     def _finish(self, text: str, error: str | None = None) -> Outcome:
         verdict = self.verdict()
-        return Outcome(text, reward=float(verdict["valid"]), terminated=True, success=verdict["valid"], error=error,
-                       info={"bfcl": verdict})
+        return Outcome(
+            text,
+            reward=float(verdict["valid"]),
+            terminated=True,
+            success=verdict["valid"],
+            error=error,
+            info={"bfcl": verdict},
+        )
 
     def verdict(self) -> dict:
         """BFCL's eval runner on the calls made so far (``_evaluate_single_multi_turn_entry``): an entry
@@ -163,9 +197,14 @@ class BFCLMultiTurnEnv(ToolEnv):
         task = self.tasks[self.task_id]
         turns, expected = len(self.state.calls), len(task["ground_truth"])
         if turns != expected:
-            return {"valid": False, "error_type": "multi_turn:force_terminated", "error_message": (
-                "Model was force-terminated during inference phase. The length of the model result turns "
-                f"({turns}) does not match the length of the ground truth turns ({expected}).")}
+            return {
+                "valid": False,
+                "error_type": "multi_turn:force_terminated",
+                "error_message": (
+                    "Model was force-terminated during inference phase. The length of the model result turns "
+                    f"({turns}) does not match the length of the ground truth turns ({expected})."
+                ),
+            }
         return check(task, self.state.calls)
 
 
@@ -218,8 +257,10 @@ def from_bfcl_call(call: str, involved_classes: list[str]) -> ToolCall:
 def load_tasks(category: str) -> dict[str, dict]:
     """Test id → BFCL test entry with its ``ground_truth`` (per user turn, call strings)."""
     tasks = {}
-    with open(DATA / f"BFCL_v4_multi_turn_{category}.json") as entries, \
-            open(DATA / "possible_answer" / f"BFCL_v4_multi_turn_{category}.json") as answers:
+    with (
+        open(DATA / f"BFCL_v4_multi_turn_{category}.json") as entries,
+        open(DATA / "possible_answer" / f"BFCL_v4_multi_turn_{category}.json") as answers,
+    ):
         for entry_line, answer_line in zip(entries, answers):
             entry, answer = json.loads(entry_line), json.loads(answer_line)
             if entry["id"] != answer["id"]:
@@ -234,8 +275,9 @@ def _instances(category: str, task: Mapping[str, Any]) -> BFCLState:
     for name in task["involved_classes"]:
         instance = _backend_class(name)()
         if name not in STATELESS_CLASSES:
-            instance._load_scenario(copy.deepcopy(task["initial_config"].get(name, {})),
-                                    long_context=category == "long_context")
+            instance._load_scenario(
+                copy.deepcopy(task["initial_config"].get(name, {})), long_context=category == "long_context"
+            )
         instances[name] = instance
     return BFCLState(instances)
 
@@ -260,9 +302,16 @@ def _lenient_specs(classes: tuple[str, ...]) -> list[ToolSpec]:
     for cls in classes:
         for doc in _function_docs(cls):
             names = list(doc.get("parameters", {}).get("properties", {}))
-            specs[doc["name"]] = ToolSpec(doc["name"], doc.get("description", ""), {
-                "type": "object", "properties": {name: {} for name in names}, "required": [],
-                "additionalProperties": True})
+            specs[doc["name"]] = ToolSpec(
+                doc["name"],
+                doc.get("description", ""),
+                {
+                    "type": "object",
+                    "properties": {name: {} for name in names},
+                    "required": [],
+                    "additionalProperties": True,
+                },
+            )
     return list(specs.values())
 
 

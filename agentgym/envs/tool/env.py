@@ -47,7 +47,8 @@ import copy
 import ctypes
 import json
 import threading
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from agentgym.actions import ToolCall, ToolSpec
 from agentgym.core import AgentEnv, Outcome, Snapshot, SnapshotError
@@ -59,11 +60,15 @@ __all__ = ["ToolEnv", "SUBMIT"]
 Check = Callable[[Any, Any, list], "tuple[float, bool]"]
 
 #: The built-in submit tool, offered when the author does not define one.
-SUBMIT = ToolSpec("submit", "Finish the task. Put your final answer in `answer` if the task asks for one.", {
-    "type": "object",
-    "properties": {"answer": {"type": "string", "description": "The final answer, if any."}},
-    "required": [],
-})
+SUBMIT = ToolSpec(
+    "submit",
+    "Finish the task. Put your final answer in `answer` if the task asks for one.",
+    {
+        "type": "object",
+        "properties": {"answer": {"type": "string", "description": "The final answer, if any."}},
+        "required": [],
+    },
+)
 
 
 class ToolEnv(AgentEnv):
@@ -84,10 +89,19 @@ class ToolEnv(AgentEnv):
             ToolEnv cannot be restored into a differently configured one.
     """
 
-    def __init__(self, tools: Any, tasks: Mapping[str, Any], *,
-                 state_factory: Callable[[Any], Any] | None = None, check: Check | None = None,
-                 max_turns: int = 20, call_timeout: float | None = 10.0, allow_text_replies: bool = True,
-                 variant: str | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        tools: Any,
+        tasks: Mapping[str, Any],
+        *,
+        state_factory: Callable[[Any], Any] | None = None,
+        check: Check | None = None,
+        max_turns: int = 20,
+        call_timeout: float | None = 10.0,
+        allow_text_replies: bool = True,
+        variant: str | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(max_turns=max_turns, **kwargs)
         if not tasks:
             raise ValueError("ToolEnv needs at least one task")
@@ -107,7 +121,7 @@ class ToolEnv(AgentEnv):
         self._handing_off = False
 
     @classmethod
-    def from_mcp(cls, tasks: Mapping[str, Any], **kwargs: Any) -> "ToolEnv":
+    def from_mcp(cls, tasks: Mapping[str, Any], **kwargs: Any) -> ToolEnv:
         """A ToolEnv whose tools an MCP server (stdio) provides; see :class:`~agentgym.envs.tool.mcp.MCPToolEnv`.
 
         ``ToolEnv.from_mcp(tasks, command=[sys.executable, "-m", "mcp_server_time"], check=...)``
@@ -144,7 +158,7 @@ class ToolEnv(AgentEnv):
         self._record("submit", {"answer": text}, "")
         return self._finish("Answer received.")
 
-    def fork(self, snapshot: Snapshot | None = None) -> "ToolEnv":
+    def fork(self, snapshot: Snapshot | None = None) -> ToolEnv:
         if snapshot is not None:
             return super().fork(snapshot)
         # The snapshot fork() takes itself is restored once and then released, so the child may
@@ -178,8 +192,7 @@ class ToolEnv(AgentEnv):
 
         def target() -> None:
             try:
-                box["value"] = (asyncio.run(_awaited(tool.fn(**kwargs), timeout)) if tool.is_async
-                                else tool.fn(**kwargs))
+                box["value"] = asyncio.run(_awaited(tool.fn(**kwargs), timeout)) if tool.is_async else tool.fn(**kwargs)
             except BaseException as exc:  # everything a tool raises is its result
                 box["error"] = exc
 
@@ -270,7 +283,9 @@ def _prompt(task: Any) -> str:
         return str(task["prompt"])
     if hasattr(task, "prompt"):
         return str(task.prompt)
-    raise TypeError(f"a task must be prompt text, a mapping with 'prompt', or have a .prompt; got {type(task).__name__}")
+    raise TypeError(
+        f"a task must be prompt text, a mapping with 'prompt', or have a .prompt; got {type(task).__name__}"
+    )
 
 
 def _as_text(value: Any) -> str:

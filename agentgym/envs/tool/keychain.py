@@ -43,9 +43,14 @@ def make_task(task_id: str, max_hops: int = 2) -> dict:
     table[chain[-1]] = answer
     for key in KEYS:  # distractors: the other keys hold other numbers
         table.setdefault(key, str(rng.randint(10, 99)))
-    return {"prompt": f'Find the number stored under "{chain[0]}". Use lookup(key); an entry may point to another '
-                      f"key. Then submit(answer).",
-            "start": chain[0], "table": table, "answer": answer, "hops": hops}
+    return {
+        "prompt": f'Find the number stored under "{chain[0]}". Use lookup(key); an entry may point to another '
+        f"key. Then submit(answer).",
+        "start": chain[0],
+        "table": table,
+        "answer": answer,
+        "hops": hops,
+    }
 
 
 def task_ids(split: str, count: int) -> list[str]:
@@ -60,7 +65,7 @@ def demonstration(task: dict) -> list[str]:
         entry = task["table"][key]
         if not entry.startswith("see "):
             return replies + [f'submit("{entry}")']
-        key = entry[len("see "):].strip('"')
+        key = entry[len("see ") :].strip('"')
 
 
 def lookup(key: str, state: dict) -> str:
@@ -115,13 +120,26 @@ class KeyChainEnv(ToolEnv):
         step_latency: median seconds a lookup takes (long-tailed; 0: instant).
     """
 
-    def __init__(self, split: str = "train", num_tasks: int = 200, max_hops: int = 2, max_turns: int = 6,
-                 step_latency: float = 0.0, **kwargs):
-        super().__init__([lookup], _Tasks(task_ids(split, num_tasks), max_hops),
-                         state_factory=lambda task: {"table": dict(task["table"]), "latency": step_latency},
-                         check=_check,
-                         max_turns=max_turns, call_timeout=None, allow_text_replies=False,
-                         variant=f"keychain-{max_hops}", **kwargs)
+    def __init__(
+        self,
+        split: str = "train",
+        num_tasks: int = 200,
+        max_hops: int = 2,
+        max_turns: int = 6,
+        step_latency: float = 0.0,
+        **kwargs,
+    ):
+        super().__init__(
+            [lookup],
+            _Tasks(task_ids(split, num_tasks), max_hops),
+            state_factory=lambda task: {"table": dict(task["table"]), "latency": step_latency},
+            check=_check,
+            max_turns=max_turns,
+            call_timeout=None,
+            allow_text_replies=False,
+            variant=f"keychain-{max_hops}",
+            **kwargs,
+        )
 
     def _begin(self, task_id: str) -> str:
         prompt = super()._begin(task_id)

@@ -23,8 +23,9 @@ import os
 import signal
 import tempfile
 import threading
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
-from typing import Any, AsyncIterator, Mapping, Sequence
+from typing import Any
 
 import anyio
 import mcp_types
@@ -380,16 +381,23 @@ class MCPToolEnv(ToolEnv):
         **kwargs: ToolEnv's (``check``, ``state_factory``, ``max_turns``, ``call_timeout``, ...).
     """
 
-    def __init__(self, tasks: Mapping[str, Any], *, command: Sequence[str] | None = None,
-                 server: MCPServer | None = None, server_env: Mapping[str, str] | None = None,
-                 cwd: str | os.PathLike[str] | None = None, start_timeout: float = 20.0, **kwargs: Any):
+    def __init__(
+        self,
+        tasks: Mapping[str, Any],
+        *,
+        command: Sequence[str] | None = None,
+        server: MCPServer | None = None,
+        server_env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        start_timeout: float = 20.0,
+        **kwargs: Any,
+    ):
         if (command is None) == (server is None):
             raise ValueError("give exactly one of command= (a server per env) or server= (a shared server)")
         self._owns_server = server is None
         if server is None:
             call_timeout = kwargs.get("call_timeout") or 30.0
-            server = MCPServer(command, env=server_env, cwd=cwd, start_timeout=start_timeout,
-                               call_timeout=call_timeout)
+            server = MCPServer(command, env=server_env, cwd=cwd, start_timeout=start_timeout, call_timeout=call_timeout)
         self.server = server
         try:
             tools = [Tool(spec, _server_call(server, spec.name)) for spec in server.tools()]

@@ -23,8 +23,9 @@ import inspect
 import re
 import types
 import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Literal
 
 from agentgym.actions import ToolSpec
 
@@ -72,8 +73,9 @@ class Tool:
         return kwargs
 
 
-def tool_from_callable(fn: Callable[..., Any], name: str | None = None, description: str | None = None,
-                       timeout: float | None = None) -> Tool:
+def tool_from_callable(
+    fn: Callable[..., Any], name: str | None = None, description: str | None = None, timeout: float | None = None
+) -> Tool:
     """A :class:`Tool` whose schema comes from ``fn``'s type hints and docstring (see the module docstring).
 
     Raises :class:`TypeError` for a signature a JSON schema cannot express (``*args``,
@@ -111,8 +113,11 @@ def tool_from_callable(fn: Callable[..., Any], name: str | None = None, descript
         enum_type = _enum_in(hint)
         if enum_type is not None:
             enums[param.name] = enum_type
-    spec = ToolSpec(tool_name, description if description is not None else summary,
-                    {"type": "object", "properties": properties, "required": required})
+    spec = ToolSpec(
+        tool_name,
+        description if description is not None else summary,
+        {"type": "object", "properties": properties, "required": required},
+    )
     return Tool(spec, fn, timeout, takes_state, enums)
 
 

@@ -20,7 +20,8 @@ import gc
 import io
 import pickle
 import sqlite3
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 __all__ = ["SQLiteState", "StateCopy"]
 
@@ -60,7 +61,7 @@ class SQLiteState:
     def close(self) -> None:
         self.conn.close()
 
-    def __deepcopy__(self, memo: dict) -> "SQLiteState":
+    def __deepcopy__(self, memo: dict) -> SQLiteState:
         clone = SQLiteState.__new__(SQLiteState)
         clone.path = ":memory:"
         clone.conn = _connect(":memory:")

@@ -46,9 +46,16 @@ def _element_tools() -> list[ToolSpec]:
         _spec("dblclick", "Double-click an element.", id=_id()),
         _spec("hover", "Move the mouse over an element.", id=_id()),
         _spec("fill", "Replace the text of a text field with `text`.", id=_id(), text=_str("the new text")),
-        _spec("select_option", "Choose option(s) of a select box by their visible text.", id=_id(),
-              options={"type": ["string", "array"], "items": {"type": "string"},
-                       "description": "an option's text, or a list of them for a multi-select"}),
+        _spec(
+            "select_option",
+            "Choose option(s) of a select box by their visible text.",
+            id=_id(),
+            options={
+                "type": ["string", "array"],
+                "items": {"type": "string"},
+                "description": "an option's text, or a list of them for a multi-select",
+            },
+        ),
         _spec("check", "Tick a checkbox or radio button (no change if already ticked).", id=_id()),
         _spec("uncheck", "Untick a checkbox (no change if not ticked).", id=_id()),
     ]
@@ -56,27 +63,45 @@ def _element_tools() -> list[ToolSpec]:
 
 def _page_tools() -> list[ToolSpec]:
     return [
-        _spec("press", "Press a key or a combination on the focused element, e.g. Enter, Control+a.",
-              key_combo=_str("Playwright key names joined by +")),
+        _spec(
+            "press",
+            "Press a key or a combination on the focused element, e.g. Enter, Control+a.",
+            key_combo=_str("Playwright key names joined by +"),
+        ),
         _spec("scroll", "Scroll the page by dx, dy pixels.", dx=_int("pixels right"), dy=_int("pixels down")),
-        _spec("goto", "Open a URL (only the task's sites are reachable).", url=_str("absolute, or relative to the page")),
+        _spec(
+            "goto", "Open a URL (only the task's sites are reachable).", url=_str("absolute, or relative to the page")
+        ),
         _spec("go_back", "Go back in the tab's history."),
         _spec("go_forward", "Go forward in the tab's history."),
         _spec("new_tab", "Open a new empty tab and focus it."),
         _spec("tab_focus", "Focus the tab with this index (see Tabs).", index=_int("the tab's index")),
         _spec("tab_close", "Close the focused tab."),
-        _spec("answer", "Finish the task, giving the answer if the task asks a question.",
-              text=_str("the answer; empty for tasks that ask no question", optional=True)),
+        _spec(
+            "answer",
+            "Finish the task, giving the answer if the task asks a question.",
+            text=_str("the answer; empty for tasks that ask no question", optional=True),
+        ),
         _spec("noop", "Do nothing this turn (e.g. wait for the page)."),
     ]
 
 
 def _pixel_tools() -> list[ToolSpec]:
     return [
-        _spec("mouse_click", "Click at pixel (x, y) of the screenshot.", x=_int("pixels from the left"),
-              y=_int("pixels from the top")),
-        _spec("mouse_drag", "Drag the mouse from (x1, y1) to (x2, y2).", x1=_int("start x"), y1=_int("start y"),
-              x2=_int("end x"), y2=_int("end y")),
+        _spec(
+            "mouse_click",
+            "Click at pixel (x, y) of the screenshot.",
+            x=_int("pixels from the left"),
+            y=_int("pixels from the top"),
+        ),
+        _spec(
+            "mouse_drag",
+            "Drag the mouse from (x1, y1) to (x2, y2).",
+            x1=_int("start x"),
+            y1=_int("start y"),
+            x2=_int("end x"),
+            y2=_int("end y"),
+        ),
         _spec("keyboard_type", "Type text with the keyboard into whatever has focus.", text=_str("the text")),
     ]
 
@@ -136,7 +161,9 @@ async def _element_action(page: Any, name: str, arguments: dict, timeout_ms: flo
         available = await locator.evaluate("el => Array.from(el.options).map(o => o.text.trim())")
         missing = [label for label in labels if label not in available]
         if missing:
-            raise ActionError(f"[{element_id}] has no option {json.dumps(missing[0])}; its options are {json.dumps(available)}")
+            raise ActionError(
+                f"[{element_id}] has no option {json.dumps(missing[0])}; its options are {json.dumps(available)}"
+            )
         await locator.select_option(label=labels, timeout=timeout_ms)
     elif name in ("check", "uncheck"):
         kind = await locator.evaluate("el => el.tagName === 'INPUT' ? el.type : el.getAttribute('role')")
@@ -243,9 +270,19 @@ async def _keyboard_type(session: Any, arguments: dict, timeout_ms: float, viewp
 
 
 _PAGE_ACTIONS = {
-    "press": _press, "scroll": _scroll, "goto": _goto, "go_back": _go_back, "go_forward": _go_forward,
-    "new_tab": _new_tab, "tab_focus": _tab_focus, "tab_close": _tab_close, "answer": _nothing, "noop": _nothing,
-    "mouse_click": _mouse_click, "mouse_drag": _mouse_drag, "keyboard_type": _keyboard_type,
+    "press": _press,
+    "scroll": _scroll,
+    "goto": _goto,
+    "go_back": _go_back,
+    "go_forward": _go_forward,
+    "new_tab": _new_tab,
+    "tab_focus": _tab_focus,
+    "tab_close": _tab_close,
+    "answer": _nothing,
+    "noop": _nothing,
+    "mouse_click": _mouse_click,
+    "mouse_drag": _mouse_drag,
+    "keyboard_type": _keyboard_type,
 }
 
 

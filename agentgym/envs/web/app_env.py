@@ -13,15 +13,19 @@ import importlib
 from functools import cached_property
 from typing import Any
 
-from agentgym.sandbox.browser import BrowserSession, origin_of
 from agentgym.envs.web.env import Verdict, WebEnv
 from agentgym.envs.web.site import WebApp
 from agentgym.envs.web.tasks import EvalContext, WebTask
+from agentgym.sandbox.browser import BrowserSession, origin_of
 
 __all__ = ["WebAppEnv", "APPS", "app_tasks"]
 
 #: App name → module exposing ``App`` (a :class:`WebApp`) and ``tasks()`` (its :class:`WebTask` list).
-APPS = {"shop": "agentgym.envs.web.apps.shop", "mail": "agentgym.envs.web.apps.mail", "wiki": "agentgym.envs.web.apps.wiki"}
+APPS = {
+    "shop": "agentgym.envs.web.apps.shop",
+    "mail": "agentgym.envs.web.apps.mail",
+    "wiki": "agentgym.envs.web.apps.wiki",
+}
 
 _task_cache: dict[str, dict[str, WebTask]] = {}
 

@@ -28,17 +28,17 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from agentgym.actions import ParsedAction, ToolCall, ToolSpec, format_error
 from agentgym.core import AgentEnv, Outcome
-from agentgym.sandbox.browser import BrowserHost, BrowserSession, origin_of
 from agentgym.envs.web.actions import TERMINAL_ACTIONS, ActionError, perform, web_tools
-from agentgym.envs.web.observation import (CAPTURE_DOM_JS, OBSERVE_JS, RESTORE_DOM_JS, PageView, decode_png,
-                                  draw_marks)
+from agentgym.envs.web.observation import CAPTURE_DOM_JS, OBSERVE_JS, RESTORE_DOM_JS, PageView, decode_png, draw_marks
+from agentgym.sandbox.browser import BrowserHost, BrowserSession, origin_of
 
 __all__ = ["WebEnv", "Verdict"]
 
@@ -107,14 +107,27 @@ class WebEnv(AgentEnv):
     #: Whether forks always replay the action prefix (pages whose state lives in JavaScript).
     fork_by_replay: ClassVar[bool] = False
 
-    def __init__(self, *, max_turns: int = 30, screenshot: bool = False, set_of_marks: bool = False,
-                 viewport: tuple[int, int] | None = None, pixel_actions: bool = True,
-                 action_timeout: float = 3.0, max_page_chars: int = 40_000, chromium: str | None = None,
-                 record_screenshots: bool = False, render_mode: str | None = None):
+    def __init__(
+        self,
+        *,
+        max_turns: int = 30,
+        screenshot: bool = False,
+        set_of_marks: bool = False,
+        viewport: tuple[int, int] | None = None,
+        pixel_actions: bool = True,
+        action_timeout: float = 3.0,
+        max_page_chars: int = 40_000,
+        chromium: str | None = None,
+        record_screenshots: bool = False,
+        render_mode: str | None = None,
+    ):
         self.viewport = tuple(viewport or self.default_viewport)
         width, height = self.viewport
-        super().__init__(max_turns=max_turns, render_mode=render_mode,
-                         image_shape=(height, width) if screenshot or set_of_marks else None)
+        super().__init__(
+            max_turns=max_turns,
+            render_mode=render_mode,
+            image_shape=(height, width) if screenshot or set_of_marks else None,
+        )
         self.screenshot = screenshot or set_of_marks
         self.set_of_marks = set_of_marks
         self.pixel_actions = pixel_actions
@@ -214,14 +227,19 @@ class WebEnv(AgentEnv):
     async def _start_fresh(self, task_id: str) -> None:
         self._prepare_task(task_id)
         session = self._session
-        if (session is not None and not session.crashed and session.recycled < _MAX_RECYCLES
-                and session.allowed_origins == {origin_of(origin) for origin in self._origins()}
-                and session.schemes == self._navigation_schemes()):
+        if (
+            session is not None
+            and not session.crashed
+            and session.recycled < _MAX_RECYCLES
+            and session.allowed_origins == {origin_of(origin) for origin in self._origins()}
+            and session.schemes == self._navigation_schemes()
+        ):
             await session.recycle()  # a fresh context would cost a renderer process start
         else:
             await self._close_session()
-            self._session = await self._host.open_session(self._origins(), viewport=self.viewport,
-                                                          aliases=self._aliases(), schemes=self._navigation_schemes())
+            self._session = await self._host.open_session(
+                self._origins(), viewport=self.viewport, aliases=self._aliases(), schemes=self._navigation_schemes()
+            )
         self._goal = await self._open(self._session, task_id)
         self._prefix = []
         self._last_error = None
@@ -245,8 +263,9 @@ class WebEnv(AgentEnv):
             arguments = self._normalise(call)
             performed.append((call.name, arguments))
             try:
-                await perform(session, call.name, arguments, timeout_ms=self.action_timeout * 1000,
-                              viewport=self.viewport)
+                await perform(
+                    session, call.name, arguments, timeout_ms=self.action_timeout * 1000, viewport=self.viewport
+                )
             except ActionError as exc:
                 error = f"{call.name}: {exc}"
                 break
@@ -297,8 +316,13 @@ class WebEnv(AgentEnv):
             title = await page.title()
             marker = " (focused)" if index == session.active else ""
             tabs.append(f"[{index}] {json.dumps(title)} {page.url}{marker}")
-        header = [f"Goal: {self._goal}", "", f"URL: {view.url}", "Tabs: " + " | ".join(tabs),
-                  f"Focused element: [{view.focused}]" if view.focused else "Focused element: none"]
+        header = [
+            f"Goal: {self._goal}",
+            "",
+            f"URL: {view.url}",
+            "Tabs: " + " | ".join(tabs),
+            f"Focused element: [{view.focused}]" if view.focused else "Focused element: none",
+        ]
         if self._last_error:
             header.append(f"Last action error: {self._last_error}")
         blocked = session.drain_blocked()
@@ -327,8 +351,15 @@ class WebEnv(AgentEnv):
                 if "context was destroyed" not in str(exc) or attempt == _OBSERVE_ATTEMPTS - 1:
                     raise
                 await page.wait_for_load_state("load", timeout=self.action_timeout * 3000)
-        return PageView(url=page.url, title=raw["title"], lines=raw["lines"], boxes=raw["boxes"],
-                        focused=raw["focused"], truncated=raw["truncated"], scroll=tuple(raw["scroll"]))
+        return PageView(
+            url=page.url,
+            title=raw["title"],
+            lines=raw["lines"],
+            boxes=raw["boxes"],
+            focused=raw["focused"],
+            truncated=raw["truncated"],
+            scroll=tuple(raw["scroll"]),
+        )
 
     async def _screenshot(self) -> np.ndarray:
         return decode_png(await self._screenshot_png())
@@ -343,8 +374,16 @@ class WebEnv(AgentEnv):
         session.check_alive()
         tabs = [await self._capture_tab(page) for page in session.pages]
         storage = await session.context.storage_state()
-        return _WebState(self._goal, [list(turn) for turn in self._prefix], self._last_error, site, storage,
-                         tabs, session.active, list(self._origins()))
+        return _WebState(
+            self._goal,
+            [list(turn) for turn in self._prefix],
+            self._last_error,
+            site,
+            storage,
+            tabs,
+            session.active,
+            list(self._origins()),
+        )
 
     async def _capture_tab(self, page: Any) -> _TabState:
         urls, index = await _history(page)
@@ -367,9 +406,13 @@ class WebEnv(AgentEnv):
     async def _restore_tabs(self, state: _WebState) -> bool:
         """Reload every tab into the captured site state and DOM state; False if any tab came back different."""
         await self._close_session()
-        session = await self._host.open_session(self._origins(), viewport=self.viewport,
-                                                storage_state=state.storage, aliases=self._aliases(),
-                                                schemes=self._navigation_schemes())
+        session = await self._host.open_session(
+            self._origins(),
+            viewport=self.viewport,
+            storage_state=state.storage,
+            aliases=self._aliases(),
+            schemes=self._navigation_schemes(),
+        )
         self._session = session
         for tab in state.tabs:
             page = await session.new_page()
@@ -396,8 +439,9 @@ class WebEnv(AgentEnv):
         for turn in prefix:
             for name, arguments in turn:
                 try:
-                    await perform(self._session, name, arguments, timeout_ms=self.action_timeout * 1000,
-                                  viewport=self.viewport)
+                    await perform(
+                        self._session, name, arguments, timeout_ms=self.action_timeout * 1000, viewport=self.viewport
+                    )
                 except ActionError:
                     break  # the original turn stopped here too
             # The original observed after every turn, assigning ids to new elements in order.
@@ -449,5 +493,13 @@ def _moved(state: _WebState, origins: dict[str, str]) -> _WebState:
 
     tabs = [_TabState(move(tab.history), tab.index, tab.dom) for tab in state.tabs]
     storage = dict(state.storage, origins=move(state.storage.get("origins", [])))
-    return _WebState(state.goal, move(state.prefix), state.last_error, state.site, storage, tabs, state.active,
-                     [origins.get(origin, origin) for origin in state.origins])
+    return _WebState(
+        state.goal,
+        move(state.prefix),
+        state.last_error,
+        state.site,
+        storage,
+        tabs,
+        state.active,
+        [origins.get(origin, origin) for origin in state.origins],
+    )

@@ -51,9 +51,9 @@ import numpy as np
 from aiohttp import web
 from gymnasium import spaces
 
-from agentgym.sandbox.browser import BrowserSession
 from agentgym.envs.web.env import Verdict, WebEnv
 from agentgym.envs.web.site import app_loop
+from agentgym.sandbox.browser import BrowserSession
 
 __all__ = ["MiniWoBEnv", "miniwob_tasks", "MINIWOB_ORIGIN"]
 
@@ -145,18 +145,29 @@ class MiniWoBEnv(WebEnv):
     task_area = (160, 210)
     fork_by_replay = True
 
-    def __init__(self, task: str = "click-button", *, episode_time_limit: float | str | None = None,
-                 data_mode: str = "train", max_turns: int = 30, **kwargs: Any):
+    def __init__(
+        self,
+        task: str = "click-button",
+        *,
+        episode_time_limit: float | str | None = None,
+        data_mode: str = "train",
+        max_turns: int = 30,
+        **kwargs: Any,
+    ):
         if task not in miniwob_tasks():
             raise ValueError(f"unknown MiniWoB++ task {task!r}; see agentgym.envs.web.miniwob.miniwob_tasks()")
-        if not (episode_time_limit is None or episode_time_limit == "task"
-                or (isinstance(episode_time_limit, (int, float)) and episode_time_limit > 0)):
+        if not (
+            episode_time_limit is None
+            or episode_time_limit == "task"
+            or (isinstance(episode_time_limit, (int, float)) and episode_time_limit > 0)
+        ):
             raise ValueError(f"episode_time_limit must be None, 'task' or seconds > 0, got {episode_time_limit!r}")
         super().__init__(max_turns=max_turns, **kwargs)
         if self.screenshot:
             width, height = self.task_area
-            self.observation_space = spaces.Dict({"text": self.observation_space["text"],
-                                                  "image": spaces.Box(0, 255, (height, width, 3), np.uint8)})
+            self.observation_space = spaces.Dict(
+                {"text": self.observation_space["text"], "image": spaces.Box(0, 255, (height, width, 3), np.uint8)}
+            )
         self.task = task
         self.episode_time_limit = episode_time_limit
         self.data_mode = data_mode
@@ -199,14 +210,19 @@ class MiniWoBEnv(WebEnv):
         timeout_ms = max(10_000, self.action_timeout * 1000 * 3)
         page = await session.new_page(self.task_url)
         # window.onload shows the sync screen ("START"); the package waits for it the same way.
-        await page.wait_for_function("() => typeof core !== 'undefined' && core.cover_div !== null",
-                                     timeout=timeout_ms)
+        await page.wait_for_function("() => typeof core !== 'undefined' && core.cover_div !== null", timeout=timeout_ms)
         limit = self.episode_time_limit
         self._token = uuid.uuid4().hex
-        await page.evaluate(_START_JS, {
-            "seed": int(self.instance_seed), "mode": self.data_mode,
-            "limitMs": int(limit * 1000) if isinstance(limit, (int, float)) else None,
-            "disableTimer": limit is None, "token": self._token})
+        await page.evaluate(
+            _START_JS,
+            {
+                "seed": int(self.instance_seed),
+                "mode": self.data_mode,
+                "limitMs": int(limit * 1000) if isinstance(limit, (int, float)) else None,
+                "disableTimer": limit is None,
+                "token": self._token,
+            },
+        )
         await page.wait_for_function("() => WOB_TASK_READY", timeout=timeout_ms)
         # Let the first frame of the new problem render before anyone looks (screenshots must be exact).
         await page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
@@ -224,13 +240,15 @@ class MiniWoBEnv(WebEnv):
         if not state or not state["done"]:
             return None
         raw = state["raw"]
-        return Verdict(raw, raw == 1.0, True,
-                       {"raw_reward": raw, "env_reward": state["reward"], "reason": state["reason"]})
+        return Verdict(
+            raw, raw == 1.0, True, {"raw_reward": raw, "env_reward": state["reward"], "reason": state["reason"]}
+        )
 
     async def _screenshot_png(self) -> bytes:
         width, height = self.task_area  # the task, as the package crops its screenshots
-        return await self._session.page.screenshot(type="png", animations="disabled", caret="hide",
-                                                   clip={"x": 0, "y": 0, "width": width, "height": height})
+        return await self._session.page.screenshot(
+            type="png", animations="disabled", caret="hide", clip={"x": 0, "y": 0, "width": width, "height": height}
+        )
 
     def _capture_site(self) -> Any:
         return self.instance_seed

@@ -26,8 +26,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["PageView", "element_id", "elements", "OBSERVE_JS", "CAPTURE_DOM_JS", "RESTORE_DOM_JS",
-           "draw_marks", "decode_png"]
+__all__ = [
+    "PageView",
+    "element_id",
+    "elements",
+    "OBSERVE_JS",
+    "CAPTURE_DOM_JS",
+    "RESTORE_DOM_JS",
+    "draw_marks",
+    "decode_png",
+]
 
 #: Runs in the page: assigns ids, returns the tree lines, element boxes and the focused id.
 OBSERVE_JS = r"""
@@ -276,13 +284,27 @@ def elements(text: str) -> list[dict]:
         match = _LINE.match(line)
         if match:
             name = json.loads(match["name"]) if match["name"] else ""
-            found.append({"id": int(match["id"]), "role": match["role"], "name": name,
-                          "rest": match["rest"].strip(), "depth": len(match["indent"]) // 2})
+            found.append(
+                {
+                    "id": int(match["id"]),
+                    "role": match["role"],
+                    "name": name,
+                    "rest": match["rest"].strip(),
+                    "depth": len(match["indent"]) // 2,
+                }
+            )
     return found
 
 
-def element_id(text: str, role: str | None = None, name: str | None = None, *, exact: bool = True,
-               nth: int = 0, rest: str | None = None) -> int:
+def element_id(
+    text: str,
+    role: str | None = None,
+    name: str | None = None,
+    *,
+    exact: bool = True,
+    nth: int = 0,
+    rest: str | None = None,
+) -> int:
     """The id of the ``nth`` element with this role and name in an observation's text.
 
     ``exact=False`` matches names that contain ``name`` (case-insensitive); ``rest`` must be a
@@ -302,9 +324,12 @@ def element_id(text: str, role: str | None = None, name: str | None = None, *, e
             continue
         matches.append(element["id"])
     if len(matches) <= nth:
-        same_role = [f'[{e["id"]}] {e["role"]} "{e["name"]}"' for e in elements(text) if role is None or e["role"] == role]
-        raise LookupError(f"no element #{nth} with role={role!r} name={name!r} (exact={exact}); "
-                          f"candidates: {same_role[:20]}")
+        same_role = [
+            f'[{e["id"]}] {e["role"]} "{e["name"]}"' for e in elements(text) if role is None or e["role"] == role
+        ]
+        raise LookupError(
+            f"no element #{nth} with role={role!r} name={name!r} (exact={exact}); candidates: {same_role[:20]}"
+        )
     return matches[nth]
 
 

@@ -29,8 +29,8 @@ from typing import Any, ClassVar
 
 from aiohttp import web
 
-from agentgym.sandbox.browser import LoopThread
 from agentgym.envs.tool.state import SQLiteState, StateCopy
+from agentgym.sandbox.browser import LoopThread
 
 __all__ = ["WebApp", "esc", "app_loop", "form_value"]
 
@@ -91,8 +91,10 @@ class WebApp:
         with cls._pristine_lock:
             if cls not in cls._pristine:
                 db = SQLiteState()
-                db.conn.executescript("CREATE TABLE IF NOT EXISTS agentgym_clock (ticks INTEGER NOT NULL);"
-                                      "INSERT INTO agentgym_clock VALUES (0);")
+                db.conn.executescript(
+                    "CREATE TABLE IF NOT EXISTS agentgym_clock (ticks INTEGER NOT NULL);"
+                    "INSERT INTO agentgym_clock VALUES (0);"
+                )
                 cls.__new__(cls).build_database(db)  # no __init__: it would ask for the pristine copy
                 cls._pristine[cls] = StateCopy(db)
             return cls._pristine[cls]
@@ -152,14 +154,17 @@ class WebApp:
         """The logged-in user (the ``user`` cookie), or None."""
         return request.cookies.get("user") or None
 
-    def page(self, request: web.Request, title: str, body: str, *, nav: str = "", status: int = 200,
-             style: str = "") -> web.Response:
+    def page(
+        self, request: web.Request, title: str, body: str, *, nav: str = "", status: int = 200, style: str = ""
+    ) -> web.Response:
         """A complete HTML page: the app's header with ``nav`` links, then ``body`` (already escaped HTML)."""
         user = self.user(request)
-        who = f'<span>Signed in as {esc(user)}</span>' if user else ""
-        document = (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{esc(title)}</title>"
-                    f"<style>{_BASE_STYLE}{style}</style></head><body><header><strong>{esc(self.name.title())}</strong>"
-                    f"{nav}{who}</header><main>{body}</main></body></html>")
+        who = f"<span>Signed in as {esc(user)}</span>" if user else ""
+        document = (
+            f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{esc(title)}</title>"
+            f"<style>{_BASE_STYLE}{style}</style></head><body><header><strong>{esc(self.name.title())}</strong>"
+            f"{nav}{who}</header><main>{body}</main></body></html>"
+        )
         return web.Response(text=document, content_type="text/html", status=status)
 
     @staticmethod

@@ -17,14 +17,26 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from agentgym.envs.tool.state import SQLiteState
 
-__all__ = ["WebTask", "EvalContext", "Evaluator", "AnswerExact", "AnswerIncludes", "AnswerNumber", "UrlMatch",
-           "DbCheck", "AllOf", "Step", "run_solution"]
+__all__ = [
+    "WebTask",
+    "EvalContext",
+    "Evaluator",
+    "AnswerExact",
+    "AnswerIncludes",
+    "AnswerNumber",
+    "UrlMatch",
+    "DbCheck",
+    "AllOf",
+    "Step",
+    "run_solution",
+]
 
 Step = str | Callable[[str], str]
 

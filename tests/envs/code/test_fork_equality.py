@@ -1,6 +1,5 @@
 """Forked code envs are indistinguishable from envs that replayed the same actions (real Docker)."""
 
-
 import gymnasium
 import pytest
 
@@ -20,8 +19,7 @@ PREFIX = [
 NEXT = call("bash", command="pwd; echo $STAGE; cat link; ls -la --time-style=+ | awk '{print $1, $NF}'")
 
 
-@pytest.mark.parametrize("env_id,task_id", [("agentgym/HumanEval-v0", "HumanEval/3"),
-                                            ("agentgym/RepoFix-v0", None)])
+@pytest.mark.parametrize("env_id,task_id", [("agentgym/HumanEval-v0", "HumanEval/3"), ("agentgym/RepoFix-v0", None)])
 def test_fork_at_turn_k_equals_replay(docker_ready, env_id, task_id):
     original, replayed = gymnasium.make(env_id), gymnasium.make(env_id)
     task_id = task_id or original.task_ids()[0]

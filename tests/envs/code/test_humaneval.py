@@ -100,9 +100,31 @@ def test_a_killed_container_ends_the_episode_cleanly_and_reset_recovers(env):
     assert env.step(call("bash", command="ls /workspace"))[0]["text"] == "solution.py"
 
 
-PLAIN = [None, True, False, 0, -7, 2 ** 300, -(3 ** 5000), 0.1, -0.0, float("inf"), float("-inf"), float("nan"),
-         1 - 2.5j, "", "h\u00e9llo \ud800", b"\x00\xff", [1, [True, (2.0,)]], (), ("a", ["b"]),
-         {"k": {1: (2, frozenset({3}))}, (1, "x"): None, False: b""}, set(), {1, "x", (2, 3)}, frozenset({()})]
+PLAIN = [
+    None,
+    True,
+    False,
+    0,
+    -7,
+    2**300,
+    -(3**5000),
+    0.1,
+    -0.0,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+    1 - 2.5j,
+    "",
+    "h\u00e9llo \ud800",
+    b"\x00\xff",
+    [1, [True, (2.0,)]],
+    (),
+    ("a", ["b"]),
+    {"k": {1: (2, frozenset({3}))}, (1, "x"): None, False: b""},
+    set(),
+    {1, "x", (2, 3)},
+    frozenset({()}),
+]
 
 
 @pytest.mark.parametrize("value", PLAIN, ids=repr)
@@ -120,8 +142,11 @@ class Int(int):
     pass
 
 
-@pytest.mark.parametrize("value", [AlwaysEqual(), Int(1), (x for x in "ab"), [1, object()], {"k": AlwaysEqual()},
-                                   len, bytearray(b"x"), {Int(2)}], ids=repr)
+@pytest.mark.parametrize(
+    "value",
+    [AlwaysEqual(), Int(1), (x for x in "ab"), [1, object()], {"k": AlwaysEqual()}, len, bytearray(b"x"), {Int(2)}],
+    ids=repr,
+)
 def test_only_plain_data_is_encoded(value):
     with pytest.raises(NotPlainData):
         encode(value)
@@ -134,9 +159,27 @@ def _deep(depth):
     return tree
 
 
-@pytest.mark.parametrize("tree", [["X"], ["I", 5], ["I", "zz"], ["B", 1], ["S"], ["N", 1], ["F", "one"], [], "str", 3,
-                                  None, ["L", ["I", "1"]], ["D", [["N"]]], ["D", [[["L", []], ["N"]]]],
-                                  ["E", [["L", []]]], _deep(100_000)])
+@pytest.mark.parametrize(
+    "tree",
+    [
+        ["X"],
+        ["I", 5],
+        ["I", "zz"],
+        ["B", 1],
+        ["S"],
+        ["N", 1],
+        ["F", "one"],
+        [],
+        "str",
+        3,
+        None,
+        ["L", ["I", "1"]],
+        ["D", [["N"]]],
+        ["D", [[["L", []], ["N"]]]],
+        ["E", [["L", []]]],
+        _deep(100_000),
+    ],
+)
 def test_malformed_plain_data_is_refused(tree):
     with pytest.raises(ProtocolError):
         decode(tree)

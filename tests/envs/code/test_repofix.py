@@ -26,10 +26,17 @@ def test_every_shipped_task_is_verified_in_the_sandbox(docker_ready):
 
     with ThreadPoolExecutor(4) as pool:
         for instance_id, gold, unpatched in pool.map(verify, TASKS):
-            assert gold["resolved"] and gold["reporter"], (instance_id, gold["error"], gold["fail_to_pass"], gold["pass_to_pass"])
+            assert gold["resolved"] and gold["reporter"], (
+                instance_id,
+                gold["error"],
+                gold["fail_to_pass"],
+                gold["pass_to_pass"],
+            )
             # A genuine failure, seen by the trusted reporter without any sign of tampering.
             assert unpatched["error"] is None, (instance_id, unpatched["error"])
-            assert not unpatched["resolved"] and unpatched["fail_to_pass"]["passed"] < unpatched["fail_to_pass"]["total"], instance_id
+            assert (
+                not unpatched["resolved"] and unpatched["fail_to_pass"]["passed"] < unpatched["fail_to_pass"]["total"]
+            ), instance_id
 
 
 @pytest.fixture
@@ -62,15 +69,17 @@ def test_planting_fake_hidden_tests_does_not_help(env):
     env.reset(options={"task_id": task["instance_id"]})
     for path in repofix_gen.patched_files(task["test_patch"]):
         env.step(call("write_file", path=path, content="def test_nothing():\n    pass\n"))
-    obs, reward, *_ , info = env.step(call("submit"))
+    obs, reward, *_, info = env.step(call("submit"))
     assert reward == 0.0 and info["grade"]["error"] is None
 
 
 def test_a_conftest_that_forces_passes_is_not_graded(env):
     task = TASKS[4]
     env.reset(options={"task_id": task["instance_id"]})
-    hack = ("import pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
-            "    outcome = yield\n    report = outcome.get_result()\n    report.outcome = 'passed'\n")
+    hack = (
+        "import pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+        "    outcome = yield\n    report = outcome.get_result()\n    report.outcome = 'passed'\n"
+    )
     env.step(call("write_file", path="conftest.py", content=hack))
     env.step(call("write_file", path="sub/conftest.py", content=hack))
     obs, *_ = env.step(call("run_tests", paths="-k no_test_matches_this"))
@@ -87,10 +96,14 @@ def test_a_test_command_that_is_not_plain_pytest_is_graded_from_its_log(docker_r
 
 
 def test_plain_pytest_commands_run_under_the_launcher():
-    assert reporter_command("python3 -m pytest -rA -p no:cacheprovider t.py", "/g/l.py") == \
-        "python3 /g/l.py -rA -p no:cacheprovider t.py"
-    assert reporter_command("FOO='1 2' python3.9 -W error -m pytest -rA -k 'a or b'", "/g/l.py") == \
-        "FOO='1 2' python3.9 -W error /g/l.py -rA -k 'a or b'"
+    assert (
+        reporter_command("python3 -m pytest -rA -p no:cacheprovider t.py", "/g/l.py")
+        == "python3 /g/l.py -rA -p no:cacheprovider t.py"
+    )
+    assert (
+        reporter_command("FOO='1 2' python3.9 -W error -m pytest -rA -k 'a or b'", "/g/l.py")
+        == "FOO='1 2' python3.9 -W error /g/l.py -rA -k 'a or b'"
+    )
     assert reporter_command("/env/bin/pytest -rA t.py", "/g/l.py") == "/env/bin/python /g/l.py -rA t.py"
     for other in ("tox -e py", "python runtests.py", "pytest t.py; true", "pytest $TESTS", "python -c 'x' -m pytest"):
         assert reporter_command(other, "/g/l.py") is None, other
@@ -98,7 +111,13 @@ def test_plain_pytest_commands_run_under_the_launcher():
 
 def test_run_tests_runs_pytest_in_the_repository(env):
     env.reset(options={"task_id": TASKS[0]["instance_id"]})
-    env.step(call("write_file", path="test_mine.py", content="def test_ok():\n    pass\n\ndef test_bad():\n    assert 1 == 2\n"))
+    env.step(
+        call(
+            "write_file",
+            path="test_mine.py",
+            content="def test_ok():\n    pass\n\ndef test_bad():\n    assert 1 == 2\n",
+        )
+    )
     obs, *_, info = env.step(call("run_tests", paths="test_mine.py"))
     assert "1 failed, 1 passed" in obs["text"] and info["exit_code"] == 1
     obs, *_ = env.step(call("run_tests", paths="no_such_dir_xyz"))
@@ -126,15 +145,18 @@ def test_swebench_instance_file_with_an_image_at_testbed(docker_ready, tmp_path)
     builder = DockerSandbox.create(config=SandboxConfig(user="0:0", cap_drop=()), warm=False)
     try:
         builder.exec("mkdir /testbed")
-        builder.put_tree("/testbed", workspace_tarball(task["instance_id"], json.dumps(task, sort_keys=True), builder.config))
+        builder.put_tree(
+            "/testbed", workspace_tarball(task["instance_id"], json.dumps(task, sort_keys=True), builder.config)
+        )
         builder.exec("chown -R root:root /testbed")  # as in SWE-bench images
         image = engine.api().commit(builder.id, repository="agentgym-test/swebench", tag="t1")["Id"]
     finally:
         builder.close()
     try:
         instance = {k: v for k, v in task.items() if k not in ("repo", "bug_patch", "base_commit")}
-        instance.update(image=image, FAIL_TO_PASS=json.dumps(task["FAIL_TO_PASS"]),
-                        PASS_TO_PASS=json.dumps(task["PASS_TO_PASS"]))
+        instance.update(
+            image=image, FAIL_TO_PASS=json.dumps(task["FAIL_TO_PASS"]), PASS_TO_PASS=json.dumps(task["PASS_TO_PASS"])
+        )
         path = tmp_path / "instances.json"
         path.write_text(json.dumps([instance]))
         env = gymnasium.make("agentgym/RepoFix-v0", instances=str(path))

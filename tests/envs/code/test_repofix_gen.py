@@ -76,10 +76,22 @@ def body(*lines: str) -> str:
         ("swap_and_or", body("def f(a, b):", "    return a and b"), [body("def f(a, b):", "    return a or b")]),
         # `a and b or c`: swapping the inner `and` needs parentheses to keep its grouping; swapping
         # the outer `or` cannot be written without regrouping and is rejected by the AST check.
-        ("swap_and_or", body("def f(a, b, c):", "    return a and b or c"), [body("def f(a, b, c):", "    return (a or b) or c")]),
-        ("drop_not", body("def f(a, b, c):", "    return c and not (a or b)"), [body("def f(a, b, c):", "    return c and (a or b)")]),
+        (
+            "swap_and_or",
+            body("def f(a, b, c):", "    return a and b or c"),
+            [body("def f(a, b, c):", "    return (a or b) or c")],
+        ),
+        (
+            "drop_not",
+            body("def f(a, b, c):", "    return c and not (a or b)"),
+            [body("def f(a, b, c):", "    return c and (a or b)")],
+        ),
         ("wrong_arith", body("def f(a, b):", "    return a * b"), [body("def f(a, b):", "    return a / b")]),
-        ("wrong_arith", body("def f(a, b):", "    a //= b", "    return a"), [body("def f(a, b):", "    a /= b", "    return a")]),
+        (
+            "wrong_arith",
+            body("def f(a, b):", "    a //= b", "    return a"),
+            [body("def f(a, b):", "    a /= b", "    return a")],
+        ),
         ("wrong_arith", body("def f(a):", "    return 'x' + a"), []),
         (
             "wrong_return",
@@ -91,13 +103,28 @@ def body(*lines: str) -> str:
         ("swap_args", body("def f(a, b):", "    return isinstance(a, b)"), []),
         (
             "delete_statement",
-            body("def f(xs):", "    out = []", "    for x in xs:", "        if x is None:", "            continue",
-                 "        out.append(x)", "    return out"),
-            sorted([
-                body("def f(xs):", "    out = []", "    for x in xs:", "        out.append(x)", "    return out"),
-                body("def f(xs):", "    out = []", "    for x in xs:", "        if x is None:", "            continue",
-                     "    return out"),
-            ]),
+            body(
+                "def f(xs):",
+                "    out = []",
+                "    for x in xs:",
+                "        if x is None:",
+                "            continue",
+                "        out.append(x)",
+                "    return out",
+            ),
+            sorted(
+                [
+                    body("def f(xs):", "    out = []", "    for x in xs:", "        out.append(x)", "    return out"),
+                    body(
+                        "def f(xs):",
+                        "    out = []",
+                        "    for x in xs:",
+                        "        if x is None:",
+                        "            continue",
+                        "    return out",
+                    ),
+                ]
+            ),
         ),
         (
             "delete_statement",
@@ -107,7 +134,12 @@ def body(*lines: str) -> str:
         (
             "wrong_default",
             body("def f(a, strict=True, *, n=0):", "    return a"),
-            sorted([body("def f(a, strict=False, *, n=0):", "    return a"), body("def f(a, strict=True, *, n=1):", "    return a")]),
+            sorted(
+                [
+                    body("def f(a, strict=False, *, n=0):", "    return a"),
+                    body("def f(a, strict=True, *, n=1):", "    return a"),
+                ]
+            ),
         ),
     ],
 )
@@ -134,9 +166,7 @@ def test_mutations_skip_docstrings_and_attribute_nested_functions():
 
 def test_offsets_are_bytes_so_non_ascii_source_works():
     source = body("def f(s):", "    return s == 'é' and len(s) > 1")
-    assert mutants(source, "flip_comparison") == sorted(
-        [source.replace("==", "!="), source.replace("> 1", ">= 1")]
-    )
+    assert mutants(source, "flip_comparison") == sorted([source.replace("==", "!="), source.replace("> 1", ">= 1")])
 
 
 def test_apply_mutation_rejects_edits_that_do_not_produce_the_intended_tree():
@@ -182,17 +212,19 @@ def test_apply_patch_raises_when_the_patch_does_not_fit(tmp_path):
 
 
 def test_parse_pytest_report():
-    output = "\n".join([
-        "..F",
-        "=========================== short test summary info ============================",
-        "PASSED tests/test_a.py::test_one",
-        "PASSED tests/test_a.py::test_p[a - b]",
-        "PASSED tests/test_a.py::test_teardown",
-        "ERROR tests/test_a.py::test_teardown - RuntimeError: boom",
-        "FAILED tests/test_a.py::test_two - assert 1 == 2",
-        "SKIPPED [1] tests/test_a.py:9: no numpy",
-        "ERROR tests/test_b.py - ImportError: nope",
-    ])
+    output = "\n".join(
+        [
+            "..F",
+            "=========================== short test summary info ============================",
+            "PASSED tests/test_a.py::test_one",
+            "PASSED tests/test_a.py::test_p[a - b]",
+            "PASSED tests/test_a.py::test_teardown",
+            "ERROR tests/test_a.py::test_teardown - RuntimeError: boom",
+            "FAILED tests/test_a.py::test_two - assert 1 == 2",
+            "SKIPPED [1] tests/test_a.py:9: no numpy",
+            "ERROR tests/test_b.py - ImportError: nope",
+        ]
+    )
     assert gen.parse_pytest_report(output) == {
         "tests/test_a.py::test_one": True,
         "tests/test_a.py::test_p[a": True,  # why the generator never ships ids containing " - "
@@ -230,7 +262,9 @@ def test_problem_statement_reads_like_a_bug_report():
 
 
 def test_problem_statement_for_an_exception_hides_object_addresses():
-    failure = _failure(exc_type="error", exception="zlib.error: bad stream <Obj at 0x7f00deadbeef>", raised_in_test=False)
+    failure = _failure(
+        exc_type="error", exception="zlib.error: bad stream <Obj at 0x7f00deadbeef>", raised_in_test=False
+    )
     text = gen.problem_statement("inflection", ["t.py::t"], {"t.py::t": failure}, {"camelize"}, "camelize")
     assert text.splitlines()[0] == "`camelize` raises zlib.error"
     assert "0x..." in text and "deadbeef" not in text

@@ -9,8 +9,15 @@ import pytest
 
 from agentgym.sandbox import engine
 from agentgym.sandbox.base import SandboxError
-from agentgym.sandbox.desktop import (DESKTOP_PACKAGES, DesktopSandbox, Screen, decode_screenshot, desktop_config,
-                                      desktop_image_tag, tar_tree)
+from agentgym.sandbox.desktop import (
+    DESKTOP_PACKAGES,
+    DesktopSandbox,
+    Screen,
+    decode_screenshot,
+    desktop_config,
+    desktop_image_tag,
+    tar_tree,
+)
 
 
 def xwd(pixels: np.ndarray, byte_order: int = 0) -> bytes:
@@ -18,8 +25,33 @@ def xwd(pixels: np.ndarray, byte_order: int = 0) -> bytes:
     height, width, _ = pixels.shape
     stride = width * 4 + 8  # rows padded, as servers may do
     name = b"xwdump\0"
-    header = [100 + len(name), 7, 2, 24, width, height, 0, byte_order, 32, byte_order, 32, 32, stride, 4,
-              0xFF0000, 0xFF00, 0xFF, 8, 256, 2, width, height, 0, 0, 0]
+    header = [
+        100 + len(name),
+        7,
+        2,
+        24,
+        width,
+        height,
+        0,
+        byte_order,
+        32,
+        byte_order,
+        32,
+        32,
+        stride,
+        4,
+        0xFF0000,
+        0xFF00,
+        0xFF,
+        8,
+        256,
+        2,
+        width,
+        height,
+        0,
+        0,
+        0,
+    ]
     values = (pixels[..., 0].astype(np.uint32) << 16) | (pixels[..., 1].astype(np.uint32) << 8) | pixels[..., 2]
     rows = np.zeros((height, stride // 4), dtype="<u4" if byte_order == 0 else ">u4")
     rows[:, :width] = values

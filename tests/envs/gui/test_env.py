@@ -83,11 +83,14 @@ def _continue(env, steps):
     return seen, info
 
 
-@pytest.mark.parametrize("task_id, prefix, mode", [
-    ("sheet-line-totals", 4, "relaunch"),   # an entry focused with its cursor mid-cell, unsaved edits
-    ("files-docs-folder", 7, "relaunch"),   # a new folder selected, a half-typed name in the field
-    ("xedit-fix-typo", 2, "replay"),        # an unsaved buffer that only xedit's memory holds
-])
+@pytest.mark.parametrize(
+    "task_id, prefix, mode",
+    [
+        ("sheet-line-totals", 4, "relaunch"),  # an entry focused with its cursor mid-cell, unsaved edits
+        ("files-docs-folder", 7, "relaunch"),  # a new folder selected, a half-typed name in the field
+        ("xedit-fix-typo", 2, "replay"),  # an unsaved buffer that only xedit's memory holds
+    ],
+)
 def test_fork_equals_replay(desktop_image, task_id, prefix, mode):
     """A fork's screenshots and texts after each next action equal those of an env that replayed the prefix."""
     solution = TASKS[task_id].solution
@@ -105,7 +108,9 @@ def test_fork_equals_replay(desktop_image, task_id, prefix, mode):
         replay, replay_info = _continue(replayed, solution[prefix:])
         for (fork_image, fork_text), (replay_image, replay_text) in zip(forked, replay):
             assert fork_text == replay_text
-            assert np.array_equal(fork_image, replay_image), f"{(fork_image != replay_image).any(-1).sum()} pixels differ"
+            assert np.array_equal(fork_image, replay_image), (
+                f"{(fork_image != replay_image).any(-1).sum()} pixels differ"
+            )
         assert fork_info["success"] and replay_info["success"]
         # The original goes on independently of its fork.
         _, original_info = _continue(original, solution[prefix:])

@@ -4,21 +4,46 @@ import pytest
 
 from agentgym.envs.gui.apps import formula
 
-CELLS = {"A1": "Item", "B1": "3", "B2": "4.5", "B3": "=B1*B2", "C1": "=SUM(B1:B2)", "C2": "=AVERAGE(B1:B3)",
-         "C3": "=MAX(B1:B3)-MIN(B1:B2)", "D1": "=D1+1", "D2": "=A1*2", "D3": "=B1/(B2-4.5)", "E1": "=COUNT(B1:B3)",
-         "E2": "=-B1 + 2*(B2 - 1)", "E3": "=nonsense(", "E4": "=C1+E5"}
+CELLS = {
+    "A1": "Item",
+    "B1": "3",
+    "B2": "4.5",
+    "B3": "=B1*B2",
+    "C1": "=SUM(B1:B2)",
+    "C2": "=AVERAGE(B1:B3)",
+    "C3": "=MAX(B1:B3)-MIN(B1:B2)",
+    "D1": "=D1+1",
+    "D2": "=A1*2",
+    "D3": "=B1/(B2-4.5)",
+    "E1": "=COUNT(B1:B3)",
+    "E2": "=-B1 + 2*(B2 - 1)",
+    "E3": "=nonsense(",
+    "E4": "=C1+E5",
+}
 
 
-@pytest.mark.parametrize("name, value", [
-    ("A1", "Item"), ("B1", 3.0), ("B3", 13.5), ("C1", 7.5), ("C2", 7.0), ("C3", 10.5), ("E1", 3.0), ("E2", 4.0),
-    ("E4", 7.5), ("A9", None),
-])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("A1", "Item"),
+        ("B1", 3.0),
+        ("B3", 13.5),
+        ("C1", 7.5),
+        ("C2", 7.0),
+        ("C3", 10.5),
+        ("E1", 3.0),
+        ("E2", 4.0),
+        ("E4", 7.5),
+        ("A9", None),
+    ],
+)
 def test_values(name, value):
     assert formula.evaluate(CELLS, name) == value
 
 
-@pytest.mark.parametrize("name, problem", [("D1", "itself"), ("D2", "not a number"), ("D3", "division by zero"),
-                                           ("E3", "cannot read")])
+@pytest.mark.parametrize(
+    "name, problem", [("D1", "itself"), ("D2", "not a number"), ("D3", "division by zero"), ("E3", "cannot read")]
+)
 def test_errors(name, problem):
     with pytest.raises(formula.FormulaError, match=problem):
         formula.evaluate(CELLS, name)

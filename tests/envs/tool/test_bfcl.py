@@ -6,12 +6,12 @@ import uuid
 
 import gymnasium
 import pytest
-from gymnasium.utils.env_checker import check_env
-
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
+from gymnasium.utils.env_checker import check_env
 
 from agentgym.envs.tool.bfcl import CATEGORIES, BFCLMultiTurnEnv, from_bfcl_call, load_tasks
+
 
 @pytest.fixture(scope="module")
 def envs():
@@ -28,7 +28,9 @@ def play(env, task_id, trajectory):
     errors = []
     for turn in trajectory:
         for reply in turn:
-            obs, reward, terminated, truncated, info = env.step([from_bfcl_call(c, task["involved_classes"]) for c in reply])
+            obs, reward, terminated, truncated, info = env.step(
+                [from_bfcl_call(c, task["involved_classes"]) for c in reply]
+            )
             assert not (terminated or truncated), obs
             errors += [info["error"]] if info["error"] else []
         step = env.step("Done.")
@@ -94,7 +96,7 @@ def perturbations(task):
 def test_verdicts_equal_the_official_checker(envs, category):
     env = envs[category]
     failed = total = 0
-    for task_id in env.task_ids()[:: 10]:  # 20 tasks per category, 4 trajectories each
+    for task_id in env.task_ids()[::10]:  # 20 tasks per category, 4 trajectories each
         task = env.tasks[task_id]
         trajectories = {"ground truth": ground_truth(task, one_call_per_reply=True), **perturbations(task)}
         for name, trajectory in trajectories.items():
@@ -125,7 +127,9 @@ def test_withheld_functions_arrive_with_their_turn():
     task = env.tasks["multi_turn_miss_func_0"]
     assert task["missed_function"] == {"3": ["sort"]}
     obs, info = env.reset(options={"task_id": "multi_turn_miss_func_0"})
-    assert "You are an expert in composing functions." in obs["text"] and task["question"][0][0]["content"] in obs["text"]
+    assert (
+        "You are an expert in composing functions." in obs["text"] and task["question"][0][0]["content"] in obs["text"]
+    )
     names = lambda info: {tool["function"]["name"] for tool in info["tools"]}  # noqa: E731
     assert "sort" not in names(info) and "cd" in names(info)
     # Not offered yet, but a call still runs on the backend, as in BFCL (its ground truth does this).
@@ -146,7 +150,8 @@ def test_results_are_bfcls_result_text():
     model_name = f"official_{uuid.uuid4().hex}"
     try:
         expected, _ = multi_turn_utils.execute_multi_turn_func_call(
-            calls, task["initial_config"], task["involved_classes"], model_name, task["id"])
+            calls, task["initial_config"], task["involved_classes"], model_name, task["id"]
+        )
     finally:
         for name in [n for n in list(vars(multi_turn_utils)) if n.startswith(model_name)]:
             delattr(multi_turn_utils, name)
@@ -158,8 +163,10 @@ def test_results_are_bfcls_result_text():
 
 def public_state(env):
     """What BFCL's state checker compares: every instance's public attributes."""
-    return {name: {k: v for k, v in vars(instance).items() if not k.startswith("_")}
-            for name, instance in env.state.instances.items()}
+    return {
+        name: {k: v for k, v in vars(instance).items() if not k.startswith("_")}
+        for name, instance in env.state.instances.items()
+    }
 
 
 @pytest.mark.parametrize("task_id", ["multi_turn_base_3", "multi_turn_miss_func_0", "multi_turn_long_context_7"])
@@ -173,8 +180,10 @@ def test_fork_mid_episode_then_continue_equals_replay(task_id):
     half = len(replies) // 2
 
     def run(target, actions):
-        return [(step[0], step[1], step[2], step[3], {k: v for k, v in step[4].items() if k != "tools"}, step[4]["tools"])
-                for step in map(target.step, actions)]
+        return [
+            (step[0], step[1], step[2], step[3], {k: v for k, v in step[4].items() if k != "tools"}, step[4]["tools"])
+            for step in map(target.step, actions)
+        ]
 
     env.reset(options={"task_id": task_id})
     run(env, replies[:half])

@@ -1,6 +1,5 @@
 """KeyChain, the built-in CPU training env: its tasks, its scripted solutions, its errors and its long-tailed latency."""
 
-import time
 
 import pytest
 
@@ -30,7 +29,7 @@ def test_a_chain_of_hops_ends_at_the_answer_and_every_key_has_an_entry():
     assert set(task["table"]) == set(KEYS)
     key, hops = task["start"], 0
     while task["table"][key].startswith("see "):
-        key, hops = task["table"][key][len('see "'):-1], hops + 1
+        key, hops = task["table"][key][len('see "') : -1], hops + 1
     assert task["table"][key] == task["answer"] and hops + 1 == task["hops"]
 
 

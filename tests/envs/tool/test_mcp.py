@@ -73,9 +73,7 @@ def test_time_server_calls_return_the_result_text(time_server):
     assert now["datetime"].endswith("+09:00")
 
     converted = json.loads(
-        time_server.call(
-            "convert_time", {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}
-        )
+        time_server.call("convert_time", {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"})
     )
     assert converted["target"]["datetime"].endswith("T21:00:00+09:00")
     assert converted["time_difference"] == "+9.0h"
@@ -208,6 +206,7 @@ def test_close_kills_a_server_that_will_not_exit(tmp_path):
 
 # --- MCP servers as an env's tools ---------------------------------------------------------
 
+
 def call(name: str, **arguments) -> str:
     return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
@@ -216,8 +215,12 @@ TIME_TASKS = {"tokyo": {"prompt": "What time is it in Tokyo? Use the tools, then
 
 
 def asked_the_right_zone(task, state, transcript):
-    ok = any(step["tool"] == "get_current_time" and step["arguments"].get("timezone") == task["zone"]
-             and task["zone"] in step["result"] for step in transcript)
+    ok = any(
+        step["tool"] == "get_current_time"
+        and step["arguments"].get("timezone") == task["zone"]
+        and task["zone"] in step["result"]
+        for step in transcript
+    )
     return float(ok), ok
 
 
@@ -231,7 +234,9 @@ def test_from_mcp_runs_an_episode_on_a_server_per_env_and_forks_start_their_own(
     fork = env.fork()
     assert fork.server.pid != env.server.pid
     assert env.step(call("submit"))[1:3] == (1.0, True)
-    assert fork.step(call("convert_time", source_timezone="UTC", time="12:00", target_timezone="Nope/Zone"))[0]["text"].startswith("Error")
+    assert fork.step(call("convert_time", source_timezone="UTC", time="12:00", target_timezone="Nope/Zone"))[0][
+        "text"
+    ].startswith("Error")
     pids = [env.server.pid, fork.server.pid]
     env.close(), fork.close()
     assert all(gone(pid) for pid in pids)
@@ -249,8 +254,9 @@ def test_a_shared_server_outlives_the_envs_that_use_it(time_server):
 def test_an_mcp_env_passes_check_env_and_works_through_gymnasium_make(repo):
     from agentgym.registration import register_env
 
-    register_env("test-GitStatus-v0", MCPToolEnv, tasks={"status": "Report the repository status."},
-                 command=git_server(repo))
+    register_env(
+        "test-GitStatus-v0", MCPToolEnv, tasks={"status": "Report the repository status."}, command=git_server(repo)
+    )
     env = gymnasium.make("agentgym/test-GitStatus-v0")
     try:
         check_env(env, skip_render_check=False, skip_close_check=True)

@@ -13,16 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from agentgym.sandbox.browser import BROWSER_USER, BrowserHost, BrowserUnavailableError
 from agentgym.envs.web.observation import element_id
+from agentgym.sandbox.browser import BROWSER_USER, BrowserHost, BrowserUnavailableError
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def renderers(host):
     """Pids of the host's renderer processes."""
-    return [pid for pid in host.chromium_pids()
-            if b"--type=renderer" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    return [pid for pid in host.chromium_pids() if b"--type=renderer" in Path(f"/proc/{pid}/cmdline").read_bytes()]
 
 
 def status(pid):
@@ -56,9 +55,12 @@ def test_chromium_runs_unprivileged_with_its_sandbox_and_leaves_no_files(notes_a
         home = host._profile.home
         # This process may run other hosts' browsers too (the web envs share one): take this host's,
         # the browser process (no --type) whose environment is this host's private home.
-        [browser] = [pid for pid in host.chromium_pids()
-                     if b"--type=" not in Path(f"/proc/{pid}/cmdline").read_bytes()
-                     and f"HOME={home}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")]
+        [browser] = [
+            pid
+            for pid in host.chromium_pids()
+            if b"--type=" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+            and f"HOME={home}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        ]
         argv = Path(f"/proc/{browser}/cmdline").read_bytes().split(b"\0")
         assert b"--no-sandbox" not in argv
         profile = Path(next(arg for arg in argv if arg.startswith(b"--user-data-dir=")).split(b"=", 1)[1].decode())
@@ -84,11 +86,26 @@ def test_an_unprivileged_process_runs_chromium_sandboxed_as_itself(tmp_path):
         "session = host.run(host.open_session([]), timeout=60); host.run(session.new_page('about:blank'))\n"
         "pids = [p for p in host.chromium_pids() if b'--type=renderer' in Path(f'/proc/{p}/cmdline').read_bytes()]\n"
         "print('seccomp', {Path(f'/proc/{p}/status').read_text().split('Seccomp:')[1].split()[0] for p in pids})\n"
-        "host.run(session.close()); host.close()\n")
+        "host.run(session.close()); host.close()\n"
+    )
     try:
-        done = subprocess.run(["setpriv", f"--reuid={BROWSER_USER}", f"--regid={BROWSER_USER}", "--clear-groups",
-                               sys.executable, "-c", script, str(ROOT)], capture_output=True, text=True, timeout=120,
-                              env={"PATH": os.environ["PATH"], "HOME": str(home)}, cwd=home)
+        done = subprocess.run(
+            [
+                "setpriv",
+                f"--reuid={BROWSER_USER}",
+                f"--regid={BROWSER_USER}",
+                "--clear-groups",
+                sys.executable,
+                "-c",
+                script,
+                str(ROOT),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PATH": os.environ["PATH"], "HOME": str(home)},
+            cwd=home,
+        )
     finally:
         subprocess.run(["rm", "-rf", str(home)])
     assert done.returncode == 0, done.stderr[-2000:]
@@ -99,9 +116,11 @@ def test_a_sandbox_chromium_cannot_start_is_an_error_with_its_reason(caplog):
     # A stand-in for Chromium on a kernel without unprivileged user namespaces (its real message).
     folder = Path(tempfile.mkdtemp(prefix="agentgym-test-chromium-"))
     fake = folder / "chromium"
-    fake.write_text("#!/bin/sh\necho '[1:1:FATAL:zygote_host_impl_linux.cc(128)] No usable sandbox! If you are "
-                    "running on Ubuntu 23.10+ or another Linux distro that has disabled unprivileged user namespaces "
-                    "with AppArmor, see ...' >&2\nexit 1\n")
+    fake.write_text(
+        "#!/bin/sh\necho '[1:1:FATAL:zygote_host_impl_linux.cc(128)] No usable sandbox! If you are "
+        "running on Ubuntu 23.10+ or another Linux distro that has disabled unprivileged user namespaces "
+        "with AppArmor, see ...' >&2\nexit 1\n"
+    )
     fake.chmod(0o755)
     folder.chmod(0o755)
     host = BrowserHost(fake)
@@ -138,7 +157,7 @@ def test_data_and_blob_documents_are_refused_unless_declared(notes_env):
 
     assert loaded_frames() == []
     # A page's link to a data: document leads nowhere either (Chromium's own rule for top frames).
-    observation, *_ = notes_env.step(f'click({element_id(observation["text"], "link", "Data page")})')
+    observation, *_ = notes_env.step(f"click({element_id(observation['text'], 'link', 'Data page')})")
     assert "URL: http://notes.local/frames" in observation["text"]
 
     # A session that declares the schemes gets them (as a task that needs them would).
@@ -180,7 +199,7 @@ def test_downloads_are_refused_reported_and_leave_nothing_on_the_host(notes_env)
     observation, *_ = notes_env.step('goto("/downloads")')
     reports = []
     for name in ("Export", "Save", "Blob"):
-        observation, *_ = notes_env.step(f'click({element_id(observation["text"], "link", name)})')
+        observation, *_ = notes_env.step(f"click({element_id(observation['text'], 'link', name)})")
         reports.append("Downloads refused (files are never saved): " in observation["text"])
     time.sleep(0.5)
     assert files_with(b"notes-secret-", {tempfile.gettempdir(), os.path.expanduser("~")}, start) == []
@@ -268,7 +287,7 @@ def test_the_gate_passes_the_envs_own_traffic_intact(notes_env):
     observation, _ = notes_env.reset(options={"task_id": "add/0"})
     text = "x" * 100_000
     notes_env.step(f'fill({element_id(observation["text"], "textbox", "Note")}, "{text}")')
-    observation, *_ = notes_env.step(f'click({element_id(observation["text"], "button", "Add")})')
+    observation, *_ = notes_env.step(f"click({element_id(observation['text'], 'button', 'Add')})")
     assert notes_env.app.db.query("SELECT count(*) FROM notes WHERE text = ?", (text,))[0][0] == 1
     assert "Blocked requests" not in observation["text"]
 

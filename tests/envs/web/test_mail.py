@@ -9,17 +9,18 @@ from collections import defaultdict
 import pytest
 
 from agentgym.envs.web.app_env import WebAppEnv, app_tasks
+from agentgym.envs.web.apps.mail import tasks as mail_tasks
 from agentgym.envs.web.observation import element_id
 from agentgym.envs.web.tasks import run_solution
-from agentgym.envs.web.apps.mail import tasks as mail_tasks
 
 TASKS = app_tasks("mail")
 BY_TEMPLATE = defaultdict(list)
 for _task in TASKS.values():
     BY_TEMPLATE[_task.template].append(_task.id)
 #: The first and (marked slow, for `-m "not slow"`) the last instance of every template.
-SOLVED = [ids[0] for ids in BY_TEMPLATE.values()] + [pytest.param(ids[-1], marks=pytest.mark.slow)
-                                                     for ids in BY_TEMPLATE.values()]
+SOLVED = [ids[0] for ids in BY_TEMPLATE.values()] + [
+    pytest.param(ids[-1], marks=pytest.mark.slow) for ids in BY_TEMPLATE.values()
+]
 FIRST = next(iter(TASKS))
 
 
@@ -59,8 +60,9 @@ def test_wrong_answer_fails(mail_env, template):
     assert _fails(mail_env, task.id, (*task.solution[:-1], 'answer("Nobody, 77")'))
 
 
-@pytest.mark.parametrize("template", ["star_subject", "reply_latest_from", "archive_all_from", "change_signature",
-                                      "nav_search_sender"])
+@pytest.mark.parametrize(
+    "template", ["star_subject", "reply_latest_from", "archive_all_from", "change_signature", "nav_search_sender"]
+)
 def test_answering_without_doing_the_work_fails(mail_env, template):
     assert _fails(mail_env, BY_TEMPLATE[template][0], ('answer("")',))
 
@@ -73,8 +75,9 @@ def test_starring_the_wrong_message_fails(mail_env):
 
 
 def _post(origin, path, user, fields):
-    request = urllib.request.Request(origin + path, data=urllib.parse.urlencode(fields).encode(),
-                                     headers={"Cookie": f"user={user}"})
+    request = urllib.request.Request(
+        origin + path, data=urllib.parse.urlencode(fields).encode(), headers={"Cookie": f"user={user}"}
+    )
     try:
         with urllib.request.urlopen(request) as response:
             return response.status, response.geturl(), response.read().decode()
@@ -100,8 +103,10 @@ def test_forms_show_validation_errors(mail_env):
     # Sending to a colleague delivers to their inbox; a contact's name is accepted as an address.
     status, url, _ = _post(origin, "/compose", "alice", {"to": "Bob Okafor", "subject": "Hello Bob", "body": "Hi"})
     assert status == 200 and urllib.parse.urlsplit(url).path == "/folder/sent"
-    assert db.query("SELECT owner, folder, to_addrs FROM messages WHERE subject = 'Hello Bob' ORDER BY id") == \
-        [("alice", "sent", "bob@larkspur.test"), ("bob", "inbox", "bob@larkspur.test")]
+    assert db.query("SELECT owner, folder, to_addrs FROM messages WHERE subject = 'Hello Bob' ORDER BY id") == [
+        ("alice", "sent", "bob@larkspur.test"),
+        ("bob", "inbox", "bob@larkspur.test"),
+    ]
 
 
 def test_login_sets_the_user_and_signed_out_visitors_go_to_the_login_page(mail_env):
@@ -138,7 +143,7 @@ def test_fork_equals_the_original_and_has_its_own_server():
             original, forked = env.step(action)[0], fork.step(action)[0]
             assert _digest(original) == _digest(forked)
             # Finish the reply in the fork only: the original's server never sees it.
-            for step in steps[half + 1:-1]:
+            for step in steps[half + 1 : -1]:
                 forked, *_ = fork.step(step(forked["text"]) if callable(step) else step)
             count = "SELECT COUNT(*) FROM messages WHERE folder = 'sent' AND sent_at >= '2026-01-05 09:00'"
             assert fork.app.db.query(count) == [(1,)] and env.app.db.query(count) == [(0,)]
@@ -154,5 +159,5 @@ def test_reply_all_and_forward_prefill_the_form(mail_env):
     observation, _ = mail_env.reset(options={"task_id": task.id})
     for step in task.solution[:-4]:  # up to the open message
         observation, *_ = mail_env.step(step(observation["text"]) if callable(step) else step)
-    text = mail_env.step(f'click({element_id(observation["text"], "link", "Reply all")})')[0]["text"]
+    text = mail_env.step(f"click({element_id(observation['text'], 'link', 'Reply all')})")[0]["text"]
     assert 'textbox "Cc" value=""' not in text and 'textbox "Subject" value="Re: ' in text

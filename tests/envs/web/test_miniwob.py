@@ -17,7 +17,7 @@ TASKS = miniwob_tasks()
 def goal_of(text: str) -> str:
     first = text.splitlines()[0]
     assert first.startswith("Goal: "), text[:200]
-    return first[len("Goal: "):]
+    return first[len("Goal: ") :]
 
 
 def quoted(goal: str) -> list[str]:
@@ -86,18 +86,26 @@ SOLUTIONS = {
     "click-button": lambda t: [f"click({element_id(t, 'button', quoted(goal_of(t))[0])})"],
     "click-link": lambda t: [f"click({element_id(t, 'span', quoted(goal_of(t))[0])})"],
     "click-test-2": lambda t: [f"click({element_id(t, 'button', goal_of(t).split()[-1].rstrip('.'))})"],
-    "click-tab": lambda t: [f"click({element_id(t, 'tab', goal_of(t)[len('Click on '):-1])})"],
+    "click-tab": lambda t: [f"click({element_id(t, 'tab', goal_of(t)[len('Click on ') : -1])})"],
     "enter-text": lambda t: [f'fill({element_id(t, "textbox")}, "{quoted(goal_of(t))[0]}")', submit(t)],
     "enter-text-2": lambda t: [f'fill({element_id(t, "textbox")}, "{_case(goal_of(t))}")', submit(t)],
-    "enter-password": lambda t: [f'fill({element_id(t, "textbox", nth=i)}, "{quoted(goal_of(t))[0]}")'
-                                 for i in (0, 1)] + [submit(t)],
-    "login-user": lambda t: [f'fill({element_id(t, "textbox", nth=0)}, "{quoted(goal_of(t))[0]}")',
-                             f'fill({element_id(t, "textbox", nth=1)}, "{quoted(goal_of(t))[1]}")', submit(t, "Login")],
+    "enter-password": lambda t: (
+        [f'fill({element_id(t, "textbox", nth=i)}, "{quoted(goal_of(t))[0]}")' for i in (0, 1)] + [submit(t)]
+    ),
+    "login-user": lambda t: [
+        f'fill({element_id(t, "textbox", nth=0)}, "{quoted(goal_of(t))[0]}")',
+        f'fill({element_id(t, "textbox", nth=1)}, "{quoted(goal_of(t))[1]}")',
+        submit(t, "Login"),
+    ],
     "click-checkboxes": _checkboxes,
-    "click-option": lambda t: [f"check({element_id(t, 'radio', re.match(r'Select (.*) and click', goal_of(t))[1])})",
-                               submit(t)],
-    "choose-list": lambda t: [f'select_option({element_id(t, "combobox")}, "{re.match(r"Select (.*) from", goal_of(t))[1]}")',
-                              submit(t)],
+    "click-option": lambda t: [
+        f"check({element_id(t, 'radio', re.match(r'Select (.*) and click', goal_of(t))[1])})",
+        submit(t),
+    ],
+    "choose-list": lambda t: [
+        f'select_option({element_id(t, "combobox")}, "{re.match(r"Select (.*) from", goal_of(t))[1]}")',
+        submit(t),
+    ],
     "focus-text-2": _ordinal,
 }
 
@@ -123,7 +131,11 @@ def test_wrong_actions_get_the_tasks_failure_reward():
     try:
         for seed in range(20):  # an instance with a button that is not the one asked for
             obs, _ = env.reset(seed=seed)
-            wrong = [e for e in elements(obs["text"]) if e["role"] == "button" and e["name"] != quoted(goal_of(obs["text"]))[0]]
+            wrong = [
+                e
+                for e in elements(obs["text"])
+                if e["role"] == "button" and e["name"] != quoted(goal_of(obs["text"]))[0]
+            ]
             if wrong:
                 break
         obs, reward, terminated, truncated, info = env.step(f"click({wrong[0]['id']})")
@@ -153,6 +165,7 @@ def _two_boxes(role):
     def steps(t):
         ids = [e["id"] for e in elements(t) if e["role"] == role]
         return [f"click({ids[0]})"], f"click({ids[1]})"
+
     return steps
 
 
@@ -169,12 +182,18 @@ FORK_STEPS = {
     "enter-text": _fill_twice,
     "enter-text-2": _fill_twice,
     "text-transform": _fill_twice,
-    "login-user": lambda t: ([f'fill({element_id(t, "textbox", nth=0)}, "someone")'],
-                             f'fill({element_id(t, "textbox", nth=1)}, "secret")'),
-    "enter-password": lambda t: ([f"click({element_id(t, 'textbox', nth=0)})", 'keyboard_type("pw")'],
-                                 f"click({element_id(t, 'textbox', nth=1)})"),
-    "choose-list": lambda t: ([f'select_option({element_id(t, "combobox")}, "{_options(t)[1]}")'],
-                              f'select_option({element_id(t, "combobox")}, "{_options(t)[2]}")'),
+    "login-user": lambda t: (
+        [f'fill({element_id(t, "textbox", nth=0)}, "someone")'],
+        f'fill({element_id(t, "textbox", nth=1)}, "secret")',
+    ),
+    "enter-password": lambda t: (
+        [f"click({element_id(t, 'textbox', nth=0)})", 'keyboard_type("pw")'],
+        f"click({element_id(t, 'textbox', nth=1)})",
+    ),
+    "choose-list": lambda t: (
+        [f'select_option({element_id(t, "combobox")}, "{_options(t)[1]}")'],
+        f'select_option({element_id(t, "combobox")}, "{_options(t)[2]}")',
+    ),
 }
 
 
@@ -199,7 +218,9 @@ def test_fork_equals_replay_on_ten_tasks():
             if original[0]["text"] != forked[0]["text"]:
                 failures.append(f"{task}: text differs\n{original[0]['text']}\n---\n{forked[0]['text']}")
             elif original[0]["image"].tobytes() != forked[0]["image"].tobytes():
-                failures.append(f"{task}: screenshot differs in {int((original[0]['image'] != forked[0]['image']).any(-1).sum())} pixels")
+                failures.append(
+                    f"{task}: screenshot differs in {int((original[0]['image'] != forked[0]['image']).any(-1).sum())} pixels"
+                )
             assert original[1:4] == forked[1:4], task
         finally:
             if child is not None:
@@ -213,9 +234,14 @@ def test_bad_input_is_an_error_never_a_crash():
     env = MiniWoBEnv("click-button")
     try:
         env.reset(seed=0)
-        for action, message in [("click(999)", "no element [999]"), ("mouse_click(900, 50)", "outside the 780x437"),
-                                ("mouse_click(-1, 5)", "outside"), ("keyboard_type()", ""), ("hello there", ""),
-                                ('goto("http://example.com/")', "outside the sites")]:
+        for action, message in [
+            ("click(999)", "no element [999]"),
+            ("mouse_click(900, 50)", "outside the 780x437"),
+            ("mouse_click(-1, 5)", "outside"),
+            ("keyboard_type()", ""),
+            ("hello there", ""),
+            ('goto("http://example.com/")', "outside the sites"),
+        ]:
             obs, reward, terminated, truncated, info = env.step(action)
             assert info["error"] and message in info["error"], (action, info["error"])
             assert "env_error" not in info and not terminated and not truncated and reward == 0.0

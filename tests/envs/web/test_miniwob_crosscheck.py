@@ -19,15 +19,17 @@ import urllib.parse
 import numpy as np
 import pytest
 
-from agentgym.sandbox.browser import LAUNCH_ARGS
 from agentgym.envs.web.miniwob import MiniWoBEnv
+from agentgym.sandbox.browser import LAUNCH_ARGS
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)),
-                       reason="needs Debian's chromium and chromium-driver"),
+    pytest.mark.skipif(
+        not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)),
+        reason="needs Debian's chromium and chromium-driver",
+    ),
 ]
 
 
@@ -64,9 +66,11 @@ def package_env():
             self.url = url
             self.driver.get(url)
             WebDriverWait(self.driver, 10).until(
-                expected_conditions.element_to_be_clickable((By.ID, self.SYNC_SCREEN_ID)))
+                expected_conditions.element_to_be_clickable((By.ID, self.SYNC_SCREEN_ID))
+            )
             self.inner_width, self.inner_height = self.driver.execute_script(
-                "return [window.innerWidth, window.innerHeight];")
+                "return [window.innerWidth, window.innerHeight];"
+            )
 
     class PackageEnv(MiniWoBEnvironment):
         def _hard_reset_instance(self):
@@ -86,12 +90,21 @@ def package_env():
 
 # ---------------------------------------------------------------- plans, from the package's DOM
 def center(element) -> tuple[str, int, int]:
-    return ("click", int(element["left"][0] + element["width"][0] / 2), int(element["top"][0] + element["height"][0] / 2))
+    return (
+        "click",
+        int(element["left"][0] + element["width"][0] / 2),
+        int(element["top"][0] + element["height"][0] / 2),
+    )
 
 
 def find(dom, tag=None, text=None, cls=None) -> list:
-    return [e for e in dom if (tag is None or e["tag"] == tag) and (text is None or e["text"] == text)
-            and (cls is None or cls in e["classes"].split())]
+    return [
+        e
+        for e in dom
+        if (tag is None or e["tag"] == tag)
+        and (text is None or e["text"] == text)
+        and (cls is None or cls in e["classes"].split())
+    ]
 
 
 def labelled(dom, tag: str, label: str):
@@ -106,10 +119,12 @@ def quoted(utterance: str) -> list[str]:
 
 def by_text(tag):
     """Click the ``tag`` whose text is the utterance's first quoted word; fail on another one."""
+
     def plan(u, dom):
         wanted = quoted(u)[0]
         others = [e for e in find(dom, tag) if e["text"] != wanted]
         return [center(find(dom, tag, wanted)[0])], [center(others[0])] if others else None
+
     return plan
 
 
@@ -125,6 +140,7 @@ def type_and_submit(answer):
         button = find(dom, "button", "Submit")[0]
         right = answer(u, dom)
         return [center(box), ("type", right), center(button)], [center(box), ("type", right + "zq"), center(button)]
+
     return plan
 
 
@@ -141,15 +157,20 @@ def option(u, dom):
     wanted = re.match(r"Select (.*) and click Submit\.", u)[1]
     submit = center(find(dom, "button", "Submit")[0])
     wrong = [e["text"] for e in find(dom, "t") if e["text"] != wanted]
-    return [center(labelled(dom, "input_radio", wanted)), submit], [center(labelled(dom, "input_radio", wrong[0])), submit]
+    return [center(labelled(dom, "input_radio", wanted)), submit], [
+        center(labelled(dom, "input_radio", wrong[0])),
+        submit,
+    ]
 
 
 def login(u, dom):
     user, password = quoted(u)
     fields = [center(find(dom, "input_text")[0]), center(find(dom, "input_password")[0])]
     button = center(find(dom, "button", "Login")[0])
-    return ([fields[0], ("type", user), fields[1], ("type", password), button],
-            [fields[0], ("type", user), fields[1], ("type", password + "x"), button])
+    return (
+        [fields[0], ("type", user), fields[1], ("type", password), button],
+        [fields[0], ("type", user), fields[1], ("type", password + "x"), button],
+    )
 
 
 def password(u, dom):
@@ -178,8 +199,13 @@ def dialog_button(u, dom):
     return [center(target)], [center(others[0])] if others else None
 
 
-WIDGET_TAGS = {"button": "button", "text": "input_text", "textarea": "textarea", "radio": "input_radio",
-               "checkbox": "input_checkbox"}
+WIDGET_TAGS = {
+    "button": "button",
+    "text": "input_text",
+    "textarea": "textarea",
+    "radio": "input_radio",
+    "checkbox": "input_checkbox",
+}
 
 
 def widget(u, dom):
@@ -205,8 +231,10 @@ PLANS = {
     "click-link": by_text("span"),
     "click-test-2": button_one_two,
     "click-test-transfer": button_one_two,
-    "click-button-sequence": lambda u, dom: ([center(find(dom, "button", "ONE")[0]), center(find(dom, "button", "TWO")[0])],
-                                             [center(find(dom, "button", "TWO")[0])]),
+    "click-button-sequence": lambda u, dom: (
+        [center(find(dom, "button", "ONE")[0]), center(find(dom, "button", "TWO")[0])],
+        [center(find(dom, "button", "TWO")[0])],
+    ),
     "click-test": lambda u, dom: ([center(find(dom, "button")[0])], None),
     "focus-text": lambda u, dom: ([center(find(dom, "input_text")[0])], None),
     "focus-text-2": nth_textbox,

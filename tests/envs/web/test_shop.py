@@ -6,19 +6,26 @@ import pytest
 
 from agentgym.envs.web.app_env import WebAppEnv, app_tasks
 from agentgym.envs.web.apps.shop.data import SHIPPING, catalog
-from agentgym.envs.web.apps.shop.templates import (TEMPLATES, answer, checkout_steps, click, filters,
-                                                   open_category, open_product)
+from agentgym.envs.web.apps.shop.templates import (
+    TEMPLATES,
+    answer,
+    checkout_steps,
+    click,
+    filters,
+    open_category,
+    open_product,
+)
 from agentgym.envs.web.observation import element_id
-from agentgym.envs.web.tasks import (AllOf, AnswerExact, AnswerIncludes, AnswerNumber, DbCheck, UrlMatch,
-                                     run_solution)
+from agentgym.envs.web.tasks import AllOf, AnswerExact, AnswerIncludes, AnswerNumber, DbCheck, UrlMatch, run_solution
 
 TASKS = app_tasks("shop")
 BY_TEMPLATE = {}
 for _task in TASKS.values():
     BY_TEMPLATE.setdefault(_task.template, []).append(_task.id)
 # Every template's first instance; its last one too, marked slow (a reset opens a fresh browser context).
-SAMPLED = [ids[0] for ids in BY_TEMPLATE.values()] + [pytest.param(ids[-1], marks=pytest.mark.slow)
-                                                      for ids in BY_TEMPLATE.values() if len(ids) > 1]
+SAMPLED = [ids[0] for ids in BY_TEMPLATE.values()] + [
+    pytest.param(ids[-1], marks=pytest.mark.slow) for ids in BY_TEMPLATE.values() if len(ids) > 1
+]
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +47,9 @@ def test_task_set_is_large_and_distinct():
     assert len(TASKS) >= 100
     assert all(re.fullmatch(rf"{re.escape(task.template)}/\d+", task.id) for task in TASKS.values())
     assert len({task.goal for task in TASKS.values()}) == len(TASKS)
-    assert all(isinstance(task.solution[-1], str) and task.solution[-1].startswith("answer(")
-               for task in TASKS.values())
+    assert all(
+        isinstance(task.solution[-1], str) and task.solution[-1].startswith("answer(") for task in TASKS.values()
+    )
     kinds = set().union(*(_evaluator_kinds(task.evaluator) for task in TASKS.values()))
     assert {AnswerExact, AnswerIncludes, AnswerNumber, UrlMatch, DbCheck, AllOf} <= kinds
 
@@ -80,8 +88,12 @@ def test_wrong_shipping_method_fails(env):
     task = TASKS["checkout/0"]
     _, _, method, payment, label, *_ = task.evaluator.evaluators[0].expected[0]
     other = next(key for key in SHIPPING if key != method)
-    steps = (click("link", "Cart", exact=False), click("link", "Proceed to checkout"),
-             *checkout_steps(label, other, payment), answer())
+    steps = (
+        click("link", "Cart", exact=False),
+        click("link", "Proceed to checkout"),
+        *checkout_steps(label, other, payment),
+        answer(),
+    )
     observation, reward, terminated, info = run_solution(env, task.id, steps)
     assert "has been placed" in observation["text"]
     assert (reward, info["success"]) == (0.0, False)
@@ -90,8 +102,9 @@ def test_wrong_shipping_method_fails(env):
 def test_validation_errors_show_on_the_page(env):
     product = next(p for p in catalog().products if p.sizes)
     cart = "SELECT COUNT(*) FROM cart_items"
-    observation, reward, terminated, info = run_solution(env, "add_variant/0", open_product(product) + (
-        click("button", "Add to cart"),))
+    observation, reward, terminated, info = run_solution(
+        env, "add_variant/0", open_product(product) + (click("button", "Add to cart"),)
+    )
     assert "Please choose a size." in observation["text"] and f"/product/{product.id}?error=size" in observation["text"]
     assert env.app.db.query(cart) == [(len(catalog().cart),)]
     observation, *_ = env.step('goto("/category/kitchen?min_price=abc")')
@@ -127,11 +140,11 @@ def test_fork_is_exact_and_independent():
         cart = "SELECT product_id, size, colour, quantity FROM cart_items WHERE username = ? ORDER BY id"
         before = original.app.db.query(cart, (user,))
         observation = right
-        for step in task.solution[half + 1:-1]:  # the fork adds the item to its cart ...
+        for step in task.solution[half + 1 : -1]:  # the fork adds the item to its cart ...
             observation, *_ = child.step(step(observation["text"]) if callable(step) else step)
         assert len(child.app.db.query(cart, (user,))) == len(before) + 1
         assert original.app.db.query(cart, (user,)) == before  # ... which the original never sees
-        observation, *_ = original.step(f'click({element_id(left["text"], "link", "Cart", exact=False)})')
+        observation, *_ = original.step(f"click({element_id(left['text'], 'link', 'Cart', exact=False)})")
         assert observation["text"].count("Remove ") == len(before)
     finally:
         if child is not None:

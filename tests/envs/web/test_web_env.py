@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from agentgym.sandbox.browser import BrowserHost, BrowserUnavailableError, find_chromium
 from agentgym.envs.web.app_env import WebAppEnv
 from agentgym.envs.web.observation import element_id, elements
+from agentgym.sandbox.browser import BrowserHost, BrowserUnavailableError, find_chromium
 
 
 def act(env, action):
@@ -30,8 +30,14 @@ def test_observation_shows_page_tree_with_ids_and_header(notes_env):
     assert "URL: http://notes.local/" in text and "127.0.0.1" not in text
     assert 'Tabs: [0] "Notes" http://notes.local/ (focused)' in text
     found = {(e["role"], e["name"]) for e in elements(text)}
-    assert {("heading", "Notes"), ("textbox", "Note"), ("combobox", "Tag"), ("checkbox", "Pin"),
-            ("button", "Add"), ("link", "External page")} <= found
+    assert {
+        ("heading", "Notes"),
+        ("textbox", "Note"),
+        ("combobox", "Tag"),
+        ("checkbox", "Pin"),
+        ("button", "Add"),
+        ("link", "External page"),
+    } <= found
     assert 'options=["work", "home"]' in text
     assert observation["image"].shape == (720, 1280, 3) and observation["image"].dtype == np.uint8
     assert observation["image"].std() > 0  # a real rendering, not a blank array
@@ -52,7 +58,7 @@ def test_form_actions_and_answer_judged_on_server_state(notes_env):
     observation, *_ = act(notes_env, f'fill({element_id(text, "textbox", "Note")}, "buy milk")')
     observation, *_ = act(notes_env, f'select_option({element_id(text, "combobox", "Tag")}, "home")')
     assert 'value="home"' in observation["text"]
-    observation, *_ = act(notes_env, f'check({element_id(text, "checkbox", "Pin")})')
+    observation, *_ = act(notes_env, f"check({element_id(text, 'checkbox', 'Pin')})")
     assert "checked=true" in observation["text"]
     observation, reward, terminated, _, info = click(notes_env, observation, "button", "Add")
     assert info["error"] is None and not terminated and reward == 0
@@ -69,19 +75,22 @@ def test_wrong_answer_fails(notes_env):
     assert act(notes_env, 'answer("1")')[1] == 1.0
 
 
-@pytest.mark.parametrize("action, message", [
-    ("click(999)", "there is no element [999]"),
-    ('fill(2, "x")', "click"),  # replaced below: a heading cannot be filled
-    ('select_option(999, "a")', "there is no element [999]"),
-    ("tab_focus(5)", "there is no tab 5"),
-    ("tab_close()", "last tab"),
-    ("mouse_click(5000, 10)", "outside the 1280x720 viewport"),
-    ('goto("http://example.com/")', "outside the sites of this task (http://notes.local)"),
-    ("go_forward()", "no next page"),
-    ("click()", "missing required argument"),
-    ("clack(3)", "no tool call found"),
-    ("not an action at all", "no tool call found"),
-])
+@pytest.mark.parametrize(
+    "action, message",
+    [
+        ("click(999)", "there is no element [999]"),
+        ('fill(2, "x")', "click"),  # replaced below: a heading cannot be filled
+        ('select_option(999, "a")', "there is no element [999]"),
+        ("tab_focus(5)", "there is no tab 5"),
+        ("tab_close()", "last tab"),
+        ("mouse_click(5000, 10)", "outside the 1280x720 viewport"),
+        ('goto("http://example.com/")', "outside the sites of this task (http://notes.local)"),
+        ("go_forward()", "no next page"),
+        ("click()", "missing required argument"),
+        ("clack(3)", "no tool call found"),
+        ("not an action at all", "no tool call found"),
+    ],
+)
 def test_bad_actions_are_errors_not_crashes(notes_env, action, message):
     observation, _ = notes_env.reset(options={"task_id": "add/0"})
     if action.startswith("fill(2"):
@@ -105,7 +114,7 @@ def test_blocked_requests_are_reported(notes_env):
 def test_tabs_history_and_keyboard(notes_env):
     observation, _ = notes_env.reset(options={"task_id": "add/0"})
     observation, *_ = click(notes_env, observation, "link", "Open in new tab")
-    assert "[1] \"External\" http://notes.local/external (focused)" in observation["text"]
+    assert '[1] "External" http://notes.local/external (focused)' in observation["text"]
     observation, *_ = act(notes_env, "tab_focus(0)")
     assert "URL: http://notes.local/\n" in observation["text"]
     observation, *_ = act(notes_env, "tab_focus(1)")
@@ -118,11 +127,11 @@ def test_tabs_history_and_keyboard(notes_env):
     assert "URL: http://notes.local/external" in observation["text"]
     observation, *_ = act(notes_env, 'goto("/")')
     text = observation["text"]
-    act(notes_env, f'click({element_id(text, "textbox", "Note")})')
+    act(notes_env, f"click({element_id(text, 'textbox', 'Note')})")
     observation, *_ = act(notes_env, 'keyboard_type("typed")')
     assert 'value="typed"' in observation["text"]
-    assert f'Focused element: [{element_id(text, "textbox", "Note")}]' in observation["text"]
-    observation, *_ = act(notes_env, "press(\"Enter\")")  # submits the form
+    assert f"Focused element: [{element_id(text, 'textbox', 'Note')}]" in observation["text"]
+    observation, *_ = act(notes_env, 'press("Enter")')  # submits the form
     assert any(e["name"].startswith("typed") for e in elements(observation["text"]))
 
 
@@ -161,7 +170,7 @@ def test_fork_restores_browser_and_server_state_exactly(notes_env):
     observation, *_ = click(notes_env, observation, "link", "Visits")
     observation, *_ = act(notes_env, "go_back()")  # history: /, /external, /visits (forward)
     act(notes_env, f'fill({element_id(observation["text"], "textbox", "Note")}, "half typed")')
-    observation, *_ = act(notes_env, f'click({element_id(observation["text"], "textbox", "Note")})')
+    observation, *_ = act(notes_env, f"click({element_id(observation['text'], 'textbox', 'Note')})")
     with notes_env.snapshot() as snapshot:
         fork = notes_env.fork(snapshot)
     try:
@@ -269,7 +278,7 @@ def test_concurrent_envs_share_one_browser(notes_app):
     async def episode(env):
         observation, _ = await env.areset(options={"task_id": "add/0"})
         observation, *_ = await env.astep(f'fill({element_id(observation["text"], "textbox", "Note")}, "{id(env)}")')
-        observation, *_ = await env.astep(f'click({element_id(observation["text"], "button", "Add")})')
+        observation, *_ = await env.astep(f"click({element_id(observation['text'], 'button', 'Add')})")
         return observation["text"]
 
     async def main():
@@ -293,7 +302,7 @@ def test_no_context_or_process_leak_over_many_episodes(notes_app):
     contexts, processes = host.run(host.context_count()), len(host.chromium_pids())
     for _ in range(8):
         observation, _ = env.reset(options={"task_id": "add/0"})
-        act(env, f'click({element_id(observation["text"], "link", "Open in new tab")})')
+        act(env, f"click({element_id(observation['text'], 'link', 'Open in new tab')})")
         env.fork().close()
     assert host.run(host.context_count()) == contexts
     for _ in range(50):  # renderers of closed contexts exit asynchronously

@@ -75,8 +75,11 @@ def test_reader_is_refused_on_a_protected_page(wiki_env):
     # Posting the edit anyway (as a form from elsewhere would) is refused too, and the page is unchanged.
     slug = wiki_env.app.db.query("SELECT slug FROM pages WHERE title = ?", (task.params["page"],))[0][0]
     before = wiki_env.app.db.query("SELECT body FROM pages WHERE slug = ?", (slug,))
-    request = urllib.request.Request(f"{wiki_env.app.origin}/wiki/{slug}/edit", headers={"Cookie": f"user={task.user}"},
-                                     data=urllib.parse.urlencode({"title": "x", "body": "vandalised"}).encode())
+    request = urllib.request.Request(
+        f"{wiki_env.app.origin}/wiki/{slug}/edit",
+        headers={"Cookie": f"user={task.user}"},
+        data=urllib.parse.urlencode({"title": "x", "body": "vandalised"}).encode(),
+    )
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=10)
     assert refused.value.code == 403
@@ -88,9 +91,17 @@ def test_forms_show_validation_errors(wiki_env):
     task = TASKS[BY_TEMPLATE["create_page"][0]]
     existing = task.solution  # New page, title, category, body, Create page
     taken = TASKS[BY_TEMPLATE["last_editor"][0]].params["page"]
-    observation, *_ = run_solution(wiki_env, task.id, (
-        existing[0], lambda text: f'fill({element_id(text, "textbox", "Title")}, "{taken}")', existing[2], existing[3],
-        existing[4]))
+    observation, *_ = run_solution(
+        wiki_env,
+        task.id,
+        (
+            existing[0],
+            lambda text: f'fill({element_id(text, "textbox", "Title")}, "{taken}")',
+            existing[2],
+            existing[3],
+            existing[4],
+        ),
+    )
     assert f"A page titled “{taken}” already exists." in observation["text"]
     assert wiki_env.app.db.query("SELECT count(*) FROM pages WHERE title = ?", (taken,)) == [(1,)]
 

@@ -36,16 +36,30 @@ class Files(TkApp):
         root = self.root
         self.location = tk.Label(root, name="location", anchor="w")
         self.location.place(x=10, y=10, width=780, height=30)
-        self.listing = tk.Listbox(root, name="listing", exportselection=False, activestyle="none",
-                                  relief="solid", borderwidth=1, highlightthickness=0)
+        self.listing = tk.Listbox(
+            root,
+            name="listing",
+            exportselection=False,
+            activestyle="none",
+            relief="solid",
+            borderwidth=1,
+            highlightthickness=0,
+        )
         self.listing.place(x=10, y=LIST_Y0, width=580, height=430)
         self.listing.bind("<<ListboxSelect>>", self.selected)
         self.listing.bind("<Double-Button-1>", lambda event: self.open())
         for label, y in BUTTONS.items():
-            command = {"Up": self.up, "Open": self.open, "Rename": self.rename, "Move": self.move,
-                       "Delete": self.delete, "New folder": self.new_folder}[label]
+            command = {
+                "Up": self.up,
+                "Open": self.open,
+                "Rename": self.rename,
+                "Move": self.move,
+                "Delete": self.delete,
+                "New folder": self.new_folder,
+            }[label]
             tk.Button(root, text=label, name=label.lower().replace(" ", "_"), takefocus=0, command=command).place(
-                x=610, y=y - 15, width=140, height=30)
+                x=610, y=y - 15, width=140, height=30
+            )
         tk.Label(root, text="Name:", name="name_label", anchor="w").place(x=10, y=500, width=90, height=30)
         self.name_field = tk.Entry(root, name="name", relief="solid", borderwidth=1)
         self.name_field.place(x=110, y=500, width=450, height=30)

@@ -12,8 +12,7 @@ COLUMNS = "ABCDE"
 ROWS = 10
 _REF = re.compile(r"\b([A-E])([1-9]|10)\b")
 _RANGE = re.compile(r"\b([A-E])([1-9]|10):([A-E])([1-9]|10)\b")
-_FUNCTIONS = {"SUM": sum, "MIN": min, "MAX": max, "AVERAGE": lambda values: sum(values) / len(values),
-              "COUNT": len}
+_FUNCTIONS = {"SUM": sum, "MIN": min, "MAX": max, "AVERAGE": lambda values: sum(values) / len(values), "COUNT": len}
 
 
 class FormulaError(ValueError):
@@ -62,7 +61,7 @@ def _compute(cells, name, _seen, known):
 
 
 def _range_names(c1, r1, c2, r2):
-    columns = COLUMNS[min(COLUMNS.index(c1), COLUMNS.index(c2)):max(COLUMNS.index(c1), COLUMNS.index(c2)) + 1]
+    columns = COLUMNS[min(COLUMNS.index(c1), COLUMNS.index(c2)) : max(COLUMNS.index(c1), COLUMNS.index(c2)) + 1]
     rows = range(min(int(r1), int(r2)), max(int(r1), int(r2)) + 1)
     return [f"{c}{r}" for r in rows for c in columns]
 

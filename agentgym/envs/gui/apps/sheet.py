@@ -36,10 +36,12 @@ class Sheet(TkApp):
         self.cells = {}
         for column, letter in enumerate(formula.COLUMNS):
             tk.Label(root, text=letter, name=f"col{letter.lower()}").place(
-                x=CELL_X0 + column * CELL_W, y=CELL_Y0 - 28, width=CELL_W, height=26)
+                x=CELL_X0 + column * CELL_W, y=CELL_Y0 - 28, width=CELL_W, height=26
+            )
         for row in range(formula.ROWS):
             tk.Label(root, text=str(row + 1), name=f"row{row + 1}").place(
-                x=10, y=CELL_Y0 + row * CELL_H, width=CELL_X0 - 14, height=CELL_H)
+                x=10, y=CELL_Y0 + row * CELL_H, width=CELL_X0 - 14, height=CELL_H
+            )
             for column in range(len(formula.COLUMNS)):
                 name = formula.cell_name(row, column)
                 entry = tk.Entry(root, name=name.lower(), relief="solid", borderwidth=1)
@@ -93,7 +95,7 @@ def _read_csv(path):
     if os.path.exists(path):
         with open(path, newline="", encoding="utf-8") as handle:
             for row, values in enumerate(csv.reader(handle)):
-                for column, value in enumerate(values[:len(formula.COLUMNS)]):
+                for column, value in enumerate(values[: len(formula.COLUMNS)]):
                     if value and row < formula.ROWS:
                         cells[formula.cell_name(row, column)] = value
     return cells

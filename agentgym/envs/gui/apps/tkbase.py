@@ -80,8 +80,11 @@ class TkApp:
     def _persist(self):
         self._pending = False
         focus = self.root.focus_get()
-        state = {"model": self.model_state(), "widgets": self._widget_states(),
-                 "focus": str(focus) if focus is not None else None}
+        state = {
+            "model": self.model_state(),
+            "widgets": self._widget_states(),
+            "focus": str(focus) if focus is not None else None,
+        }
         _write_atomic(self._state_path(), json.dumps(state, sort_keys=True))
         _write_atomic(os.path.join(A11Y_DIR, f"{self.name}.txt"), self.a11y())
 
@@ -95,12 +98,21 @@ class TkApp:
         states = {}
         for widget in self._widgets():
             if isinstance(widget, tk.Entry):
-                selection = [widget.index("sel.first"), widget.index("sel.last")] if widget.selection_present() else None
-                states[str(widget)] = {"text": widget.get(), "insert": widget.index("insert"),
-                                       "selection": selection, "xview": widget.xview()[0]}
+                selection = (
+                    [widget.index("sel.first"), widget.index("sel.last")] if widget.selection_present() else None
+                )
+                states[str(widget)] = {
+                    "text": widget.get(),
+                    "insert": widget.index("insert"),
+                    "selection": selection,
+                    "xview": widget.xview()[0],
+                }
             elif isinstance(widget, tk.Listbox):
-                states[str(widget)] = {"selection": list(widget.curselection()), "active": widget.index("active"),
-                                       "yview": widget.yview()[0]}
+                states[str(widget)] = {
+                    "selection": list(widget.curselection()),
+                    "active": widget.index("active"),
+                    "yview": widget.yview()[0],
+                }
         return states
 
     def _load_widgets(self, states, focus):

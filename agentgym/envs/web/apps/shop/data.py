@@ -35,13 +35,22 @@ CREATE TABLE order_items (id INTEGER PRIMARY KEY, order_id INTEGER NOT NULL REFE
 """
 
 #: Shipping methods: key → (label, price in cents).
-SHIPPING = {"standard": ("Standard (5-7 business days)", 499), "express": ("Express (2-3 business days)", 1299),
-            "next_day": ("Next day", 2499)}
+SHIPPING = {
+    "standard": ("Standard (5-7 business days)", 499),
+    "express": ("Express (2-3 business days)", 1299),
+    "next_day": ("Next day", 2499),
+}
 #: Payment options: key → label (the card's last digits are the customer's own).
 PAYMENT = {"card": "Credit card", "paypal": "PayPal", "gift_card": "Gift card"}
 
-CATEGORIES = [("clothing", "Clothing"), ("shoes", "Shoes"), ("kitchen", "Kitchen"), ("electronics", "Electronics"),
-              ("home", "Home & Living"), ("outdoors", "Outdoors")]
+CATEGORIES = [
+    ("clothing", "Clothing"),
+    ("shoes", "Shoes"),
+    ("kitchen", "Kitchen"),
+    ("electronics", "Electronics"),
+    ("home", "Home & Living"),
+    ("outdoors", "Outdoors"),
+]
 
 CLOTHES_SIZES = ("XS", "S", "M", "L", "XL")
 SHOE_SIZES = ("7", "8", "9", "10", "11", "12")
@@ -49,22 +58,34 @@ PALETTE = ("Black", "White", "Navy", "Grey", "Red", "Olive", "Sand", "Teal", "Bu
 
 # kind, category, price range in dollars, sizes, whether it comes in colours
 KINDS = [
-    ("T-Shirt", "clothing", (9, 35), CLOTHES_SIZES, True), ("Hoodie", "clothing", (29, 79), CLOTHES_SIZES, True),
-    ("Jacket", "clothing", (49, 199), CLOTHES_SIZES, True), ("Jeans", "clothing", (35, 110), CLOTHES_SIZES, True),
+    ("T-Shirt", "clothing", (9, 35), CLOTHES_SIZES, True),
+    ("Hoodie", "clothing", (29, 79), CLOTHES_SIZES, True),
+    ("Jacket", "clothing", (49, 199), CLOTHES_SIZES, True),
+    ("Jeans", "clothing", (35, 110), CLOTHES_SIZES, True),
     ("Sweater", "clothing", (30, 120), CLOTHES_SIZES, True),
-    ("Running Shoes", "shoes", (45, 160), SHOE_SIZES, True), ("Sneakers", "shoes", (39, 120), SHOE_SIZES, True),
-    ("Boots", "shoes", (69, 220), SHOE_SIZES, True), ("Sandals", "shoes", (19, 70), SHOE_SIZES, True),
-    ("Mug", "kitchen", (6, 24), (), True), ("Kettle", "kitchen", (19, 89), (), True),
-    ("Frying Pan", "kitchen", (15, 120), (), False), ("Knife Set", "kitchen", (25, 240), (), False),
+    ("Running Shoes", "shoes", (45, 160), SHOE_SIZES, True),
+    ("Sneakers", "shoes", (39, 120), SHOE_SIZES, True),
+    ("Boots", "shoes", (69, 220), SHOE_SIZES, True),
+    ("Sandals", "shoes", (19, 70), SHOE_SIZES, True),
+    ("Mug", "kitchen", (6, 24), (), True),
+    ("Kettle", "kitchen", (19, 89), (), True),
+    ("Frying Pan", "kitchen", (15, 120), (), False),
+    ("Knife Set", "kitchen", (25, 240), (), False),
     ("Cutting Board", "kitchen", (12, 60), (), False),
-    ("Headphones", "electronics", (19, 349), (), True), ("Speaker", "electronics", (25, 299), (), True),
-    ("Charger", "electronics", (9, 59), (), False), ("Keyboard", "electronics", (25, 180), (), True),
+    ("Headphones", "electronics", (19, 349), (), True),
+    ("Speaker", "electronics", (25, 299), (), True),
+    ("Charger", "electronics", (9, 59), (), False),
+    ("Keyboard", "electronics", (25, 180), (), True),
     ("Mouse", "electronics", (12, 99), (), True),
-    ("Lamp", "home", (19, 150), (), True), ("Pillow", "home", (12, 60), (), True),
-    ("Blanket", "home", (20, 130), (), True), ("Vase", "home", (14, 90), (), True),
+    ("Lamp", "home", (19, 150), (), True),
+    ("Pillow", "home", (12, 60), (), True),
+    ("Blanket", "home", (20, 130), (), True),
+    ("Vase", "home", (14, 90), (), True),
     ("Wall Clock", "home", (18, 85), (), False),
-    ("Backpack", "outdoors", (25, 180), (), True), ("Tent", "outdoors", (79, 499), (), False),
-    ("Water Bottle", "outdoors", (9, 45), (), True), ("Sleeping Bag", "outdoors", (39, 260), (), False),
+    ("Backpack", "outdoors", (25, 180), (), True),
+    ("Tent", "outdoors", (79, 499), (), False),
+    ("Water Bottle", "outdoors", (9, 45), (), True),
+    ("Sleeping Bag", "outdoors", (39, 260), (), False),
     ("Camp Chair", "outdoors", (19, 120), (), True),
 ]
 
@@ -77,23 +98,68 @@ BRANDS = {
     "outdoors": ["Trailhead", "Summit", "Northwind", "Kestrel", "Ridgeback"],
 }
 
-ADJECTIVES = ["Classic", "Everyday", "Pro", "Essential", "Lightweight", "Premium", "Compact", "Heritage", "Urban",
-              "Alpine", "Coastal", "Studio", "Voyager", "Nordic", "Deluxe", "Original", "Ultra", "Eco", "Vintage",
-              "Modern"]
+ADJECTIVES = [
+    "Classic",
+    "Everyday",
+    "Pro",
+    "Essential",
+    "Lightweight",
+    "Premium",
+    "Compact",
+    "Heritage",
+    "Urban",
+    "Alpine",
+    "Coastal",
+    "Studio",
+    "Voyager",
+    "Nordic",
+    "Deluxe",
+    "Original",
+    "Ultra",
+    "Eco",
+    "Vintage",
+    "Modern",
+]
 
 REVIEW_LINES = {
-    5: [("Love it", "Exactly what I wanted, great quality."), ("Excellent", "Better than expected. Would buy again."),
-        ("Perfect", "Does the job perfectly and looks great."), ("Five stars", "Fast delivery and superb build.")],
-    4: [("Very good", "Solid product, a couple of small niggles."), ("Happy with it", "Good value for the money."),
-        ("Nice", "Works well, looks nice, slightly pricey.")],
-    3: [("It's okay", "Does what it says but nothing special."), ("Average", "Fine for the price, not great."),
-        ("Mixed feelings", "Some things good, some not.")],
+    5: [
+        ("Love it", "Exactly what I wanted, great quality."),
+        ("Excellent", "Better than expected. Would buy again."),
+        ("Perfect", "Does the job perfectly and looks great."),
+        ("Five stars", "Fast delivery and superb build."),
+    ],
+    4: [
+        ("Very good", "Solid product, a couple of small niggles."),
+        ("Happy with it", "Good value for the money."),
+        ("Nice", "Works well, looks nice, slightly pricey."),
+    ],
+    3: [
+        ("It's okay", "Does what it says but nothing special."),
+        ("Average", "Fine for the price, not great."),
+        ("Mixed feelings", "Some things good, some not."),
+    ],
     2: [("Disappointed", "Quality is not what I hoped for."), ("Meh", "Started showing wear after a few weeks.")],
     1: [("Poor", "Broke almost immediately."), ("Do not buy", "Returned it the same week.")],
 }
 
-REVIEWERS = ["Priya S.", "Tom H.", "Lena K.", "Marco R.", "Sofia G.", "Jamal B.", "Hannah W.", "Kenji T.",
-             "Olivia P.", "Ravi N.", "Grace L.", "Mateo F.", "Zoe A.", "Ethan C.", "Nora V.", "Samir D."]
+REVIEWERS = [
+    "Priya S.",
+    "Tom H.",
+    "Lena K.",
+    "Marco R.",
+    "Sofia G.",
+    "Jamal B.",
+    "Hannah W.",
+    "Kenji T.",
+    "Olivia P.",
+    "Ravi N.",
+    "Grace L.",
+    "Mateo F.",
+    "Zoe A.",
+    "Ethan C.",
+    "Nora V.",
+    "Samir D.",
+]
 
 CUSTOMERS = [
     ("alice", "Alice Martin", "alice.martin@example.com", "alice-pass", "4242"),
@@ -103,10 +169,32 @@ CUSTOMERS = [
     ("erin", "Erin Walsh", "erin.walsh@example.com", "erin-pass", "3096"),
 ]
 
-STREETS = ["Oak Street", "Maple Avenue", "Harbor Road", "Elm Court", "Cedar Lane", "Willow Way", "Station Road",
-           "Hillside Drive", "Bridge Street", "Park Row", "Mill Lane", "Orchard Close"]
-CITIES = ["Springfield", "Riverton", "Lakewood", "Fairview", "Greenville", "Ashford", "Brookside", "Milton",
-          "Clearwater", "Westbury"]
+STREETS = [
+    "Oak Street",
+    "Maple Avenue",
+    "Harbor Road",
+    "Elm Court",
+    "Cedar Lane",
+    "Willow Way",
+    "Station Road",
+    "Hillside Drive",
+    "Bridge Street",
+    "Park Row",
+    "Mill Lane",
+    "Orchard Close",
+]
+CITIES = [
+    "Springfield",
+    "Riverton",
+    "Lakewood",
+    "Fairview",
+    "Greenville",
+    "Ashford",
+    "Brookside",
+    "Milton",
+    "Clearwater",
+    "Westbury",
+]
 LABELS = ["Home", "Work", "Parents", "Cabin", "Studio"]
 
 #: Seeded orders lie between these dates (before the app's epoch, 2026-01-05).
@@ -288,8 +376,9 @@ def _products(rng: random.Random) -> list[Product]:
                 quality = rng.choice(["durable", "thoughtfully designed", "versatile", "well made"])
                 appeal = rng.choice(["easy to care for", "built to last", "great value", "a customer favourite"])
                 description = f"The {name} from {brand}: {quality} and {appeal}."
-                products.append(Product(len(products) + 1, name, category, brand, kind, price, sizes, colours,
-                                        description))
+                products.append(
+                    Product(len(products) + 1, name, category, brand, kind, price, sizes, colours, description)
+                )
     return products
 
 
@@ -312,8 +401,18 @@ def _addresses(rng: random.Random) -> list[Address]:
         default = rng.randrange(len(labels))
         for index, label in enumerate(labels):
             street = f"{rng.randint(2, 240)} {rng.choice(STREETS)}"
-            addresses.append(Address(len(addresses) + 1, username, label, name, street, rng.choice(CITIES),
-                                     f"{rng.randint(10000, 99999)}", index == default))
+            addresses.append(
+                Address(
+                    len(addresses) + 1,
+                    username,
+                    label,
+                    name,
+                    street,
+                    rng.choice(CITIES),
+                    f"{rng.randint(10000, 99999)}",
+                    index == default,
+                )
+            )
     return addresses
 
 
@@ -338,19 +437,35 @@ def _orders(rng: random.Random, products: list[Product], addresses: list[Address
         own = [address for address in addresses if address.username == username]
         for rank, day in enumerate(days):
             recent = len(days) - rank
-            status = ("Processing" if recent <= 2 else "Shipped" if recent <= 3
-                      else rng.choice(("Delivered", "Delivered", "Delivered", "Cancelled")))
+            status = (
+                "Processing"
+                if recent <= 2
+                else "Shipped"
+                if recent <= 3
+                else rng.choice(("Delivered", "Delivered", "Delivered", "Cancelled"))
+            )
             created = f"{HISTORY[0] + datetime.timedelta(days=day)} {rng.randint(8, 21):02d}:{rng.randint(0, 59):02d}"
             address = rng.choice(own)
             items = []
             for product in rng.sample(products, rng.randint(1, 3)):
                 size, colour = _variant(rng, product)
                 items.append(OrderItem(product.id, product.name, size, colour, rng.randint(1, 2), product.price))
-            drafts.append((created, username, status, rng.choice(list(SHIPPING)), rng.choice(list(PAYMENT)),
-                           address, tuple(items)))
+            drafts.append(
+                (
+                    created,
+                    username,
+                    status,
+                    rng.choice(list(SHIPPING)),
+                    rng.choice(list(PAYMENT)),
+                    address,
+                    tuple(items),
+                )
+            )
     drafts.sort(key=lambda draft: draft[0])  # order numbers grow with time across customers
-    return [Order(1001 + index, username, created, status, shipping, payment, address.label, address.text, items)
-            for index, (created, username, status, shipping, payment, address, items) in enumerate(drafts)]
+    return [
+        Order(1001 + index, username, created, status, shipping, payment, address.label, address.text, items)
+        for index, (created, username, status, shipping, payment, address, items) in enumerate(drafts)
+    ]
 
 
 def populate(db) -> None:
@@ -358,23 +473,55 @@ def populate(db) -> None:
     data = catalog()
     conn = db.conn
     conn.executescript(SCHEMA)
-    conn.executemany("INSERT INTO categories VALUES (?, ?, ?)",
-                     [(slug, name, index) for index, (slug, name) in enumerate(CATEGORIES)])
-    conn.executemany("INSERT INTO products VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                     [(p.id, p.name, p.category, p.brand, p.kind, p.price, ",".join(p.sizes), ",".join(p.colours),
-                       p.description) for p in data.products])
-    conn.executemany("INSERT INTO reviews VALUES (?, ?, NULL, ?, ?, ?, ?, ?)",
-                     [(r.id, r.product_id, r.author, r.rating, r.title, r.body, r.created) for r in data.reviews])
+    conn.executemany(
+        "INSERT INTO categories VALUES (?, ?, ?)",
+        [(slug, name, index) for index, (slug, name) in enumerate(CATEGORIES)],
+    )
+    conn.executemany(
+        "INSERT INTO products VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (p.id, p.name, p.category, p.brand, p.kind, p.price, ",".join(p.sizes), ",".join(p.colours), p.description)
+            for p in data.products
+        ],
+    )
+    conn.executemany(
+        "INSERT INTO reviews VALUES (?, ?, NULL, ?, ?, ?, ?, ?)",
+        [(r.id, r.product_id, r.author, r.rating, r.title, r.body, r.created) for r in data.reviews],
+    )
     conn.executemany("INSERT INTO customers VALUES (?, ?, ?, ?, ?)", CUSTOMERS)
-    conn.executemany("INSERT INTO addresses VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                     [(a.id, a.username, a.label, a.name, a.street, a.city, a.zip, int(a.is_default))
-                      for a in data.addresses])
-    conn.executemany("INSERT INTO cart_items VALUES (?, ?, ?, ?, ?, ?)",
-                     [(c.id, c.username, c.product_id, c.size, c.colour, c.quantity) for c in data.cart])
-    conn.executemany("INSERT INTO orders VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                     [(o.id, o.username, o.created, o.status, o.shipping_method, o.payment, o.address_label,
-                       o.address, o.subtotal, o.shipping, o.total) for o in data.orders])
-    conn.executemany("INSERT INTO order_items (order_id, product_id, name, size, colour, quantity, unit_price) "
-                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                     [(o.id, i.product_id, i.name, i.size, i.colour, i.quantity, i.unit_price)
-                      for o in data.orders for i in o.items])
+    conn.executemany(
+        "INSERT INTO addresses VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [(a.id, a.username, a.label, a.name, a.street, a.city, a.zip, int(a.is_default)) for a in data.addresses],
+    )
+    conn.executemany(
+        "INSERT INTO cart_items VALUES (?, ?, ?, ?, ?, ?)",
+        [(c.id, c.username, c.product_id, c.size, c.colour, c.quantity) for c in data.cart],
+    )
+    conn.executemany(
+        "INSERT INTO orders VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (
+                o.id,
+                o.username,
+                o.created,
+                o.status,
+                o.shipping_method,
+                o.payment,
+                o.address_label,
+                o.address,
+                o.subtotal,
+                o.shipping,
+                o.total,
+            )
+            for o in data.orders
+        ],
+    )
+    conn.executemany(
+        "INSERT INTO order_items (order_id, product_id, name, size, colour, quantity, unit_price) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            (o.id, i.product_id, i.name, i.size, i.colour, i.quantity, i.unit_price)
+            for o in data.orders
+            for i in o.items
+        ],
+    )

@@ -10,7 +10,7 @@ import datetime
 import random
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 
 SCHEMA = """
 CREATE TABLE users (id INTEGER PRIMARY KEY, username TEXT UNIQUE NOT NULL, name TEXT NOT NULL,
@@ -36,61 +36,234 @@ PROTECTIONS = ("everyone", "editors", "admins")
 #: How each protection level reads in the UI.
 PROTECTION_LABELS = {"everyone": "Everyone", "editors": "Editors and admins", "admins": "Admins only"}
 #: Audit actions, as the audit log's filter offers them.
-AUDIT_ACTIONS = ("create page", "edit page", "revert page", "rename page", "delete page", "protect page",
-                 "change role", "create category", "login")
+AUDIT_ACTIONS = (
+    "create page",
+    "edit page",
+    "revert page",
+    "rename page",
+    "delete page",
+    "protect page",
+    "change role",
+    "create category",
+    "login",
+)
 
 _USERS = [  # username, display name, role
-    ("alice", "Alice Moreau", "admin"), ("bruno", "Bruno Silva", "admin"), ("chen", "Chen Wei", "admin"),
-    ("dara", "Dara Okafor", "editor"), ("emeka", "Emeka Obi", "editor"), ("farah", "Farah Haddad", "editor"),
-    ("gus", "Gus Lindqvist", "editor"), ("hana", "Hana Sato", "editor"), ("ivan", "Ivan Petrov", "editor"),
-    ("jules", "Jules Martin", "editor"), ("kofi", "Kofi Mensah", "reader"), ("lena", "Lena Vogel", "reader"),
-    ("milo", "Milo Rossi", "reader"), ("nadia", "Nadia Karim", "reader"), ("oscar", "Oscar Lund", "reader"),
-    ("priya", "Priya Nair", "reader"), ("quinn", "Quinn Adler", "reader"), ("rosa", "Rosa Lopez", "reader"),
+    ("alice", "Alice Moreau", "admin"),
+    ("bruno", "Bruno Silva", "admin"),
+    ("chen", "Chen Wei", "admin"),
+    ("dara", "Dara Okafor", "editor"),
+    ("emeka", "Emeka Obi", "editor"),
+    ("farah", "Farah Haddad", "editor"),
+    ("gus", "Gus Lindqvist", "editor"),
+    ("hana", "Hana Sato", "editor"),
+    ("ivan", "Ivan Petrov", "editor"),
+    ("jules", "Jules Martin", "editor"),
+    ("kofi", "Kofi Mensah", "reader"),
+    ("lena", "Lena Vogel", "reader"),
+    ("milo", "Milo Rossi", "reader"),
+    ("nadia", "Nadia Karim", "reader"),
+    ("oscar", "Oscar Lund", "reader"),
+    ("priya", "Priya Nair", "reader"),
+    ("quinn", "Quinn Adler", "reader"),
+    ("rosa", "Rosa Lopez", "reader"),
 ]
 
 _CATEGORIES = {  # name -> (description, page titles)
-    "Engineering": ("How we build and ship software.",
-                    ["Code Review Guide", "Release Process", "Feature Flags", "Database Migrations", "API Versioning",
-                     "Logging Standards", "Testing Strategy", "Caching Layer", "CI Pipeline", "Dependency Updates",
-                     "Error Budgets", "Monorepo Layout", "Build Cache"]),
-    "Operations": ("Running production systems day to day.",
-                   ["On-call Rotation", "Incident Response", "Backup Schedule", "Capacity Planning", "Status Page",
-                    "Maintenance Windows", "Alert Tuning", "Disaster Recovery", "Runbook Index", "Postmortem Template",
-                    "Paging Policy"]),
-    "Onboarding": ("Everything a new hire needs in the first weeks.",
-                   ["First Week Checklist", "Laptop Setup", "Accounts and Access", "Team Directory", "Buddy Program",
-                    "Office Tour", "Expense Basics", "Glossary of Terms", "Engineering Onboarding", "Meeting Culture"]),
-    "Security": ("Policies and practices that keep us safe.",
-                 ["Password Policy", "Access Reviews", "Secrets Management", "Vulnerability Disclosure",
-                  "Phishing Awareness", "Device Encryption", "Vendor Security Review", "Data Classification",
-                  "Audit Logging", "Key Rotation", "Security Champions"]),
-    "Product": ("Product strategy, roadmaps and specs.",
-                ["Product Roadmap", "Pricing Tiers", "Feature Request Process", "Customer Personas", "Launch Checklist",
-                 "Beta Program", "Usage Analytics", "Mobile App Strategy", "Accessibility Goals", "Naming Guidelines",
-                 "Deprecation Policy"]),
-    "Design": ("The design system and how designers work.",
-               ["Design System", "Color Palette", "Icon Library", "Typography Scale", "Design Reviews",
-                "Prototyping Tools", "User Research Panel", "Illustration Style", "Motion Principles"]),
-    "People": ("HR policies, benefits and time off.",
-               ["Vacation Policy", "Parental Leave", "Remote Work", "Performance Reviews", "Learning Budget",
-                "Hiring Process", "Interview Rubric", "Referral Bonus", "Code of Conduct", "Wellness Stipend",
-                "Promotion Criteria"]),
-    "Finance": ("Budgets, purchasing and reimbursements.",
-                ["Purchasing Rules", "Travel Reimbursement", "Budget Calendar", "Corporate Cards", "Invoice Approval",
-                 "Software Subscriptions", "Quarterly Forecast", "Petty Cash"]),
-    "Support": ("Helping customers and handling tickets.",
-                ["Ticket Triage", "Refund Guidelines", "Escalation Matrix", "Support Macros", "Customer Health Scores",
-                 "SLA Targets", "Knowledge Base Style", "Chat Support Hours", "Bug Report Template", "VIP Accounts"]),
-    "Sales": ("How we find and close deals.",
-              ["Sales Playbook", "Discount Approval", "Demo Environment", "Lead Scoring", "Contract Templates",
-               "Territory Map", "Partner Program", "Renewal Process", "Competitor Notes"]),
+    "Engineering": (
+        "How we build and ship software.",
+        [
+            "Code Review Guide",
+            "Release Process",
+            "Feature Flags",
+            "Database Migrations",
+            "API Versioning",
+            "Logging Standards",
+            "Testing Strategy",
+            "Caching Layer",
+            "CI Pipeline",
+            "Dependency Updates",
+            "Error Budgets",
+            "Monorepo Layout",
+            "Build Cache",
+        ],
+    ),
+    "Operations": (
+        "Running production systems day to day.",
+        [
+            "On-call Rotation",
+            "Incident Response",
+            "Backup Schedule",
+            "Capacity Planning",
+            "Status Page",
+            "Maintenance Windows",
+            "Alert Tuning",
+            "Disaster Recovery",
+            "Runbook Index",
+            "Postmortem Template",
+            "Paging Policy",
+        ],
+    ),
+    "Onboarding": (
+        "Everything a new hire needs in the first weeks.",
+        [
+            "First Week Checklist",
+            "Laptop Setup",
+            "Accounts and Access",
+            "Team Directory",
+            "Buddy Program",
+            "Office Tour",
+            "Expense Basics",
+            "Glossary of Terms",
+            "Engineering Onboarding",
+            "Meeting Culture",
+        ],
+    ),
+    "Security": (
+        "Policies and practices that keep us safe.",
+        [
+            "Password Policy",
+            "Access Reviews",
+            "Secrets Management",
+            "Vulnerability Disclosure",
+            "Phishing Awareness",
+            "Device Encryption",
+            "Vendor Security Review",
+            "Data Classification",
+            "Audit Logging",
+            "Key Rotation",
+            "Security Champions",
+        ],
+    ),
+    "Product": (
+        "Product strategy, roadmaps and specs.",
+        [
+            "Product Roadmap",
+            "Pricing Tiers",
+            "Feature Request Process",
+            "Customer Personas",
+            "Launch Checklist",
+            "Beta Program",
+            "Usage Analytics",
+            "Mobile App Strategy",
+            "Accessibility Goals",
+            "Naming Guidelines",
+            "Deprecation Policy",
+        ],
+    ),
+    "Design": (
+        "The design system and how designers work.",
+        [
+            "Design System",
+            "Color Palette",
+            "Icon Library",
+            "Typography Scale",
+            "Design Reviews",
+            "Prototyping Tools",
+            "User Research Panel",
+            "Illustration Style",
+            "Motion Principles",
+        ],
+    ),
+    "People": (
+        "HR policies, benefits and time off.",
+        [
+            "Vacation Policy",
+            "Parental Leave",
+            "Remote Work",
+            "Performance Reviews",
+            "Learning Budget",
+            "Hiring Process",
+            "Interview Rubric",
+            "Referral Bonus",
+            "Code of Conduct",
+            "Wellness Stipend",
+            "Promotion Criteria",
+        ],
+    ),
+    "Finance": (
+        "Budgets, purchasing and reimbursements.",
+        [
+            "Purchasing Rules",
+            "Travel Reimbursement",
+            "Budget Calendar",
+            "Corporate Cards",
+            "Invoice Approval",
+            "Software Subscriptions",
+            "Quarterly Forecast",
+            "Petty Cash",
+        ],
+    ),
+    "Support": (
+        "Helping customers and handling tickets.",
+        [
+            "Ticket Triage",
+            "Refund Guidelines",
+            "Escalation Matrix",
+            "Support Macros",
+            "Customer Health Scores",
+            "SLA Targets",
+            "Knowledge Base Style",
+            "Chat Support Hours",
+            "Bug Report Template",
+            "VIP Accounts",
+        ],
+    ),
+    "Sales": (
+        "How we find and close deals.",
+        [
+            "Sales Playbook",
+            "Discount Approval",
+            "Demo Environment",
+            "Lead Scoring",
+            "Contract Templates",
+            "Territory Map",
+            "Partner Program",
+            "Renewal Process",
+            "Competitor Notes",
+        ],
+    ),
 }
 
-TAGS = ("how-to", "policy", "draft", "needs-review", "runbook", "faq", "checklist", "reference", "meeting-notes",
-        "deprecated", "templates", "glossary", "roadmap", "outdated", "featured", "quarterly", "legal", "tooling")
+TAGS = (
+    "how-to",
+    "policy",
+    "draft",
+    "needs-review",
+    "runbook",
+    "faq",
+    "checklist",
+    "reference",
+    "meeting-notes",
+    "deprecated",
+    "templates",
+    "glossary",
+    "roadmap",
+    "outdated",
+    "featured",
+    "quarterly",
+    "legal",
+    "tooling",
+)
 
-TOOLS = ("Jenkins", "Grafana", "Terraform", "Kafka", "Redis", "Postgres", "Jira", "Figma", "Salesforce", "Zendesk",
-         "Okta", "Vault", "Sentry", "Airflow", "Looker", "Notion")
+TOOLS = (
+    "Jenkins",
+    "Grafana",
+    "Terraform",
+    "Kafka",
+    "Redis",
+    "Postgres",
+    "Jira",
+    "Figma",
+    "Salesforce",
+    "Zendesk",
+    "Okta",
+    "Vault",
+    "Sentry",
+    "Airflow",
+    "Looker",
+    "Notion",
+)
 TEAMS = ("Platform", "Payments", "Growth", "Mobile", "Data", "Trust", "Billing", "Search", "Infra", "Web")
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday")
 UNITS = ("minute", "hour", "day", "week")
@@ -196,26 +369,38 @@ def _stamp(moment: datetime.datetime) -> str:
     return moment.isoformat(sep=" ", timespec="minutes")
 
 
-@lru_cache(maxsize=None)
+@cache
 def seed() -> Seed:
     """The seeded wiki (the same objects every call)."""
     rng = random.Random(20260105)
     users = [User(i, username, name, f"{username}-pw", role) for i, (username, name, role) in enumerate(_USERS, 1)]
     editors = [user.username for user in users if user.role != "reader"]
     everyone = [user.username for user in users]
-    categories = [Category(i, slugify(name), name, description)
-                  for i, (name, (description, _)) in enumerate(_CATEGORIES.items(), 1)]
+    categories = [
+        Category(i, slugify(name), name, description)
+        for i, (name, (description, _)) in enumerate(_CATEGORIES.items(), 1)
+    ]
     all_titles = [title for _, titles in _CATEGORIES.values() for title in titles]
     used_sentences: set[str] = set()
 
     def sentence(title: str) -> str:
         while True:
             text = rng.choice(_SENTENCES).format(
-                title=title, topic=title.lower(), team=rng.choice(TEAMS), channel=slugify(title),
-                weekday=rng.choice(WEEKDAYS), tool=rng.choice(TOOLS), n=rng.randrange(10, 500),
-                unit=rng.choice(UNITS), person=rng.choice(users).name, year=rng.randrange(2015, 2026),
-                small=rng.randrange(2, 15), room=rng.randrange(100, 700), hour=rng.randrange(8, 18),
-                other=rng.choice([t for t in all_titles if t != title]))
+                title=title,
+                topic=title.lower(),
+                team=rng.choice(TEAMS),
+                channel=slugify(title),
+                weekday=rng.choice(WEEKDAYS),
+                tool=rng.choice(TOOLS),
+                n=rng.randrange(10, 500),
+                unit=rng.choice(UNITS),
+                person=rng.choice(users).name,
+                year=rng.randrange(2015, 2026),
+                small=rng.randrange(2, 15),
+                room=rng.randrange(100, 700),
+                hour=rng.randrange(8, 18),
+                other=rng.choice([t for t in all_titles if t != title]),
+            )
             if text not in used_sentences:
                 used_sentences.add(text)
                 return text
@@ -265,8 +450,11 @@ def seed() -> Seed:
                 introduced[new] = len(page.revisions) + 1
         num = len(page.revisions) + 1
         page.revisions.append(Revision(num, "\n\n".join(paragraphs), author, created, summary, introduced))
-        audit.append(AuditEntry(created, author, "create page" if num == 1 else "edit page", page.title,
-                                f"revision {num}: {summary}"))
+        audit.append(
+            AuditEntry(
+                created, author, "create page" if num == 1 else "edit page", page.title, f"revision {num}: {summary}"
+            )
+        )
 
     # Some history the audit log alone remembers: deletions, role changes and protections.
     admins = [user.username for user in users if user.role == "admin"]
@@ -275,8 +463,13 @@ def seed() -> Seed:
     events = []
     for page in rng.sample(pages, SEED_DELETED):
         page.deleted = True
-        events.append(("delete page", page.title, rng.choice(("Duplicate page", "Obsolete", "Moved elsewhere",
-                                                               "Out of date", "Created by mistake"))))
+        events.append(
+            (
+                "delete page",
+                page.title,
+                rng.choice(("Duplicate page", "Obsolete", "Moved elsewhere", "Out of date", "Created by mistake")),
+            )
+        )
     for user in rng.sample([u for u in users if u.role != "admin"], 8):
         before = "reader" if user.role == "editor" else "editor"
         events.append(("change role", user.username, f"{before} -> {user.role}"))
@@ -285,8 +478,9 @@ def seed() -> Seed:
     rng.shuffle(events)
     for (action, target, detail), minute in zip(events, extra_times):
         # The deletion of a page comes after its last edit (they all happen after the edit schedule).
-        audit.append(AuditEntry(_stamp(last + datetime.timedelta(minutes=minute)), rng.choice(admins), action,
-                                target, detail))
+        audit.append(
+            AuditEntry(_stamp(last + datetime.timedelta(minutes=minute)), rng.choice(admins), action, target, detail)
+        )
     return Seed(users, categories, pages, audit)
 
 
@@ -294,17 +488,32 @@ def build(db) -> None:
     """Create the schema and insert :func:`seed` into ``db`` (a SQLiteState)."""
     data = seed()
     db.conn.executescript(SCHEMA)
-    db.conn.executemany("INSERT INTO users VALUES (?, ?, ?, ?, ?)",
-                        [(u.id, u.username, u.name, u.password, u.role) for u in data.users])
-    db.conn.executemany("INSERT INTO categories VALUES (?, ?, ?, ?)",
-                        [(c.id, c.slug, c.name, c.description) for c in data.categories])
+    db.conn.executemany(
+        "INSERT INTO users VALUES (?, ?, ?, ?, ?)", [(u.id, u.username, u.name, u.password, u.role) for u in data.users]
+    )
+    db.conn.executemany(
+        "INSERT INTO categories VALUES (?, ?, ?, ?)", [(c.id, c.slug, c.name, c.description) for c in data.categories]
+    )
     for page in data.pages:
-        db.conn.execute("INSERT INTO pages VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        (page.id, page.slug, page.title, page.category.id, page.body, page.protection,
-                         int(page.deleted), page.updated))
-        db.conn.executemany("INSERT INTO revisions (page_id, num, body, author, created, summary) "
-                            "VALUES (?, ?, ?, ?, ?, ?)",
-                            [(page.id, r.num, r.body, r.author, r.created, r.summary) for r in page.revisions])
+        db.conn.execute(
+            "INSERT INTO pages VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                page.id,
+                page.slug,
+                page.title,
+                page.category.id,
+                page.body,
+                page.protection,
+                int(page.deleted),
+                page.updated,
+            ),
+        )
+        db.conn.executemany(
+            "INSERT INTO revisions (page_id, num, body, author, created, summary) VALUES (?, ?, ?, ?, ?, ?)",
+            [(page.id, r.num, r.body, r.author, r.created, r.summary) for r in page.revisions],
+        )
         db.conn.executemany("INSERT INTO page_tags VALUES (?, ?)", [(page.id, tag) for tag in page.tags])
-    db.conn.executemany("INSERT INTO audit (at, actor, action, target, detail) VALUES (?, ?, ?, ?, ?)",
-                        [(a.at, a.actor, a.action, a.target, a.detail) for a in sorted(data.audit, key=lambda a: a.at)])
+    db.conn.executemany(
+        "INSERT INTO audit (at, actor, action, target, detail) VALUES (?, ?, ?, ?, ?)",
+        [(a.at, a.actor, a.action, a.target, a.detail) for a in sorted(data.audit, key=lambda a: a.at)],
+    )

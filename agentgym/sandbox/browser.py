@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from agentgym.sandbox import labels
 from agentgym.sandbox.base import SandboxError, SandboxUnavailableError
 
 __all__ = [
@@ -191,7 +192,7 @@ class _Profile:
     """
 
     def __init__(self, chromium: str, account: tuple[int, int] | None):
-        self.root = Path(tempfile.mkdtemp(prefix="agentgym-chromium-"))
+        self.root = Path(tempfile.mkdtemp(prefix=labels.browser_dir_prefix()))
         self.home = self.root / "home"
         self.home.mkdir(mode=0o700)
         if account is not None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import weakref
 from collections.abc import Callable
@@ -220,17 +222,20 @@ def _chain_signal(signum: int) -> None:
 class GcReport(TypedDict):
     containers: list[str]
     images: list[str]
+    browser_dirs: list[str]
     errors: list[str]
 
 
 def gc(all: bool = False) -> GcReport:  # noqa: A002 - mirrors `agentgym sandbox gc --all`
-    """Remove managed containers and snapshot images whose owner process is dead on this host.
+    """Remove managed containers, snapshot images and browser profile directories whose owner process is dead on this host.
 
     ``all=True`` removes every managed container and snapshot image, whoever owns it (base
-    images are never touched).
+    images are never touched). A browser profile of a live process is always kept: its browser
+    is using it.
     """
+    report: GcReport = {"containers": [], "images": [], "browser_dirs": [], "errors": []}
+    _remove_dead_browser_dirs(report)
     client = engine.api()
-    report: GcReport = {"containers": [], "images": [], "errors": []}
     for container in client.containers(all=True, filters=labels.MANAGED_FILTER):
         if all or labels.owner_is_dead(container["Labels"]):
             _collect(report, "containers", container["Id"], lambda cid: client.remove_container(cid, force=True))
@@ -242,6 +247,15 @@ def gc(all: bool = False) -> GcReport:  # noqa: A002 - mirrors `agentgym sandbox
         if all or labels.owner_is_dead(image_labels):
             _collect(report, "images", image["Id"], lambda iid: client.remove_image(iid, noprune=True))
     return report
+
+
+def _remove_dead_browser_dirs(report: GcReport) -> None:
+    root = tempfile.gettempdir()
+    for name in sorted(os.listdir(root)):
+        if labels.browser_dir_owner_is_dead(name):
+            path = os.path.join(root, name)
+            shutil.rmtree(path, ignore_errors=True)
+            (report["errors"] if os.path.exists(path) else report["browser_dirs"]).append(path)
 
 
 def _collect(report: GcReport, key: str, item_id: str, remove: Callable[[str], None]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import uuid
 from dataclasses import dataclass
@@ -86,3 +87,24 @@ def owner_is_dead(labels: dict[str, str] | None) -> bool:
         pass  # alive, owned by another user
     start = process_start_time(pid)
     return bool(labels.get(OWNER_START)) and start is not None and start != labels[OWNER_START]
+
+
+# Chromium profiles live in temporary directories named after their owner, so that `agentgym sandbox gc`
+# can remove those a killed process left behind (a browser's profile holds hundreds of megabytes).
+BROWSER_DIR_PREFIX = "agentgym-chromium-"
+_BROWSER_DIR = re.compile(re.escape(BROWSER_DIR_PREFIX) + r"(\d+)-(\d+)-")
+
+
+def browser_dir_prefix() -> str:
+    """The ``tempfile.mkdtemp`` prefix of a browser profile directory owned by this process."""
+    owner = current_owner()
+    return f"{BROWSER_DIR_PREFIX}{owner.pid}-{owner.start}-"
+
+
+def browser_dir_owner_is_dead(name: str) -> bool:
+    """True when ``name`` is a browser profile directory whose owning process no longer runs (see :func:`owner_is_dead`)."""
+    match = _BROWSER_DIR.match(name)
+    if match is None:
+        return False
+    pid, start = match.groups()
+    return owner_is_dead({OWNER_HOST: socket.gethostname(), OWNER_PID: pid, OWNER_START: start})

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from agentgym.sandbox import cleanup, engine, images
+from agentgym.sandbox import cleanup, engine, images, labels
 from agentgym.sandbox.docker import DockerSandbox, SandboxConfig
 from agentgym.sandbox.pool import WarmPool, default_pool
 
@@ -133,3 +133,20 @@ def test_pool_keeps_only_the_most_recently_used_images_warm(docker_ready):
         assert _wait_for(lambda: not [c for c in engine.api().containers(all=True) if c["Id"] in first])
     other.release()
     assert not images.image_exists(other.ref)
+
+
+def test_gc_removes_browser_profiles_of_dead_owners_only(tmp_path, monkeypatch):
+    """A killed process's Chromium profile directory is reaped; a live owner's and unmarked ones are kept."""
+    monkeypatch.setattr(cleanup.tempfile, "gettempdir", lambda: str(tmp_path))
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    start = labels.process_start_time(process.pid)
+    dead = tmp_path / f"{labels.BROWSER_DIR_PREFIX}{process.pid}-{start}-abc"
+    process.kill()
+    process.wait(timeout=30)
+    live = tmp_path / f"{labels.browser_dir_prefix()}def"
+    unmarked = tmp_path / f"{labels.BROWSER_DIR_PREFIX}ghi"
+    for folder in (dead, live, unmarked):
+        (folder / "home").mkdir(parents=True)
+    report = cleanup.gc()
+    assert report["browser_dirs"] == [str(dead)]
+    assert not dead.exists() and live.exists() and unmarked.exists()

@@ -1,5 +1,5 @@
 # The two commands: `make demo` (the main job) and `make test`. Both set everything up first.
-.PHONY: setup demo test test-fast bench clean-sandboxes
+.PHONY: setup demo test test-fast lint bench clean-sandboxes
 
 setup:
 	./scripts/setup.sh
@@ -17,6 +17,13 @@ test: setup
 # The inner loop: everything but the tests marked slow (whole-benchmark sweeps, training runs).
 test-fast: setup
 	.venv/bin/python -m pytest -q -p no:cacheprovider -m "not slow"
+
+# Ruff (lint and format) and mypy, configured in pyproject.toml. Not part of `make test`: mypy's first
+# run over torch and transformers takes minutes on two cores, and CI's job is the tests.
+lint:
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/mypy
 
 bench: setup
 	.venv/bin/python benchmarks/sandbox.py

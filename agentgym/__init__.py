@@ -1,8 +1,11 @@
 """agentgym: branchable Gymnasium environments for LLM agents, with tree-rollout RL trainers and an eval harness.
 
-``import agentgym`` registers every built-in environment as ``agentgym/<Name>-v0`` and loads
-environment plugins, so ``gymnasium.make("agentgym/HumanEval-v0")`` works after it.
+``import agentgym`` registers every built-in environment as ``agentgym/<family>.<name>-v0`` (the id
+scheme is described in :mod:`agentgym.registration`) and loads environment plugins, so
+``gymnasium.make("agentgym/code.humaneval-v0")`` works after it.
 """
+
+from importlib.metadata import version as _installed_version
 
 from agentgym.actions import ParsedAction, ToolCall, ToolSpec, parse_action
 from agentgym.core import (
@@ -15,8 +18,10 @@ from agentgym.core import (
     SnapshotReleasedError,
 )
 from agentgym.registration import load_plugins, register_builtin_envs, register_env, registered_env_ids
+from agentgym.task import Task
+from agentgym.wrappers import BranchingWrapper, WrapperNotBranchingError
 
-__version__ = "0.1.0"
+__version__ = _installed_version("agentgym")  # the one version string is pyproject.toml's
 
 __all__ = [
     "AgentEnv",
@@ -26,6 +31,9 @@ __all__ = [
     "SnapshotError",
     "SnapshotMismatchError",
     "SnapshotReleasedError",
+    "Task",
+    "BranchingWrapper",
+    "WrapperNotBranchingError",
     "ParsedAction",
     "ToolCall",
     "ToolSpec",

@@ -280,7 +280,7 @@ def _from_structured(obj: Any) -> list[ToolCall]:
 def _call_from_json(obj: Mapping[str, Any], call_id: str | None = None) -> ToolCall:
     name = obj.get("name")
     args = obj.get("arguments", obj.get("parameters", {}))
-    kwargs = {"id": call_id} if call_id else {}
+    kwargs: dict[str, Any] = {"id": call_id} if call_id else {}
     if not isinstance(name, str) or not name:
         return ToolCall(name="?", error='a tool call needs a "name" string', **kwargs)
     if isinstance(args, str):  # OpenAI sends arguments as a JSON string

@@ -55,25 +55,48 @@ def _envs_list(args: argparse.Namespace) -> int:
     for env_id, tasks, description in rows:
         print(f"{env_id:{width}}  {'?' if tasks is None else tasks:>5}  {description}")
     if not args.pattern:
-        print(f"{len(rows)} envs; `agentgym envs list WORD` filters them (e.g. miniwob, web., BFCL)", file=sys.stderr)
+        print(f"{len(rows)} envs; `agentgym envs list WORD` filters them (e.g. miniwob, web., bfcl)", file=sys.stderr)
     return 0
 
 
-def _envs_tasks(args: argparse.Namespace) -> int:
+def _tasks(args: argparse.Namespace) -> int:
+    """``agentgym tasks ENV_ID [PATTERN]`` (and its older spelling ``agentgym envs tasks``)."""
+    import fnmatch
+    import warnings
+
     import gymnasium
 
     import agentgym  # noqa: F401  (registers the envs)
 
     env_id = args.env_id if "/" in args.env_id else f"agentgym/{args.env_id}"
     try:
-        env = gymnasium.make(env_id)
+        gymnasium.spec(env_id)
     except gymnasium.error.Error as exc:
         raise UsageError(f"{exc} (`agentgym envs list` shows the ids)") from None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DeprecationWarning)
+        try:
+            env = gymnasium.make(env_id)
+        except Exception as exc:  # an env that needs what this machine lacks: say so in one line
+            raise UsageError(f"cannot build {env_id}: {type(exc).__name__}: {exc}") from None
+    for warning in caught:
+        if issubclass(warning.category, DeprecationWarning):
+            print(f"agentgym: {warning.message}", file=sys.stderr)
     try:
-        for task_id in env.unwrapped.task_ids():
-            print(task_id)
+        tasks = list(env.unwrapped.tasks())
     finally:
         env.close()
+    if args.pattern:
+        pattern = args.pattern if any(ch in args.pattern for ch in "*?[") else f"*{args.pattern}*"
+        tasks = [task for task in tasks if fnmatch.fnmatchcase(task.id, pattern)]
+        if not tasks:
+            raise UsageError(f"no task of {env_id} matches {args.pattern!r}")
+    id_width = max(len("id"), *(len(task.id) for task in tasks))
+    category_width = max(len("category"), *(len(task.category) for task in tasks))
+    print(f"{'id':{id_width}}  {'category':{category_width}}  solution")
+    for task in tasks:
+        solution = "yes" if task.has_reference_solution else "no"
+        print(f"{task.id:{id_width}}  {task.category:{category_width}}  {solution}")
     return 0
 
 
@@ -458,6 +481,16 @@ class _HelpFormatter(argparse.HelpFormatter):
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
 
+def _add_tasks_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "env_id", help="a registered id, e.g. agentgym/code.humaneval-v0 (the agentgym/ may be left out)"
+    )
+    parser.add_argument(
+        "pattern", nargs="?", help="only task ids containing this word, or matching this glob, e.g. 'HumanEval/1*'"
+    )
+    parser.set_defaults(run=_tasks)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from agentgym.eval.suites import BUILTIN_SUITES
 
@@ -473,9 +506,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(case-insensitive), e.g. miniwob or 'agentgym/web.*'",
     )
     listing.set_defaults(run=_envs_list)
-    tasks = envs.add_parser("tasks", help="list one env's task ids (for reset(options={'task_id': ...}) and --tasks)")
-    tasks.add_argument("env_id", help="a registered id, e.g. agentgym/HumanEval-v0 (the agentgym/ may be left out)")
-    tasks.set_defaults(run=_envs_tasks)
+    _add_tasks_arguments(envs.add_parser("tasks", help="the same as `agentgym tasks`"))
+    _add_tasks_arguments(
+        commands.add_parser(
+            "tasks",
+            help="list one env's tasks: id (for reset(options={'task_id': ...}) and --tasks), category, "
+            "and whether it has a reference solution",
+        )
+    )
 
     images = commands.add_parser("images", help="sandbox images").add_subparsers(dest="action", required=True)
     build = images.add_parser("build", help="build the base sandbox image offline (debootstrap + docker import)")

@@ -26,12 +26,32 @@ available tools in OpenAI function-calling JSON schema).
 
 Writing an env: subclass, set ``kind`` if the class path is not a good name, and implement
 
-* :meth:`task_ids` — the tasks this env can run;
+* :meth:`task_ids` — the tasks this env can run, and :meth:`tasks` when they have more to say
+  than an id (a goal, a category, a reference solution: :class:`~agentgym.task.Task`);
 * :meth:`tools` — the :class:`~agentgym.actions.ToolSpec` list offered to the model;
 * :meth:`_begin` — set the task up and return the first observation;
 * :meth:`_call_tool` — run one validated call (or override :meth:`_act` for the whole reply);
 * :meth:`_capture` / :meth:`_load` — state in and out of snapshots;
 * :meth:`_teardown` — free resources.
+
+**Family hooks.** The family base classes (``CodeEnv``, ``ToolEnv``, ``WebEnv``, ``DesktopEnv``)
+implement the hooks above and give an env author one smaller set, with the same names for the
+same roles in every family (the arguments fit the family; the web's are coroutines on the
+browser loop and get the browser session):
+
+* ``_setup(task_id)`` — put the world at the task's start (a sandbox's files, an app's
+  database and start page, a tool env's state) and return the goal shown to the agent;
+* ``_grade(...)`` — decide the reward from positive evidence that the task was done and return
+  a :class:`Verdict`; its ``details`` become ``info["grade"]`` on the graded step — the one
+  place for a grader's details in every family;
+* ``_branch_state()`` / ``_load_branch_state(state)`` — env fields that snapshots must carry
+  beyond what the family captures itself (the sandbox, the browser, the tool state);
+* ``_teardown()`` — as above (call the family's ``super()._teardown()``).
+
+Constructor options mean the same in every family: ``tasks=`` selects the tasks (ids, or a glob
+pattern: :func:`select_tasks`), ``max_turns`` bounds the episode, and envs with a screen take
+``screen_size=(width, height)`` and ``screenshot`` (whether observations carry ``"image"``).
+Old names of hooks and options keep working for now, with a :class:`DeprecationWarning`.
 
 A subclass's ``__init__`` need not know about Gymnasium's ``render_mode``: when its signature
 has no ``render_mode`` (nor ``**kwargs``), the base class accepts the argument for it, checks it
@@ -51,6 +71,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import fnmatch
 import functools
 import inspect
 import os
@@ -58,16 +79,18 @@ import string
 import threading
 import time
 import uuid
+import warnings
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
 from agentgym.actions import ParsedAction, ToolCall, ToolSpec, format_error, parse_action
+from agentgym.task import Task
 
 __all__ = [
     "AgentEnv",
@@ -78,6 +101,8 @@ __all__ = [
     "SnapshotError",
     "SnapshotMismatchError",
     "SnapshotReleasedError",
+    "Verdict",
+    "select_tasks",
 ]
 
 Observation = dict[str, Any]
@@ -226,6 +251,73 @@ class Outcome:
 
 
 @dataclass
+class Verdict:
+    """A grader's decision (what every family's ``_grade`` hook returns; see the module docstring).
+
+    ``details`` (JSON-serialisable: what was checked, what failed) become ``info["grade"]`` on
+    the graded step; ``message``, if any, is what the agent is told about the verdict.
+    """
+
+    reward: float
+    success: bool
+    done: bool = True
+    details: dict = field(default_factory=dict)
+    message: str = ""
+
+    def outcome(self, text: str, *, error: str | None = None) -> Outcome:
+        """The step that delivers this verdict, with ``text`` as its observation."""
+        return Outcome(
+            text,
+            reward=float(self.reward),
+            terminated=self.done,
+            success=bool(self.success),
+            error=error,
+            info={"grade": dict(self.details)},
+        )
+
+
+def select_tasks(available: Collection[str], tasks: str | Sequence[str] | None) -> list[str]:
+    """The ids a ``tasks=`` constructor option selects from ``available`` (the same option in every family).
+
+    None selects every available task; a string is a glob pattern over them
+    (:func:`fnmatch.fnmatchcase`, e.g. ``"HumanEval/1*"``; an exact id matches itself); a
+    sequence lists ids, kept in its order. A pattern that matches nothing or an id that is not
+    available raises :class:`ValueError`.
+    """
+    if tasks is None:
+        return list(available)
+    if isinstance(tasks, str):
+        selected = [task_id for task_id in available if fnmatch.fnmatchcase(task_id, tasks)]
+        if not selected:
+            raise ValueError(f"no task matches {tasks!r}")
+        return selected
+    unknown = [task_id for task_id in tasks if task_id not in available]
+    if unknown:
+        raise ValueError(f"unknown task id(s): {unknown[:5]}")
+    return list(tasks)
+
+
+def adopt_renamed_hooks(cls: type, renames: Mapping[str, str]) -> None:
+    """Make a subclass's override of a hook under its old name (``old → new``) the override of the new one, with a DeprecationWarning.
+
+    For renames that kept the signature; a family base calls this from ``__init_subclass__``.
+    """
+    for old, new in renames.items():
+        if old in cls.__dict__ and new not in cls.__dict__:
+            warnings.warn(
+                f"{cls.__qualname__}.{old} is deprecated: override {new} instead (see agentgym.core, Family hooks)",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            setattr(cls, new, cls.__dict__[old])
+
+
+def warn_renamed_option(owner: str, old: str, new: str) -> None:
+    """The DeprecationWarning for a constructor keyword that was renamed (the old one still works)."""
+    warnings.warn(f"{owner}({old}=...) is deprecated: use {new}=...", DeprecationWarning, stacklevel=3)
+
+
+@dataclass
 class _EpisodeState:
     """The base class's part of a snapshot: the episode bookkeeping every env has."""
 
@@ -237,28 +329,39 @@ class _EpisodeState:
     last_observation: Observation
 
 
+class _Branchable(Protocol):
+    """The sync surface that :class:`AsyncTwins` runs in the env thread pool (what a class using it provides)."""
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> Any: ...
+    def step(self, action: Any) -> Any: ...
+    def snapshot(self) -> Snapshot: ...
+    def restore(self, snapshot: Snapshot) -> None: ...
+    def fork(self, snapshot: Snapshot | None = None) -> Any: ...
+    def close(self) -> None: ...
+
+
 class AsyncTwins:
     """The async twins of ``reset``, ``step``, ``snapshot``, ``restore``, ``fork`` and ``close``: each runs the sync method in the shared env thread pool.
 
     Shared by :class:`AgentEnv` and wrappers that keep its surface (e.g. the memory wrapper).
     """
 
-    async def areset(self, *, seed: int | None = None, options: dict | None = None):
+    async def areset(self: _Branchable, *, seed: int | None = None, options: dict | None = None):
         return await _in_env_thread(self.reset, seed=seed, options=options)
 
-    async def astep(self, action: Any):
+    async def astep(self: _Branchable, action: Any):
         return await _in_env_thread(self.step, action)
 
-    async def asnapshot(self) -> Snapshot:
+    async def asnapshot(self: _Branchable) -> Snapshot:
         return await _in_env_thread(self.snapshot)
 
-    async def arestore(self, snapshot: Snapshot) -> None:
+    async def arestore(self: _Branchable, snapshot: Snapshot) -> None:
         await _in_env_thread(self.restore, snapshot)
 
-    async def afork(self, snapshot: Snapshot | None = None):
+    async def afork(self: _Branchable, snapshot: Snapshot | None = None):
         return await _in_env_thread(self.fork, snapshot)
 
-    async def aclose(self) -> None:
+    async def aclose(self: _Branchable) -> None:
         await _in_env_thread(self.close)
 
 
@@ -266,7 +369,7 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
     """Base class of every agentgym environment (see the module docstring for the contract)."""
 
     # Turn-based: a frame per turn; render_fps only paces a viewer (Gymnasium warns when it is missing).
-    metadata: ClassVar[dict] = {"render_modes": ["ansi"], "render_fps": 1}
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}
     #: A stable name for the kind of env; snapshots restore only into envs of the same kind.
     kind: ClassVar[str] = ""
     #: Fenced-code language → (tool, argument), e.g. {"python": ("python", "code")}.
@@ -274,6 +377,11 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
     #: Whether a reply without any tool call is acceptable (otherwise it is an error).
     allow_text_replies: ClassVar[bool] = False
     _spawn_args: tuple[tuple, dict]
+
+    @property
+    def unwrapped(self) -> AgentEnv:
+        """The env itself, as Gymnasium's ``unwrapped`` is for a base env; typed as an AgentEnv for its callers."""
+        return self
 
     def __new__(cls, *args, **kwargs):
         # Remember the constructor arguments so that fork() can build a sibling env with the
@@ -316,6 +424,15 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
     def task_ids(self) -> Sequence[str]:
         """The ids of the tasks this env can run (``reset(options={"task_id": ...})``)."""
         raise NotImplementedError
+
+    def tasks(self) -> Sequence[Task]:
+        """The tasks this env can run, in :meth:`task_ids` order, as :class:`~agentgym.task.Task` objects.
+
+        The default knows only the ids (an empty goal, no category, no reference solution);
+        the built-in envs override it so that each task carries its goal, its category and,
+        where one exists, its reference solution.
+        """
+        return [Task(task_id) for task_id in self.task_ids()]
 
     def tools(self) -> list[ToolSpec]:
         """The tools offered to the model in the current state."""
@@ -483,8 +600,9 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
     def fork(self, snapshot: Snapshot | None = None) -> AgentEnv:
         """A new, independent env at ``snapshot``'s state (default: the current state).
 
-        The returned env is not wrapped; it has the same configuration as this one and must be
-        closed by the caller.
+        The returned env is not wrapped (forking through wrappers gives the same stack of wrappers:
+        :mod:`agentgym.wrappers`); it has the same configuration as this one and must be closed
+        by the caller.
         """
         own = snapshot is None
         snapshot = self.snapshot() if own else snapshot
@@ -492,6 +610,7 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
             self._check_restorable(snapshot)
             args, kwargs = self._spawn_args
             child = type(self)(*args, **kwargs)
+            child.spec = self.spec  # the registered id gymnasium.make gave this env (fork() is no make)
             try:
                 child.restore(snapshot)
             except BaseException:
@@ -539,16 +658,15 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
             raise gym.error.ClosedEnvironmentError(f"{type(self).__name__} is closed")
 
     def _as_observation(self, value: str | Observation, image: np.ndarray | None = None) -> Observation:
-        observation = dict(value) if isinstance(value, dict) else {"text": value}
+        observation: Observation = dict(value) if isinstance(value, dict) else {"text": value}
         if image is not None:
             observation["image"] = image
-        if "image" in self.observation_space.spaces and "image" not in observation:
+        space = self.observation_space
+        if isinstance(space, gym.spaces.Dict) and "image" in space.spaces and "image" not in observation:
             # Keep the last screenshot when a step did not take a new one (the space requires it); a copy,
             # since callers own what a step returns (Gymnasium's check_env tests that no two share data).
             previous = self._episode.last_observation.get("image") if self._episode else None
-            observation["image"] = (
-                previous.copy() if previous is not None else np.zeros(self.observation_space["image"].shape, np.uint8)
-            )
+            observation["image"] = previous.copy() if previous is not None else np.zeros(space["image"].shape, np.uint8)
         return observation
 
     def _info(self, error: str | None = None) -> dict:

@@ -1,7 +1,29 @@
-"""Registering environments under Gymnasium's "agentgym/" namespace: built-ins, entry-point plugins, and a one-line description of each.
+"""Registering environments under Gymnasium's "agentgym/" namespace: built-ins and their ids, deprecated ids, entry-point plugins, and a one-line description of each.
 
-``import agentgym`` registers every built-in env (by import path, so nothing heavy is imported
-until ``gymnasium.make``) and then every plugin: a separately installed package declares
+**Ids.** Every built-in env is ``agentgym/<family>.<name>[-<variant>]-v0``:
+
+* ``<family>`` is the package under ``agentgym/envs`` that holds it: ``code``, ``tool``, ``web``, ``gui``;
+* ``<name>`` is the env (a benchmark, an app), lowercase, words joined by ``-``; a collection of
+  envs with one page each adds the page after a dot (``web.miniwob.<task>``);
+* ``<variant>`` selects one configuration of the same env, spelled as its source spells it
+  (BFCL's categories keep their underscores: ``tool.bfcl-multi-turn-miss_func-v0``);
+* ``-v<N>`` is Gymnasium's version, raised when a change makes old results incomparable.
+
+So: ``code.humaneval-v0``, ``code.repofix-v0``, ``tool.keychain-v0``,
+``tool.bfcl-multi-turn-base-v0``, ``web.shop-v0``, ``web.miniwob.click-test-v0``,
+``gui.desktop-v0``. The ids from before this scheme (``HumanEval-v0``, ``BFCL-multi-turn-base-v0``,
+``miniwob.click-test-v0``, ...) stay registered as aliases (:data:`DEPRECATED_IDS`): making one
+makes the same env and warns with a :class:`DeprecationWarning` that names the new id.
+
+**Where the lists come from.** The families own their lists: the web apps are
+``agentgym.envs.web.apps.APPS``, the BFCL categories ``agentgym.envs.tool.bfcl.CATEGORIES``, the
+MiniWoB++ tasks the pages of the installed ``miniwob`` package. Registration reads them without
+importing those modules (the constants are read from the source as literals, as setuptools reads
+a version), so ``import agentgym`` stays cheap and works without the optional parts installed;
+nothing heavy is imported until ``gymnasium.make``.
+
+**Plugins.** ``import agentgym`` registers every built-in env and then every plugin: a separately
+installed package declares
 
     [project.entry-points."agentgym.envs"]
     mypackage = "mypackage.envs:register"
@@ -12,9 +34,11 @@ warning and skipped; it never breaks ``import agentgym``.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -23,6 +47,19 @@ import gymnasium
 
 NAMESPACE = "agentgym"
 PLUGIN_GROUP = "agentgym.envs"
+
+
+def _literal(module: str, name: str) -> Any:
+    """The literal assigned to ``name`` in one of agentgym's modules, read from its source without importing it."""
+    path = Path(__file__).parent.joinpath(*module.split(".")[1:])
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        if any(isinstance(target, ast.Name) and target.id == name for target in targets):
+            return ast.literal_eval(node.value)
+    raise LookupError(f"{module} assigns no literal {name}")
 
 
 def _miniwob_tasks() -> list[str]:
@@ -37,19 +74,54 @@ def _miniwob_tasks() -> list[str]:
     return sorted(path.stem for path in folder.glob("*.html"))
 
 
+_BFCL_CATEGORIES: tuple[str, ...] = _literal("agentgym.envs.tool.bfcl", "CATEGORIES")
+_WEB_APPS: tuple[str, ...] = _literal("agentgym.envs.web.apps", "APPS")
+_MINIWOB_TASKS = _miniwob_tasks()
+
+#: Built-in id (without the namespace) → (entry point, keyword arguments).
 BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
-    "HumanEval-v0": ("agentgym.envs.code.humaneval:HumanEvalEnv", {}),
-    "RepoFix-v0": ("agentgym.envs.code.repofix:RepoFixEnv", {}),
-    "Desktop-v0": ("agentgym.envs.gui.env:DesktopEnv", {}),
-    "KeyChain-v0": ("agentgym.envs.tool.keychain:KeyChainEnv", {}),
+    "code.humaneval-v0": ("agentgym.envs.code.humaneval:HumanEvalEnv", {}),
+    "code.repofix-v0": ("agentgym.envs.code.repofix:RepoFixEnv", {}),
+    "gui.desktop-v0": ("agentgym.envs.gui.env:DesktopEnv", {}),
+    "tool.keychain-v0": ("agentgym.envs.tool.keychain:KeyChainEnv", {}),
     **{
-        f"BFCL-multi-turn-{category}-v0": ("agentgym.envs.tool.bfcl:BFCLMultiTurnEnv", {"category": category})
-        for category in ("base", "miss_func", "miss_param", "long_context")
+        f"tool.bfcl-multi-turn-{category}-v0": ("agentgym.envs.tool.bfcl:BFCLMultiTurnEnv", {"category": category})
+        for category in _BFCL_CATEGORIES
     },
-    **{f"web.{app}-v0": ("agentgym.envs.web.app_env:WebAppEnv", {"app": app}) for app in ("shop", "mail", "wiki")},
+    **{f"web.{app}-v0": ("agentgym.envs.web.app_env:WebAppEnv", {"app": app}) for app in _WEB_APPS},
     # MiniWoB++: one env per task page of the miniwob package (none when it is not installed).
-    **{f"miniwob.{task}-v0": ("agentgym.envs.web.miniwob:MiniWoBEnv", {"task": task}) for task in _miniwob_tasks()},
+    **{
+        f"web.miniwob.{task}-v0": ("agentgym.envs.web.miniwob:MiniWoBEnv", {"tasks": [task]}) for task in _MINIWOB_TASKS
+    },
 }
+
+#: Ids from before the id scheme (without the namespace) → the id that replaced them.
+DEPRECATED_IDS: dict[str, str] = {
+    "HumanEval-v0": "code.humaneval-v0",
+    "RepoFix-v0": "code.repofix-v0",
+    "Desktop-v0": "gui.desktop-v0",
+    "KeyChain-v0": "tool.keychain-v0",
+    **{f"BFCL-multi-turn-{category}-v0": f"tool.bfcl-multi-turn-{category}-v0" for category in _BFCL_CATEGORIES},
+    **{f"miniwob.{task}-v0": f"web.miniwob.{task}-v0" for task in _MINIWOB_TASKS},
+}
+
+
+@dataclass(frozen=True)
+class DeprecatedId:
+    """The entry point of a deprecated id: warns, then builds what the new id builds (its kwargs, then the caller's)."""
+
+    old_id: str
+    new_id: str
+
+    def __call__(self, **kwargs: Any) -> Any:
+        # stacklevel 3: past gymnasium.make, to the line that asked for the old id.
+        warnings.warn(f"{self.old_id} is deprecated: use {self.new_id}", DeprecationWarning, stacklevel=3)
+        spec = gymnasium.spec(self.new_id)
+        creator = spec.entry_point
+        if isinstance(creator, str):
+            creator = gymnasium.envs.registration.load_env_creator(creator)
+        return creator(**{**spec.kwargs, **kwargs})
+
 
 _plugins_loaded = False
 
@@ -61,10 +133,10 @@ def register_env(name: str, entry_point: str | Callable[..., Any], **kwargs: Any
     Registering other ones under a taken id replaces the old registration with a warning, so a
     class redefined in a notebook cell is the one ``gymnasium.make`` builds.
 
-    The env is registered without Gymnasium's order-enforcing and passive-checker wrappers, so
-    that ``gymnasium.make`` returns the :class:`~agentgym.core.AgentEnv` itself and its
-    ``snapshot``/``fork`` methods are directly reachable; AgentEnv enforces reset-before-step
-    itself, and ``check_env`` runs over every registered env in the test suite.
+    ``gymnasium.make`` returns Gymnasium's standard stack (``OrderEnforcing`` over
+    ``PassiveEnvChecker``, ``TimeLimit`` outside them for ``max_episode_steps=``); its
+    ``snapshot``/``restore``/``fork`` and async twins reach the env through every wrapper (see
+    :mod:`agentgym.wrappers`). The :class:`~agentgym.core.AgentEnv` itself is ``env.unwrapped``.
     """
     env_id = f"{NAMESPACE}/{name}"
     old = gymnasium.registry.get(env_id)
@@ -76,7 +148,7 @@ def register_env(name: str, entry_point: str | Callable[..., Any], **kwargs: Any
             stacklevel=2,
         )
         del gymnasium.registry[env_id]
-    gymnasium.register(id=env_id, entry_point=entry_point, kwargs=kwargs, order_enforce=False, disable_env_checker=True)
+    gymnasium.register(id=env_id, entry_point=entry_point, kwargs=kwargs)
     return env_id
 
 
@@ -88,12 +160,19 @@ def _same(a: dict, b: dict) -> bool:
 
 
 def _name(entry_point) -> str:
-    return entry_point if isinstance(entry_point, str) else f"{entry_point.__module__}.{entry_point.__qualname__}"
+    if isinstance(entry_point, str):
+        return entry_point
+    if isinstance(entry_point, DeprecatedId):
+        return f"the deprecated alias of {entry_point.new_id}"
+    return f"{entry_point.__module__}.{entry_point.__qualname__}"
 
 
 def register_builtin_envs() -> None:
+    """Register every built-in id, and every deprecated id as an alias of its new one."""
     for name, (entry_point, kwargs) in BUILTIN_ENVS.items():
         register_env(name, entry_point, **kwargs)
+    for old, new in DEPRECATED_IDS.items():
+        register_env(old, DeprecatedId(f"{NAMESPACE}/{old}", f"{NAMESPACE}/{new}"))
 
 
 def load_plugins() -> list[str]:
@@ -136,6 +215,16 @@ def describe_env(env_id: str) -> tuple[int | None, str]:
     return tasks, f"{first} ({options})" if options else first
 
 
-def registered_env_ids() -> list[str]:
-    """Every env id in the agentgym namespace, sorted."""
-    return sorted(env_id for env_id in gymnasium.registry if env_id.startswith(f"{NAMESPACE}/"))
+def is_deprecated_id(env_id: str) -> bool:
+    """Whether ``env_id`` is registered as a deprecated alias of another id."""
+    spec = gymnasium.registry.get(env_id)
+    return spec is not None and isinstance(spec.entry_point, DeprecatedId)
+
+
+def registered_env_ids(*, include_deprecated: bool = False) -> list[str]:
+    """Every env id in the agentgym namespace, sorted; deprecated aliases only when asked for."""
+    return sorted(
+        env_id
+        for env_id in gymnasium.registry
+        if env_id.startswith(f"{NAMESPACE}/") and (include_deprecated or not is_deprecated_id(env_id))
+    )

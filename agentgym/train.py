@@ -41,9 +41,12 @@ import json
 import os
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
+
+from agentgym.extras import requires
 
 __all__ = [
     "TRAINERS",
@@ -62,7 +65,7 @@ TRAINERS = {
 }
 #: Config keys read by this module rather than by the trainer's config class.
 OWN_KEYS = ("trainer", "model", "resume", "warm_start")
-#: ``warm_start:`` settings: :func:`agentgym.trainers.recipe.keychain_warm_start`'s knobs.
+#: ``warm_start:`` settings: :func:`agentgym.trainers.warm_start.keychain_warm_start`'s knobs.
 WARM_START_KEYS = ("tasks", "epochs", "learning_rate")
 #: Logged steps in a row without learning signal before the run warns (once).
 NO_SIGNAL_PATIENCE = 5
@@ -73,7 +76,7 @@ class ConfigError(ValueError):
     """A config (or launch) that cannot run; ``main`` prints it as one ``agentgym train:`` line and exits 2."""
 
 
-def load_config(path: str | os.PathLike, overrides: list[str] = ()) -> dict:
+def load_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> dict:
     """The YAML config with ``key=value`` overrides applied; a missing, malformed or non-mapping file is a :class:`ConfigError`."""
     path = Path(path)
     if not path.is_file():
@@ -114,7 +117,7 @@ def _number(value):
 
 def last_complete_checkpoint(output_dir: str | os.PathLike, world_size: int) -> str | None:
     """The newest ``checkpoint-N`` in ``output_dir`` holding the rollout state of all ``world_size`` processes."""
-    from agentgym.trainers.tree_grpo import STATE_FILE
+    from agentgym.trainers.base import STATE_FILE
 
     folder = Path(output_dir)
     if not folder.is_dir():
@@ -134,7 +137,8 @@ def _load(target: str):
     from importlib import import_module
 
     module, _, name = target.partition(":")
-    return getattr(import_module(module), name)
+    with requires("train"):
+        return getattr(import_module(module), name)
 
 
 def build_trainer(config: dict):
@@ -216,7 +220,7 @@ def _warm_start(base: str, settings, args) -> Path:
             f"warm_start builds demonstrations for KeyChain only; for {args.env_id}, train a start "
             "with agentgym.trainers.warm_start.sft_warm_start and set `model:` to it"
         )
-    from agentgym.trainers.recipe import keychain_warm_start
+    from agentgym.trainers.warm_start import keychain_warm_start
 
     config = {
         "env_id": args.env_id,

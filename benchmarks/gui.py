@@ -57,18 +57,18 @@ def play(env, task_id: str, turns: int = TURNS) -> None:
 
 def measure_basics(env, repeats: int) -> dict:
     resets, shots, actions = [], [], []
-    for i in range(repeats):
+    for _ in range(repeats):
         time.sleep(1.0)  # let the warm pool refill, as it does between episodes
         resets.append(timed(lambda: env.reset(options={"task_id": SHEET_TASK}))[0])
         for step in prefix(SHEET_TASK, 6):
             actions.append(timed(lambda: env.step(step))[0])
-        shots += [timed(env.desktop.observe)[0] for _ in range(3)]
+        shots += [timed(env.unwrapped.desktop.observe)[0] for _ in range(3)]
     return {"reset": summary(resets), "screenshot": summary(shots), "action": summary(actions)}
 
 
 def measure_branching(task_id: str, repeats: int) -> dict:
-    env = gymnasium.make("agentgym/Desktop-v0")
-    replay_env = gymnasium.make("agentgym/Desktop-v0")
+    env = gymnasium.make("agentgym/gui.desktop-v0")
+    replay_env = gymnasium.make("agentgym/gui.desktop-v0")
     snapshots, forks, replays = [], [], []
     try:
         play(env, task_id)
@@ -103,7 +103,7 @@ def measure_branching(task_id: str, repeats: int) -> dict:
 def measure_concurrency(desktops: int, seconds: float = 15.0) -> dict:
     """N desktops stepping at once for ``seconds``: each one's steps per second (resets excluded)."""
     # A turn limit above what the run can reach: the episode must not end (and stop stepping) mid-measurement.
-    envs = [gymnasium.make("agentgym/Desktop-v0", max_turns=1_000_000) for _ in range(desktops)]
+    envs = [gymnasium.make("agentgym/gui.desktop-v0", max_turns=1_000_000) for _ in range(desktops)]
     errors, lock, barrier = [], threading.Lock(), threading.Barrier(desktops)
 
     def run(env) -> float:
@@ -136,7 +136,7 @@ def main() -> None:
     parser.add_argument("--max-desktops", type=int, default=6)
     args = parser.parse_args()
 
-    env = gymnasium.make("agentgym/Desktop-v0")
+    env = gymnasium.make("agentgym/gui.desktop-v0")
     try:
         basics = measure_basics(env, args.repeats)
     finally:

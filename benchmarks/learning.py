@@ -9,8 +9,8 @@ Learning (``--part learning``):
 3. Measured: held-out success (``--heldout`` tasks of the heldout split; greedy, and sampled at
    the training temperature) of the SFT start and of each trained model; the training-success
    curve against env steps (tree GRPO's env steps to reach linear GRPO's final success, as a
-   fraction of linear's); SAO's reward curve and KL to its start over its updates. Targets
-   (issue 7): +30 points held-out for both trainers; tree ≤ 70% of linear's env steps; SAO
+   fraction of linear's); SAO's reward curve and KL to its start over its updates. Targets:
+   +30 points held-out for both trainers; tree ≤ 70% of linear's env steps; SAO
    without collapse over 300 updates.
 
 Throughput (``--part throughput``): KeyChain with long-tailed lookup latency
@@ -33,20 +33,17 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 from pathlib import Path
 
-from agentgym.train import load_config
-from agentgym.trainers.recipe import (
-    held_out_success,
-    keychain_warm_start,
-    log_series,
-    smooth,
-    train_run,
-    training_curve,
-    write_learning_curve,
-)
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))  # the demo's helpers, so both measure the same way
+
+from training_runs import log_series, smooth, train_run, training_curve, write_learning_curve  # noqa: E402
+
+from agentgym.train import load_config  # noqa: E402
+from agentgym.trainers.warm_start import held_out_success, keychain_warm_start  # noqa: E402
+
 CONFIGS = ROOT / "examples" / "configs"
 BATCH = 16  # throughput: trained trajectories per learner step in both pipelines
 RUNS = {"tree_grpo": "keychain-tree_grpo.yaml", "linear_grpo": "keychain-linear_grpo.yaml", "sao": "keychain-sao.yaml"}
@@ -161,7 +158,7 @@ def throughput(args, out: Path) -> dict:
         "save_steps=100000",
         "resume=false",
         "report_to=none",
-        "env_kwargs={split: train, num_tasks: 200, max_hops: 2, step_latency: %g}" % args.latency,
+        f"env_kwargs={{split: train, num_tasks: 200, max_hops: 2, step_latency: {args.latency:g}}}",
         f"rollout_concurrency={args.concurrency}",
         f"seed={args.seed}",
     ]

@@ -57,7 +57,7 @@ from agentgym.memory.wrapper import MemoryWrapper  # noqa: E402
 from agentgym.rollout.agent import Agent, AgentConfig, Episode  # noqa: E402
 from agentgym.rollout.chat import Message  # noqa: E402
 from agentgym.rollout.policy import Completion, Policy, SamplingParams  # noqa: E402
-from agentgym.rollout.runner import Runner, RunnerConfig, Task  # noqa: E402
+from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig  # noqa: E402
 
 POLICY_LABEL = (
     "procedure follower (scripted, not a language model): follows the skills in its prompt in order, "
@@ -113,16 +113,16 @@ class ProcedureFollower(Policy):
         return {"name": "lookup", "arguments": {"key": rng.choice(words)}}
 
 
-def tasks(split: str, count: int, seeds: int, base_seed: int) -> list[Task]:
+def tasks(split: str, count: int, seeds: int, base_seed: int) -> list[EpisodeRequest]:
     """``count`` tasks × ``seeds`` reset seeds, every episode its own seed (KeyChain has only 8 distinct statements)."""
     return [
-        Task(f"{split}-{i}", seed=base_seed * 1_000_000 + i * 100 + s, repeat=s)
+        EpisodeRequest(f"{split}-{i}", seed=base_seed * 1_000_000 + i * 100 + s, repeat=s)
         for i in range(count)
         for s in range(seeds)
     ]
 
 
-async def rewards(agent: Agent, factory, work: list[Task]) -> list[float]:
+async def rewards(agent: Agent, factory, work: list[EpisodeRequest]) -> list[float]:
     result = await Runner(agent, factory, RunnerConfig(concurrency=8, progress=False)).run(work)
     by_key = {(r.task_id, r.metadata["repeat"]): r.reward for r in result.records}
     return [by_key[(t.task_id, t.repeat)] for t in work]

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentgym.rollout.agent import Agent, AgentConfig  # noqa: E402
 from agentgym.rollout.policy import Completion, Policy, SamplingParams  # noqa: E402
-from agentgym.rollout.runner import Runner, RunnerConfig, Task  # noqa: E402
+from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig  # noqa: E402
 from tests.envs.counter import CounterEnv  # noqa: E402
 
 REPLY = '<tool_call>{"name": "add", "arguments": {"n": 1}}</tool_call>'
@@ -81,7 +81,7 @@ class LatencyStub(Policy):
 async def _episodes_per_second(policy: Policy, concurrency: int, episodes: int, turns: int) -> tuple[float, dict]:
     agent = Agent(policy, AgentConfig(sampling=SamplingParams(max_tokens=64)))
     runner = Runner(agent, lambda: CounterEnv(max_turns=turns), RunnerConfig(concurrency=concurrency, progress=False))
-    tasks = [Task("reach-30", seed=i, repeat=i) for i in range(episodes)]
+    tasks = [EpisodeRequest("reach-30", seed=i, repeat=i) for i in range(episodes)]
     started = time.perf_counter()
     result = await runner.run(tasks)
     elapsed = time.perf_counter() - started

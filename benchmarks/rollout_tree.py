@@ -270,7 +270,7 @@ async def _main(args: argparse.Namespace) -> None:
                 factory, task_ids = HumanEvalEnv, list(load_problems())[: args.tasks]
             else:
                 from agentgym.envs.code.repofix import RepoFixEnv
-                from agentgym.envs.code.repofix_gen import load_tasks
+                from agentgym.envs.code.repofix_tasks import load_tasks
 
                 factory, task_ids = RepoFixEnv, [task["instance_id"] for task in load_tasks()][: args.tasks]
             result = await measure_tree_vs_linear(factory, agent, task_ids, config)

@@ -48,7 +48,7 @@ def prefix_action(turn: int) -> str:
 
 def ready(env):
     """Wait until the env's sandbox runs commands (its container may still be starting)."""
-    env.sandbox.exec("true")
+    env.unwrapped.sandbox.exec("true")
     return env
 
 
@@ -78,7 +78,7 @@ def measure_reset(env, task_id: str, repeats: int) -> tuple[dict, dict]:
     for _ in range(repeats):
         time.sleep(1.0)  # let the pool refill, as it does between episodes in a real run
         warm.append(timed(lambda: env.reset(options={"task_id": task_id}))[0])
-    cold_env = gymnasium.make("agentgym/RepoFix-v0", warm_pool=False)
+    cold_env = gymnasium.make("agentgym/code.repofix-v0", warm_pool=False)
     cold = []
     try:
         for _ in range(repeats):
@@ -105,7 +105,7 @@ def measure_branching(env, task_id: str, repeats: int) -> dict:
             ms, child = timed(lambda: ready(env.fork()))
             snapshot_fork_ms.append(ms)
             child.close()
-        replay_env = gymnasium.make("agentgym/RepoFix-v0")
+        replay_env = gymnasium.make("agentgym/code.repofix-v0")
         try:
             for _ in range(max(3, repeats // 2)):
                 replay_ms.append(timed(lambda: play_prefix(replay_env, task_id, turns))[0])
@@ -127,7 +127,7 @@ def measure_concurrency(task_ids: list[str], concurrency: int) -> dict:
     errors, lock = [], threading.Lock()
 
     def episode(i: int) -> float:
-        env = gymnasium.make("agentgym/RepoFix-v0")
+        env = gymnasium.make("agentgym/code.repofix-v0")
         started = time.perf_counter()
         try:
             task_id = task_ids[i % len(task_ids)]
@@ -162,15 +162,15 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     args = parser.parse_args()
 
-    env = gymnasium.make("agentgym/RepoFix-v0")
-    task_id = env.task_ids()[0]
+    env = gymnasium.make("agentgym/code.repofix-v0")
+    task_id = env.unwrapped.task_ids()[0]
     try:
         exec_ms = measure_exec(args.repeats)
         warm, cold = measure_reset(env, task_id, args.repeats)
         branching = measure_branching(env, task_id, args.repeats)
     finally:
         env.close()
-    concurrency = measure_concurrency(env.task_ids(), args.concurrency)
+    concurrency = measure_concurrency(env.unwrapped.task_ids(), args.concurrency)
 
     print("| operation | p50 ms | p95 ms | target |")
     print("|---|---:|---:|---|")

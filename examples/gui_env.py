@@ -12,7 +12,7 @@ from pathlib import Path
 import gymnasium
 import numpy as np
 
-import agentgym  # noqa: F401  (registers agentgym/Desktop-v0)
+import agentgym  # noqa: F401  (registers agentgym/gui.desktop-v0)
 from agentgym.envs.gui.tasks import TASKS
 
 
@@ -23,10 +23,9 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    solution = TASKS[args.task].solution
+    env = gymnasium.make("agentgym/gui.desktop-v0", tasks=[args.task])
+    solution = env.unwrapped.tasks()[0].reference_solution()
     half = len(solution) // 2
-
-    env = gymnasium.make("agentgym/Desktop-v0")
     try:
         observation, _ = env.reset(options={"task_id": args.task})
         print(observation["text"].splitlines()[0])

@@ -18,21 +18,16 @@ import time
 import gymnasium
 
 import agentgym  # noqa: F401  (registers the envs)
-from agentgym.actions import ToolCall
-from agentgym.eval.oracles import hermes, humaneval_reference, repofix_reference
+from agentgym.task import call_text
 
 
 def call(name: str, **arguments) -> str:
-    return hermes(ToolCall(name, arguments))
+    return call_text(name, arguments)
 
 
 def reference_actions(env, task_id: str) -> list[str]:
-    """The oracle's replies (agentgym.eval.oracles), as Hermes text."""
-    if env.spec.id == "agentgym/HumanEval-v0":
-        replies = humaneval_reference(task_id)
-    else:
-        replies = repofix_reference(env.task(task_id))
-    return ["\n".join(map(hermes, calls)) for calls in replies]
+    """The task's reference solution (``env.tasks()``), as the oracle policy plays it."""
+    return next(task for task in env.unwrapped.tasks() if task.id == task_id).reference_solution()
 
 
 def give_up_actions(env, task_id: str) -> list[str]:
@@ -57,7 +52,7 @@ def evaluate(env_id: str, limit: int) -> list[dict]:
     rows = []
     env = gymnasium.make(env_id)
     try:
-        task_ids = env.task_ids()[:limit]
+        task_ids = env.unwrapped.task_ids()[:limit]
         for name, policy in POLICIES.items():
             started = time.perf_counter()
             results = [run_episode(env, t, policy(env, t)) for t in task_ids]
@@ -77,8 +72,8 @@ def evaluate(env_id: str, limit: int) -> list[dict]:
 
 
 def branching_demo() -> None:
-    env = gymnasium.make("agentgym/RepoFix-v0")
-    task_id = env.task_ids()[0]
+    env = gymnasium.make("agentgym/code.repofix-v0")
+    task_id = env.unwrapped.task_ids()[0]
     try:
         env.reset(options={"task_id": task_id})
         env.step(call("bash", command="git log --oneline | head -1"))
@@ -107,7 +102,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=10, help="tasks per env")
     args = parser.parse_args()
-    rows = [row for env_id in ("agentgym/HumanEval-v0", "agentgym/RepoFix-v0") for row in evaluate(env_id, args.limit)]
+    rows = [
+        row
+        for env_id in ("agentgym/code.humaneval-v0", "agentgym/code.repofix-v0")
+        for row in evaluate(env_id, args.limit)
+    ]
     print(f"{'env':24} {'policy':10} {'tasks':>5} {'success':>8} {'turns':>6} {'s/episode':>10}")
     for r in rows:
         print(

@@ -19,14 +19,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from training_runs import train_run, training_curve, write_learning_curve  # examples/training_runs.py
+
 from agentgym.train import load_config
-from agentgym.trainers.recipe import (
-    held_out_success,
-    keychain_warm_start,
-    train_run,
-    training_curve,
-    write_learning_curve,
-)
+from agentgym.trainers.warm_start import held_out_success, keychain_warm_start
 
 CONFIG = Path(__file__).resolve().parent / "configs" / "keychain-tree_grpo.yaml"
 

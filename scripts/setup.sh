@@ -6,8 +6,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(docker.io debootstrap chromium chromium-driver xvfb xdotool git patch)
 PYTHON=${PYTHON:-python3}
-EXTRAS=${AGENTGYM_EXTRAS:-dev,train}
-BFCL_VERSION=2026.3.23
+EXTRAS=${AGENTGYM_EXTRAS:-all,dev}  # the tests cover every part
 
 missing_packages() {
   local missing=()
@@ -48,14 +47,16 @@ fi
 
 # 3. The virtual environment (reinstalled only when the project metadata changes).
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-stamp=".venv/.agentgym-installed-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)-$EXTRAS"
+stamp=".venv/.agentgym-installed-$(cat pyproject.toml scripts/setup.sh agentgym/extras.py | sha256sum | cut -c1-16)-$EXTRAS"
 if [ ! -f "$stamp" ]; then
   echo "== installing agentgym[$EXTRAS] into .venv"
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   .venv/bin/python -m pip install -q -e ".[$EXTRAS]"
   # BFCL's data and multi-turn backends, without the ~90 model-provider packages bfcl-eval
   # declares (they would also downgrade numpy); its multi-turn checker needs only mpmath.
-  .venv/bin/python -m pip install -q --no-deps "bfcl-eval==$BFCL_VERSION" "mpmath==1.3.0"
+  # The requirements' one home is agentgym/extras.py (BFCL_REQUIREMENTS), which the BFCL env's error quotes.
+  mapfile -t bfcl < <(.venv/bin/python -c 'from agentgym.extras import BFCL_REQUIREMENTS; print(*BFCL_REQUIREMENTS, sep="\n")')
+  .venv/bin/python -m pip install -q --no-deps "${bfcl[@]}"
   rm -f .venv/.agentgym-installed-*
   touch "$stamp"
 fi

@@ -1,6 +1,68 @@
-"""Shared pytest fixtures."""
+"""Shared pytest fixtures, and the docker/browser/desktop markers applied from what each test uses."""
 
+import sys
+
+import gymnasium
 import pytest
+
+# --- Markers -----------------------------------------------------------------------------------
+# `pytest -m "not docker and not browser and not desktop"` runs the tests that need none of the
+# three; `-m "not slow"` is `make test-fast`. A test is marked by what it uses, so a new test is
+# marked without anyone remembering to: the fixtures it takes (docker_ready, desktop_image), the env
+# ids it is parametrized over (by the family of their entry point), and the modules its file imports.
+BROWSER_MODULES = ("playwright", "selenium", "agentgym.envs.web", "agentgym.sandbox.browser")
+DESKTOP_MODULES = ("agentgym.envs.gui", "agentgym.sandbox.desktop")
+ENV_FAMILY_MARKS = {
+    "agentgym.envs.web": {"browser"},
+    "agentgym.envs.code": {"docker"},
+    "agentgym.envs.gui": {"docker", "desktop"},
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        marks = _marks(item)
+        if "docker" in marks or item.get_closest_marker("docker"):
+            if _imports(item, DESKTOP_MODULES) or any(word in item.path.stem for word in ("gui", "desktop")):
+                marks.add("desktop")
+        for name in sorted(marks):
+            if not item.get_closest_marker(name):
+                item.add_marker(name)
+
+
+def _marks(item) -> set[str]:
+    marks = set()
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if "docker_ready" in fixtures:
+        marks.add("docker")
+    if "desktop_image" in fixtures:
+        marks |= {"docker", "desktop"}
+    callspec = getattr(item, "callspec", None)
+    for value in callspec.params.values() if callspec else ():
+        marks |= _env_marks(value)
+    if _imports(item, BROWSER_MODULES) or "web" in item.path.stem:
+        marks.add("browser")
+    return marks
+
+
+def _env_marks(value) -> set[str]:
+    """The marks of an env id's family (from its registered entry point), or none for any other value."""
+    spec = gymnasium.registry.get(value) if isinstance(value, str) else None
+    entry_point = spec.entry_point if spec is not None and isinstance(spec.entry_point, str) else ""
+    return next((marks for family, marks in ENV_FAMILY_MARKS.items() if entry_point.startswith(family)), set())
+
+
+def _imports(item, prefixes: tuple[str, ...]) -> bool:
+    """Whether the test's module holds a module, class or function from one of the ``prefixes`` packages."""
+    module = getattr(item, "module", None)
+    if module is None:
+        return False
+    for value in vars(module).values():
+        name = value.__name__ if type(value) is type(sys) else getattr(value, "__module__", None)
+        if isinstance(name, str) and any(name == p or name.startswith(p + ".") for p in prefixes):
+            return True
+    return False
+
 
 # --- Docker sandboxes ------------------------------------------------------------------------
 # Tests marked `docker` take `docker_ready` (the base image's tag): it skips them where no engine

@@ -20,7 +20,7 @@ def run(*args):
 def test_envs_list_names_every_builtin():
     result = run("envs", "list")
     assert result.returncode == 0, result.stderr
-    assert "agentgym/HumanEval-v0" in result.stdout and "agentgym/RepoFix-v0" in result.stdout
+    assert "agentgym/code.humaneval-v0" in result.stdout and "agentgym/code.repofix-v0" in result.stdout
 
 
 def test_envs_list_filters_and_aligns_ids_task_counts_and_descriptions():
@@ -28,18 +28,47 @@ def test_envs_list_filters_and_aligns_ids_task_counts_and_descriptions():
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.splitlines()
     assert header.split() == ["id", "tasks", "description"] and len(rows) == 4
-    assert all(row.startswith("agentgym/BFCL-multi-turn-") for row in rows)
+    assert all(row.startswith("agentgym/tool.bfcl-multi-turn-") for row in rows)
     assert len({row.index(" 200  ") for row in rows}) == 1  # one column for the counts
     assert "category=miss_func" in result.stdout
-    web = run("envs", "list", "agentgym/web.*").stdout.splitlines()[1:]
-    assert [row.split()[0] for row in web] == ["agentgym/web.mail-v0", "agentgym/web.shop-v0", "agentgym/web.wiki-v0"]
+    web = [row.split()[0] for row in run("envs", "list", "agentgym/web.*").stdout.splitlines()[1:]]
+    apps = [env_id for env_id in web if not env_id.startswith("agentgym/web.miniwob.")]
+    assert apps == ["agentgym/web.mail-v0", "agentgym/web.shop-v0", "agentgym/web.wiki-v0"]
 
 
-def test_envs_tasks_lists_the_task_ids():
-    result = run("envs", "tasks", "HumanEval-v0")
+def test_tasks_lists_ids_categories_and_whether_a_reference_solution_exists():
+    result = run("tasks", "code.humaneval-v0")
     assert result.returncode == 0, result.stderr
-    ids = result.stdout.split()
-    assert len(ids) == 164 and ids[0] == "HumanEval/0"
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == ["id", "category", "solution"] and len(rows) == 164
+    assert rows[0].split() == ["HumanEval/0", "humaneval", "yes"]
+    assert len({row.index(" humaneval ") for row in rows}) == 1  # aligned columns
+    assert run("envs", "tasks", "code.humaneval-v0").stdout == result.stdout  # the older spelling
+    assert run("tasks", "web.miniwob.click-test-v0").stdout.splitlines()[1].split() == [
+        "click-test",
+        "click-test",
+        "no",
+    ]
+
+
+def test_tasks_filters_by_a_word_or_a_glob():
+    assert [
+        row.split()[0] for row in run("tasks", "agentgym/code.humaneval-v0", "HumanEval/16?").stdout.splitlines()[1:]
+    ] == [f"HumanEval/16{n}" for n in range(4)]
+    rows = run("tasks", "web.shop-v0", "cheapest").stdout.splitlines()[1:]
+    assert rows and all("cheapest" in row.split()[0] for row in rows)
+
+
+def test_tasks_of_an_old_id_says_the_new_one():
+    result = run("tasks", "KeyChain-v0", "train-1")
+    assert result.returncode == 0 and "agentgym/tool.keychain-v0" in result.stderr
+    assert result.stdout.splitlines()[1].split() == ["train-1", "train", "yes"]
+
+
+def test_tasks_errors_are_one_line():
+    _one_line_usage_error(run("tasks", "nope-v0"), "tasks", "nope", "agentgym envs list")
+    _one_line_usage_error(run("envs", "tasks", "nope-v0"), "envs tasks", "nope")
+    _one_line_usage_error(run("tasks", "tool.keychain-v0", "zzz"), "tasks", "no task", "'zzz'")
 
 
 def test_eval_help_names_every_builtin_suite():
@@ -161,7 +190,7 @@ def test_eval_compare_refuses_what_is_not_a_run_and_runs_without_shared_tasks(tm
 
 def test_eval_suite_file_errors_name_the_file(tmp_path):
     suite = tmp_path / "mine.jsonl"
-    suite.write_text('{"env": "KeyChain-v0", "task_id": "train-0"}\n{"env": "KeyChain-v0", "task_id": \n')
+    suite.write_text('{"env": "tool.keychain-v0", "task_id": "train-0"}\n{"env": "tool.keychain-v0", "task_id": \n')
     _one_line_usage_error(
         run("eval", "--suite", str(suite), "--policy", "oracle"), "eval", f"{suite}:2:", "not a JSON object"
     )

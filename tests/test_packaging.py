@@ -1,13 +1,25 @@
-"""The built wheel carries all four import roots (agentgym, .envs, .trainers, .memory) and the task data."""
+"""Packaging: the wheel carries every part and its data; the core install runs a ToolEnv; extras, pins and version."""
 
+import importlib.metadata
+import json
+import re
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import venv
 import zipfile
 from pathlib import Path
 
+import gymnasium
+from packaging.requirements import Requirement
+
+import agentgym
+from agentgym.extras import BFCL_REQUIREMENTS
+
 REPO = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+EXTRAS = PYPROJECT["project"]["optional-dependencies"]
 
 
 def test_wheel_installs_into_a_fresh_venv_and_imports_all_parts(tmp_path):
@@ -22,6 +34,7 @@ def test_wheel_installs_into_a_fresh_venv_and_imports_all_parts(tmp_path):
     assert "agentgym/envs/code/__init__.py" in names and "agentgym/trainers/__init__.py" in names
     assert any(n.startswith("agentgym/envs/code/tasks/repofix/") for n in names)
     assert "agentgym/rollout/templates/chatml_tools.jinja" in names
+    assert "agentgym/py.typed" in names
 
     fresh = tmp_path / "venv"
     venv.create(fresh, with_pip=False)
@@ -43,3 +56,151 @@ def test_wheel_installs_into_a_fresh_venv_and_imports_all_parts(tmp_path):
     result = subprocess.run([python, "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0].startswith(site)
+
+
+def optional_modules() -> list[str]:
+    """The import names of every distribution an extra (other than dev) brings, and of bfcl-eval."""
+    by_distribution: dict[str, set[str]] = {}
+    for module, distributions in importlib.metadata.packages_distributions().items():
+        for distribution in distributions:
+            by_distribution.setdefault(_canonical(distribution), set()).add(module)
+    requirements = [r for extra, rs in EXTRAS.items() if extra != "dev" for r in rs] + list(BFCL_REQUIREMENTS)
+    names = {_canonical(Requirement(r).name) for r in requirements} - {"agentgym", "mpmath"}
+    modules = set()
+    for name in names:
+        assert name in by_distribution, f"{name} is declared in an extra but not installed in the dev venv"
+        modules |= by_distribution[name]
+    return sorted(m for m in modules if m.isidentifier())
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+# Runs in a fresh interpreter in which every optional package is "not installed": a finder ahead of
+# all others raises ModuleNotFoundError for them, as a missing package would.
+CORE_ONLY = """
+import importlib.abc, json, sys
+
+BLOCKED = set(sys.argv[1].split(","))
+
+class NotInstalled(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, NotInstalled())
+
+import gymnasium
+import agentgym, agentgym.cli, agentgym.envs.tool, agentgym.eval, agentgym.memory, agentgym.rollout
+import agentgym.sandbox, agentgym.trainers
+
+def env_id(entry_point):
+    return next(i for i in agentgym.registered_env_ids() if gymnasium.spec(i).entry_point == entry_point)
+
+env = gymnasium.make(env_id("agentgym.envs.tool.keychain:KeyChainEnv"))
+obs, info = env.reset(seed=0)
+obs, reward, terminated, truncated, info = env.step("lookup")
+fork = env.unwrapped.fork()
+fork.step("more text")
+fork.close()
+env.close()
+
+def error(action):
+    try:
+        action()
+    except ModuleNotFoundError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "no error"
+
+import importlib
+errors = {
+    "code": error(lambda: gymnasium.make(env_id("agentgym.envs.code.humaneval:HumanEvalEnv"))),
+    "web": error(lambda: importlib.import_module("agentgym.envs.web")),
+    "gui": error(lambda: gymnasium.make(env_id("agentgym.envs.gui.env:DesktopEnv"))),
+    "bfcl": error(lambda: importlib.import_module("agentgym.envs.tool.bfcl")),
+    "tool": error(lambda: importlib.import_module("agentgym.envs.tool.mcp")),
+    "sandbox": error(lambda: agentgym.sandbox.DockerSandbox),
+    "train": error(lambda: importlib.import_module("agentgym.rollout.hf_policy")),
+    "eval": error(lambda: importlib.import_module("agentgym.rollout.openai_policy")),
+    "serve": error(lambda: importlib.import_module("agentgym.rollout.server")),
+    "memory": error(lambda: importlib.import_module("agentgym.memory.embeddings").default_embedder()),
+}
+heavy = sorted({m.split(".")[0] for m in sys.modules} & BLOCKED)
+print(json.dumps({"errors": errors, "imported": heavy}))
+"""
+
+
+def test_the_core_install_runs_a_tool_env_and_each_missing_extra_names_itself():
+    """Without any extra, `import agentgym` and a ToolEnv's reset/step/fork work; every other part says what to install."""
+    blocked = optional_modules()
+    assert {"docker", "playwright", "torch", "openai", "aiohttp", "mcp", "miniwob", "bfcl_eval"} <= set(blocked)
+    result = subprocess.run(
+        [sys.executable, "-c", CORE_ONLY, ",".join(blocked)], capture_output=True, text=True, timeout=300, cwd=REPO
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["imported"] == []
+    for extra, message in report["errors"].items():
+        assert message.startswith("MissingDependencyError: No module named"), (extra, message)
+        if extra == "bfcl":
+            assert "pip install --no-deps " + " ".join(f"'{r}'" for r in BFCL_REQUIREMENTS) in message
+        else:
+            assert f"pip install 'agentgym[{extra}]'" in message, (extra, message)
+
+
+def test_every_extra_is_part_of_all_and_dev_has_the_tools():
+    self_references = {extra for r in EXTRAS["all"] for extra in Requirement(r).extras}
+    assert self_references == set(EXTRAS) - {"all", "dev", "sandbox"}  # sandbox comes with code and gui
+    assert {"pytest", "ruff", "mypy", "build"} <= {Requirement(r).name for r in EXTRAS["dev"]}
+
+
+def test_an_exact_pin_has_its_reason_beside_it():
+    """`==` only with a comment on its line or the line just above it (TRL's private hooks, torch's CPU build, ...)."""
+    lines = (REPO / "pyproject.toml").read_text().splitlines()
+    unexplained = [
+        line.strip()
+        for number, line in enumerate(lines)
+        if re.search(r'"[^"#]*==[^"]*"', line) and "#" not in line and not lines[number - 1].strip().startswith("#")
+    ]
+    assert unexplained == []
+    requirements = [Requirement(r) for rs in [PYPROJECT["project"]["dependencies"], *EXTRAS.values()] for r in rs]
+    exact = {r.name for r in requirements if any(s.operator == "==" for s in r.specifier)}
+    assert not exact & {"openai", "rich", "aiohttp", "docker", "playwright", "gymnasium"}
+
+
+def test_one_version_string():
+    assert agentgym.__version__ == PYPROJECT["project"]["version"] == importlib.metadata.version("agentgym")
+    assert not re.search(r"__version__\s*=\s*[\"']", (REPO / "agentgym" / "__init__.py").read_text())
+
+
+def test_markers_follow_what_a_test_uses():
+    """The pure selection holds no test of an env that needs Docker, a browser or the desktop."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not docker and not browser and not desktop",
+            "tests/envs/test_every_env.py",
+            "tests/envs/gui/test_env.py",
+            "tests/envs/web/test_web_env.py",
+            "tests/sandbox/test_exec.py",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
+    selected = [line for line in result.stdout.splitlines() if "::" in line]
+    assert selected, result.stdout + result.stderr
+    for test_id in selected:
+        assert test_id.startswith("tests/envs/test_every_env.py::"), test_id
+        param = test_id.partition("[")[2].rstrip("]")
+        if param:
+            assert gymnasium.spec(param).entry_point.startswith("agentgym.envs.tool."), test_id

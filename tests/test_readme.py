@@ -24,10 +24,11 @@ def test_writing_an_environment_example_works():
     assert branch.step('<tool_call>{"name": "guess", "arguments": {"n": 42}}</tool_call>')[1:3] == (1.0, True)
     assert "must be integer" in env.step('guess("x")')[4]["error"]
 
-    # Gymnasium's own checker passes without a warning, though GuessEnv never mentions render_mode or render_fps.
+    # Gymnasium's own checker passes without a warning, though GuessEnv never mentions render_mode or render_fps
+    # (on the env gymnasium.make built: check_env warns that it checks wrappers instead when given the stack).
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        check_env(gymnasium.make("agentgym/Guess-v0"), skip_render_check=False)
+        check_env(gymnasium.make("agentgym/Guess-v0").unwrapped, skip_render_check=False)
     assert [str(w.message) for w in caught] == []
 
 

@@ -1,5 +1,6 @@
 """Registration: built-ins under agentgym/, and a separately installed plugin package found through entry points."""
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -7,15 +8,17 @@ import warnings
 
 import gymnasium
 import pytest
+from gymnasium.wrappers import OrderEnforcing, PassiveEnvChecker
 
 import agentgym
 from agentgym.core import AgentEnv
+from agentgym.registration import BUILTIN_ENVS, DEPRECATED_IDS, _literal
 
 
-def test_builtin_envs_are_registered_without_wrappers():
-    assert {"agentgym/HumanEval-v0", "agentgym/RepoFix-v0"} <= set(agentgym.registered_env_ids())
-    spec = gymnasium.spec("agentgym/HumanEval-v0")
-    assert spec.order_enforce is False and spec.disable_env_checker is True
+def test_builtin_envs_are_registered_with_gymnasiums_standard_wrappers():
+    assert {"agentgym/code.humaneval-v0", "agentgym/code.repofix-v0"} <= set(agentgym.registered_env_ids())
+    spec = gymnasium.spec("agentgym/code.humaneval-v0")
+    assert spec.order_enforce is True and spec.disable_env_checker is False
 
 
 def test_register_env_is_idempotent_and_make_returns_the_agent_env():
@@ -24,7 +27,8 @@ def test_register_env_is_idempotent_and_make_returns_the_agent_env():
         warnings.simplefilter("error")  # the same registration again is silent
         assert agentgym.register_env("Counter-v0", "tests.envs.counter:CounterEnv", max_turns=5) == env_id
     env = gymnasium.make(env_id)
-    assert isinstance(env, AgentEnv) and env.max_turns == 5
+    assert isinstance(env, OrderEnforcing) and isinstance(env.env, PassiveEnvChecker)
+    assert isinstance(env.unwrapped, AgentEnv) and env.unwrapped.max_turns == 5
     env.reset(seed=0)
     env.close()
 
@@ -47,7 +51,7 @@ def test_registering_a_taken_id_again_replaces_it_with_a_warning():
     with pytest.warns(UserWarning, match="was registered already"):
         agentgym.register_env("Redefined-v0", Second, max_turns=3)  # other kwargs are a change too
     env = gymnasium.make(env_id)
-    assert type(env) is Second and env.max_turns == 3
+    assert type(env.unwrapped) is Second and env.unwrapped.max_turns == 3
     env.close()
 
 
@@ -73,7 +77,7 @@ def test_plugin_entry_point_registers_envs_in_a_fresh_process(tmp_path):
     script = (
         "import sys, warnings; sys.path.insert(0, sys.argv[1]); warnings.simplefilter('always');\n"
         "import gymnasium, agentgym\n"
-        "env = gymnasium.make('agentgym/PluginCounter-v0'); print(type(env).__name__, env.max_turns)"
+        "env = gymnasium.make('agentgym/PluginCounter-v0'); print(type(env.unwrapped).__name__, env.unwrapped.max_turns)"
     )
     result = subprocess.run(
         [sys.executable, "-c", script, str(tmp_path)],
@@ -85,3 +89,70 @@ def test_plugin_entry_point_registers_envs_in_a_fresh_process(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "CounterEnv 4"
     assert "plugin 'broken'" in result.stderr and "failed to load" in result.stderr
+
+
+BUILTIN_IDS = [f"agentgym/{name}" for name in BUILTIN_ENVS]
+#: Every built-in family with known solutions hands out one for every task.
+SOLVED = ("code.", "tool.", "web.shop", "web.mail", "web.wiki", "gui.")
+
+
+def test_every_builtin_id_follows_the_scheme_and_aliases_are_not_listed():
+    scheme = re.compile(r"agentgym/(code|tool|web|gui)\.[a-z0-9][a-z0-9_.-]*-v\d+")
+    assert all(scheme.fullmatch(env_id) for env_id in BUILTIN_IDS), [i for i in BUILTIN_IDS if not scheme.fullmatch(i)]
+    listed = set(agentgym.registered_env_ids())
+    assert set(BUILTIN_IDS) <= listed and not listed & {f"agentgym/{old}" for old in DEPRECATED_IDS}
+    assert {f"agentgym/{old}" for old in DEPRECATED_IDS} <= set(agentgym.registered_env_ids(include_deprecated=True))
+
+
+@pytest.mark.parametrize("old,new", sorted(DEPRECATED_IDS.items()))
+def test_each_old_id_makes_the_same_env_with_a_deprecation_warning(old, new):
+    with pytest.warns(
+        DeprecationWarning, match=f"agentgym/{re.escape(old)} is deprecated: use agentgym/{re.escape(new)}"
+    ):
+        env = gymnasium.make(f"agentgym/{old}", max_turns=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # the new id makes it silently
+        reference = gymnasium.make(f"agentgym/{new}", max_turns=3)
+    try:
+        assert type(env.unwrapped) is type(reference.unwrapped)
+        assert env.unwrapped.kind == reference.unwrapped.kind and env.unwrapped.max_turns == 3
+        assert list(env.unwrapped.task_ids()) == list(reference.unwrapped.task_ids())
+    finally:
+        env.close()
+        reference.close()
+
+
+def test_the_family_lists_registration_reads_are_the_families_own():
+    """Registration reads the web apps and BFCL categories from their modules' source; they must be what those modules hold."""
+    from agentgym.envs.tool import bfcl
+    from agentgym.envs.web import apps
+
+    assert _literal("agentgym.envs.tool.bfcl", "CATEGORIES") == bfcl.CATEGORIES
+    assert _literal("agentgym.envs.web.apps", "APPS") == apps.APPS
+    assert {f"agentgym/web.{app}-v0" for app in apps.APPS} <= set(agentgym.registered_env_ids())
+
+
+def test_import_agentgym_imports_no_env_family():
+    script = "import sys, agentgym; print(sorted(m for m in sys.modules if m.startswith(('agentgym.envs', 'bfcl_eval', 'miniwob', 'aiohttp'))))"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "env_id",
+    [i for i in BUILTIN_IDS if not i.startswith("agentgym/web.miniwob.")] + ["agentgym/web.miniwob.click-test-v0"],
+)
+def test_every_builtin_env_lists_its_tasks_with_categories_and_solutions(env_id):
+    env = gymnasium.make(env_id)
+    try:
+        tasks = env.unwrapped.tasks()
+        assert [task.id for task in tasks] == list(env.unwrapped.task_ids())
+        assert all(isinstance(task, agentgym.Task) and task.category for task in tasks)
+        solved = env_id.removeprefix("agentgym/").startswith(SOLVED)
+        assert all(task.has_reference_solution == solved for task in tasks)
+        if solved:
+            steps = tasks[0].reference_solution()
+            assert steps and all(isinstance(step, str) or callable(step) for step in steps)
+    finally:
+        env.close()

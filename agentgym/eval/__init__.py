@@ -1,1 +1,28 @@
-"""agentgym eval: run benchmark suites against a model, score the episodes and write a report."""
+"""agentgym.eval: run benchmark suites against a policy, score the episodes (success, pass@k) and write a report.
+
+``agentgym eval --suite <suite> --policy <model or endpoint>`` is the command; these are its
+parts: :func:`load_suite` (a built-in suite or a YAML file), :func:`evaluate` (the harness),
+the metrics (pure functions) and the report. Names load on first use.
+"""
+
+from agentgym._lazy import lazy_exports
+
+_EXPORTS = {
+    "Suite": "suites",
+    "load_suite": "suites",
+    "PolicyUnavailableError": "harness",
+    "evaluate": "harness",
+    "load_results": "harness",
+    "bootstrap_ci": "metrics",
+    "compare": "metrics",
+    "mean_pass_at_k": "metrics",
+    "pass_at_k": "metrics",
+    "per_task": "metrics",
+    "summarize": "metrics",
+    "compare_report": "report",
+    "write_report": "report",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -53,7 +53,7 @@ from agentgym.eval.oracles import EpisodeAgent
 from agentgym.eval.suites import Suite
 from agentgym.rollout.agent import AgentConfig
 from agentgym.rollout.policy import Policy
-from agentgym.rollout.runner import Runner, RunnerConfig, Task
+from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig
 from agentgym.rollout.trajectory import Trajectory
 
 if TYPE_CHECKING:
@@ -305,7 +305,7 @@ async def evaluate(
         for (env_id, kwargs_json), tasks in suite.by_env().items():
             env_kwargs = json.loads(kwargs_json)
             todo = [
-                Task(t.task_id, episode_seed(seed, t.task_id, s), repeat=s, group=t.task_id)
+                EpisodeRequest(t.task_id, episode_seed(seed, t.task_id, s), repeat=s, group=t.task_id)
                 for t in tasks
                 for s in range(k)
                 if (t.task_id, s) not in done

@@ -1,12 +1,11 @@
-"""Reference policies that bracket what a model can score: oracles that replay each task's known solution, and a gibberish policy.
+"""Reference policies that bracket what a model can score: an oracle that replays each task's reference solution, and a gibberish policy.
 
-* HumanEval: write the canonical solution into ``solution.py``, import it once, submit.
-* RepoFix: apply the gold patch with ``git apply``, run the visible tests, submit.
-* desktop (GUI) tasks: play the task's scripted actions, one per turn.
-* web apps: play the task's scripted reference solution, reading element ids from the latest
-  observation (see :mod:`agentgym.envs.web.tasks`).
-* BFCL multi-turn: per user turn, one reply with that turn's ground-truth calls, then a text
-  reply that ends the turn (a turn without ground-truth calls gets the text reply only).
+* :class:`ReferencePolicy` (the ``oracle`` policy of ``agentgym eval``) plays
+  ``task.reference_solution()`` of the episode's task (see :class:`agentgym.Task`), one step
+  per turn; a step that reads the page gets the latest observation's text. Every built-in env
+  with known solutions hands them out through ``env.tasks()``: HumanEval's canonical solutions,
+  RepoFix's gold patches, BFCL's ground truth, the web apps' and the desktop's scripted
+  solutions, KeyChain's demonstrations.
 * :class:`NonsensePolicy` always answers gibberish (a suite's 0% check).
 * :class:`RandomWebPolicy` clicks a uniformly random element of the page each turn (the random
   baseline of web suites).
@@ -16,36 +15,33 @@ do not identify tasks uniquely (BFCL has tasks sharing a first user turn). So th
 it: :class:`EpisodeAgent` (the agent the eval harness runs with) sets the :data:`EPISODE_TASK`
 context variable to the episode's task id around each sample, and the oracle reads it. Outside
 the harness, set it yourself (``EPISODE_TASK.set(task_id)``) before calling ``chat``. Where the
-oracle is within the task comes from the conversation: the replies it already made.
+oracle is within the solution comes from the conversation: the replies it already made.
 
-Oracles reply with native tool calls when the request carries tool schemas, else with Hermes
-``<tool_call>`` text, so they work with either ``AgentConfig.native_tools`` setting.
+The oracle replies with native tool calls when the request carries tool schemas (the solution
+step parsed against them), else with the step's text as it is, so it works with either
+``AgentConfig.native_tools`` setting.
 """
 
 from __future__ import annotations
 
 import contextvars
-import json
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from agentgym.actions import ToolCall
+from agentgym.actions import ToolCall, parse_action, tool_specs_from_openai
 from agentgym.rollout.agent import Agent, Episode
 from agentgym.rollout.chat import Message
 from agentgym.rollout.policy import Completion, Policy, SamplingParams
+from agentgym.task import Step, Task, call_text, resolve_step
 
 __all__ = [
     "EPISODE_TASK",
     "EpisodeAgent",
     "NonsensePolicy",
     "OraclePolicy",
-    "BFCLOracle",
-    "CodeOracle",
-    "WebOracle",
+    "ReferencePolicy",
     "RandomWebPolicy",
     "hermes",
-    "humaneval_reference",
-    "repofix_reference",
     "oracle_for",
 ]
 
@@ -67,46 +63,21 @@ class EpisodeAgent(Agent):
 
 def hermes(call: ToolCall) -> str:
     """A call as Hermes ``<tool_call>`` text."""
-    return f"<tool_call>{json.dumps({'name': call.name, 'arguments': call.arguments})}</tool_call>"
+    return call_text(call.name, call.arguments)
 
 
-def humaneval_reference(task_id: str) -> list[list[ToolCall]]:
-    """The replies that solve a HumanEval task with its canonical solution (one call per reply)."""
-    from agentgym.envs.code.humaneval import SOLUTION_PATH, load_problems
-
-    problem = load_problems()[task_id]
-    return [
-        [ToolCall("write_file", {"path": SOLUTION_PATH, "content": problem["prompt"] + problem["canonical_solution"]})],
-        [
-            ToolCall(
-                "python",
-                {"code": "import sys; sys.path.insert(0, '/workspace')\nimport solution\nprint('imports fine')"},
-            )
-        ],
-        [ToolCall("submit")],
-    ]
-
-
-def repofix_reference(task: dict) -> list[list[ToolCall]]:
-    """The replies that fix a RepoFix task (its instance dict) with its gold patch."""
-    return [
-        [ToolCall("write_file", {"path": "/tmp/fix.diff", "content": task["patch"]})],
-        [ToolCall("bash", {"command": "git apply /tmp/fix.diff && git status --short"})],
-        [ToolCall("run_tests")],
-        [ToolCall("submit")],
-    ]
-
-
-def _calls_in(message: Message) -> bool:
-    return bool(message.get("tool_calls")) or "<tool_call>" in str(message.get("content") or "")
-
-
-def _reply(calls: list[ToolCall], tools: list[dict] | None, version: int) -> Completion:
+def _reply(action: str, tools: list[dict] | None, version: int) -> Completion:
+    """A completion that makes ``action``: native tool calls when the request has tools and the action is calls, else its text."""
     if tools:
-        return Completion(
-            text="", finish_reason="tool_calls", policy_version=version, tool_calls=[call.to_openai() for call in calls]
-        )
-    return Completion(text="\n".join(map(hermes, calls)), policy_version=version)
+        calls = parse_action(action, tool_specs_from_openai(tools), allow_text=True).calls
+        if calls:
+            return Completion(
+                text="",
+                finish_reason="tool_calls",
+                policy_version=version,
+                tool_calls=[call.to_openai() for call in calls],
+            )
+    return Completion(text=action, policy_version=version)
 
 
 class OraclePolicy(Policy):
@@ -124,58 +95,30 @@ class OraclePolicy(Policy):
             ) from None
 
 
-class CodeOracle(OraclePolicy):
-    """Replays a fixed list of replies per task: ``script(task_id) -> [[ToolCall, ...], ...]``, one entry per turn."""
+class ReferencePolicy(OraclePolicy):
+    """Plays each task's reference solution (see the module docstring); ``tasks`` are an env's ``tasks()``.
 
-    def __init__(self, script):
-        self.script = script
+    Past the end of a solution (the env wants more), it repeats the last step: submitting again
+    is the only sensible reply.
+    """
+
+    def __init__(self, tasks: Iterable[Task]):
+        self.tasks = {task.id: task for task in tasks if task.has_reference_solution}
+        self._solutions: dict[str, list[Step]] = {}
+
+    def solution(self, task_id: str) -> list[Step]:
+        """The task's reference solution (built once per task)."""
+        if task_id not in self._solutions:
+            if task_id not in self.tasks:
+                raise KeyError(f"task {task_id!r} has no reference solution")
+            self._solutions[task_id] = self.tasks[task_id].reference_solution() or []
+        return self._solutions[task_id]
 
     async def chat(self, messages: Sequence[Message], tools: list[dict] | None, sampling: SamplingParams) -> Completion:
-        replies = self.script(self.task_id())
+        steps = self.solution(self.task_id())
         done = sum(m["role"] == "assistant" for m in messages)
-        # Past the script (the env wants more), submitting again is the only sensible reply.
-        return _reply(replies[min(done, len(replies) - 1)], tools, self.version)
-
-
-class BFCLOracle(OraclePolicy):
-    """Replays BFCL ground truth for one category's tasks (see the module docstring)."""
-
-    def __init__(self, category: str):
-        from agentgym.envs.tool.bfcl import load_tasks
-
-        self.tasks = load_tasks(category)
-
-    async def chat(self, messages: Sequence[Message], tools: list[dict] | None, sampling: SamplingParams) -> Completion:
-        from agentgym.envs.tool.bfcl import from_bfcl_call
-
-        task = self.tasks[self.task_id()]
-        replies = [m for m in messages if m["role"] == "assistant"]
-        # Every text reply ended a user turn; a reply with calls is answered by a text reply.
-        turn = sum(not _calls_in(m) for m in replies)
-        truth = task["ground_truth"][turn] if turn < len(task["ground_truth"]) else []
-        if not truth or (replies and _calls_in(replies[-1])):
-            return Completion(text="Done.", policy_version=self.version)
-        calls = [from_bfcl_call(call, task["involved_classes"]) for call in truth]
-        return _reply(calls, tools, self.version)
-
-
-class WebOracle(OraclePolicy):
-    """Plays each web-app task's reference solution; a step that reads ids gets the latest observation."""
-
-    def __init__(self, app: str):
-        from agentgym.envs.web.app_env import app_tasks
-
-        self.tasks = app_tasks(app)
-
-    async def chat(self, messages: Sequence[Message], tools: list[dict] | None, sampling: SamplingParams) -> Completion:
-        from agentgym.actions import parse_action
-        from agentgym.envs.web.actions import web_tools
-
-        steps = self.tasks[self.task_id()].solution
-        done = sum(m["role"] == "assistant" for m in messages)
-        step = steps[min(done, len(steps) - 1)]
-        action = step(_text_of(_latest_observation(messages))) if callable(step) else step
-        return _reply(parse_action(action, web_tools()).calls, tools, self.version)
+        action = resolve_step(steps[min(done, len(steps) - 1)], _text_of(_latest_observation(messages)))
+        return _reply(action, tools, self.version)
 
 
 def _latest_observation(messages: Sequence[Message]) -> Message:
@@ -206,8 +149,8 @@ class RandomWebPolicy(Policy):
 
         ids = [element["id"] for element in elements(_text_of(_latest_observation(messages)))]
         if not ids:
-            return _reply([ToolCall("noop", {})], tools, self.version)
-        return _reply([ToolCall("click", {"id": self._rng.choice(ids)})], tools, self.version)
+            return _reply(call_text("noop"), tools, self.version)
+        return _reply(call_text("click", {"id": self._rng.choice(ids)}), tools, self.version)
 
 
 class NonsensePolicy(Policy):
@@ -221,32 +164,22 @@ class NonsensePolicy(Policy):
         return Completion(text=" ".join(rng.choice(self.WORDS) for _ in range(12)), policy_version=self.version)
 
 
-def oracle_for(env_id: str, env_kwargs: dict) -> OraclePolicy:
-    """The oracle of one registered env (HumanEval, RepoFix, BFCL multi-turn, the desktop, and the web apps ``agentgym/web.*-v0``)."""
-    name = env_id.removeprefix("agentgym/")
-    if name == "HumanEval-v0":
-        return CodeOracle(humaneval_reference)
-    if name == "RepoFix-v0":
-        from agentgym.envs.code import repofix_gen
-        from agentgym.envs.code.repofix import load_swebench_instances
+def oracle_for(env_id: str, env_kwargs: dict) -> ReferencePolicy:
+    """The oracle of one env (``gymnasium.make(env_id, **env_kwargs)``): a :class:`ReferencePolicy` over its tasks.
 
-        instances = env_kwargs.get("instances")
-        tasks = {
-            t["instance_id"]: t for t in (load_swebench_instances(instances) if instances else repofix_gen.load_tasks())
-        }
-        return CodeOracle(lambda task_id: repofix_reference(tasks[task_id]))
-    if name == "Desktop-v0":
-        from agentgym.actions import parse_action
-        from agentgym.envs.gui.actions import TOOLS
-        from agentgym.envs.gui.tasks import TASKS
+    The env is built to read its ``tasks()`` and closed again (constructors are cheap: sandboxes
+    start at reset). An env none of whose tasks has a reference solution has no oracle
+    (:class:`ValueError`).
+    """
+    import gymnasium
 
-        return CodeOracle(lambda task_id: [parse_action(action, TOOLS).calls for action in TASKS[task_id].solution])
-    if name.startswith("web.") and name.removeprefix("web.").removesuffix("-v0") in ("shop", "mail", "wiki"):
-        import gymnasium
+    import agentgym  # noqa: F401  (registers the envs)
 
-        return WebOracle(env_kwargs.get("app") or gymnasium.spec(env_id).kwargs["app"])
-    if name.startswith("BFCL-multi-turn-"):
-        import gymnasium
-
-        return BFCLOracle(env_kwargs.get("category") or gymnasium.spec(env_id).kwargs["category"])
-    raise ValueError(f"no oracle for {env_id}")
+    env = gymnasium.make(env_id, **env_kwargs)
+    try:
+        policy = ReferencePolicy(env.unwrapped.tasks())
+    finally:
+        env.close()
+    if not policy.tasks:
+        raise ValueError(f"no oracle for {env_id}: none of its tasks has a reference solution")
+    return policy

@@ -1,12 +1,20 @@
 """Evaluation suites: which env runs which tasks, and the category each task is reported under.
 
-Built-in suites: ``humaneval``, ``repofix``, ``bfcl-base``, ``bfcl-miss_func``,
-``bfcl-miss_param``, ``bfcl-long_context`` and ``bfcl`` (the four BFCL categories), ``web-shop``,
-``web-mail`` and ``web-wiki`` (the self-hosted web apps, reported per task template) and
-``miniwob`` (every MiniWoB++ task, one env each) and ``gui`` (the desktop tasks, reported per app). A custom suite
-is a JSONL or YAML file listing tasks, one mapping each::
+A built-in suite is a set of registered envs, and its tasks are theirs: each env's ``tasks()``
+(:class:`agentgym.Task`) gives the task ids and the categories results are reported under, so
+what a suite runs is defined once, by the env family. The built-in suites:
 
-    {"env": "agentgym/HumanEval-v0", "task_id": "HumanEval/0", "category": "easy"}
+* ``humaneval`` (``code.humaneval-v0``) and ``repofix`` (``code.repofix-v0``, reported per
+  mutation operator);
+* ``bfcl-<category>`` for each BFCL multi-turn category (``tool.bfcl-multi-turn-<category>-v0``)
+  and ``bfcl`` for all of them;
+* ``web-<app>`` for each self-hosted web app (``web.<app>-v0``, reported per task template) and
+  ``miniwob`` (every MiniWoB++ task, one env each);
+* ``gui`` (``gui.desktop-v0``, reported per app).
+
+A custom suite is a JSONL or YAML file listing tasks, one mapping each::
+
+    {"env": "agentgym/code.humaneval-v0", "task_id": "HumanEval/0", "category": "easy"}
 
 (``category`` defaults to the env's name; an optional ``env_kwargs`` mapping is passed to
 ``gymnasium.make``). A YAML file holds a list of such mappings (or ``{"tasks": [...]}``).
@@ -16,22 +24,41 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["BUILTIN_SUITES", "Suite", "SuiteTask", "load_suite"]
+from agentgym.registration import NAMESPACE, registered_env_ids
 
-BFCL_CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
-WEB_APPS = ("shop", "mail", "wiki")
-BUILTIN_SUITES = (
-    "humaneval",
-    "repofix",
-    *(f"bfcl-{c}" for c in BFCL_CATEGORIES),
-    "bfcl",
-    *(f"web-{app}" for app in WEB_APPS),
-    "miniwob",
-    "gui",
+__all__ = ["BUILTIN_SUITES", "Suite", "SuiteTask", "builtin_suite_envs", "load_suite"]
+
+#: (suite name, env id pattern): ``*`` spans any part of an id, ``{}`` one dot-free part, which
+#: names the suite (one suite per env that matches).
+_SUITE_PATTERNS = (
+    ("humaneval", "code.humaneval-v0"),
+    ("repofix", "code.repofix-v0"),
+    ("bfcl-{}", "tool.bfcl-multi-turn-{}-v0"),
+    ("bfcl", "tool.bfcl-multi-turn-*-v0"),
+    ("web-{}", "web.{}-v0"),
+    ("miniwob", "web.miniwob.*-v0"),
+    ("gui", "gui.desktop-v0"),
 )
+
+
+def builtin_suite_envs() -> dict[str, list[str]]:
+    """Each built-in suite's env ids (``agentgym/...``), from the registered envs (see the module docstring)."""
+    suites: dict[str, list[str]] = {}
+    ids = [env_id.removeprefix(f"{NAMESPACE}/") for env_id in registered_env_ids()]
+    for name, pattern in _SUITE_PATTERNS:
+        regex = re.compile(re.escape(pattern).replace(r"\*", ".*").replace(r"\{\}", "([^.]+)") + "$")
+        for env_id in ids:
+            match = regex.match(env_id)
+            if match:
+                suites.setdefault(name.format(*match.groups()), []).append(f"{NAMESPACE}/{env_id}")
+    return suites
+
+
+BUILTIN_SUITES = tuple(builtin_suite_envs())
 
 
 @dataclass(frozen=True)
@@ -75,46 +102,17 @@ class Suite:
         return groups
 
 
-def _bfcl_tasks(category: str) -> list[SuiteTask]:
-    from agentgym.envs.tool.bfcl import load_tasks
-
-    return [SuiteTask(f"agentgym/BFCL-multi-turn-{category}-v0", task_id, category) for task_id in load_tasks(category)]
-
-
 def _builtin(name: str) -> Suite:
-    if name == "humaneval":
-        from agentgym.envs.code.humaneval import load_problems
+    import gymnasium
 
-        return Suite(name, tuple(SuiteTask("agentgym/HumanEval-v0", t, "humaneval") for t in load_problems()))
-    if name == "repofix":
-        from agentgym.envs.code import repofix_gen
-
-        # Reported by the mutation operator that planted the bug (the generator records it per task).
-        return Suite(
-            name,
-            tuple(
-                SuiteTask("agentgym/RepoFix-v0", t["instance_id"], t["difficulty"]["operator"])
-                for t in repofix_gen.load_tasks()
-            ),
-        )
-    if name.startswith("web-"):
-        from agentgym.envs.web.app_env import app_tasks
-
-        app = name.removeprefix("web-")
-        return Suite(
-            name, tuple(SuiteTask(f"agentgym/web.{app}-v0", task.id, task.template) for task in app_tasks(app).values())
-        )
-    if name == "miniwob":
-        from agentgym.envs.web.miniwob import miniwob_tasks
-
-        return Suite(name, tuple(SuiteTask(f"agentgym/miniwob.{task}-v0", task, task) for task in miniwob_tasks()))
-    if name == "gui":
-        from agentgym.envs.gui.tasks import TASKS
-
-        return Suite(name, tuple(SuiteTask("agentgym/Desktop-v0", task.id, task.app.name) for task in TASKS.values()))
-    if name == "bfcl":
-        return Suite(name, tuple(t for c in BFCL_CATEGORIES for t in _bfcl_tasks(c)))
-    return Suite(name, tuple(_bfcl_tasks(name.removeprefix("bfcl-"))))
+    tasks = []
+    for env_id in builtin_suite_envs()[name]:
+        env = gymnasium.make(env_id)  # constructors are cheap: sandboxes, browsers and desktops start at reset
+        try:
+            tasks += [SuiteTask(env_id, task.id, task.category or name) for task in env.unwrapped.tasks()]
+        finally:
+            env.close()
+    return Suite(name, tuple(tasks))
 
 
 def _read_entries(path: Path) -> list:
@@ -154,7 +152,7 @@ def load_suite(name_or_path: str) -> Suite:
     for number, entry in enumerate(_read_entries(path), 1):
         if not isinstance(entry, dict) or "env" not in entry or "task_id" not in entry:
             raise ValueError(f"{path}: entry {number} needs 'env' and 'task_id', got {entry!r}")
-        env_id = entry["env"] if "/" in entry["env"] else f"agentgym/{entry['env']}"
-        category = entry.get("category") or env_id.removeprefix("agentgym/")
+        env_id = entry["env"] if "/" in entry["env"] else f"{NAMESPACE}/{entry['env']}"
+        category = entry.get("category") or env_id.removeprefix(f"{NAMESPACE}/")
         tasks.append(SuiteTask(env_id, str(entry["task_id"]), str(category), dict(entry.get("env_kwargs") or {})))
     return Suite(path.stem, tuple(tasks))

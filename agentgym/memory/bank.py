@@ -24,6 +24,7 @@ skills (and the oldest episodes).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -80,6 +81,10 @@ def _with_utility(data: dict) -> dict:
     gain, n = _validation_prior(data)
     data["utility"] = refined_utility(gain, n, data.get("advantage_sum", 0.0), data.get("advantage_n", 0))
     return data
+
+
+def _absorb(data: dict, drop: Entry) -> dict:
+    return merge_skill_data(data, drop.data, drop.id)
 
 
 def merge_skill_data(keep: dict, drop: dict, drop_id: int) -> dict:
@@ -371,7 +376,7 @@ class MemoryBank:
                     drop = self.store.get(other.id)
                     if drop is None:
                         continue
-                    self.store.update_data(keep.id, lambda data, drop=drop: merge_skill_data(data, drop.data, drop.id))
+                    self.store.update_data(keep.id, functools.partial(_absorb, drop=drop))
                     self.store.delete(other.id)
                 alive.discard(other.id)
                 merged.append((keep.id, other.id))

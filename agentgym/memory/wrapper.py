@@ -13,9 +13,9 @@ and credits the outcome to the retrieved skills (:meth:`MemoryBank.record_use`).
 step: it is logged and reported in ``info["memory_error"]``. The store is safe for several workers (threads or
 processes) writing at once, so every env of a runner may wrap the same bank.
 
-**Branching.** The wrapper keeps the AgentEnv surface (``snapshot``, ``restore``, ``fork`` and
-the async twins), so tree rollouts work through it. Its own per-episode context (the task
-statement, what was retrieved, the steps so far) is saved with each snapshot:
+**Branching.** The wrapper is a :class:`~agentgym.wrappers.BranchingWrapper`, so tree rollouts
+work through it. Its own per-episode context (the task statement, what was retrieved, the steps
+so far) is saved with each snapshot:
 
 * ``restore(snapshot)`` puts that context back: the env *is* that episode again, and it writes
   once more when it ends (a second attempt from the same state is a second episode);
@@ -25,8 +25,9 @@ statement, what was retrieved, the steps so far) is saved with each snapshot:
   over-weighting tree-rollout tasks in the skills' utilities); set it for tree trainers that
   want every leaf in memory.
 
-A snapshot taken from the inner env directly (not through the wrapper) carries no context: a
-fork from it records nothing, and restoring it keeps the wrapper's current context.
+A snapshot taken from the inner env directly (not through the wrapper) carries no context:
+restoring it keeps the wrapper's current context, and a fork from it continues a copy of that
+context (as a branch).
 
 Retrieval and writes run in the env's thread (``areset``/``astep`` run the sync methods in the
 shared env pool, like :class:`~agentgym.core.AgentEnv`), so SQLite never blocks the event loop.
@@ -36,16 +37,16 @@ from __future__ import annotations
 
 import copy
 import logging
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 
-from agentgym.core import AgentEnv, AsyncTwins, Snapshot
+from agentgym.core import AgentEnv, Snapshot
 from agentgym.memory.bank import MemoryBank, Retrieval
 from agentgym.memory.induction import EpisodeRecord, SkillDraft, family_of, step_entry
+from agentgym.wrappers import BranchingWrapper
 
 __all__ = ["MODES", "MemoryWrapper"]
 
@@ -72,11 +73,11 @@ class _Context:
         return clone
 
 
-class MemoryWrapper(AsyncTwins, gym.Wrapper):
+class MemoryWrapper(BranchingWrapper):
     """Retrieves from ``bank`` into the first observation at reset; in ``"learn"`` mode writes the episode at its end.
 
     Args:
-        env: an :class:`~agentgym.core.AgentEnv`.
+        env: an :class:`~agentgym.core.AgentEnv`, or a stack of wrappers over one (``gymnasium.make``).
         bank: a :class:`MemoryBank` (shared by every wrapped env) or a store path.
         mode: ``"read"`` (retrieve only) or ``"learn"`` (retrieve, then write episodes and skill usage).
         k_skills, k_episodes: how many skills and episode memories go into the prompt.
@@ -89,7 +90,7 @@ class MemoryWrapper(AsyncTwins, gym.Wrapper):
 
     def __init__(
         self,
-        env: AgentEnv,
+        env: AgentEnv | gym.Wrapper,
         bank: MemoryBank | str,
         *,
         mode: str = "learn",
@@ -110,7 +111,6 @@ class MemoryWrapper(AsyncTwins, gym.Wrapper):
         self.write_forks = write_forks
         self.family = family
         self._context: _Context | None = None
-        self._saved: weakref.WeakKeyDictionary[Snapshot, _Context] = weakref.WeakKeyDictionary()
 
     # ------------------------------------------------------------------ the Gymnasium face
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -139,7 +139,9 @@ class MemoryWrapper(AsyncTwins, gym.Wrapper):
         context = self._context
         if context is None or context.done:
             return observation, reward, terminated, truncated, info
-        context.steps.append(step_entry(self.env.parse(action).calls, observation["text"], reward, info.get("error")))
+        context.steps.append(
+            step_entry(self.unwrapped.parse(action).calls, observation["text"], reward, info.get("error"))
+        )
         context.reward += float(reward)
         if terminated or truncated:
             context.done = True
@@ -169,40 +171,42 @@ class MemoryWrapper(AsyncTwins, gym.Wrapper):
     # ------------------------------------------------------------------ the AgentEnv surface
     @property
     def kind(self) -> str:
-        return self.env.kind
+        return self.unwrapped.kind
 
     @property
     def task_id(self) -> str | None:
-        return self.env.task_id
+        return self.unwrapped.task_id
 
     @property
     def turn(self) -> int:
-        return self.env.turn
+        return self.unwrapped.turn
 
     def task_ids(self):
-        return self.env.task_ids()
+        return self.unwrapped.task_ids()
 
     def tools(self):
-        return self.env.tools()
+        return self.unwrapped.tools()
 
     def parse(self, action: Any):
-        return self.env.parse(action)
+        return self.unwrapped.parse(action)
 
-    def snapshot(self) -> Snapshot:
-        snapshot = self.env.snapshot()
-        if self._context is not None:
-            self._saved[snapshot] = self._context.copy()
-        return snapshot
+    # ------------------------------------------------------------------ branching (see the module docstring)
+    def _branch_state(self) -> _Context | None:
+        return None if self._context is None else self._context.copy()
 
-    def restore(self, snapshot: Snapshot) -> None:
-        self.env.restore(snapshot)
-        saved = self._saved.get(snapshot)
-        self._context = saved.copy() if saved is not None else self._context
+    def _load_branch_state(self, state: _Context | None) -> None:
+        self._context = None if state is None else state.copy()
 
     def fork(self, snapshot: Snapshot | None = None) -> MemoryWrapper:
-        context = self._saved.get(snapshot) if snapshot is not None else self._context
-        child = MemoryWrapper(
-            self.env.fork(snapshot),
+        child = super().fork(snapshot)
+        if child._context is not None:
+            child._context.branch = True
+        return child
+
+    def _rebuild(self, env: gym.Env) -> MemoryWrapper:
+        # The bank this wrapper opened (not its path again): every fork writes through one connection pool.
+        return MemoryWrapper(
+            env,
             self.bank,
             mode=self.mode,
             extra_skills=self.extra_skills,
@@ -210,7 +214,3 @@ class MemoryWrapper(AsyncTwins, gym.Wrapper):
             family=self.family,
             **self.options,
         )
-        if context is not None:
-            child._context = context.copy()
-            child._context.branch = True
-        return child

@@ -17,6 +17,8 @@ import sysconfig
 from importlib import resources
 from pathlib import Path
 
+from agentgym.extras import requires
+
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Plain added tokens (not special): they must survive decode(skip_special_tokens=True).
 MARKUP_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
@@ -57,9 +59,10 @@ def _corpus(limit_bytes: int = 3_000_000):
 
 def build_tiny_model(path: str | os.PathLike, **spec) -> Path:
     """Train the tokenizer, build the model and ``save_pretrained`` both into ``path``; returns the path."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    with requires("train"):
+        import torch
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+        from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
     spec = {**DEFAULT_SPEC, **spec}
     path = Path(path)
@@ -93,8 +96,8 @@ def build_tiny_model(path: str | os.PathLike, **spec) -> Path:
         max_position_embeddings=spec["max_positions"],
         tie_word_embeddings=True,
         bos_token_id=None,
-        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-        pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
     )
     model = Qwen2ForCausalLM(config)
     model.generation_config.eos_token_id = config.eos_token_id

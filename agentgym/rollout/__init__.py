@@ -4,7 +4,7 @@ Names are imported lazily so that ``import agentgym.rollout`` does not pull in t
 transformers or aiohttp until a class that needs them is used.
 """
 
-from importlib import import_module
+from agentgym._lazy import lazy_exports
 
 _EXPORTS = {
     "Agent": "agent",
@@ -39,7 +39,9 @@ _EXPORTS = {
     "Runner": "runner",
     "RunnerConfig": "runner",
     "RunResult": "runner",
-    "Task": "runner",
+    "EpisodeRequest": "runner",
+    "Job": "runner",
+    "RunStats": "runner",
     "TrajectoryStore": "store",
     "records_from_dataset": "store",
     "records_to_dataset": "store",
@@ -49,9 +51,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agentgym.rollout' has no attribute {name!r}")
-    return getattr(import_module(f"agentgym.rollout.{module}"), name)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, deprecated={"Task": "agentgym.rollout.runner:EpisodeRequest"})

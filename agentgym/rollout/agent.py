@@ -153,7 +153,7 @@ class Episode:
         last = self.turns[-1] if self.turns else None
         return Trajectory(
             task_id=self.task_id,
-            env_id=self.env.kind,
+            env_id=self.env.unwrapped.kind,
             turns=list(self.turns),
             initial_observation=self.initial_observation,
             reward=math.fsum(t.reward for t in self.turns),
@@ -192,8 +192,8 @@ class EpisodeCheckpoint:
 
     def release(self) -> None:
         """Drop the snapshot reference; calling it again does nothing."""
-        if self.snapshot is not None:
-            self.snapshot, snapshot = None, self.snapshot
+        snapshot, self.snapshot = self.snapshot, None
+        if snapshot is not None:
             snapshot.release()
 
     def __repr__(self) -> str:

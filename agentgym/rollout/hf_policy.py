@@ -22,8 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from agentgym.extras import requires
+
+with requires("train"):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from agentgym.rollout.chat import ChatFormat
 from agentgym.rollout.policy import Completion, Policy, PolicyError, SamplingParams
@@ -107,7 +110,7 @@ class HFPolicy(Policy):
         tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(model_path, local_files_only=True, dtype=dtype or "auto")
         self._setup(
-            model.to(device),
+            model.to(device),  # type: ignore[arg-type]  # transformers' decorated .to() reads as taking a model
             tokenizer,
             max_batch_size=max_batch_size,
             batch_wait_ms=batch_wait_ms,

@@ -26,7 +26,10 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-import openai
+from agentgym.extras import requires
+
+with requires("eval"):
+    import openai
 
 from agentgym.rollout.chat import ChatFormat, Message
 from agentgym.rollout.policy import Completion, Policy, PolicyError, SamplingParams
@@ -138,7 +141,7 @@ class OpenAIPolicy(Policy):
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Completion:
         if self.chat_format is None:
             raise NotImplementedError("token mode needs the served model's tokenizer: pass OpenAIPolicy(tokenizer=...)")
-        extra = {"return_tokens_as_token_ids": True, "return_token_ids": True}
+        extra: dict[str, Any] = {"return_tokens_as_token_ids": True, "return_token_ids": True}
         if sampling.top_k > 0:
             extra["top_k"] = sampling.top_k
         response = await self._call(

@@ -17,7 +17,6 @@ trainers can bound staleness.
 
 from __future__ import annotations
 
-from abc import ABC
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,7 +71,7 @@ class PolicyError(RuntimeError):
     """The policy could not produce a completion (endpoint down, retries exhausted, bad request)."""
 
 
-class Policy(ABC):
+class Policy:
     """Base class: subclasses implement :meth:`generate`, :meth:`chat`, or both.
 
     Attributes:

@@ -1,6 +1,6 @@
 """The rollout runner: many episodes against one policy on asyncio, with bounded concurrency, timeouts, env retries and partial rollouts.
 
-:class:`Runner` takes a list of :class:`Task` s and an env factory, and runs ``concurrency``
+:class:`Runner` takes a list of :class:`EpisodeRequest` s (or task ids) and an env factory, and runs ``concurrency``
 workers. Each worker takes the next task, borrows an env from the runner's pool (made by the
 factory on demand, reset rather than re-created between episodes) and runs a **job** on it: by
 default one linear episode, driven turn by turn with :meth:`Agent.start`/``sample``/``apply``;
@@ -42,20 +42,27 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from agentgym._lazy import lazy_exports
 from agentgym.core import AgentEnv
 from agentgym.rollout.agent import Agent, Episode
 from agentgym.rollout.policy import PolicyError
 from agentgym.rollout.store import Record, TrajectoryStore
 from agentgym.rollout.trajectory import RolloutTree, Trajectory
 
-__all__ = ["Failure", "Job", "PendingEpisode", "RunResult", "RunStats", "Runner", "RunnerConfig", "Task"]
+__all__ = ["Failure", "Job", "PendingEpisode", "RunResult", "RunStats", "Runner", "RunnerConfig", "EpisodeRequest"]
 
 logger = logging.getLogger(__name__)
 
+# ``Task`` was this module's name for an episode request; ``agentgym.Task`` is now a task definition.
+__getattr__, __dir__ = lazy_exports(__name__, deprecated={"Task": f"{__name__}:EpisodeRequest"})
+
 
 @dataclass(frozen=True)
-class Task:
-    """One episode to run.
+class EpisodeRequest:
+    """One episode to run: which task, with which seed, as which repeat of which group.
+
+    Not a task definition (that is :class:`agentgym.Task`, what ``env.tasks()`` lists): a request
+    names a task by its id, and many requests may name the same task.
 
     Attributes:
         task_id: the env task (``None``: the env draws one with ``seed``).
@@ -70,7 +77,7 @@ class Task:
     group: str | None = None
 
 
-Job = Callable[[Agent, AgentEnv, Task], Awaitable[Record]]
+Job = Callable[[Agent, AgentEnv, EpisodeRequest], Awaitable[Record]]
 
 
 @dataclass(frozen=True)
@@ -109,7 +116,7 @@ class RunnerConfig:
 class Failure:
     """One failed attempt at a task: ``kind`` is ``"env"``, ``"policy"`` or ``"timeout"``; ``attempt`` counts from 1."""
 
-    task: Task
+    task: EpisodeRequest
     attempt: int
     kind: str
     error: str
@@ -122,7 +129,7 @@ class Failure:
 class PendingEpisode:
     """A task not finished when a call returned: paused at a turn boundary (``episode`` set, its env open) or not started."""
 
-    task: Task
+    task: EpisodeRequest
     episode: Episode | None = None
     failures: list[Failure] = field(default_factory=list)
     elapsed: float = 0.0  # seconds this attempt has run so far (counts against episode_timeout)
@@ -294,9 +301,11 @@ class Runner:
         self.config = config
         self.job = job
 
-    async def run(self, tasks: Sequence[Task | str], *, target: int | None = None) -> RunResult:
+    async def run(self, tasks: Sequence[EpisodeRequest | str], *, target: int | None = None) -> RunResult:
         """Run every task; with ``target``, return once that many records are finished (the rest are pending)."""
-        return await self._drive([PendingEpisode(t if isinstance(t, Task) else Task(t)) for t in tasks], target)
+        return await self._drive(
+            [PendingEpisode(t if isinstance(t, EpisodeRequest) else EpisodeRequest(t)) for t in tasks], target
+        )
 
     async def resume(self, pending: Sequence[PendingEpisode], *, target: int | None = None) -> RunResult:
         """Continue pending episodes from where they paused (and start the tasks that never started)."""
@@ -460,7 +469,9 @@ class Runner:
         if item.episode is not None:
             record = item.episode.trajectory()
         else:
-            record = Trajectory(task_id=item.task.task_id or "", env_id=env.kind, metadata={"seed": item.task.seed})
+            record = Trajectory(
+                task_id=item.task.task_id or "", env_id=env.unwrapped.kind, metadata={"seed": item.task.seed}
+            )
         record.error, record.truncated = error, True
         return record
 

@@ -35,19 +35,16 @@ import asyncio
 import json
 import logging
 import math
-import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+from agentgym.extras import requires
+
+with requires("serve"):
+    from aiohttp import web
 
 from agentgym.actions import parse_action, tool_specs_from_openai
 from agentgym.rollout.policy import Completion, Policy, PolicyError, SamplingParams
@@ -239,7 +236,7 @@ class _Server:
         options = body.get("stream_options") or {}
         if not isinstance(options, dict):
             raise RequestError("stream_options must be an object", "stream_options")
-        common = dict(
+        common: dict[str, Any] = dict(
             max_tokens=self._budget(prompt_len, max_tokens, default_max_tokens, prompt_param),
             temperature=_number(body, "temperature", 1.0, 0.0, math.inf),
             top_p=_number(body, "top_p", 1.0, 0.0, 1.0),
@@ -377,7 +374,7 @@ class _Server:
             return await self._stream(request, self._chat_chunks(header, completions, replies, sampling, prompt_ids))
         choices = []
         for index, (completion, (content, tool_calls, finish_reason)) in enumerate(zip(completions, replies)):
-            message = {"role": "assistant", "content": content}
+            message: dict[str, Any] = {"role": "assistant", "content": content}
             if tool_calls:
                 message["tool_calls"] = tool_calls
             choice = {
@@ -788,78 +785,3 @@ def serve(
         return app
 
     web.run_app(build(), host=host, port=port, print=lambda text: print(text, flush=True))
-
-
-def free_port() -> int:
-    """A loopback TCP port that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class ServerProcess:
-    """``agentgym serve`` as a child process on a free loopback port, for tests and demos: a context manager.
-
-    Entering starts ``agentgym serve --model MODEL`` and waits until ``/health`` answers
-    (raising with the server's output if it exits or does not answer within ``timeout``);
-    :attr:`base_url` is then its ``/v1`` URL. Leaving terminates it by its pid (killed if it
-    does not exit within 15 s).
-    """
-
-    def __init__(
-        self,
-        model: str | os.PathLike,
-        *,
-        served_model_name: str = "tiny",
-        max_batch_size: int = 16,
-        timeout: float = 120.0,
-    ):
-        self.command = [
-            str(Path(sys.executable).with_name("agentgym")),
-            "serve",
-            "--model",
-            str(model),
-            "--served-model-name",
-            served_model_name,
-            "--max-batch-size",
-            str(max_batch_size),
-        ]
-        self.timeout = timeout
-        self.process: subprocess.Popen | None = None
-        self.base_url = ""
-
-    def __enter__(self) -> ServerProcess:
-        port = free_port()
-        self.process = subprocess.Popen(
-            [*self.command, "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        deadline = time.monotonic() + self.timeout
-        try:
-            while True:
-                if self.process.poll() is not None:
-                    raise RuntimeError(f"agentgym serve exited: {self.process.stdout.read()}")
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as health:
-                        if json.load(health)["status"] == "ok":
-                            break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"agentgym serve did not answer /health within {self.timeout:g} s")
-                    time.sleep(0.25)
-        except BaseException:
-            self.__exit__()
-            raise
-        self.base_url = f"http://127.0.0.1:{port}/v1"
-        return self
-
-    def __exit__(self, *exc) -> None:
-        process, self.process = self.process, None
-        if process is None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        process.stdout.close()

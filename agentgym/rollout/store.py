@@ -25,15 +25,15 @@ import threading
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Union
 
+from agentgym.extras import requires
 from agentgym.rollout.trajectory import RolloutTree, Trajectory
 
 __all__ = ["Record", "StoreCorruptError", "TrajectoryStore", "records_from_dataset"]
 
-Record = Union[Trajectory, RolloutTree]
+Record = Trajectory | RolloutTree
 
-_KINDS: dict[str, type] = {"trajectory": Trajectory, "tree": RolloutTree}
+_KINDS: dict[str, type[Trajectory] | type[RolloutTree]] = {"trajectory": Trajectory, "tree": RolloutTree}
 
 
 class StoreCorruptError(ValueError):
@@ -225,7 +225,8 @@ def records_to_dataset(records: Iterable[Record]):
     Trees count all their nodes as turns; their ``reward`` is the mean leaf reward and
     ``success`` whether any leaf succeeded. Built in memory.
     """
-    from datasets import Dataset, Features, Value
+    with requires("train"):
+        from datasets import Dataset, Features, Value
 
     features = Features(
         {
@@ -262,7 +263,8 @@ def sequences_to_dataset(records: Iterable[Record]):
     ``trajectory_id`` (a tree path's is ``"<tree id>-<leaf>"``), ``record_id`` (the stored
     record), ``task_id`` and ``group``.
     """
-    from datasets import Dataset, Features, Sequence, Value
+    with requires("train"):
+        from datasets import Dataset, Features, Sequence, Value
 
     features = Features(
         {

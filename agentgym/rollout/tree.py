@@ -202,7 +202,7 @@ class TreeRollout:
         try:
             first = await self.agent.start(env, task_id, seed)
             state.tree = RolloutTree(
-                task_id=first.task_id, env_id=env.kind, initial_observation=first.initial_observation
+                task_id=first.task_id, env_id=env.unwrapped.kind, initial_observation=first.initial_observation
             )
             roots = [first]
             if self.config.roots > 1:

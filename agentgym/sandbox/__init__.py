@@ -1,9 +1,11 @@
-"""Sandboxes: the Sandbox protocol (base) and its backends; the Docker ones load on first use of their names."""
+"""Sandboxes: the Sandbox protocol (base) and its backends — Docker containers (warm pool, images), Playwright's Chromium, the Xvfb desktop.
 
-from __future__ import annotations
+The protocol and its errors load with the package; each backend loads on first use of one of
+its names (importing the Docker SDK takes 0.1-0.2 s, Playwright more: code that never touches
+them should not pay for it).
+"""
 
-import importlib
-
+from agentgym._lazy import lazy_exports
 from agentgym.sandbox.base import (
     DiskLimitError,
     ExecResult,
@@ -15,41 +17,34 @@ from agentgym.sandbox.base import (
     SandboxUnavailableError,
 )
 
-__all__ = [
-    "ExecResult",
-    "Sandbox",
-    "SandboxError",
-    "SandboxSnapshot",
-    "SandboxUnavailableError",
-    "DiskLimitError",
-    "FileTooLargeError",
-    "SandboxSaturatedError",
-    "DockerSandbox",
-    "DockerSnapshot",
-    "SandboxConfig",
-    "WarmPool",
-    "default_pool",
-    "gc",
-    "build_base_image",
-    "require_base_image",
-    "base_image_tag",
-]
-
-# Importing the Docker SDK takes 0.1-0.2 s; code that never touches Docker should not pay for it.
 _LAZY = {
+    "SandboxConfig": "containers",
     "DockerSandbox": "docker",
     "DockerSnapshot": "docker",
-    "SandboxConfig": "docker",
-    "gc": "docker",
     "WarmPool": "pool",
     "default_pool": "pool",
+    "GcReport": "cleanup",
+    "gc": "cleanup",
+    "base_image_tag": "images",
     "build_base_image": "images",
     "require_base_image": "images",
-    "base_image_tag": "images",
+    "BrowserHost": "browser",
+    "BrowserSession": "browser",
+    "DesktopSandbox": "desktop",
+    "build_desktop_image": "desktop",
+    "require_desktop_image": "desktop",
 }
 
+__all__ = [
+    "DiskLimitError",
+    "ExecResult",
+    "FileTooLargeError",
+    "Sandbox",
+    "SandboxError",
+    "SandboxSaturatedError",
+    "SandboxSnapshot",
+    "SandboxUnavailableError",
+    *_LAZY,
+]
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"agentgym.sandbox.{_LAZY[name]}"), name)
-    raise AttributeError(f"module 'agentgym.sandbox' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

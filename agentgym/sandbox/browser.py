@@ -45,11 +45,12 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Awaitable, Iterable
+from collections.abc import Coroutine, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from agentgym.extras import requires
 from agentgym.sandbox import labels
 from agentgym.sandbox.base import SandboxError, SandboxUnavailableError
 
@@ -366,7 +367,7 @@ class LoopThread:
         self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self._thread.start()
 
-    def run(self, coroutine: Awaitable[T], timeout: float | None = None) -> T:
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coroutine`` on the loop and wait for its result (from any thread but the loop's own)."""
         if threading.current_thread() is self._thread:
             raise RuntimeError("LoopThread.run called from its own loop; await the coroutine instead")
@@ -377,7 +378,7 @@ class LoopThread:
             future.cancel()
             raise
 
-    async def arun(self, coroutine: Awaitable[T]) -> T:
+    async def arun(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Await ``coroutine`` on this loop from another event loop."""
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self.loop))
 
@@ -603,10 +604,10 @@ class BrowserHost:
             return cls._shared
 
     # -------------------------------------------------------------- running code on the loop
-    def run(self, coroutine: Awaitable[T], timeout: float | None = None) -> T:
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         return self.loop_thread.run(coroutine, timeout)
 
-    async def arun(self, coroutine: Awaitable[T]) -> T:
+    async def arun(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return await self.loop_thread.arun(coroutine)
 
     # -------------------------------------------------------------- sessions
@@ -706,7 +707,8 @@ class BrowserHost:
             if self._browser is not None and self._browser.is_connected():
                 return self._browser
             if self._playwright is None:
-                from playwright.async_api import async_playwright
+                with requires("web"):
+                    from playwright.async_api import async_playwright
 
                 self._playwright = await async_playwright().start()
             self._browser = await self._launch()
@@ -715,7 +717,8 @@ class BrowserHost:
             return self._browser
 
     async def _launch(self) -> Any:
-        from playwright.async_api import Error as PlaywrightError
+        with requires("web"):
+            from playwright.async_api import Error as PlaywrightError
 
         if self._profile is not None:  # the last browser's files (it is gone)
             self._profile.remove()

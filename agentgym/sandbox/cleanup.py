@@ -11,9 +11,12 @@ import tempfile
 import threading
 import weakref
 from collections.abc import Callable
-from typing import TypedDict
+from typing import Literal, TypedDict
 
-import docker.errors
+from agentgym.extras import requires
+
+with requires("sandbox"):
+    import docker.errors
 
 from agentgym.sandbox import engine, labels
 
@@ -258,7 +261,9 @@ def _remove_dead_browser_dirs(report: GcReport) -> None:
             (report["errors"] if os.path.exists(path) else report["browser_dirs"]).append(path)
 
 
-def _collect(report: GcReport, key: str, item_id: str, remove: Callable[[str], None]) -> None:
+def _collect(
+    report: GcReport, key: Literal["containers", "images"], item_id: str, remove: Callable[[str], None]
+) -> None:
     try:
         remove(item_id)
         report[key].append(item_id)

@@ -32,7 +32,7 @@ APP_LIMIT_S = 1.5
 
 
 def run(argv, check=True, timeout=10):
-    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+    done = subprocess.run(argv, capture_output=True, timeout=timeout)
     if check and done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[:3])}: {done.stderr.decode(errors='replace').strip() or done.returncode}")
     return done

@@ -18,9 +18,12 @@ import os
 import stat
 import threading
 
-import docker.errors
-import docker.types
-import requests.exceptions
+from agentgym.extras import requires
+
+with requires("sandbox"):
+    import docker.errors
+    import docker.types
+    import requests.exceptions
 
 from agentgym.sandbox import engine, labels
 from agentgym.sandbox.base import DiskLimitError

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import hashlib
 import io
 import os
@@ -42,14 +43,16 @@ import socket
 import tarfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import docker.errors
-import requests.exceptions
+from agentgym.extras import requires
+
+with requires("sandbox"):
+    import docker.errors
+    import requests.exceptions
 
 from agentgym.sandbox import cleanup, disk, engine, labels, shell
 from agentgym.sandbox.base import (
@@ -58,22 +61,16 @@ from agentgym.sandbox.base import (
     SandboxError,
     SandboxSaturatedError,
     SandboxSnapshot,
-    SandboxUnavailableError,
 )
 from agentgym.sandbox.cleanup import GcReport, gc
+from agentgym.sandbox.containers import SandboxConfig, create_container, start_container
 from agentgym.sandbox.images import require_base_image
-
-if TYPE_CHECKING:
-    from agentgym.sandbox.pool import WarmPool
+from agentgym.sandbox.pool import WarmPool, default_pool
 
 __all__ = ["DockerSandbox", "DockerSnapshot", "SandboxConfig", "GcReport", "gc"]
 
 # One argv string may not exceed 128 KiB (MAX_ARG_STRLEN); longer commands travel as a file.
 _MAX_INLINE_COMMAND = 100_000
-# The container's own process (init and `sleep infinity`) runs as nobody: neither the agent nor
-# root without CAP_KILL may signal it, so nothing inside can stop the container, and
-# stop_processes' kill(-1) as the sandbox user spares it.
-KEEPALIVE_USER = "65534:65534"
 # How long an exec whose stream ended without its trailer waits for the engine to report the
 # container stopped: the stream can end a moment before the engine has noticed the container died.
 _DEATH_NOTICE_S = 1.0
@@ -81,106 +78,6 @@ _DEATH_NOTICE_S = 1.0
 _STOP_TIMEOUT_S = 10.0
 # An exec's exit status when the runtime could not start its process (here: no free process slot).
 _NOT_STARTED = 126
-
-
-@dataclass(frozen=True)
-class SandboxConfig:
-    """How a sandbox container is confined and how commands run in it; the defaults are the hardened ones."""
-
-    user: str = "1000:1000"
-    working_dir: str = "/workspace"
-    # A fixed hostname keeps forked and replayed sandboxes indistinguishable.
-    hostname: str = "sandbox"
-    network_mode: str = "none"
-    cap_drop: tuple[str, ...] = ("ALL",)
-    security_opt: tuple[str, ...] = ("no-new-privileges",)
-    pids_limit: int = 256
-    mem_limit: str = "1g"
-    cpus: float = 1.0
-    init: bool = True
-    environment: Mapping[str, str] = field(default_factory=dict, hash=False)
-    default_timeout: float = 60.0
-    kill_grace: float = 2.0
-    # How long past timeout + kill_grace the client waits on a silent container before giving up.
-    backstop_grace: float = 10.0
-    max_output: int = 64 * 1024
-    # The most bytes one read_file brings back to the host (its default max_bytes).
-    max_read_bytes: int = 16 * 1024 * 1024
-    state_file: str = "/home/agent/.agentgym_shell"
-    # Bytes the sandbox may write (its snapshots' layers included); None: no limit. See agentgym.sandbox.disk.
-    disk_limit: int | None = 2 * disk.GiB
-
-    def __post_init__(self):
-        if not all(part.isdigit() for part in self.user.split(":")):
-            raise ValueError(f"user must be numeric 'uid:gid', got {self.user!r}")
-        if self.max_output < 1024:
-            raise ValueError("max_output must be at least 1024 bytes")
-        if self.disk_limit is not None and self.disk_limit < 1024**2:
-            raise ValueError("disk_limit must be at least 1 MiB (or None)")
-
-    @property
-    def uid_gid(self) -> tuple[int, int]:
-        uid, _, gid = self.user.partition(":")
-        return int(uid), int(gid or uid)
-
-    def host_config(self, *, size_quota: bool = False) -> dict:
-        """The engine's host config; ``size_quota`` where the engine enforces ``storage_opt size``."""
-        limits = {}
-        if self.disk_limit is not None:
-            limits["ulimits"] = [disk.file_size_ulimit(self.disk_limit)]
-            if size_quota:
-                limits["storage_opt"] = {"size": str(self.disk_limit)}
-        return engine.api().create_host_config(
-            network_mode=self.network_mode,
-            cap_drop=list(self.cap_drop),
-            security_opt=list(self.security_opt),
-            pids_limit=self.pids_limit,
-            mem_limit=self.mem_limit,
-            memswap_limit=self.mem_limit,
-            nano_cpus=int(self.cpus * 1e9),
-            init=self.init,
-            **limits,
-        )
-
-
-def create_container(image: str, config: SandboxConfig, kind: str) -> str:
-    """Create (not start) a labelled, hardened container that idles until commands are exec'd into it."""
-    cleanup.ensure_installed()
-    client = engine.api()
-    try:
-        size_quota = config.disk_limit is not None and disk.engine_enforces_size(image)
-        container_id = client.create_container(
-            image,
-            ["sleep", "infinity"],
-            user=KEEPALIVE_USER,
-            working_dir=config.working_dir,
-            hostname=config.hostname,
-            environment=dict(config.environment) or None,
-            labels=labels.owner_labels(kind),
-            host_config=config.host_config(size_quota=size_quota),
-        )["Id"]
-    except docker.errors.ImageNotFound as exc:
-        raise SandboxUnavailableError(
-            f"image {image!r} not found (base images come from `agentgym images build`; "
-            "snapshot images are gone once released)"
-        ) from exc
-    except docker.errors.APIError as exc:
-        raise SandboxError(f"creating a container from {image!r}: {engine.explain(exc)}") from exc
-    cleanup.track_container(container_id, image)
-    return container_id
-
-
-def start_container(container_id: str) -> None:
-    with engine.engine_errors("starting the sandbox container"):
-        engine.api().start(container_id)
-
-
-def container_running(container_id: str) -> bool:
-    """Whether the engine reports the container running (False when it is gone or the engine does not answer)."""
-    try:
-        return bool(engine.api().inspect_container(container_id)["State"].get("Running"))
-    except (docker.errors.APIError, requests.exceptions.RequestException):
-        return False
 
 
 def _remove_when_started(container_id: str, starting: Future | None) -> None:
@@ -236,15 +133,16 @@ class DockerSandbox:
     ) -> DockerSandbox:
         """A sandbox from ``image`` (default: the base image), taken from a warm pool unless ``warm=False``.
 
-        ``pool`` defaults to :func:`agentgym.sandbox.pool.default_pool`.
+        ``pool`` defaults to :func:`agentgym.sandbox.pool.default_pool`. A pooled container is
+        checked to be running when it is handed out (an idle one may have been killed); with none
+        ready, the sandbox starts cold.
         """
         image = image or require_base_image()
         config = config or SandboxConfig()
-        if not warm:
+        container_id = (pool or default_pool()).take(image, config) if warm else None
+        if container_id is None:
             return cls.launch(image, config)
-        from agentgym.sandbox.pool import default_pool  # the pool module builds on this one
-
-        return (pool or default_pool()).acquire(image, config=config)
+        return cls(container_id, image, config)
 
     @classmethod
     def launch(
@@ -407,8 +305,8 @@ class DockerSandbox:
         spec: shell.ExecCommand,
         stdin: str | bytes | None,
         deadline: float,
-        capture: Callable[[], shell.OutputCapture | shell.BoundedBuffer],
-    ) -> tuple[str, shell.StreamResult]:
+        capture: Callable[[], shell.Capture],
+    ) -> tuple[str, shell.StreamResult[shell.Capture]]:
         """Start ``spec`` as the sandbox user and read its output until its trailers, the end or a full capture."""
         client = engine.api()
         with engine.engine_errors("exec in the sandbox"):
@@ -873,7 +771,7 @@ def _tree_entries(chunks: Iterable[bytes]) -> Iterable[tuple[str, str, int, str]
             if member.isfile():
                 content = hashlib.sha256()
                 stream = tar.extractfile(member)
-                for block in iter(lambda: stream.read(1 << 20), b""):
+                for block in iter(functools.partial(stream.read, 1 << 20), b""):
                     content.update(block)
                 digest = content.hexdigest()
             else:

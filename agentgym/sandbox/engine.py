@@ -8,10 +8,13 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
-import docker
-import docker.errors
-import docker.utils
-import requests.exceptions
+from agentgym.extras import requires
+
+with requires("sandbox"):
+    import docker
+    import docker.errors
+    import docker.utils
+    import requests.exceptions
 
 from agentgym.sandbox.base import SandboxError, SandboxUnavailableError
 

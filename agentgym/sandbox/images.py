@@ -20,7 +20,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import docker.errors
+from agentgym.extras import requires
+
+with requires("sandbox"):
+    import docker.errors
 
 from agentgym.sandbox import engine, labels
 from agentgym.sandbox.base import SandboxError, SandboxUnavailableError

@@ -1,4 +1,9 @@
-"""WarmPool: pre-started sandbox containers per image, so that an environment reset does not wait for a cold start."""
+"""WarmPool: pre-started sandbox containers per image, so that an environment reset does not wait for a cold start.
+
+The pool deals in containers (:mod:`agentgym.sandbox.containers`);
+:meth:`DockerSandbox.create <agentgym.sandbox.docker.DockerSandbox.create>` takes one from it
+and wraps it in a sandbox, so this module does not depend on the sandbox's.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import time
 from collections import Counter, OrderedDict, deque
 
 from agentgym.sandbox import cleanup, engine, labels
-from agentgym.sandbox.docker import DockerSandbox, SandboxConfig, container_running, create_container, start_container
+from agentgym.sandbox.containers import SandboxConfig, container_running, create_container, start_container
 from agentgym.sandbox.images import require_base_image
 
 __all__ = ["WarmPool", "default_pool"]
@@ -22,8 +27,9 @@ _Key = tuple[str, SandboxConfig]
 class WarmPool:
     """Keeps ``size`` started, hardened containers ready for each (image, config) it has been asked for.
 
-    :meth:`acquire` hands out a ready container at once and a background thread starts a
-    replacement; when none is ready it starts one cold. Only the ``max_images`` most recently
+    :meth:`take` hands out a ready container at once and a background thread starts a
+    replacement; when none is ready the caller starts one cold
+    (``DockerSandbox.create(image, pool=pool)`` does both). Only the ``max_images`` most recently
     used (image, config) pairs are kept warm. Idle containers carry the same owner labels as
     every sandbox, so the exit sweep and ``agentgym sandbox gc`` remove them too.
     """
@@ -38,9 +44,9 @@ class WarmPool:
         self._closed = False
         cleanup.on_shutdown(self)
 
-    def acquire(self, image: str | None = None, *, config: SandboxConfig | None = None) -> DockerSandbox:
-        """A sandbox from ``image`` (default: the base image); warm when a ready one is still running
-        (checked now: an idle container may have been killed), else a cold start."""
+    def take(self, image: str | None = None, config: SandboxConfig | None = None) -> str | None:
+        """A started container of ``image`` (default: the base image) that is still running (checked
+        now: an idle container may have been killed), or None when none is ready; now the caller's to close."""
         key = self._key(image, config)
         while True:
             with self._cond:
@@ -49,10 +55,8 @@ class WarmPool:
                 ready = self._use(key)
                 container_id = ready.popleft() if ready else None
                 self._wake()
-            if container_id is None:
-                return DockerSandbox.launch(*key)
-            if container_running(container_id):
-                return DockerSandbox(container_id, *key)
+            if container_id is None or container_running(container_id):
+                return container_id
             engine.submit(cleanup.remove_container, container_id)
 
     def prewarm(
@@ -148,7 +152,7 @@ class WarmPool:
             container_id = create_container(*key, labels.KIND_POOL)
             start_container(container_id)
             return container_id
-        except Exception:  # noqa: BLE001 - acquire() falls back to a cold start, which reports the error
+        except Exception:  # noqa: BLE001 - take() then finds none ready: the cold start reports the error
             if container_id is not None:
                 cleanup.remove_container(container_id)
             time.sleep(1.0)  # do not spin on an engine that keeps failing

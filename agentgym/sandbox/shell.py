@@ -3,14 +3,15 @@ reports each command's end, and the reader that demultiplexes, caps and parses a
 
 from __future__ import annotations
 
+import io
 import re
 import secrets
 import shlex
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import Generic, TypeVar
 
 STDOUT, STDERR = 1, 2
 _FRAME_HEADER = 8
@@ -356,10 +357,14 @@ class Backstop(Exception):
     """The stream stayed silent past the client-side deadline (a frozen or wedged container)."""
 
 
+# The kind of capture a read makes for both streams: its caller knows which (text, or bounded bytes).
+Capture = TypeVar("Capture", OutputCapture, BoundedBuffer)
+
+
 @dataclass
-class StreamResult:
-    stdout: OutputCapture | BoundedBuffer
-    stderr: OutputCapture | BoundedBuffer
+class StreamResult(Generic[Capture]):
+    stdout: Capture
+    stderr: Capture
     trailer: TrailerFilter  # stderr's, which carries the exit status (and the shell state)
 
     @property
@@ -369,13 +374,13 @@ class StreamResult:
 
 
 def read_exec_stream(
-    reader: BinaryIO,
+    reader: io.BufferedIOBase,
     sock: socket.socket,
     deadline: float,
-    capture: Callable[[], OutputCapture | BoundedBuffer],
+    capture: Callable[[], Capture],
     begin: bytes,
     end: bytes,
-) -> StreamResult:
+) -> StreamResult[Capture]:
     """Read Docker's multiplexed frames until both trailers, the end of the stream or a full capture
     (``capture()`` makes one per stream); raise Backstop at ``deadline``."""
     out = {STDOUT: capture(), STDERR: capture()}
@@ -400,7 +405,7 @@ def read_exec_stream(
 
 
 def _drain_frames(
-    buffer: bytearray, out: dict[int, OutputCapture | BoundedBuffer], trailers: dict[int, TrailerFilter]
+    buffer: bytearray, out: Mapping[int, OutputCapture | BoundedBuffer], trailers: dict[int, TrailerFilter]
 ) -> None:
     while len(buffer) >= _FRAME_HEADER:
         size = int.from_bytes(buffer[4:_FRAME_HEADER], "big")

@@ -1,29 +1,41 @@
 """agentgym.trainers: RL trainers on TRL and Accelerate — turn-level tree GRPO and single-rollout asynchronous optimization (SAO).
 
+Each trainer comes with its config (TRL's pairs): :class:`TreeGRPOTrainer` + :class:`TreeGRPOConfig`,
+:class:`SAOTrainer` + :class:`SAOConfig`, both built on :class:`AgentgymTrainer` +
+:class:`AgentgymConfig`. Advantage math is in :mod:`agentgym.trainers.advantages` (per-turn tree
+advantages: :mod:`agentgym.rollout.tree_values`), SFT warm starts in
+:mod:`agentgym.trainers.warm_start`.
+
 Names are imported lazily so that ``import agentgym.trainers`` does not pull in TRL and torch
 until a trainer is used.
 """
 
-from importlib import import_module
+from agentgym._lazy import lazy_exports
 
 _EXPORTS = {
+    "AgentgymTrainer": "base",
+    "STATE_FILE": "base",
+    "default_tasks": "base",
+    "task_dataset": "base",
+    "AgentgymConfig": "base_config",
+    "RolloutArguments": "base_config",
     "TreeGRPOTrainer": "tree_grpo",
+    "tree_training_paths": "tree_grpo",
     "TreeGRPOConfig": "tree_grpo_config",
     "SAOTrainer": "sao",
     "SAOConfig": "sao_config",
-    "tree_turn_advantages": "advantages",
+    "explained_variance": "advantages",
     "group_advantages": "advantages",
-    "turn_gae": "advantages",
     "strict_clip_policy_loss": "advantages",
+    "turn_gae": "advantages",
+    "make_env_factory": "rollouts",
+    "keychain_warm_start": "warm_start",
     "sft_warm_start": "warm_start",
     "success_rate": "warm_start",
 }
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agentgym.trainers' has no attribute {name!r}")
-    return getattr(import_module(f"agentgym.trainers.{module}"), name)
+__getattr__, __dir__ = lazy_exports(
+    __name__, _EXPORTS, deprecated={"tree_turn_advantages": "agentgym.rollout.tree_values:tree_turn_advantages"}
+)

@@ -1,9 +1,8 @@
 """Advantage estimators and policy-loss math for the trainers: pure functions of rewards, tree shapes and tensors.
 
-**Per-turn tree advantages** (:func:`tree_turn_advantages`, :func:`hierarchical_values`) live
-with the rollout trees in :mod:`agentgym.rollout.tree_values` (hierarchical node values,
-leave-one-out sibling baseline; its docstring says why that is unbiased and when) and are
-re-exported here for the trainers.
+**Per-turn tree advantages** live with the rollout trees, in :mod:`agentgym.rollout.tree_values`
+(hierarchical node values, leave-one-out sibling baseline; its docstring says why that is
+unbiased and when); this module uses its baselines.
 
 **Group advantages** (:func:`group_advantages`): the plain GRPO baseline (``tree: false``):
 ``r − mean(group)`` (or median), optionally divided by the group or batch std, as in TRL.
@@ -18,16 +17,23 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from agentgym.rollout.tree_values import BASELINES, hierarchical_values, tree_turn_advantages
+from agentgym._lazy import lazy_exports
+from agentgym.rollout.tree_values import BASELINES
 
 __all__ = [
     "explained_variance",
     "group_advantages",
-    "hierarchical_values",
     "strict_clip_policy_loss",
-    "tree_turn_advantages",
     "turn_gae",
 ]
+
+# Re-exported from here before agentgym.rollout.tree_values was their one home.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    deprecated={
+        name: f"agentgym.rollout.tree_values:{name}" for name in ("hierarchical_values", "tree_turn_advantages")
+    },
+)
 
 SCALES = ("none", "group", "batch")
 

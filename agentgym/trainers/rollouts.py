@@ -1,4 +1,4 @@
-"""What both trainers share: rollout settings, the env factory and agent, and rollouts turned into TRL's (B, T) batch layout.
+"""What both trainers share at rollout time: the env factory, agent and runner, and rollouts turned into TRL's (B, T) batch layout.
 
 TRL's GRPO loss reads ``prompt_ids`` (left-padded), ``completion_ids`` (right-padded),
 ``completion_mask`` (real tokens), ``tool_mask`` (1 = gets loss) and ``advantages`` of shape
@@ -15,7 +15,7 @@ import importlib
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from transformers import TrainerCallback
@@ -23,67 +23,11 @@ from transformers import TrainerCallback
 from agentgym.rollout.agent import Agent, AgentConfig
 from agentgym.rollout.hf_policy import HFPolicy
 from agentgym.rollout.policy import SamplingParams
-from agentgym.rollout.runner import Runner, RunnerConfig, Task
+from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig
 from agentgym.rollout.store import Record, TrajectoryStore
 from agentgym.rollout.trajectory import RolloutTree, Trajectory
 
-__all__ = ["RolloutArguments", "Row", "TimeBudget", "collate", "make_env_factory", "record_metrics", "trajectory_rows"]
-
-
-@dataclass
-class RolloutArguments:
-    """Rollout settings shared by the trainers' configs (mixed into TreeGRPOConfig and SAOConfig)."""
-
-    env_id: str = field(
-        default="agentgym.envs.tool.keychain:KeyChainEnv",
-        metadata={"help": "The env: a registered id (`agentgym/<Name>-v0`) or an entry point `module:Class`."},
-    )
-    env_kwargs: dict = field(default_factory=dict, metadata={"help": "Keyword arguments for the env."})
-    train_tasks: list[str] | None = field(
-        default=None, metadata={"help": "Task ids to train on (default: every task the env lists)."}
-    )
-    system_prompt: str | None = field(
-        default=None,
-        metadata={
-            "help": "System prompt of the agent loop (None: none; the tool list still goes in the template's system block)."
-        },
-    )
-    max_turns: int | None = field(
-        default=None, metadata={"help": "Turns per episode (the env's own limit applies too)."}
-    )
-    max_turn_tokens: int = field(default=48, metadata={"help": "Tokens the policy may sample per turn."})
-    context_window: int | None = field(
-        default=None, metadata={"help": "Prompt + completion tokens per episode (None: the model's max positions)."}
-    )
-    rollout_concurrency: int = field(default=16, metadata={"help": "Episodes in flight at once (their samples batch)."})
-    episode_timeout: float | None = field(default=None, metadata={"help": "Seconds an episode may run."})
-    store_path: str | None = field(
-        default=None,
-        metadata={
-            "help": "JSONL trajectory store (default: <output_dir>/trajectories.jsonl); every rollout is appended."
-        },
-    )
-    time_budget_s: float | None = field(
-        default=None, metadata={"help": "Stop training after this many seconds (a checkpoint is saved at the stop)."}
-    )
-    report_rollout_metrics: bool = field(
-        default=True,
-        metadata={"help": "Log success rate, env error rate and episode shape with the trainer's metrics."},
-    )
-    memory: dict | None = field(
-        default=None,
-        metadata={
-            "help": "Memory bank section {path, mode: read|learn, k_skills, k_episodes, min_utility, write_forks}: every "
-            "rollout env is wrapped in a MemoryWrapper (see agentgym.memory.config). None: no memory."
-        },
-    )
-
-    def check_memory(self) -> None:
-        """Fail at config time, not at the first rollout, on a bad memory section."""
-        if self.memory is not None:
-            from agentgym.memory.config import MemoryConfig
-
-            MemoryConfig.from_dict(self.memory)
+__all__ = ["Row", "TimeBudget", "collate", "make_env_factory", "record_metrics", "trajectory_rows"]
 
 
 def make_env_factory(env_id: str, env_kwargs: dict | None = None, memory: dict | None = None) -> Callable[[], object]:
@@ -133,7 +77,7 @@ def make_runner(agent: Agent, args, store: TrajectoryStore | None, job=None) -> 
     )
 
 
-def run_tasks(runner: Runner, tasks: Sequence[Task]) -> list[Record]:
+def run_tasks(runner: Runner, tasks: Sequence[EpisodeRequest]) -> list[Record]:
     """Run every task to its end (from synchronous trainer code) and return the records in task order."""
     result = asyncio.run(runner.run(list(tasks)))
     order = {(t.task_id, t.repeat, t.group): i for i, t in enumerate(tasks)}

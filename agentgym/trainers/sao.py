@@ -45,15 +45,14 @@ from collections import Counter, deque
 import torch
 from torch import nn
 from transformers import AutoModel, AutoModelForCausalLM
-from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
-from agentgym.rollout.runner import Task
+from agentgym.rollout.runner import EpisodeRequest
 from agentgym.rollout.trajectory import Trajectory
 from agentgym.trainers.advantages import explained_variance, strict_clip_policy_loss, turn_gae
+from agentgym.trainers.base import AgentgymTrainer, default_tasks, task_dataset
 from agentgym.trainers.rollouts import collate, make_agent, make_runner, pad_rows, record_metrics, trajectory_rows
 from agentgym.trainers.sao_config import SAOConfig
-from agentgym.trainers.tree_grpo import _AgentgymTrainerMixin, default_tasks, env_reward, task_dataset
 
 __all__ = ["SAOTrainer", "SeparateValueModel", "ValueHead"]
 
@@ -83,8 +82,8 @@ class SeparateValueModel(nn.Module):
         return self.value(self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state)
 
 
-class SAOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
-    """SAO on agentgym envs (see the module docstring). Arguments as for :class:`TreeGRPOTrainer`, with an :class:`SAOConfig`."""
+class SAOTrainer(AgentgymTrainer):
+    """SAO on agentgym envs (see the module docstring). Arguments as for :class:`~agentgym.trainers.base.AgentgymTrainer`, with an :class:`SAOConfig`."""
 
     _tag_names = ["trl", "agentgym", "sao"]
     _name = "SAO"
@@ -107,18 +106,10 @@ class SAOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
             if args.value_model == "head"
             else SeparateValueModel(args.value_model)
         )
-        self.tasks = default_tasks(args)
-        super().__init__(
-            model,
-            reward_funcs=env_reward,
-            args=args,
-            train_dataset=train_dataset if train_dataset is not None else task_dataset(self.tasks),
-            processing_class=processing_class,
-            callbacks=callbacks,
-            optimizers=optimizers,
-            peft_config=peft_config,
-        )
-        self._setup_rollouts()
+        self.tasks = default_tasks(args)  # the producer's, whatever the dataset
+        if train_dataset is None:
+            train_dataset = task_dataset(self.tasks)
+        super().__init__(model, args, train_dataset, processing_class, callbacks, optimizers, peft_config)
         learner = self.rollout_model
         value_model = learner.value_model
         del learner.value_model  # the copies below are policies only
@@ -191,7 +182,7 @@ class SAOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
                 if not self._admit():
                     await asyncio.sleep(0.02)
                     continue
-                result = await runner.run([Task(self._next_task())])
+                result = await runner.run([EpisodeRequest(self._next_task())])
                 for record in result.records:
                     await asyncio.to_thread(self._publish, record)
 

@@ -1,12 +1,10 @@
-"""SAOConfig: TRL's GRPOConfig plus the value-model, clipping, staleness and producer settings of SAOTrainer."""
+"""SAOConfig: TRL's GRPOConfig plus the rollout settings (AgentgymConfig) and the value-model, clipping, staleness and producer settings of SAOTrainer."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trl import GRPOConfig
-
-from agentgym.trainers.rollouts import RolloutArguments
+from agentgym.trainers.base_config import AgentgymConfig
 
 __all__ = ["SAOConfig"]
 
@@ -14,7 +12,7 @@ VALUE_BASELINES = ("trajectory", "gae")
 
 
 @dataclass
-class SAOConfig(GRPOConfig, RolloutArguments):
+class SAOConfig(AgentgymConfig):
     """Configuration for :class:`~agentgym.trainers.sao.SAOTrainer`.
 
     From GRPOConfig: ``epsilon`` and ``epsilon_high`` are the strict clipping bounds
@@ -64,10 +62,6 @@ class SAOConfig(GRPOConfig, RolloutArguments):
         default=True,
         metadata={"help": "Log KL(policy ‖ initial policy) on the trained tokens (one extra forward per step)."},
     )
-    bf16: bool | None = field(default=None, metadata={"help": "bfloat16 mixed precision (default: on with CUDA)."})
-    activation_checkpointing: bool | None = field(default=False, metadata={"help": "Trade compute for memory."})
-    logging_steps: float = field(default=1, metadata={"help": "Log every X update steps."})
-    report_to: str | list[str] = field(default="tensorboard", metadata={"help": "Where to report metrics."})
     ddp_find_unused_parameters: bool | None = field(
         default=False,
         metadata={
@@ -78,12 +72,6 @@ class SAOConfig(GRPOConfig, RolloutArguments):
     num_generations: int = field(default=2, metadata={"help": "Not used by SAO (see the class docstring)."})
 
     def __post_init__(self):
-        import torch
-
-        self.check_memory()
-
-        if self.bf16 is None:
-            self.bf16 = torch.cuda.is_available()
         if self.value_baseline not in VALUE_BASELINES:
             raise ValueError(f"value_baseline must be one of {VALUE_BASELINES}, got {self.value_baseline!r}")
         if self.value_learning_rate is not None and self.value_learning_rate <= 0:

@@ -19,26 +19,21 @@ it is, so every loss type and clipping option of GRPOConfig applies unchanged.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
 
 import torch
-from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
-from trl.trainer.utils import RepeatSampler
 
-from agentgym.rollout.hf_policy import HFPolicy
-from agentgym.rollout.runner import Task
-from agentgym.rollout.store import TrajectoryStore
+from agentgym._lazy import lazy_exports
+from agentgym.rollout.runner import EpisodeRequest
 from agentgym.rollout.trajectory import RolloutTree, Trajectory
 from agentgym.rollout.tree import SuccessPredictor, TreeConfig, TreeRollout
 from agentgym.rollout.tree_values import node_values, turn_advantages, usable_returns
 from agentgym.trainers.advantages import group_advantages
+from agentgym.trainers.base import AgentgymTrainer
 from agentgym.trainers.rollouts import (
     Row,
-    TimeBudget,
     collate,
     make_agent,
     make_runner,
@@ -49,102 +44,20 @@ from agentgym.trainers.rollouts import (
 )
 from agentgym.trainers.tree_grpo_config import TreeGRPOConfig
 
-__all__ = ["TreeGRPOTrainer", "env_reward", "task_dataset", "tree_training_paths"]
-
-STATE_FILE = "agentgym_state-rank{rank}.json"
+__all__ = ["TreeGRPOTrainer", "tree_training_paths"]
 
 
-def env_reward(prompts, completions, **kwargs):
-    """The reward is the env's (our rollouts compute it); GRPOTrainer's constructor needs a reward source named."""
-    raise RuntimeError("agentgym trainers take rewards from the env; this reward function is never called")
+# These lived here before agentgym.trainers.base was their one home.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    deprecated={name: f"agentgym.trainers.base:{name}" for name in ("STATE_FILE", "env_reward", "task_dataset")},
+)
 
 
-def task_dataset(task_ids):
-    """A dataset with one row per task (``prompt`` = the task id), the trainers' ``train_dataset``."""
-    from datasets import Dataset
-
-    return Dataset.from_dict({"prompt": list(task_ids)})
-
-
-class _AgentgymTrainerMixin:
-    """What both trainers add to GRPOTrainer: the in-process policy, the store, one row per task, rollout state in checkpoints."""
-
-    def _setup_rollouts(self) -> None:
-        args = self.args
-        rank = self.accelerator.process_index
-        path = args.store_path or os.path.join(args.output_dir, "trajectories.jsonl")
-        if rank:  # one file per process: appends from several processes must not interleave
-            root, ext = os.path.splitext(path)
-            path = f"{root}-rank{rank}{ext}"
-        self.store = TrajectoryStore(path)
-        self.store_position = sum(1 for _ in self.store)  # records already there (a resumed run) are not ours to train
-        self.rollout_model = self.accelerator.unwrap_model(self.model)
-        if args.time_budget_s:
-            self.add_callback(TimeBudget(args.time_budget_s))
-
-    def _make_policy(self, model) -> HFPolicy:
-        return HFPolicy.from_model(
-            model, self.processing_class, max_batch_size=self.args.rollout_concurrency, name="learner"
-        )
-
-    def _get_train_sampler(self, dataset=None):
-        # One row per task: a task's whole group (episodes or tree) is grown on one process, so its
-        # advantages need no cross-process gather.
-        return RepeatSampler(
-            data_source=dataset if dataset is not None else self.train_dataset,
-            mini_repeat_count=1,
-            batch_size=self.args.generation_batch_size,
-            repeat_count=self.num_iterations * self.args.steps_per_generation,
-            shuffle=self.shuffle_dataset,
-            seed=self.args.seed,
-        )
-
-    def _rollout_state(self) -> dict:
-        return {"store_path": str(self.store.path), "store_position": self.store_position}
-
-    def _restore_rollout_state(self, state: dict) -> None:
-        self.store_position = state["store_position"]
-
-    def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
-        # Written last: its presence marks a complete checkpoint (agentgym.train resumes only from those).
-        folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-        os.makedirs(folder, exist_ok=True)
-        path = os.path.join(folder, STATE_FILE.format(rank=self.accelerator.process_index))
-        with open(path + ".tmp", "w") as file:
-            json.dump(self._rollout_state(), file)
-        os.replace(path + ".tmp", path)
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is not None:
-            path = os.path.join(checkpoint, STATE_FILE.format(rank=self.accelerator.process_index))
-            if os.path.exists(path):
-                with open(path) as file:
-                    self._restore_rollout_state(json.load(file))
-
-    def _log_metrics(self, mode: str, metrics: dict[str, float]) -> None:
-        # Averaged over processes so every rank logs the same numbers.
-        names = sorted(metrics)
-        values = torch.tensor([metrics[n] for n in names], dtype=torch.float64, device=self.accelerator.device)
-        gathered = self.accelerator.gather(values[None]).view(-1, len(names))
-        for i, name in enumerate(names):
-            column = gathered[:, i]
-            column = column[~torch.isnan(column)]
-            if len(column):
-                self._metrics[mode][name].append(column.mean().item())
-
-
-class TreeGRPOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
+class TreeGRPOTrainer(AgentgymTrainer):
     """GRPO on agentgym envs with turn-level tree rollouts (see the module docstring).
 
-    Args:
-        model: a model path or a causal LM (as for GRPOTrainer).
-        args: a :class:`TreeGRPOConfig`.
-        train_dataset: one row per task, ``prompt`` = task id (:func:`task_dataset`); by default the
-            config's ``train_tasks`` or every task the env lists.
-        processing_class: the tokenizer (its chat template must be prefix-preserving).
-        callbacks, optimizers, peft_config: as for GRPOTrainer.
+    Arguments as for :class:`~agentgym.trainers.base.AgentgymTrainer`, with a :class:`TreeGRPOConfig`.
     """
 
     _tag_names = ["trl", "grpo", "agentgym", "tree-grpo"]
@@ -160,19 +73,7 @@ class TreeGRPOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
         optimizers=(None, None),
         peft_config=None,
     ):
-        if train_dataset is None:
-            train_dataset = task_dataset(default_tasks(args))
-        super().__init__(
-            model,
-            reward_funcs=env_reward,
-            args=args,
-            train_dataset=train_dataset,
-            processing_class=processing_class,
-            callbacks=callbacks,
-            optimizers=optimizers,
-            peft_config=peft_config,
-        )
-        self._setup_rollouts()
+        super().__init__(model, args, train_dataset, processing_class, callbacks, optimizers, peft_config)
         self.policy = self._make_policy(self.rollout_model)
         self.agent = make_agent(self.policy, args)
         self.predictor = SuccessPredictor() if args.tree and args.tree_strategy == "contrast" else None
@@ -193,16 +94,16 @@ class TreeGRPOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
         self.env_steps = 0  # on this process, for the env-steps-to-success comparison of trees vs. linear
 
     # ------------------------------------------------------------------ rollouts
-    def _tree_job(self, agent, env, task: Task):
+    def _tree_job(self, agent, env, task: EpisodeRequest):
         return TreeRollout(agent, self.tree_config, self.predictor).run(env, task.task_id, task.seed)
 
     def _rollouts(self, task_ids: list[str]) -> list:
         step = self.state.global_step
         if self.args.tree:
-            tasks = [Task(t, group=f"{step}:{i}") for i, t in enumerate(task_ids)]
+            tasks = [EpisodeRequest(t, group=f"{step}:{i}") for i, t in enumerate(task_ids)]
         else:
             tasks = [
-                Task(t, repeat=j, group=f"{step}:{i}")
+                EpisodeRequest(t, repeat=j, group=f"{step}:{i}")
                 for i, t in enumerate(task_ids)
                 for j in range(self.args.num_generations)
             ]
@@ -344,19 +245,6 @@ class TreeGRPOTrainer(_AgentgymTrainerMixin, GRPOTrainer):
             self.predictor.weights = np.array(state["predictor"]["weights"])
             self.predictor.updates = state["predictor"]["updates"]
             self.predictor.successes = state["predictor"]["successes"]
-
-
-def default_tasks(args) -> list[str]:
-    """The config's ``train_tasks``, or every task a probe env lists."""
-    if args.train_tasks:
-        return list(args.train_tasks)
-    from agentgym.trainers.rollouts import make_env_factory
-
-    env = make_env_factory(args.env_id, args.env_kwargs)()
-    try:
-        return list(env.task_ids())
-    finally:
-        env.close()
 
 
 def tree_training_paths(tree: RolloutTree, baseline: str = "mean"):

@@ -1,20 +1,18 @@
-"""TreeGRPOConfig: TRL's GRPOConfig plus the rollout, tree and advantage settings of TreeGRPOTrainer."""
+"""TreeGRPOConfig: TRL's GRPOConfig plus the rollout settings (AgentgymConfig) and the tree and advantage settings of TreeGRPOTrainer."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trl import GRPOConfig
-
 from agentgym.rollout.tree import STRATEGIES
 from agentgym.trainers.advantages import BASELINES, SCALES
-from agentgym.trainers.rollouts import RolloutArguments
+from agentgym.trainers.base_config import AgentgymConfig
 
 __all__ = ["TreeGRPOConfig"]
 
 
 @dataclass
-class TreeGRPOConfig(GRPOConfig, RolloutArguments):
+class TreeGRPOConfig(AgentgymConfig):
     """Configuration for :class:`~agentgym.trainers.tree_grpo.TreeGRPOTrainer`.
 
     Everything of :class:`trl.GRPOConfig` applies (loss types, ``epsilon``/``epsilon_high``/``delta``
@@ -25,7 +23,7 @@ class TreeGRPOConfig(GRPOConfig, RolloutArguments):
     checks that ``per_device_train_batch_size × processes × steps_per_generation`` is divisible by
     it). ``temperature``,
     ``top_p`` and ``top_k`` are the agent's sampling settings; ``max_turn_tokens`` bounds a turn.
-    ``bf16`` defaults to on only where CUDA is available.
+    The rollout settings and shared defaults are :class:`~agentgym.trainers.base_config.AgentgymConfig`'s.
     """
 
     tree: bool = field(
@@ -61,18 +59,8 @@ class TreeGRPOConfig(GRPOConfig, RolloutArguments):
             "help": "Leave out tasks whose usable outcomes are all equal (no signal); kept if that would leave none."
         },
     )
-    bf16: bool | None = field(default=None, metadata={"help": "bfloat16 mixed precision (default: on with CUDA)."})
-    activation_checkpointing: bool | None = field(default=False, metadata={"help": "Trade compute for memory."})
-    logging_steps: float = field(default=1, metadata={"help": "Log every X update steps."})
-    report_to: str | list[str] = field(default="tensorboard", metadata={"help": "Where to report metrics."})
 
     def __post_init__(self):
-        import torch
-
-        self.check_memory()
-
-        if self.bf16 is None:
-            self.bf16 = torch.cuda.is_available()
         if self.tree_strategy not in STRATEGIES:
             raise ValueError(f"tree_strategy must be one of {STRATEGIES}, got {self.tree_strategy!r}")
         if self.advantage_baseline not in BASELINES:

@@ -3,6 +3,11 @@
 Demonstrations go through the real agent loop in token mode, so the SFT sequences are exactly
 the ones RL will see (same chat template, same env tokens); only the policy's tokens are
 trained (``assistant_masks`` = the env-token mask).
+
+The built-in CPU recipe is on KeyChain (:class:`~agentgym.envs.tool.keychain.KeyChainEnv`,
+configs ``examples/configs/keychain-*.yaml``): :func:`keychain_warm_start` is what a training
+config's ``warm_start:`` section runs (:mod:`agentgym.train`), and :func:`held_out_success`
+measures a model on KeyChain's held-out split, as ``make demo`` and ``benchmarks/learning.py`` do.
 """
 
 from __future__ import annotations
@@ -16,10 +21,20 @@ from agentgym.rollout.agent import Agent, AgentConfig
 from agentgym.rollout.chat import ChatFormat
 from agentgym.rollout.hf_policy import HFPolicy
 from agentgym.rollout.policy import Completion, Policy, SamplingParams
-from agentgym.rollout.runner import Runner, RunnerConfig, Task
+from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig
 from agentgym.rollout.trajectory import Trajectory
+from agentgym.trainers.rollouts import make_env_factory
 
-__all__ = ["ScriptedPolicy", "demonstration_dataset", "demonstrations", "sft_warm_start", "success_rate"]
+__all__ = [
+    "ScriptedPolicy",
+    "agent_config",
+    "demonstration_dataset",
+    "demonstrations",
+    "held_out_success",
+    "keychain_warm_start",
+    "sft_warm_start",
+    "success_rate",
+]
 
 
 class ScriptedPolicy(Policy):
@@ -119,10 +134,74 @@ def success_rate(
             runner = Runner(
                 Agent(policy, agent_config), env_factory, RunnerConfig(concurrency=concurrency, progress=False)
             )
-            result = await runner.run([Task(t) for t in task_ids])
+            result = await runner.run([EpisodeRequest(t) for t in task_ids])
         finally:
             if policy is not model:
                 await policy.aclose()
         return math.fsum(r.success for r in result.records) / len(task_ids)
 
     return asyncio.run(run())
+
+
+def agent_config(config: dict, greedy: bool):
+    """The agent loop a training config's rollouts use (greedy for evaluation); ``config`` is a training config's mapping."""
+    return AgentConfig(
+        sampling=SamplingParams(
+            max_tokens=config["max_turn_tokens"], temperature=0.0 if greedy else config.get("temperature", 1.0)
+        ),
+        system_prompt=config.get("system_prompt"),
+        max_turns=config["max_turns"],
+        mode="tokens",
+    )
+
+
+def keychain_warm_start(
+    out: str | Path,
+    config: dict,
+    *,
+    tasks: int = 1000,
+    epochs: float = 2.5,
+    learning_rate: float = 3e-3,
+    seed: int = 0,
+    base: str | Path | None = None,
+) -> Path:
+    """``base`` (default: the tiny model) fine-tuned on scripted solutions of ``tasks`` train-split tasks; built once per ``out``.
+
+    The defaults leave the tiny model at 58% of held-out tasks solved (greedy; seed 0): far
+    enough from zero for RL to get reward, far enough from perfect for RL to show a gain. The
+    start is steep in the epochs: 1000 × 2 gave 13%, 1000 × 3 gave 69.5%.
+    """
+    from transformers import AutoTokenizer
+
+    from agentgym.envs.tool.keychain import demonstration, make_task, task_ids
+    from agentgym.models import tiny_model_path
+
+    target = Path(out)
+    if (target / "model.safetensors").exists():
+        return target
+    base = base or tiny_model_path()
+    env_kwargs = {**config["env_kwargs"], "split": "train", "num_tasks": tasks}
+    max_hops = env_kwargs.get("max_hops", 2)
+    trajectories = demonstrations(
+        make_env_factory(config["env_id"], env_kwargs),
+        task_ids("train", tasks),
+        lambda t: demonstration(make_task(t, max_hops)),
+        AutoTokenizer.from_pretrained(base),
+        agent_config(config, greedy=True),
+    )
+    return sft_warm_start(
+        base, demonstration_dataset(trajectories), target, epochs=epochs, learning_rate=learning_rate, seed=seed
+    )
+
+
+def held_out_success(model: str | Path, config: dict, count: int = 100, greedy: bool = True) -> float:
+    """Success of ``model`` on the first ``count`` tasks of KeyChain's held-out split, greedy or at the config's temperature."""
+    from agentgym.envs.tool.keychain import task_ids
+
+    env_kwargs = {**config["env_kwargs"], "split": "heldout", "num_tasks": count}
+    return success_rate(
+        model,
+        make_env_factory(config["env_id"], env_kwargs),
+        task_ids("heldout", count),
+        agent_config(config, greedy=greedy),
+    )

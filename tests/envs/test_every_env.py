@@ -13,9 +13,9 @@ from agentgym.registration import BUILTIN_ENVS
 
 # MiniWoB++ registers 130 envs that differ only in their task page; two stand for all here, and
 # tests/envs/web/test_miniwob.py resets every task (check_env x 130 would take minutes).
-MINIWOB_KEPT = {"miniwob.click-button-v0", "miniwob.enter-text-v0"}
-ENV_IDS = [f"agentgym/{name}" for name in BUILTIN_ENVS if not name.startswith("miniwob.") or name in MINIWOB_KEPT]
-NEEDS_DOCKER = {"agentgym/HumanEval-v0", "agentgym/RepoFix-v0", "agentgym/Desktop-v0"}
+MINIWOB_KEPT = {"web.miniwob.click-button-v0", "web.miniwob.enter-text-v0"}
+ENV_IDS = [f"agentgym/{name}" for name in BUILTIN_ENVS if not name.startswith("web.miniwob.") or name in MINIWOB_KEPT]
+NEEDS_DOCKER = {"agentgym/code.humaneval-v0", "agentgym/code.repofix-v0", "agentgym/gui.desktop-v0"}
 
 
 @pytest.fixture(params=ENV_IDS)

@@ -198,13 +198,13 @@ def test_seeds_are_deterministic_per_task_and_sample():
 def test_custom_suite_file_and_task_filter(tmp_path):
     path = tmp_path / "mine.jsonl"
     path.write_text(
-        '{"env": "BFCL-multi-turn-base-v0", "task_id": "multi_turn_base_0", "category": "files"}\n'
-        '{"env": "agentgym/HumanEval-v0", "task_id": "HumanEval/3"}\n'
+        '{"env": "tool.bfcl-multi-turn-base-v0", "task_id": "multi_turn_base_0", "category": "files"}\n'
+        '{"env": "agentgym/code.humaneval-v0", "task_id": "HumanEval/3"}\n'
     )
     suite = load_suite(str(path))
     assert [(t.env_id, t.category) for t in suite.tasks] == [
-        ("agentgym/BFCL-multi-turn-base-v0", "files"),
-        ("agentgym/HumanEval-v0", "HumanEval-v0"),
+        ("agentgym/tool.bfcl-multi-turn-base-v0", "files"),
+        ("agentgym/code.humaneval-v0", "code.humaneval-v0"),
     ]
     assert [t.task_id for t in suite.filter("HumanEval/*").tasks] == ["HumanEval/3"]
     with pytest.raises(ValueError, match="no task"):

@@ -45,8 +45,8 @@ async def test_random_clicker_matches_its_known_rate_on_miniwob(tmp_path):
     suite = Suite(
         "miniwob-random",
         (
-            SuiteTask("agentgym/miniwob.click-test-2-v0", "click-test-2", "click-test-2"),
-            SuiteTask("agentgym/miniwob.click-test-v0", "click-test", "click-test"),
+            SuiteTask("agentgym/web.miniwob.click-test-2-v0", "click-test-2", "click-test-2"),
+            SuiteTask("agentgym/web.miniwob.click-test-v0", "click-test", "click-test"),
         ),
     )
     samples = 60

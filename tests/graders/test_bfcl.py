@@ -91,9 +91,9 @@ def reference(task):
 
 
 def test_the_reference_solution_scores_one(env):
-    task = env.tasks[TASK_ID]
+    task = env.task_data[TASK_ID]
     _, reward, terminated, _, info = play(env, task, replies_of(reference(task)))
-    assert terminated and reward == 1.0 and info["bfcl"] == {"valid": True}
+    assert terminated and reward == 1.0 and info["grade"] == {"valid": True}
     assert bfcl_score(task, reference(task)) == {"valid": True}
 
 
@@ -113,15 +113,15 @@ def hacks(task):
 
 @pytest.mark.parametrize("hack", ["claims done", "wrong API", "all at once", "right calls, then one more"])
 def test_a_hack_scores_zero(env, hack):
-    task = env.tasks[TASK_ID]
+    task = env.task_data[TASK_ID]
     trajectory = hacks(task)[hack]
     _, reward, terminated, _, info = play(env, task, replies_of(trajectory))
-    assert terminated and reward == 0.0 and not info["bfcl"]["valid"]
+    assert terminated and reward == 0.0 and not info["grade"]["valid"]
     assert not bfcl_score(task, trajectory)["valid"]
 
 
 def test_an_answer_in_prose_is_not_a_call(env):
-    task = env.tasks[TASK_ID]
+    task = env.task_data[TASK_ID]
     prose = "I went into the document folder, made a temp folder and moved the final report into it."
     _, reward, terminated, _, _ = play(env, task, [prose] * len(task["question"]))
     assert terminated and reward == 0.0 and env.state.calls == [[] for _ in task["question"]]
@@ -137,22 +137,22 @@ def force_quit_in_last_turn(task, last_turn):
 def test_a_force_quit_in_the_last_turn_is_scored_like_bfcls_runner_does(env, last_turn_right):
     """BFCL force-quits after 21 replies with calls in a user turn; in the last turn that leaves no
     turn unplayed, so its runner scores the entry: 1 when the last turn's calls were right."""
-    task = env.tasks[TASK_ID]
+    task = env.task_data[TASK_ID]
     trajectory = force_quit_in_last_turn(task, reference(task)[-1] if last_turn_right else [])
     replies = replies_of(trajectory[:-1]) + trajectory[-1]
     obs, reward, terminated, _, info = play(env, task, replies)
     assert terminated and "forced to quit after 20 steps" in obs["text"]
     assert [len(turn) for turn in env.state.calls] == [len(turn) for turn in trajectory]
     official = bfcl_score(task, env.state.calls)
-    assert info["bfcl"]["valid"] == official["valid"] == (reward == 1.0) == last_turn_right
+    assert info["grade"]["valid"] == official["valid"] == (reward == 1.0) == last_turn_right
 
 
 def test_a_force_quit_before_the_last_turn_fails_as_bfcls_runner_fails_it(env):
-    task = env.tasks[TASK_ID]
+    task = env.task_data[TASK_ID]
     trajectory = [[["pwd()"]] * (MAXIMUM_STEP_LIMIT + 1)]
     obs, reward, terminated, _, info = play(env, task, trajectory[0])
     assert terminated and reward == 0.0
     official = bfcl_score(task, env.state.calls)
     assert len(env.state.calls) == 1 and not official["valid"]
-    assert info["bfcl"]["error_type"] == official["error"]["error_type"] == "multi_turn:force_terminated"
-    assert [info["bfcl"]["error_message"]] == official["error"]["error_message"]
+    assert info["grade"]["error_type"] == official["error"]["error_type"] == "multi_turn:force_terminated"
+    assert [info["grade"]["error_message"]] == official["error"]["error_message"]

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.docker
 
 @pytest.fixture(scope="module")
 def env(docker_ready):
-    env = gymnasium.make("agentgym/HumanEval-v0")
+    env = gymnasium.make("agentgym/code.humaneval-v0")
     yield env
     env.close()
 
@@ -181,13 +181,13 @@ def test_hack_scores_zero(env, hack):
     started = time.monotonic()
     reward, info = submit(env, task_id, solution(task_id, body, module_code))
     assert reward == 0.0 and not info["success"], info
-    assert info["test_detail"]
+    assert info["grade"]["detail"]
     assert time.monotonic() - started < 20  # hangs end at the grader's deadline, not the episode's
 
 
 def test_a_solution_over_the_official_3_s_limit_fails(env):
     reward, info = submit(env, "HumanEval/0", reference("HumanEval/0", "import time\ntime.sleep(5)\n"))
-    assert reward == 0.0 and "timed out" in info["test_detail"]
+    assert reward == 0.0 and "timed out" in info["grade"]["detail"]
 
 
 def test_a_slow_solution_within_the_limit_passes(env):
@@ -198,7 +198,7 @@ def test_a_slow_solution_within_the_limit_passes(env):
 def test_a_300_mb_solution_fails_without_being_read(env):
     peak_before = _peak_rss_kib()
     reward, info = submit(env, "HumanEval/0", reference("HumanEval/0"), f"truncate -s 300M {SOLUTION_PATH}")
-    assert reward == 0.0 and "limit" in info["test_detail"], info
+    assert reward == 0.0 and "limit" in info["grade"]["detail"], info
     assert _peak_rss_kib() - peak_before < 64 * 1024  # the harness never held the file
 
 
@@ -208,7 +208,7 @@ def test_a_300_mb_solution_fails_without_being_read(env):
 def test_an_unreadable_solution_is_a_failure_not_an_env_fault(env, command):
     # An env fault drops the sample, so a policy that could cause one would escape its 0.
     reward, info = submit(env, "HumanEval/0", reference("HumanEval/0"), command)
-    assert reward == 0.0 and info["test_detail"], info
+    assert reward == 0.0 and info["grade"]["detail"], info
 
 
 def test_the_reference_solution_passes(env):

@@ -1,16 +1,15 @@
 """RepoFix's grader against reward hacks: each known hack, submitted through env.step as a policy would, scores 0; the gold patch scores 1."""
 
-
 import gymnasium
 import pytest
 
 import agentgym  # noqa: F401
-from agentgym.envs.code import repofix_gen
+from agentgym.envs.code import repofix_tasks
 from tests.tool_calls import call
 
 pytestmark = pytest.mark.docker
 
-TASKS = {task["instance_id"]: task for task in repofix_gen.load_tasks()}
+TASKS = {task["instance_id"]: task for task in repofix_tasks.load_tasks()}
 # One F2P and one P2P test in one hidden file, graded in about three seconds.
 TASK = TASKS["boltons__Stats_init-0"]
 PACKAGE_INIT = "boltons/__init__.py"
@@ -19,7 +18,7 @@ ORIGINAL_INIT = "__version__ = '26.2.0'\n"
 
 @pytest.fixture(scope="module")
 def env(docker_ready):
-    env = gymnasium.make("agentgym/RepoFix-v0")
+    env = gymnasium.make("agentgym/code.repofix-v0")
     yield env
     env.close()
 

@@ -125,7 +125,7 @@ def test_empty_store(tmp_path, capsys):
 
 def test_eval_with_memory_learns_and_read_mode_needs_a_store(tmp_path):
     suite = tmp_path / "keychain.jsonl"
-    suite.write_text("".join(json.dumps({"env": "KeyChain-v0", "task_id": f"train-{i}"}) + "\n" for i in range(2)))
+    suite.write_text("".join(json.dumps({"env": "tool.keychain-v0", "task_id": f"train-{i}"}) + "\n" for i in range(2)))
     store = tmp_path / "memory.db"
     base = [str(AGENTGYM), "eval", "--suite", str(suite), "--policy", "nonsense", "--memory", str(store)]
     result = subprocess.run(

@@ -9,7 +9,7 @@ from agentgym.memory.bank import MemoryBank
 from agentgym.memory.induction import SkillDraft
 from agentgym.memory.validation import paired_gain, validate_candidate
 from agentgym.rollout.agent import Agent, AgentConfig
-from agentgym.rollout.runner import Task
+from agentgym.rollout.runner import EpisodeRequest
 
 from .policies import GOOD, HARMFUL, Follower
 
@@ -56,7 +56,7 @@ def one_hop_env():
     return KeyChainEnv(max_hops=1, max_turns=4)
 
 
-TASKS = [Task(f"train-{i}", seed=i) for i in range(6)]
+TASKS = [EpisodeRequest(f"train-{i}", seed=i) for i in range(6)]
 
 
 async def test_a_useful_candidate_is_admitted_with_its_gain(tmp_path):

@@ -11,7 +11,7 @@ from agentgym.memory.config import MemoryConfig
 from agentgym.memory.induction import SkillDraft
 from agentgym.memory.wrapper import MemoryWrapper
 from agentgym.rollout.agent import Agent, AgentConfig
-from agentgym.rollout.runner import Runner, RunnerConfig, Task
+from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig
 
 from .policies import GOOD, Follower
 
@@ -168,7 +168,7 @@ async def test_runner_workers_share_one_bank(bank):
         lambda: MemoryWrapper(KeyChainEnv(max_hops=1), bank, k_episodes=0),
         RunnerConfig(concurrency=4, progress=False),
     )
-    result = await runner.run([Task(f"train-{i}", seed=i) for i in range(12)])
+    result = await runner.run([EpisodeRequest(f"train-{i}", seed=i) for i in range(12)])
     assert all(r.success for r in result.records) and all(MEMORY_BEGIN in r.initial_observation for r in result.records)
     assert bank.store.count(kind="episode") == 12
     assert bank.store.get(skill).data["uses"] == 12
@@ -187,7 +187,8 @@ def test_memory_config_checks_its_section(tmp_path):
 
 
 def test_trainer_env_factory_wraps_envs_when_the_config_has_a_memory_section(tmp_path):
-    from agentgym.trainers.rollouts import RolloutArguments, make_env_factory
+    from agentgym.trainers.base_config import RolloutArguments
+    from agentgym.trainers.rollouts import make_env_factory
 
     env_id = "agentgym.envs.tool.keychain:KeyChainEnv"
     assert not isinstance(make_env_factory(env_id, {"max_hops": 1})(), MemoryWrapper)
@@ -223,7 +224,7 @@ async def test_harness_with_memory_learns_from_its_episodes(tmp_path):
     suite_file = tmp_path / "keychain.jsonl"
     suite_file.write_text(
         "".join(
-            json.dumps({"env": "KeyChain-v0", "task_id": f"train-{i}", "env_kwargs": {"max_hops": 1}}) + "\n"
+            json.dumps({"env": "tool.keychain-v0", "task_id": f"train-{i}", "env_kwargs": {"max_hops": 1}}) + "\n"
             for i in range(4)
         )
     )

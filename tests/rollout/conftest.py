@@ -10,7 +10,8 @@ from aiohttp.test_utils import TestServer
 
 from agentgym.models import tiny_model_path
 from agentgym.rollout.hf_policy import HFPolicy
-from agentgym.rollout.server import ServerProcess, make_app
+from agentgym.rollout.server import make_app
+from tests.serving import ServerProcess
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from agentgym.rollout.trajectory import Trajectory
 
 pytestmark = pytest.mark.docker
 
-CODE_ENVS = {"agentgym/HumanEval-v0": "HumanEval/0", "agentgym/RepoFix-v0": None}
+CODE_ENVS = {"agentgym/code.humaneval-v0": "HumanEval/0", "agentgym/code.repofix-v0": None}
 CONFIG = AgentConfig(max_turns=2, sampling=SamplingParams(max_tokens=24, temperature=1.0))
 
 
@@ -32,7 +32,7 @@ def check_token_exact(trajectory: Trajectory, chat_format) -> None:
 @pytest.fixture(params=list(CODE_ENVS))
 def code_env(request, docker_ready):
     env = gymnasium.make(request.param)
-    task_id = CODE_ENVS[request.param] or env.task_ids()[0]
+    task_id = CODE_ENVS[request.param] or env.unwrapped.task_ids()[0]
     yield env, task_id
     env.close()
 
@@ -55,7 +55,7 @@ async def test_linear_rollout_through_agentgym_serve_in_token_and_chat_mode(code
 
 
 async def test_tree_rollouts_through_the_runner_and_agentgym_serve(code_env, served_tiny_model, tiny_model, tmp_path):
-    from agentgym.rollout.runner import Runner, RunnerConfig, Task
+    from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig
     from agentgym.rollout.store import TrajectoryStore
     from agentgym.rollout.tree import TreeConfig, TreeRollout
     from agentgym.rollout.tree_values import node_values
@@ -71,7 +71,7 @@ async def test_tree_rollouts_through_the_runner_and_agentgym_serve(code_env, ser
             RunnerConfig(concurrency=2, progress=False, store=store),
             job=lambda agent, env, task: TreeRollout(agent, tree_config).run(env, task.task_id, task.seed),
         )
-        result = await runner.run([Task(task_id, seed=0), Task(task_id, seed=1)])
+        result = await runner.run([EpisodeRequest(task_id, seed=0), EpisodeRequest(task_id, seed=1)])
     assert not result.failures and not result.pending and len(result.records) == 2
     for tree in result.records:
         assert 2 <= len(tree.leaves) <= 3 and tree.num_env_steps < sum(len(tree.path(leaf.id)) for leaf in tree.leaves)

@@ -13,8 +13,8 @@ from aiohttp.test_utils import TestServer
 from agentgym.models import tiny_model_path
 from agentgym.rollout.openai_policy import OpenAIPolicy
 from agentgym.rollout.policy import PolicyError, SamplingParams
-from agentgym.rollout.server import free_port
 from tests.rollout.test_server import ASK, CALL_REPLY, MODEL, TOOLS, RecordingPolicy
+from tests.serving import free_port
 
 REPLY = {
     "id": "chatcmpl-1",

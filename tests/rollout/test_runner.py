@@ -14,7 +14,7 @@ from agentgym.rollout.agent import Agent, AgentConfig
 from agentgym.rollout.chat import ChatFormat
 from agentgym.rollout.hf_policy import HFPolicy
 from agentgym.rollout.policy import Completion, Policy, PolicyError, SamplingParams
-from agentgym.rollout.runner import Runner, RunnerConfig, Task
+from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig
 from agentgym.rollout.store import TrajectoryStore
 from agentgym.rollout.trajectory import RolloutTree, Trajectory
 from agentgym.rollout.tree import TreeConfig, TreeRollout
@@ -117,7 +117,7 @@ def tiny():
 
 
 def tasks(n, ids=("reach-7", "reach-12", "reach-30")):
-    return [Task(ids[i % len(ids)], seed=i, repeat=i, group=ids[i % len(ids)]) for i in range(n)]
+    return [EpisodeRequest(ids[i % len(ids)], seed=i, repeat=i, group=ids[i % len(ids)]) for i in range(n)]
 
 
 QUIET = RunnerConfig(concurrency=4, progress=False)
@@ -195,7 +195,7 @@ async def test_env_failures_are_retried_on_a_fresh_env_and_recorded(mode):
 async def test_exhausted_env_retries_leave_an_error_record():
     Flaky.budget, Flaky.mode = 100, "raise"
     runner = Runner(Agent(CounterSolver()), Flaky, RunnerConfig(concurrency=1, max_env_retries=1, progress=False))
-    result = await runner.run([Task("reach-7")])
+    result = await runner.run([EpisodeRequest("reach-7")])
     (record,) = result.records
     assert record.error.startswith("env_error: step failed: ConnectionError") and record.truncated
     assert [f.attempt for f in result.failures] == [1, 2] and len(Flaky.instances) == 2
@@ -205,14 +205,14 @@ async def test_exhausted_env_retries_leave_an_error_record():
 async def test_policy_errors_are_recorded_and_retried_only_when_asked():
     result = await Runner(
         Agent(CounterSolver(fail_calls=(2,))), Tracked, RunnerConfig(concurrency=1, progress=False)
-    ).run([Task("reach-12"), Task("reach-7")])
+    ).run([EpisodeRequest("reach-12"), EpisodeRequest("reach-7")])
     failed, fine = result.records
     assert failed.error.startswith("policy_error: PolicyError: scripted failure") and len(failed.turns) == 1
     assert fine.success and [f.kind for f in result.failures] == ["policy"]
     assert len(Tracked.instances) == 1  # the env was at a turn boundary, so it was kept
 
     config = RunnerConfig(concurrency=1, max_policy_retries=1, progress=False)
-    result = await Runner(Agent(CounterSolver(fail_calls=(2,))), Tracked, config).run([Task("reach-12")])
+    result = await Runner(Agent(CounterSolver(fail_calls=(2,))), Tracked, config).run([EpisodeRequest("reach-12")])
     (record,) = result.records
     assert record.success and not record.error and len(record.turns) == 3
     assert record.metadata["failures"][0]["kind"] == "policy"
@@ -236,7 +236,9 @@ async def test_a_hanging_episode_times_out_and_its_env_is_replaced():
     threads_before = set(threading.enumerate())
     config = RunnerConfig(concurrency=1, episode_timeout=0.3, progress=False)
     started = time.monotonic()
-    result = await Runner(Agent(CounterSolver()), Hanging, config).run([Task("reach-7"), Task("reach-12")])
+    result = await Runner(Agent(CounterSolver()), Hanging, config).run(
+        [EpisodeRequest("reach-7"), EpisodeRequest("reach-12")]
+    )
     assert time.monotonic() - started < Hanging.hang
     timed_out, fine = result.records
     assert timed_out.error == "timeout: the episode ran longer than 0.3s" and timed_out.truncated
@@ -253,7 +255,9 @@ async def test_a_hanging_episode_times_out_and_its_env_is_replaced():
 async def test_partial_rollouts_return_at_the_target_and_resume_with_identical_prefixes():
     policy = CounterSolver(latency=0.01)
     runner = Runner(Agent(policy), Tracked, QUIET)
-    work = [Task("reach-7", repeat=i) if i % 2 == 0 else Task("reach-30", repeat=i) for i in range(10)]
+    work = [
+        EpisodeRequest("reach-7", repeat=i) if i % 2 == 0 else EpisodeRequest("reach-30", repeat=i) for i in range(10)
+    ]
     first = await runner.run(work, target=2)
 
     assert 2 <= len(first.records) < 10 and len(first.records) + len(first.pending) == 10
@@ -319,7 +323,9 @@ async def test_custom_jobs_at_the_target_are_returned_to_run_again():
 
     runner = Runner(Agent(CounterSolver()), Tracked, RunnerConfig(concurrency=2, progress=False), job=slow_job)
     started = time.monotonic()
-    result = await runner.run([Task("reach-30"), Task("reach-7"), Task("reach-12")], target=2)
+    result = await runner.run(
+        [EpisodeRequest("reach-30"), EpisodeRequest("reach-7"), EpisodeRequest("reach-12")], target=2
+    )
     assert time.monotonic() - started < 5
     assert {r.task_id for r in result.records} == {"reach-7", "reach-12"}
     assert all(isinstance(r, Trajectory) for r in result.records)

@@ -26,7 +26,8 @@ def tiny():
     return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
 
 
-async def run_episode(policy, task_id, config=AgentConfig(), max_turns=20):
+async def run_episode(policy, task_id, config=None, max_turns=20):
+    config = config or AgentConfig()
     env = CounterEnv(max_turns=max_turns)
     try:
         return await Agent(policy, config).run(env, task_id, seed=3)

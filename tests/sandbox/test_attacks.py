@@ -199,7 +199,7 @@ def test_the_pool_replaces_containers_that_died_while_idle(docker_ready):
         assert len(idle) == 2
         for container_id in idle:
             engine.api().kill(container_id)
-        boxes = [pool.acquire(docker_ready) for _ in range(4)]
+        boxes = [DockerSandbox.create(docker_ready, pool=pool) for _ in range(4)]
         try:
             assert all(box.id not in idle for box in boxes)
             assert [box.exec("echo ok").stdout for box in boxes] == ["ok\n"] * 4
@@ -213,7 +213,7 @@ def test_the_pool_replaces_containers_that_died_while_idle(docker_ready):
 
 @pytest.fixture
 def code_env(docker_ready):
-    env = gymnasium.make("agentgym/HumanEval-v0", exec_timeout=1, max_exec_timeout=2).unwrapped
+    env = gymnasium.make("agentgym/code.humaneval-v0", exec_timeout=1, max_exec_timeout=2).unwrapped
     env.reset(options={"task_id": "HumanEval/0"})
     yield env
     env.close()
@@ -266,7 +266,7 @@ def test_writing_past_the_disk_limit_ends_the_episode_as_the_agents_failure(dock
     if disk.engine_enforces_size(docker_ready):
         pytest.skip("this engine enforces the size itself")
     env = gymnasium.make(
-        "agentgym/HumanEval-v0", sandbox_config=SandboxConfig(disk_limit=64 * MiB), warm_pool=False
+        "agentgym/code.humaneval-v0", sandbox_config=SandboxConfig(disk_limit=64 * MiB), warm_pool=False
     ).unwrapped
     try:
         env.reset(options={"task_id": "HumanEval/0"})

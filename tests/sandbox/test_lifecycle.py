@@ -96,12 +96,12 @@ def _wait_for(predicate, timeout: float = 20.0) -> bool:
     return False
 
 
-def test_warm_pool_acquire_is_fast_and_refills(docker_ready):
+def test_a_sandbox_from_a_warm_pool_is_fast_and_the_pool_refills(docker_ready):
     with WarmPool(size=2) as pool:
         pool.prewarm(docker_ready, wait=True)
         assert pool.available(docker_ready) == 2
         started = time.monotonic()
-        box = pool.acquire(docker_ready)
+        box = DockerSandbox.create(docker_ready, pool=pool)
         assert time.monotonic() - started < 0.15
         assert box.exec("echo warm; id -u").stdout == "warm\n1000\n"
         assert engine.api().inspect_container(box.id)["Config"]["Labels"]["agentgym.kind"] == "pool"

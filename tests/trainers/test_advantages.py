@@ -8,14 +8,8 @@ import random
 import pytest
 import torch
 
-from agentgym.trainers.advantages import (
-    explained_variance,
-    group_advantages,
-    hierarchical_values,
-    strict_clip_policy_loss,
-    tree_turn_advantages,
-    turn_gae,
-)
+from agentgym.rollout.tree_values import hierarchical_values, tree_turn_advantages
+from agentgym.trainers.advantages import explained_variance, group_advantages, strict_clip_policy_loss, turn_gae
 
 # A tree of 6 nodes: two roots; root 1 ends at once (R = 0); root 0 has children 2 and 3;
 # node 2 has leaves 4 (R = 1) and 5 (R = 0); leaf 3 has R = 1.

@@ -78,7 +78,7 @@ def test_a_config_must_name_its_trainer_and_output_dir(tmp_path):
         build_trainer({"trainer": "sao", "output_dir": str(tmp_path), "warm_start": {"epoch": 1}})
     with pytest.raises(ConfigError, match="warm_start builds demonstrations for KeyChain only"):
         build_trainer(
-            {"trainer": "sao", "output_dir": str(tmp_path), "warm_start": True, "env_id": "agentgym/HumanEval-v0"}
+            {"trainer": "sao", "output_dir": str(tmp_path), "warm_start": True, "env_id": "agentgym/code.humaneval-v0"}
         )
     with pytest.raises(ConfigError, match="tree_strategy must be one of"):  # the config class's own checks
         build_trainer({"trainer": "tree_grpo", "output_dir": str(tmp_path), "tree_strategy": "random"})
@@ -143,3 +143,31 @@ def test_steps_without_learning_signal_warn_once_and_name_the_warm_start(capsys)
         callback.on_log(None, state, None, logs=quiet)
     err = capsys.readouterr().err
     assert err.count("no learning signal") == 1 and "warm_start: true" in err
+
+
+def test_both_trainers_and_configs_build_on_one_shared_base(tmp_path):
+    import dataclasses
+
+    import torch
+
+    from agentgym.trainers import (
+        AgentgymConfig,
+        AgentgymTrainer,
+        RolloutArguments,
+        SAOConfig,
+        SAOTrainer,
+        TreeGRPOConfig,
+        TreeGRPOTrainer,
+    )
+
+    assert issubclass(TreeGRPOTrainer, AgentgymTrainer) and issubclass(SAOTrainer, AgentgymTrainer)
+    shared = {f.name: f for f in dataclasses.fields(AgentgymConfig)}
+    rollout = {f.name for f in dataclasses.fields(RolloutArguments)}
+    assert rollout | {"bf16", "activation_checkpointing", "logging_steps", "report_to"} <= set(shared)
+    for config_cls in (TreeGRPOConfig, SAOConfig):
+        assert issubclass(config_cls, AgentgymConfig)
+        fields = {f.name: f for f in dataclasses.fields(config_cls)}
+        for name in rollout | {"bf16", "report_to"}:
+            assert fields[name].default == shared[name].default and fields[name].metadata["help"]
+        args = config_cls(output_dir=str(tmp_path), report_to="none")
+        assert args.bf16 == torch.cuda.is_available()  # resolved once, by the shared base

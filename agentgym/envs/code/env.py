@@ -14,6 +14,13 @@ Tools (subclasses add to or trim :meth:`tools`):
   ``str_replace(path, old, new)`` — file editing, with errors the model can act on;
 * ``submit()`` — stop every process the agent left running, then grade (the episode ends).
 
+A subclass implements the family hooks (see :mod:`agentgym.core`, Family hooks):
+``_setup(task_id)`` lays the task's files into :attr:`sandbox` (fresh from the warm pool) and
+returns the task description; ``_grade()`` re-runs the hidden tests in a fresh sandbox and
+returns a :class:`~agentgym.core.Verdict` (its ``message`` is the submit call's result, its
+``details`` the step's ``info["grade"]``); ``_branch_state()`` / ``_load_branch_state()``
+carry env fields that are not on the sandbox's disk.
+
 The tools act with the agent's own permissions: the file tools run as the sandbox user, like
 ``bash``, so they cannot write where a shell could not (``/etc``, the sandbox's own programs).
 An agent-chosen ``timeout`` is capped at ``max_exec_timeout`` (default 120 s; the schema and the
@@ -25,14 +32,18 @@ Fenced ```` ```python ```` and ```` ```bash ```` blocks in a reply run as ``pyth
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from agentgym.actions import ToolCall, ToolSpec
-from agentgym.core import AgentEnv, Outcome
+from agentgym.core import AgentEnv, Outcome, Verdict, adopt_renamed_hooks
+from agentgym.extras import requires
 from agentgym.sandbox.base import ExecResult, FileTooLargeError
-from agentgym.sandbox.docker import DockerSandbox, SandboxConfig
+
+with requires("code"):  # the Docker SDK
+    from agentgym.sandbox.docker import DockerSandbox, SandboxConfig
 
 
 def _tool(name: str, description: str, required: list[str], **properties: dict) -> ToolSpec:
@@ -97,7 +108,7 @@ class CodePayload:
 
     sandbox_snapshot: Any
     config: SandboxConfig
-    extra: dict
+    branch_state: Any
 
 
 class CodeEnv(AgentEnv):
@@ -110,6 +121,20 @@ class CodeEnv(AgentEnv):
         "sh": ("bash", "command"),
         "shell": ("bash", "command"),
     }
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # The hooks' names before the families shared one vocabulary.
+        adopt_renamed_hooks(cls, {"_extra_state": "_branch_state", "_load_extra_state": "_load_branch_state"})
+        prepare = cls.__dict__.get("_prepare")
+        if prepare is not None and "_setup" not in cls.__dict__:
+            warnings.warn(
+                f"{cls.__qualname__}._prepare(sandbox, task_id) is deprecated: override _setup(task_id) "
+                "(the sandbox is self.sandbox)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            cls._setup = lambda self, task_id: prepare(self, self.sandbox, task_id)
 
     def __init__(
         self,
@@ -140,21 +165,21 @@ class CodeEnv(AgentEnv):
             "submit": self._submit,
         }
 
-    # ------------------------------------------------------------------ subclass hooks
-    def _prepare(self, sandbox: DockerSandbox, task_id: str) -> str:
-        """Lay the task's files into a fresh sandbox and return the task description."""
+    # ------------------------------------------------------------------ family hooks
+    def _setup(self, task_id: str) -> str:
+        """Lay the task's files into :attr:`sandbox` (a fresh one) and return the task description."""
         raise NotImplementedError
 
-    def _grade(self) -> Outcome:
-        """Grade the current work in a fresh sandbox; the outcome must set ``success``."""
+    def _grade(self) -> Verdict:
+        """Grade the current work in a fresh sandbox, never the agent's (see the module docstring)."""
         raise NotImplementedError
 
-    def _extra_state(self) -> dict:
-        """Env fields beyond the sandbox that snapshots must carry."""
-        return {}
+    def _branch_state(self) -> Any:
+        """Env fields beyond the sandbox that snapshots must carry (a copy: the snapshot keeps it)."""
+        return None
 
-    def _load_extra_state(self, extra: dict) -> None:
-        pass
+    def _load_branch_state(self, state: Any) -> None:
+        """Put back what :meth:`_branch_state` returned (the snapshot keeps it: copy what you change)."""
 
     def task_image(self, task_id: str) -> str | None:
         """The image a task's sandbox starts from (default: the env's image, else the base image)."""
@@ -183,7 +208,7 @@ class CodeEnv(AgentEnv):
         self.sandbox = DockerSandbox.create(
             image=self.task_image(task_id), config=self.task_sandbox_config(task_id), warm=self.warm_pool
         )
-        return self._prepare(self.sandbox, task_id)
+        return self._setup(task_id)
 
     def _call_tool(self, call: ToolCall) -> Outcome:
         # Every agent-chosen timeout, the subclasses' tools' included, is capped here.
@@ -195,14 +220,14 @@ class CodeEnv(AgentEnv):
     def _capture(self):
         sandbox = self._live_sandbox()
         sandbox_snapshot = sandbox.snapshot()
-        return CodePayload(sandbox_snapshot, sandbox.config, self._extra_state()), sandbox_snapshot.release
+        return CodePayload(sandbox_snapshot, sandbox.config, self._branch_state()), sandbox_snapshot.release
 
     def _load(self, payload: CodePayload) -> None:
         if self.sandbox is None:
             self.sandbox = DockerSandbox.from_snapshot(payload.sandbox_snapshot, config=payload.config)
         else:
             self.sandbox.restore(payload.sandbox_snapshot)
-        self._load_extra_state(dict(payload.extra))
+        self._load_branch_state(payload.branch_state)
 
     def _snapshot_metadata(self, payload: CodePayload) -> dict:
         return {"image": payload.sandbox_snapshot.ref}
@@ -280,7 +305,15 @@ class CodeEnv(AgentEnv):
     def _submit(self, args: dict) -> Outcome:
         # Nothing the agent started may change the work while (or after) it is graded.
         self._live_sandbox().stop_processes()
-        return self._grade()
+        verdict = self._grade()
+        if isinstance(verdict, Outcome):  # a subclass written before _grade returned a Verdict
+            warnings.warn(
+                f"{type(self).__qualname__}._grade should return a Verdict, not an Outcome",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return verdict
+        return verdict.outcome(verdict.message or "Submitted.")
 
     # ------------------------------------------------------------------ helpers
     def _live_sandbox(self) -> DockerSandbox:

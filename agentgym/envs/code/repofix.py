@@ -1,10 +1,11 @@
-"""agentgym/RepoFix-v0: SWE-bench-style bug fixing in a real repository, graded by hidden FAIL_TO_PASS/PASS_TO_PASS tests.
+"""agentgym/code.repofix-v0: SWE-bench-style bug fixing in a real repository, graded by hidden FAIL_TO_PASS/PASS_TO_PASS tests.
 
-Tasks are SWE-bench instances. The shipped ones come from :mod:`agentgym.envs.code.repofix_gen`,
+Tasks are SWE-bench instances. The shipped ones come from :mod:`agentgym.envs.code.repofix_gen` (offline),
 which injects real bugs into vendored libraries with real test suites; their workspace is the
 pristine repository with ``bug_patch`` applied (which also removes the hidden test files),
 committed to git so that the agent's work is ``git diff``. Instances from SWE-bench files
 (:func:`load_swebench_instances`) carry an ``image`` with the repository at ``/testbed``.
+``tasks=`` selects instances by id or pattern; ``info["grade"]`` is the verdict described below.
 
 Grading (``submit()``) follows SWE-bench: the agent's diff is applied to a clean copy of the
 starting workspace in a *fresh* container, ``test_patch`` is applied and the FAIL_TO_PASS and
@@ -60,14 +61,17 @@ import secrets
 import shlex
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from agentgym.actions import ToolSpec
-from agentgym.core import Outcome
-from agentgym.envs.code import repofix_gen
+from agentgym.core import Outcome, Verdict, select_tasks
+from agentgym.envs.code import repofix_tasks
 from agentgym.envs.code.env import BASH, CodeEnv, _tool
 from agentgym.sandbox.base import ExecResult, FileTooLargeError
 from agentgym.sandbox.docker import DockerSandbox, SandboxConfig, tar_directory
+from agentgym.task import Task, call_text
 
 WORKSPACE = "/workspace"
 SWEBENCH_WORKDIR = "/testbed"
@@ -115,7 +119,7 @@ def load_swebench_instances(path: str | Path) -> list[dict]:
     ``repo`` naming a repository vendored with agentgym. ``test_command`` (default: pytest with
     ``-rA`` on the files that ``test_patch`` touches) must print pytest's ``-rA`` summary.
     """
-    instances = repofix_gen.load_tasks(path)
+    instances = repofix_tasks.load_tasks(path)
     for instance in instances:
         missing = {"instance_id", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS"} - instance.keys()
         if missing or not ({"image", "repo"} & instance.keys()):
@@ -133,8 +137,18 @@ def grading_command(task: dict) -> str:
     """The task's test command (SWE-bench instances may omit it: then pytest on the test_patch files)."""
     if task.get("test_command"):
         return task["test_command"]
-    files = " ".join(shlex.quote(f) for f in repofix_gen.patched_files(task["test_patch"]))
+    files = " ".join(shlex.quote(f) for f in repofix_tasks.patched_files(task["test_patch"]))
     return f"python3 -m pytest -rA -p no:cacheprovider {files}"
+
+
+def reference_solution(task: dict) -> list[str]:
+    """The replies that fix a task with its gold patch: write it, ``git apply`` it, run the visible tests, submit."""
+    return [
+        call_text("write_file", {"path": "/tmp/fix.diff", "content": task["patch"]}),
+        call_text("bash", {"command": "git apply /tmp/fix.diff && git status --short"}),
+        call_text("run_tests"),
+        call_text("submit"),
+    ]
 
 
 class RepoFixEnv(CodeEnv):
@@ -142,16 +156,33 @@ class RepoFixEnv(CodeEnv):
 
     kind = "agentgym/RepoFix"
 
-    def __init__(self, *, instances: str | None = None, **kwargs):
+    def __init__(self, *, instances: str | None = None, tasks: str | Sequence[str] | None = None, **kwargs: Any):
         kwargs.setdefault("max_turns", 40)
         super().__init__(**kwargs)
         self.instances_path = instances
-        tasks = load_swebench_instances(instances) if instances else repofix_gen.load_tasks()
-        self._tasks = {t["instance_id"]: t for t in tasks}
+        loaded = {
+            t["instance_id"]: t
+            for t in (load_swebench_instances(instances) if instances else repofix_tasks.load_tasks())
+        }
+        self._tasks = {task_id: loaded[task_id] for task_id in select_tasks(loaded, tasks)}
         self._handlers["run_tests"] = self._run_tests
 
     def task_ids(self):
         return list(self._tasks)
+
+    def tasks(self) -> list[Task]:
+        """The selected instances: goal the bug report, category the mutation operator that planted the bug
+        (SWE-bench instances: their repository), reference solution the gold patch (where the instance has one)."""
+        return [
+            Task(
+                task_id,
+                task["problem_statement"].strip(),
+                task.get("difficulty", {}).get("operator") or task.get("repo", ""),
+                {"repo": task.get("repo", ""), "difficulty": task.get("difficulty", {})},
+                functools.partial(reference_solution, task) if task.get("patch") else None,
+            )
+            for task_id, task in self._tasks.items()
+        ]
 
     def task(self, task_id: str | None = None) -> dict:
         return self._tasks[task_id or self.task_id]
@@ -177,8 +208,8 @@ class RepoFixEnv(CodeEnv):
     def tools(self) -> list[ToolSpec]:
         return [*super().tools()[:-1], RUN_TESTS, super().tools()[-1]]
 
-    def _prepare(self, sandbox: DockerSandbox, task_id: str) -> str:
-        lay_out_workspace(sandbox, self.task(task_id), self.workdir(task_id))
+    def _setup(self, task_id: str) -> str:
+        lay_out_workspace(self._live_sandbox(), self.task(task_id), self.workdir(task_id))
         return (
             f"You are working in the repository at {self.workdir(task_id)} (a git repository; "
             "your changes are what `git diff` shows). Fix the bug described in this report:\n\n"
@@ -204,7 +235,7 @@ class RepoFixEnv(CodeEnv):
         The diff goes to a file in the sandbox and is read back with a bound:
         :class:`SubmissionError` when it is over :data:`MAX_DIFF_BYTES` or git cannot make it.
         """
-        hidden = [f":(exclude){p}" for p in repofix_gen.patched_files(self.task()["test_patch"])]
+        hidden = [f":(exclude){p}" for p in repofix_tasks.patched_files(self.task()["test_patch"])]
         pathspecs = " ".join(shlex.quote(p) for p in [*hidden, *owned_pathspecs(exclude=True)])
         sandbox = self._live_sandbox()
         # Options the repository's git config cannot override: no external diff or textconv driver
@@ -229,7 +260,7 @@ class RepoFixEnv(CodeEnv):
         # surrogateescape keeps bytes that are not UTF-8 (a Latin-1 source file) exactly as they were.
         return data.decode("utf-8", errors="surrogateescape")
 
-    def _grade(self) -> Outcome:
+    def _grade(self) -> Verdict:
         task = self.task()
         try:
             diff = self.agent_diff()
@@ -250,13 +281,7 @@ class RepoFixEnv(CodeEnv):
         )
         if verdict["error"]:
             text += f"\n{verdict['error']}"
-        return Outcome(
-            text,
-            reward=float(verdict["resolved"]),
-            terminated=True,
-            success=verdict["resolved"],
-            info={"grade": verdict},
-        )
+        return Verdict(float(verdict["resolved"]), verdict["resolved"], details=verdict, message=text)
 
 
 class SubmissionError(Exception):
@@ -268,7 +293,7 @@ def grade_diff(
 ) -> dict:
     """Apply a diff and the hidden tests to a fresh copy of the task's workspace and run the tests (see the module docstring).
 
-    Returns :func:`~agentgym.envs.code.repofix_gen.grade_results`'s verdict (``resolved`` and
+    Returns :func:`~agentgym.envs.code.repofix_tasks.grade_results`'s verdict (``resolved`` and
     FAIL_TO_PASS/PASS_TO_PASS counts) plus the per-test ``results``, ``reporter`` (whether they come
     from the trusted launcher's record, not from the test log alone) and an ``error`` when a patch
     does not apply, the tests do not run, or the run cannot be trusted.
@@ -322,7 +347,7 @@ def _run_hidden_tests(sandbox: DockerSandbox, task: dict, workdir: str) -> dict:
     if trusted is None:
         run = sandbox.exec(f"cd {workdir} && {TEST_ENV} {command} > {log_path} 2>&1", timeout=TEST_TIMEOUT_S)
         log, error = _read_report(sandbox, log_path, "the test log")
-        results = repofix_gen.parse_pytest_report(log or "")
+        results = repofix_tasks.parse_pytest_report(log or "")
         if not error and not results:
             error = f"the tests did not run (exit code {run.exit_code}): {(log or '').strip()[-500:]}"
         return _verdict(task, {} if error else results, error, reporter=False)
@@ -332,7 +357,7 @@ def _run_hidden_tests(sandbox: DockerSandbox, task: dict, workdir: str) -> dict:
         "nonce": nonce,
         "record": record_path,
         "changed": f"{GRADING_DIR}/changed",
-        "protected": repofix_gen.patched_files(task["test_patch"]),
+        "protected": repofix_tasks.patched_files(task["test_patch"]),
     }
     run = sandbox.exec(
         f"cd {workdir} && {TEST_ENV} {trusted} > {log_path} 2>&1",
@@ -400,7 +425,7 @@ def judge_run(
     if exit_code != (1 if failed else 0 if tests else PYTEST_NO_TESTS):
         return {}, f"pytest's exit code {exit_code} disagrees with the outcomes it reported"
     results = {nodeid: _passed(phases) for nodeid, phases in tests.items()}
-    summary = repofix_gen.parse_pytest_report(log)
+    summary = repofix_tasks.parse_pytest_report(log)
     disagree = [
         t for t in task["FAIL_TO_PASS"] + task["PASS_TO_PASS"] if summary.get(t, False) != results.get(t, False)
     ]
@@ -468,7 +493,7 @@ def reporter_command(command: str, launcher: str) -> str | None:
 
 
 def _verdict(task: dict, results: dict[str, bool], error: str | None, *, reporter: bool) -> dict:
-    verdict = repofix_gen.grade_results(task, results)
+    verdict = repofix_tasks.grade_results(task, results)
     verdict["resolved"] = verdict["resolved"] and error is None
     return {**verdict, "results": results, "error": error, "reporter": reporter}
 
@@ -488,7 +513,7 @@ def workspace_tarball(instance_id: str, task_json: str, config: SandboxConfig) -
     task = json.loads(task_json)
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "repo"
-        repofix_gen.materialize_workspace(task, repo)
+        repofix_tasks.materialize_workspace(task, repo)
         git = ["git", "-c", "user.name=agentgym", "-c", "user.email=agentgym@localhost", "-C", str(repo)]
         subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
         subprocess.run([*git, "add", "-A"], check=True)

@@ -1,4 +1,4 @@
-"""Task generator for agentgym RepoFix-v0: injects realistic bugs into vendored Python libraries and keeps those their own tests catch.
+"""Task generator for agentgym code.repofix-v0: injects realistic bugs into vendored Python libraries and keeps those their own tests catch.
 
 Each kept bug becomes one JSON line in SWE-bench instance format (instance_id,
 repo, base_commit, problem_statement, patch, test_patch, FAIL_TO_PASS,
@@ -7,12 +7,12 @@ repo into the agent's starting workspace. As in SWE-bench, the test files that
 expose the bug are hidden: `bug_patch` deletes them and `test_patch` restores
 them at grading time.
 
-    python agentgym/envs/code/repofix_gen.py --out agentgym/envs/code/tasks/repofix/tasks.jsonl
+    python -m agentgym.envs.code.repofix_gen --out agentgym/envs/code/tasks/repofix/tasks.jsonl
 
-The module is importable too: `load_tasks`, `materialize_workspace`,
-`apply_patch`, `parse_pytest_report`, `grade_results` and `verify_task` are the
-pieces an environment needs to run and grade these tasks elsewhere (e.g. in a
-sandbox container, with its own `run_tests`).
+An offline tool: the environment never imports it. What the environment needs at run time
+(loading tasks, workspaces, patches, pytest reports, the verdict) is
+:mod:`agentgym.envs.code.repofix_tasks`; :func:`verify_task` checks a task end to end with any
+`run_tests` (here, or in a sandbox container).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
-import hashlib
 import json
 import os
 import queue
@@ -39,25 +38,21 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-try:  # imported as envs.code.repofix_gen
-    from . import repofix_mutate as mutate
-except ImportError:  # run as a script, or imported with envs/code on sys.path
-    import repofix_mutate as mutate
+from agentgym.envs.code import repofix_mutate as mutate
+from agentgym.envs.code.repofix_tasks import (
+    DEFAULT_TASKS_PATH,
+    REPOS_DIR,
+    PatchError,
+    apply_patch,
+    copy_repo,
+    parse_pytest_report,
+    patched_files,
+    tree_digest,
+    workspace_from_repo,
+)
 
-HERE = Path(__file__).resolve().parent
-TASKS_DIR = HERE / "tasks" / "repofix"
-REPOS_DIR = TASKS_DIR / "repos"
-DEFAULT_TASKS_PATH = TASKS_DIR / "tasks.jsonl"
-PLUGIN_PATH = HERE / "repofix_pytest_plugin.py"
+PLUGIN_PATH = Path(__file__).resolve().parent / "repofix_pytest_plugin.py"
 CREATED_BY = "agentgym.repofix_gen"
-
-# Build and run by-products, never part of a repo's identity.
-_IGNORED = ("__pycache__", "*.pyc", ".pytest_cache")
-
-
-def _is_litter(relpath: str) -> bool:
-    return any(part in ("__pycache__", ".pytest_cache") for part in relpath.split("/")) or relpath.endswith(".pyc")
-
 
 RunTests = Callable[[Path, list[str]], dict[str, bool]]
 """(repo directory, test files relative to it) -> {pytest node id: passed}. A missing id counts as failed."""
@@ -110,22 +105,6 @@ SPECS = {spec.name: spec for spec in REPOS}
 # --- files, digests and diffs -----------------------------------------------------------------------
 
 
-def copy_repo(src: Path, dest: Path) -> Path:
-    shutil.copytree(src, dest, ignore=shutil.ignore_patterns(*_IGNORED))
-    return dest
-
-
-def tree_digest(root: Path) -> str:
-    """sha256 over every file's path and content: the `base_commit` of a vendored repo."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in Path(root).rglob("*") if p.is_file()):
-        rel = path.relative_to(root).as_posix()
-        if _is_litter(rel):
-            continue
-        digest.update(rel.encode() + b"\0" + hashlib.sha256(path.read_bytes()).hexdigest().encode() + b"\n")
-    return digest.hexdigest()
-
-
 def file_diff(path: str, old: str | None, new: str | None) -> str:
     """git-style unified diff of one file; None stands for an absent file (creation or deletion)."""
     old_lines = [] if old is None else old.splitlines(keepends=True)
@@ -143,49 +122,12 @@ def file_diff(path: str, old: str | None, new: str | None) -> str:
     return "".join(header + body) if body else ""
 
 
-class PatchError(RuntimeError):
-    pass
-
-
-def apply_patch(patch: str, directory: Path) -> None:
-    """Apply a git-style diff (a/ b/ prefixes) to `directory` with `git apply`; raise PatchError if it does not apply."""
-    directory = Path(directory).resolve()
-    # Without a ceiling, git apply run inside some enclosing repository treats paths as relative
-    # to that repository's root and silently skips the ones outside the current directory.
-    env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(directory.parent))
-    proc = subprocess.run(
-        ["git", "apply", "--whitespace=nowarn", "-"],
-        cwd=directory,
-        input=patch.encode("utf-8"),
-        capture_output=True,
-        env=env,
-    )
-    if proc.returncode != 0:
-        raise PatchError(proc.stderr.decode("utf-8", "replace").strip())
-
-
-def patched_files(patch: str) -> list[str]:
-    return sorted(set(re.findall(r"^diff --git a/(\S+) b/", patch, flags=re.M)))
-
-
 # --- running pytest ---------------------------------------------------------------------------------
 
 
 def pytest_argv(test_files: list[str], python: str = "python3") -> list[str]:
     """The grading invocation: -rA prints one PASSED/FAILED line per test for `parse_pytest_report`."""
     return [python, "-m", "pytest", "-rA", "-p", "no:cacheprovider", *test_files]
-
-
-def parse_pytest_report(output: str) -> dict[str, bool]:
-    """{node id: passed} from the short test summary that ``pytest -rA`` prints."""
-    results: dict[str, bool] = {}
-    for line in output.splitlines():
-        word, _, rest = line.partition(" ")
-        if word in ("PASSED", "FAILED", "ERROR", "XFAIL", "XPASS") and "::" in rest:
-            nodeid = rest.split(" - ", 1)[0].strip()
-            # A test can report twice (e.g. passed, then errored in teardown): any failure wins.
-            results[nodeid] = results.get(nodeid, True) and word in ("PASSED", "XPASS")
-    return results
 
 
 def _test_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -587,45 +529,6 @@ def _leaks(task: dict) -> bool:
     return any(len(line) > 8 and line in task["problem_statement"] for line in changed)
 
 
-def load_tasks(path: str | Path | None = None) -> list[dict]:
-    """Tasks from a JSONL file (ours by default) or a JSON list (SWE-bench's published files). SWE-bench
-    stores the test lists as JSON strings; they are decoded so every task has real lists."""
-    text = Path(path or DEFAULT_TASKS_PATH).read_text(encoding="utf-8")
-    if text.lstrip().startswith("["):
-        tasks = json.loads(text)
-    else:
-        tasks = [json.loads(line) for line in text.splitlines() if line.strip()]
-    for task in tasks:
-        for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
-            if isinstance(task.get(key), str):
-                task[key] = json.loads(task[key])
-    return tasks
-
-
-def materialize_workspace(task: dict, dest: Path, repos_dir: Path = REPOS_DIR) -> Path:
-    """Write the agent's starting workspace to `dest`: the pristine repo with `bug_patch` applied."""
-    return _workspace(task, Path(repos_dir) / task["repo"], Path(dest))
-
-
-def _workspace(task: dict, repo_dir: Path, dest: Path) -> Path:
-    dest = copy_repo(repo_dir, dest)
-    if tree_digest(dest) != task["base_commit"]:
-        raise PatchError(f"{task['repo']}: repo tree does not match base_commit {task['base_commit'][:12]}")
-    apply_patch(task["bug_patch"], dest)
-    return dest
-
-
-def grade_results(task: dict, results: dict[str, bool]) -> dict:
-    """SWE-bench style verdict from per-test results: resolved iff every FAIL_TO_PASS and PASS_TO_PASS test passes."""
-    f2p = sum(bool(results.get(n)) for n in task["FAIL_TO_PASS"])
-    p2p = sum(bool(results.get(n)) for n in task["PASS_TO_PASS"])
-    return {
-        "resolved": f2p == len(task["FAIL_TO_PASS"]) and p2p == len(task["PASS_TO_PASS"]),
-        "fail_to_pass": {"passed": f2p, "total": len(task["FAIL_TO_PASS"])},
-        "pass_to_pass": {"passed": p2p, "total": len(task["PASS_TO_PASS"])},
-    }
-
-
 def verify_task(task: dict, repo_dir: Path, run_tests: RunTests) -> list[str]:
     """Check a task end to end; returns the problems found (empty: verified).
 
@@ -643,7 +546,7 @@ def verify_task(task: dict, repo_dir: Path, run_tests: RunTests) -> list[str]:
         results = run_tests(pristine, files)
         problems += [f"pristine: {n} does not pass" for n in tests if not results.get(n)]
         try:
-            work = _workspace(task, Path(repo_dir), Path(tmp) / "work")
+            work = workspace_from_repo(task, Path(repo_dir), Path(tmp) / "work")
             problems += [
                 f"workspace: hidden test file {f} is visible"
                 for f in patched_files(task["test_patch"])

@@ -1,5 +1,12 @@
-"""agentgym.envs.gui: desktop-app tasks on an Xvfb desktop in Docker (DesktopEnv), with screenshots and branching."""
+"""agentgym.envs.gui: desktop-app tasks on an Xvfb desktop in Docker (DesktopEnv), with screenshots and branching.
 
-from agentgym.envs.gui.env import DesktopEnv
+Names load on first use (the desktop sandbox needs the Docker SDK: the ``gui`` extra).
+"""
 
-__all__ = ["DesktopEnv"]
+from agentgym._lazy import lazy_exports
+
+_EXPORTS = {"DesktopEnv": "env"}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -5,7 +5,13 @@ container, a fresh X server): the task's files are laid under ``/home/agent``, i
 started, and the model sees the screenshot plus a text description (windows, focus, pointer,
 the app's accessibility summary). Actions are the pyautogui-like tools of
 :mod:`agentgym.envs.gui.actions`; ``done()`` runs the task's checker on the saved files,
-``fail()`` gives up (the right answer for the infeasible tasks).
+``fail()`` gives up (the right answer for the infeasible tasks); either way the final step's
+``info["grade"]`` is ``{"claim": "done" | "fail", "problem": <what the checker found, or None>}``.
+
+Options as in the other families: ``tasks=`` (ids or a pattern), ``screen_size=(width, height)``,
+``screenshot`` (default True; False leaves ``"image"`` out of the observations). The family hooks
+(:mod:`agentgym.core`, Family hooks) are ``_setup`` (a fresh desktop with the task's files and
+app), ``_grade`` (the task's checker) and ``_branch_state`` / ``_load_branch_state``.
 
 Branching. ``docker commit`` captures the filesystem — the files the apps saved and the Tk
 apps' state files, which they rewrite after every event — but not the X server's memory (window
@@ -34,15 +40,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from agentgym.actions import ToolCall, ToolSpec
-from agentgym.core import AgentEnv, Outcome
-from agentgym.envs.gui import tasks as task_catalog
-from agentgym.envs.gui.actions import TOOLS, format_action, to_desktop_action
-from agentgym.envs.gui.observation import describe
-from agentgym.envs.gui.tasks import APPS_DIR, HOME, Task
-from agentgym.sandbox.desktop import DesktopSandbox, DesktopState, Screen, desktop_config, tar_tree
-from agentgym.sandbox.docker import DockerSnapshot, SandboxConfig
+from agentgym.core import AgentEnv, Outcome, Verdict, select_tasks
+from agentgym.extras import requires
+
+# The desktop modules need the Docker SDK; imported in here, a missing one names the gui extra.
+with requires("gui"):
+    from agentgym.envs.gui import tasks as task_catalog
+    from agentgym.envs.gui.actions import TOOLS, format_action, to_desktop_action
+    from agentgym.envs.gui.observation import describe
+    from agentgym.envs.gui.tasks import APPS_DIR, HOME, DesktopTask
+    from agentgym.sandbox.desktop import DesktopSandbox, DesktopState, Screen, desktop_config, tar_tree
+    from agentgym.sandbox.docker import DockerSnapshot, SandboxConfig
+
+from agentgym.task import Task
 
 __all__ = ["DesktopEnv", "DesktopPayload", "FORK_MODES"]
 
@@ -62,12 +75,13 @@ print(json.dumps(out))
 
 @dataclass(frozen=True)
 class DesktopPayload:
-    """A desktop env's part of a snapshot: the commit (relaunch forks only), the action prefix and the pointer."""
+    """A desktop env's part of a snapshot: the commit (relaunch forks only), the action prefix, the pointer and the branch state."""
 
     task_id: str
     actions: tuple[dict, ...]
     pointer: tuple[int, int]
     sandbox_snapshot: DockerSnapshot | None
+    branch_state: Any = None
 
 
 class SandboxFiles:
@@ -97,8 +111,9 @@ class DesktopEnv(AgentEnv):
     def __init__(
         self,
         *,
-        tasks: Sequence[str] | None = None,
+        tasks: str | Sequence[str] | None = None,
         screen_size: tuple[int, int] = (1024, 768),
+        screenshot: bool = True,
         image: str | None = None,
         sandbox_config: SandboxConfig | None = None,
         warm_pool: bool = True,
@@ -112,18 +127,21 @@ class DesktopEnv(AgentEnv):
         if fork_mode not in FORK_MODES:
             raise ValueError(f"fork_mode must be one of {FORK_MODES}, got {fork_mode!r}")
         super().__init__(
-            max_turns=max_turns, render_mode=render_mode, image_shape=(self.screen.height, self.screen.width)
+            max_turns=max_turns,
+            render_mode=render_mode,
+            image_shape=(self.screen.height, self.screen.width) if screenshot else None,
         )
-        unknown = set(tasks or ()) - set(task_catalog.TASKS)
-        if unknown:
-            raise ValueError(f"unknown desktop task(s): {sorted(unknown)}")
-        self._task_ids = list(tasks) if tasks else list(task_catalog.TASKS)
+        try:
+            self._task_ids = select_tasks(task_catalog.TASKS, tasks)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (the desktop tasks: agentgym.envs.gui.tasks.TASKS)") from None
+        self.screenshot = screenshot
         self.image = image
         self.sandbox_config = sandbox_config or desktop_config()
         self.warm_pool = warm_pool
         self.fork_mode = fork_mode
         self.desktop: DesktopSandbox | None = None
-        self._task: Task | None = None
+        self._task: DesktopTask | None = None
         self._actions: list[dict] = []
         self._last: DesktopState | None = None
 
@@ -131,22 +149,27 @@ class DesktopEnv(AgentEnv):
     def task_ids(self) -> Sequence[str]:
         return self._task_ids
 
+    def tasks(self) -> list[Task]:
+        """The selected desktop tasks, reported per app, each with its scripted reference solution."""
+        return [
+            Task(task.id, task.instruction, task.app.name, {"feasible": task.feasible}, task.solution)
+            for task in map(task_catalog.TASKS.__getitem__, self._task_ids)
+        ]
+
     def tools(self) -> list[ToolSpec]:
         return TOOLS
 
     def _begin(self, task_id: str) -> dict:
-        self._close_desktop()
-        task = task_catalog.TASKS[task_id]
-        self.desktop, self._last = self._start(task)
-        self._task, self._actions = task, []
-        return {
-            "text": describe(self._last, self.screen, headline=f"Task: {task.instruction}"),
-            "image": self._last.image,
-        }
+        goal = self._setup(task_id)
+        observation = {"text": describe(self._last, self.screen, headline=f"Task: {goal}")}
+        if self.screenshot:
+            observation["image"] = self._last.image
+        return observation
 
     def _call_tool(self, call: ToolCall) -> Outcome:
         if call.name in ("done", "fail"):
-            return self._finish(call.name)
+            verdict = self._grade(call.name)
+            return verdict.outcome(verdict.message)
         action, error = to_desktop_action(call, self.screen)
         if error:
             return Outcome(f"Error: {error}", error=error)
@@ -154,14 +177,18 @@ class DesktopEnv(AgentEnv):
         self._actions.append(action)
         self._last = state
         return Outcome(
-            describe(state, self.screen, headline=f"Did {format_action(action)}."), error=state.error, image=state.image
+            describe(state, self.screen, headline=f"Did {format_action(action)}."),
+            error=state.error,
+            image=state.image if self.screenshot else None,
         )
 
     def _capture(self):
         desktop, task = self._live_desktop(), self._task
         relaunch = self.fork_mode == "auto" and task.app.restores_state
         sandbox_snapshot = desktop.snapshot() if relaunch else None
-        payload = DesktopPayload(task.id, tuple(self._actions), self._last.pointer, sandbox_snapshot)
+        payload = DesktopPayload(
+            task.id, tuple(self._actions), self._last.pointer, sandbox_snapshot, self._branch_state()
+        )
         return payload, (sandbox_snapshot.release if sandbox_snapshot else None)
 
     def _load(self, payload: DesktopPayload) -> None:
@@ -185,6 +212,7 @@ class DesktopEnv(AgentEnv):
                 desktop.close(wait=False)
                 raise
         self.desktop, self._last, self._task, self._actions = desktop, state, task, list(payload.actions)
+        self._load_branch_state(payload.branch_state)
 
     def _snapshot_metadata(self, payload: DesktopPayload) -> dict:
         mode = "relaunch" if payload.sandbox_snapshot else "replay"
@@ -197,8 +225,41 @@ class DesktopEnv(AgentEnv):
     def _teardown(self) -> None:
         self._close_desktop()
 
+    # ------------------------------------------------------------------ family hooks
+    def _setup(self, task_id: str) -> str:
+        """A fresh desktop with the task's files laid out and its app on the screen; returns the instruction."""
+        self._close_desktop()
+        task = task_catalog.TASKS[task_id]
+        self.desktop, self._last = self._start(task)
+        self._task, self._actions = task, []
+        return task.instruction
+
+    def _grade(self, claim: str) -> Verdict:
+        """The verdict on the agent's ``claim`` (``"done"`` or ``"fail"``): the task's checker on the saved files."""
+        task = self._task
+        problem = task.check(SandboxFiles(self._live_desktop()))
+        if claim == "done":
+            success = task.feasible and problem is None
+            why = problem or ("" if task.feasible else "this task cannot be done; fail() was the right answer")
+        else:
+            success = not task.feasible and problem is None
+            why = problem or ("" if not task.feasible else "the task could be done")
+        return Verdict(
+            1.0 if success else 0.0,
+            success,
+            details={"claim": claim, "problem": problem},
+            message="Task complete." if success else f"Task not complete: {why}.",
+        )
+
+    def _branch_state(self) -> Any:
+        """Env fields that snapshots must carry beyond the desktop and the action prefix."""
+        return None
+
+    def _load_branch_state(self, state: Any) -> None:
+        """Put back what :meth:`_branch_state` returned."""
+
     # ------------------------------------------------------------------ helpers
-    def _start(self, task: Task) -> tuple[DesktopSandbox, DesktopState]:
+    def _start(self, task: DesktopTask) -> tuple[DesktopSandbox, DesktopState]:
         """A fresh desktop with the task's files laid out and its app on the screen."""
         desktop = DesktopSandbox.create(self.image, screen=self.screen, config=self.sandbox_config, warm=self.warm_pool)
         try:
@@ -210,18 +271,6 @@ class DesktopEnv(AgentEnv):
             desktop.close(wait=False)
             raise
         return desktop, state
-
-    def _finish(self, verdict: str) -> Outcome:
-        task = self._task
-        problem = task.check(SandboxFiles(self._live_desktop()))
-        if verdict == "done":
-            success = task.feasible and problem is None
-            why = problem or ("" if task.feasible else "this task cannot be done; fail() was the right answer")
-        else:
-            success = not task.feasible and problem is None
-            why = problem or ("" if not task.feasible else "the task could be done")
-        text = "Task complete." if success else f"Task not complete: {why}."
-        return Outcome(text, reward=1.0 if success else 0.0, terminated=True, success=success, info={"check": problem})
 
     def _live_desktop(self) -> DesktopSandbox:
         if self.desktop is None:

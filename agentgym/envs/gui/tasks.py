@@ -22,7 +22,7 @@ from typing import Protocol
 
 from agentgym.envs.gui.apps import formula
 
-__all__ = ["App", "Task", "TASKS", "Inspector", "HOME", "APPS_DIR", "FILES_ROOT"]
+__all__ = ["App", "DesktopTask", "TASKS", "Inspector", "HOME", "APPS_DIR", "FILES_ROOT"]
 
 HOME = "/home/agent"
 APPS_DIR = "/tmp/agentgym/apps"
@@ -63,8 +63,12 @@ FILES_APP = App("files", ("python3", f"{APPS_DIR}/files.py", FILES_ROOT), restor
 
 
 @dataclass(frozen=True)
-class Task:
-    """One desktop task. ``files`` are laid out under HOME before the app starts (None: an empty folder)."""
+class DesktopTask:
+    """One desktop task. ``files`` are laid out under HOME before the app starts (None: an empty folder).
+
+    ``DesktopEnv.tasks()`` hands each out as an :class:`agentgym.Task` (category: the app) whose
+    reference solution is ``solution``.
+    """
 
     id: str
     instruction: str
@@ -93,9 +97,9 @@ def _text_check(path: str, expected: str) -> Callable[[Inspector], str | None]:
     return check
 
 
-def _xedit_task(task_id: str, name: str, before: str, after: str, instruction: str, keys: list[str]) -> Task:
+def _xedit_task(task_id: str, name: str, before: str, after: str, instruction: str, keys: list[str]) -> DesktopTask:
     path = f"{DOCS}/{name}"
-    return Task(
+    return DesktopTask(
         f"xedit-{task_id}",
         f"{instruction} The file {path} is open in xedit; save it when you are done.",
         xedit(path),
@@ -105,7 +109,7 @@ def _xedit_task(task_id: str, name: str, before: str, after: str, instruction: s
     )
 
 
-def _xedit_tasks() -> list[Task]:
+def _xedit_tasks() -> list[DesktopTask]:
     settings = "[app]\nname = demo\ndebug = false\nport = 8080\n"
     return [
         _xedit_task(
@@ -269,11 +273,11 @@ def _sheet_task(
     steps: list[str],
     *,
     feasible: bool = True,
-) -> Task:
+) -> DesktopTask:
     path = f"{DOCS}/{name}"
     content = _csv(rows)
     solution = (*steps, SHEET_SAVE, "done()") if feasible else ("fail()",)
-    return Task(
+    return DesktopTask(
         f"sheet-{task_id}",
         f"{instruction} The spreadsheet {path} is open in Sheet; save it (Save or Ctrl+S).",
         sheet(path),
@@ -284,7 +288,7 @@ def _sheet_task(
     )
 
 
-def _sheet_tasks() -> list[Task]:
+def _sheet_tasks() -> list[DesktopTask]:
     budget = [["Item", "Cost"], ["Rent", "1200"], ["Food", "340"], ["Travel", "150"], ["Books", "60"]]
     grades = [["Name", "Score"], ["Ana", "78"], ["Ben", "92"], ["Cy", "85"], ["Dee", "61"], ["Eve", "99"]]
     temps = [["Day", "High"], ["Mon", "21"], ["Tue", "25"], ["Wed", "19"], ["Thu", "27"], ["Fri", "23"]]
@@ -465,9 +469,9 @@ def _tree_check(expected: Tree) -> Callable[[Inspector], str | None]:
 
 def _files_task(
     task_id: str, instruction: str, expected: Tree, steps: list[str], *, start: Tree = FILES_TREE, feasible: bool = True
-) -> Task:
+) -> DesktopTask:
     solution = (*steps, "done()") if feasible else ("fail()",)
-    return Task(
+    return DesktopTask(
         f"files-{task_id}",
         f"{instruction} The Files app shows the folder {FILES_ROOT}.",
         FILES_APP,
@@ -478,7 +482,7 @@ def _files_task(
     )
 
 
-def _files_tasks() -> list[Task]:
+def _files_tasks() -> list[DesktopTask]:
     t = FILES_TREE
     with_scratch = {**t, "scratch": None}
     with_docs = {**t, "docs": None}
@@ -591,4 +595,18 @@ def _files_tasks() -> list[Task]:
     ]
 
 
-TASKS: dict[str, Task] = {task.id: task for task in (*_xedit_tasks(), *_sheet_tasks(), *_files_tasks())}
+TASKS: dict[str, DesktopTask] = {task.id: task for task in (*_xedit_tasks(), *_sheet_tasks(), *_files_tasks())}
+
+
+def __getattr__(name: str):
+    # The old name of DesktopTask, from before agentgym.Task was the one Task type.
+    if name == "Task":
+        import warnings
+
+        warnings.warn(
+            "agentgym.envs.gui.tasks.Task is deprecated: use DesktopTask (or agentgym.Task, what env.tasks() returns)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return DesktopTask
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,32 @@
-"""agentgym.envs.tool: ToolEnv, for writing tool-use environments from plain Python functions, tasks and a check."""
+"""agentgym.envs.tool: ToolEnv, for writing tool-use environments from plain Python functions and tasks; MCP servers, BFCL and KeyChain.
 
+The MCP client and the BFCL envs load on first use of their names (the ``mcp`` SDK and
+``bfcl-eval`` are optional: the ``tool`` extra).
+"""
+
+from agentgym._lazy import lazy_exports
+from agentgym.envs.state import SQLiteState, StateCopy
 from agentgym.envs.tool.env import SUBMIT, ToolEnv
+from agentgym.envs.tool.keychain import KeyChainEnv
 from agentgym.envs.tool.schema import Tool, tool_from_callable, tools_from_object
-from agentgym.envs.tool.state import SQLiteState, StateCopy
 
-__all__ = ["SQLiteState", "StateCopy", "SUBMIT", "Tool", "ToolEnv", "tool_from_callable", "tools_from_object"]
+_LAZY = {
+    "MCPError": "mcp",
+    "MCPServer": "mcp",
+    "MCPToolEnv": "mcp",
+    "BFCLMultiTurnEnv": "bfcl",
+}
+
+__all__ = [
+    "KeyChainEnv",
+    "SQLiteState",
+    "StateCopy",
+    "SUBMIT",
+    "Tool",
+    "ToolEnv",
+    "tool_from_callable",
+    "tools_from_object",
+    *_LAZY,
+]
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

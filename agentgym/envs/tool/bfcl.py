@@ -2,7 +2,7 @@
 
 ``BFCLMultiTurnEnv(category)`` runs one of the ``base``, ``miss_func``, ``miss_param`` and
 ``long_context`` categories of ``bfcl-eval`` (registered as
-``agentgym/BFCL-multi-turn-<category>-v0``; task ids are BFCL's test ids). An episode follows
+``agentgym/tool.bfcl-multi-turn-<category>-v0``; task ids are BFCL's test ids). An episode follows
 BFCL's own inference loop (``BaseHandler.inference_multi_turn_FC``):
 
 * The first observation is BFCL's multi-turn instructions and the first user turn. The tools
@@ -16,7 +16,7 @@ BFCL's own inference loop (``BaseHandler.inference_multi_turn_FC``):
 * After the last user turn the episode terminates and is scored: the calls the agent made —
   per user turn, per reply, in BFCL's string form ``name(arg=value, ...)`` — go to the official
   ``multi_turn_checker`` with the ground truth, so the verdict is BFCL's. Reward 1.0/0.0;
-  ``info["bfcl"]`` is the checker's result (``valid``, ``error_type``, ``error_message``,
+  ``info["grade"]`` is the checker's result (``valid``, ``error_type``, ``error_message``,
   ``details``). More than BFCL's ``MAXIMUM_STEP_LIMIT`` (20) replies with calls in one user
   turn force-quit the episode, as BFCL's inference loop does, and it is scored as BFCL's eval runner
   scores it: an entry left short of the ground truth's turns (force-quit before its last user turn)
@@ -37,32 +37,45 @@ import importlib
 import inspect
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import bfcl_eval
-from bfcl_eval.constants.default_prompts import (
-    DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC,
-    MAXIMUM_STEP_LIMIT,
-    PROMPT_STYLE_TEMPLATES,
-)
-from bfcl_eval.constants.executable_backend_config import (
-    CLASS_FILE_PATH_MAPPING,
-    MULTI_TURN_FUNC_DOC_FILE_MAPPING,
-    STATELESS_CLASSES,
-)
-from bfcl_eval.constants.type_mappings import GORILLA_TO_OPENAPI
-from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
-from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
+from agentgym.extras import requires
+
+with requires("bfcl"):
+    import bfcl_eval
+    from bfcl_eval.constants.default_prompts import (
+        DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC,
+        MAXIMUM_STEP_LIMIT,
+        PROMPT_STYLE_TEMPLATES,
+    )
+    from bfcl_eval.constants.executable_backend_config import (
+        CLASS_FILE_PATH_MAPPING,
+        MULTI_TURN_FUNC_DOC_FILE_MAPPING,
+        STATELESS_CLASSES,
+    )
+    from bfcl_eval.constants.type_mappings import GORILLA_TO_OPENAPI
+    from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
+    from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
 
 from agentgym.actions import ParsedAction, ToolCall, ToolSpec, parse_action
-from agentgym.core import Outcome
+from agentgym.core import Outcome, Verdict, select_tasks
 from agentgym.envs.tool.env import ToolEnv
 from agentgym.envs.tool.schema import Tool
+from agentgym.task import Task, call_text
 
-__all__ = ["BFCLMultiTurnEnv", "BFCLState", "CATEGORIES", "check", "from_bfcl_call", "load_tasks", "to_bfcl_call"]
+__all__ = [
+    "BFCLMultiTurnEnv",
+    "BFCLState",
+    "CATEGORIES",
+    "check",
+    "from_bfcl_call",
+    "load_tasks",
+    "reference_solution",
+    "to_bfcl_call",
+]
 
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
 
@@ -86,6 +99,8 @@ class BFCLMultiTurnEnv(ToolEnv):
 
     Args:
         category: ``base``, ``miss_func``, ``miss_param`` or ``long_context``.
+        tasks: the category's tests to run (BFCL test ids, or a pattern such as
+            ``"multi_turn_base_1?"``; default: all).
         max_turns: replies before the episode is truncated (default: enough for every user
             turn to use BFCL's step limit).
         call_timeout: seconds one backend call may run.
@@ -94,11 +109,18 @@ class BFCLMultiTurnEnv(ToolEnv):
     allow_text_replies = True
 
     def __init__(
-        self, category: str = "base", *, max_turns: int | None = None, call_timeout: float | None = 10.0, **kwargs: Any
+        self,
+        category: str = "base",
+        *,
+        tasks: str | Sequence[str] | None = None,
+        max_turns: int | None = None,
+        call_timeout: float | None = 10.0,
+        **kwargs: Any,
     ):
         if category not in CATEGORIES:
             raise ValueError(f"category must be one of {CATEGORIES}, got {category!r}")
-        tasks = load_tasks(category)
+        entries = load_tasks(category)
+        tasks = {task_id: entries[task_id] for task_id in select_tasks(entries, tasks)}
         classes = sorted({name for task in tasks.values() for name in task["involved_classes"]})
         tools = [
             Tool(_tool_spec(doc), functools.partial(_invoke, name, doc["name"]), takes_state=True)
@@ -117,11 +139,24 @@ class BFCLMultiTurnEnv(ToolEnv):
         )
         self.category = category
 
+    def tasks(self) -> list[Task]:
+        """The category's tests (category: the BFCL category), each replaying its ground truth as its reference solution."""
+        return [
+            Task(
+                task_id,
+                _user_turn(self.task_data[task_id], 0),
+                self.category,
+                {"involved_classes": list(self.task_data[task_id]["involved_classes"])},
+                functools.partial(reference_solution, self.task_data[task_id]),
+            )
+            for task_id in self.task_ids()
+        ]
+
     # ------------------------------------------------------------------ the episode
     def tools(self) -> list[ToolSpec]:
         if self.state is None:
             return []
-        task = self.tasks[self.task_id]
+        task = self.task_data[self.task_id]
         withheld = {
             name
             for turn, names in task.get("missed_function", {}).items()
@@ -143,11 +178,11 @@ class BFCLMultiTurnEnv(ToolEnv):
         # positional arguments by them) but types unchecked; the schemas the model sees in
         # tools() stay exact.
         return parse_action(
-            action, _lenient_specs(tuple(self.tasks[self.task_id]["involved_classes"])), allow_text=True
+            action, _lenient_specs(tuple(self.task_data[self.task_id]["involved_classes"])), allow_text=True
         )
 
-    def _begin(self, task_id: str) -> str:
-        task = self.tasks[task_id]
+    def _setup(self, task_id: str) -> str:
+        task = self.task_data[task_id]
         self._replace_state(self.state_factory(task), [])
         return f"{INSTRUCTIONS}\n\n{_user_turn(task, 0)}"
 
@@ -173,28 +208,21 @@ class BFCLMultiTurnEnv(ToolEnv):
         return outcome
 
     def _reply_without_calls(self, text: str) -> Outcome:
-        task = self.tasks[self.task_id]
+        task = self.task_data[self.task_id]
         self.state.turn += 1
         if self.state.turn == len(task["question"]):
             return self._finish("The conversation is over.")
         self.state.calls.append([])
         return Outcome(_user_turn(task, self.state.turn))
 
-    def _finish(self, text: str, error: str | None = None) -> Outcome:
+    def _grade(self) -> Verdict:
         verdict = self.verdict()
-        return Outcome(
-            text,
-            reward=float(verdict["valid"]),
-            terminated=True,
-            success=verdict["valid"],
-            error=error,
-            info={"bfcl": verdict},
-        )
+        return Verdict(float(verdict["valid"]), bool(verdict["valid"]), details=verdict)
 
     def verdict(self) -> dict:
         """BFCL's eval runner on the calls made so far (``_evaluate_single_multi_turn_entry``): an entry
         with fewer turns than the ground truth fails as force-terminated, any other goes to the checker."""
-        task = self.tasks[self.task_id]
+        task = self.task_data[self.task_id]
         turns, expected = len(self.state.calls), len(task["ground_truth"])
         if turns != expected:
             return {
@@ -251,6 +279,18 @@ def from_bfcl_call(call: str, involved_classes: list[str]) -> ToolCall:
         kwargs = dict(inspect.signature(method).bind(None, *args, **kwargs).arguments)
         kwargs.pop(next(iter(kwargs)))  # self
     return ToolCall(name, kwargs)
+
+
+def reference_solution(task: Mapping[str, Any]) -> list[str]:
+    """The replies that replay a task's ground truth: per user turn, one reply with that turn's calls
+    (when it has any), then a text reply that ends the turn."""
+    replies = []
+    for calls in task["ground_truth"]:
+        if calls:
+            tool_calls = [from_bfcl_call(call, task["involved_classes"]) for call in calls]
+            replies.append("\n".join(call_text(call.name, call.arguments) for call in tool_calls))
+        replies.append("Done.")
+    return replies
 
 
 @functools.cache

@@ -17,7 +17,7 @@ How the pieces fit:
   public methods are tools; their schemas come from type hints and docstrings
   (:mod:`agentgym.envs.tool.schema`).
 * **World state.** ``state_factory(task)`` builds a fresh state at every ``reset``: any
-  deep-copyable Python object, a :class:`~agentgym.envs.tool.state.SQLiteState`, or a Python
+  deep-copyable Python object, a :class:`~agentgym.envs.state.SQLiteState`, or a Python
   object holding one. A tool gets it by declaring a parameter named ``state`` (hidden from the
   model). All episode state lives there, never in the tool functions or the tools object: fork
   rebuilds the env from the same constructor arguments and then copies only the state, so
@@ -25,17 +25,22 @@ How the pieces fit:
 * **Ending.** The episode ends when the agent calls ``submit`` — a built-in
   ``submit(answer?)`` unless the author defines a tool of that name, which then runs first — or,
   with ``allow_text_replies`` (the default), when it replies with text and no tool call (that
-  text is the answer). Then ``check(task, state, transcript)`` returns ``(reward, success)``;
-  without a check the reward is 0 and success False. The transcript is a list of
-  ``{"tool", "arguments", "result"}`` dicts, one per executed call; a final text reply is
-  recorded as ``submit`` with ``{"answer": text}``.
+  text is the answer). Then the ``_grade()`` hook decides: by default it calls
+  ``check(task, state, transcript)``, which returns ``(reward, success)`` or a
+  :class:`~agentgym.core.Verdict` (whose ``details`` become ``info["grade"]``); without a check
+  the reward is 0 and success False. A subclass may override ``_grade`` instead of passing a
+  check. The transcript is a list of ``{"tool", "arguments", "result"}`` dicts, one per executed
+  call; a final text reply is recorded as ``submit`` with ``{"answer": text}``.
+* **Family hooks** (see :mod:`agentgym.core`): ``_setup(task_id)`` builds the state and returns
+  the prompt; ``_branch_state()`` / ``_load_branch_state()`` carry env fields beyond the state
+  (better kept in the state itself).
 * **Failures are results.** An exception in a tool becomes its result text
   (``Error: <Type>: <message>``). Each call runs in a worker thread and is cut off after
   ``call_timeout`` seconds (or the tool's own ``timeout``) with ``Error: tool timed out after
   Xs``; the episode goes on. Async tools are cancelled at the timeout; a sync tool gets an
   exception raised in its thread, which takes effect at its next Python bytecode — a tool
   blocked inside C code (a sleep, a socket read) finishes that call first.
-* **Snapshots** copy the state and the transcript (:class:`~agentgym.envs.tool.state.StateCopy`:
+* **Snapshots** copy the state and the transcript (:class:`~agentgym.envs.state.StateCopy`:
   pickled Python objects, SQLite via the backup API), so a fork continues exactly as a replay
   of the same actions would.
 """
@@ -47,17 +52,19 @@ import copy
 import ctypes
 import json
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from agentgym.actions import ToolCall, ToolSpec
-from agentgym.core import AgentEnv, Outcome, Snapshot, SnapshotError
+from agentgym.core import AgentEnv, Outcome, Snapshot, SnapshotError, Verdict
+from agentgym.envs.state import SQLiteState, StateCopy
 from agentgym.envs.tool.schema import Tool, tool_from_callable, tools_from_object
-from agentgym.envs.tool.state import SQLiteState, StateCopy
+from agentgym.task import Task
 
 __all__ = ["ToolEnv", "SUBMIT"]
 
-Check = Callable[[Any, Any, list], "tuple[float, bool]"]
+Check = Callable[[Any, Any, list], "tuple[float, bool] | Verdict"]
 
 #: The built-in submit tool, offered when the author does not define one.
 SUBMIT = ToolSpec(
@@ -77,10 +84,15 @@ class ToolEnv(AgentEnv):
     Args:
         tools: callables, :class:`Tool` objects and/or objects whose public methods are tools
             (a single object is accepted too).
-        tasks: task id → task; a task is its prompt text, a mapping with a ``"prompt"`` key, or
-            an object with a ``prompt`` attribute, plus whatever the check needs.
+        tasks: the tasks this env runs, task id → task (a ToolEnv's tasks are written by its author;
+            the built-in envs take ids or a pattern here); a task is its prompt text, a mapping with
+            a ``"prompt"`` key, or an object with a ``prompt`` attribute, plus whatever the check needs;
+            a ``"category"`` and a ``"solution"`` (its reference solution: the replies that solve
+            it, see :class:`agentgym.Task`), as keys or attributes, are what :meth:`tasks` reports.
+            They stay available as :attr:`task_data`.
         state_factory: ``task → state``, called at every reset (default: the state is None).
-        check: ``(task, state, transcript) → (reward, success)``, called when the episode ends.
+        check: ``(task, state, transcript) → (reward, success)`` or a :class:`Verdict`, called by
+            the default ``_grade`` when the episode ends.
         max_turns: replies before the episode is truncated.
         call_timeout: seconds one tool call may run (None: no limit).
         allow_text_replies: whether a reply without a tool call is the final answer (otherwise
@@ -105,7 +117,7 @@ class ToolEnv(AgentEnv):
         super().__init__(max_turns=max_turns, **kwargs)
         if not tasks:
             raise ValueError("ToolEnv needs at least one task")
-        self.tasks = tasks
+        self.task_data = tasks
         self.state_factory = state_factory
         self.check = check
         self.call_timeout = call_timeout
@@ -122,26 +134,35 @@ class ToolEnv(AgentEnv):
 
     @classmethod
     def from_mcp(cls, tasks: Mapping[str, Any], **kwargs: Any) -> ToolEnv:
-        """A ToolEnv whose tools an MCP server (stdio) provides; see :class:`~agentgym.envs.tool.mcp.MCPToolEnv`.
-
-        ``ToolEnv.from_mcp(tasks, command=[sys.executable, "-m", "mcp_server_time"], check=...)``
-        starts one server per env and closes it with the env; ``server=`` shares a running one.
-        """
+        """Deprecated: ``MCPToolEnv(tasks, **kwargs)`` (:class:`~agentgym.envs.tool.mcp.MCPToolEnv`), the one way to do this."""
         from agentgym.envs.tool.mcp import MCPToolEnv
 
+        warnings.warn(
+            "ToolEnv.from_mcp is deprecated; use agentgym.envs.tool.MCPToolEnv(tasks, ...)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return MCPToolEnv(tasks, **kwargs)
 
     # ------------------------------------------------------------------ AgentEnv hooks
     def task_ids(self) -> list[str]:
-        return list(self.tasks)
+        return list(self.task_data)
+
+    def tasks(self) -> list[Task]:
+        """Each task as an :class:`agentgym.Task`: its prompt, and its ``category`` and ``solution`` where it has them."""
+        tasks = []
+        for task_id in self.task_ids():
+            task = self.task_data[task_id]
+            tasks.append(
+                Task(task_id, _prompt(task), str(_field(task, "category") or ""), solution=_field(task, "solution"))
+            )
+        return tasks
 
     def tools(self) -> list[ToolSpec]:
         return self._specs
 
     def _begin(self, task_id: str) -> str:
-        task = self.tasks[task_id]
-        self._replace_state(self.state_factory(task) if self.state_factory else None, [])
-        return _prompt(task)
+        return self._setup(task_id)
 
     def _call_tool(self, call: ToolCall) -> Outcome:
         tool = self._tools.get(call.name)
@@ -170,15 +191,41 @@ class ToolEnv(AgentEnv):
             self._handing_off = False
 
     def _capture(self) -> tuple[Any, None]:
-        # One copy of both keeps objects shared between state and transcript shared.
-        frozen = StateCopy((self.state, self.transcript))
+        # One copy of all three keeps objects shared between state and transcript shared.
+        frozen = StateCopy((self.state, self.transcript, self._branch_state()))
         return (_HandOff(frozen) if self._handing_off else frozen), None
 
     def _load(self, payload: StateCopy | _HandOff) -> None:
-        self._replace_state(*payload.take() if isinstance(payload, _HandOff) else payload.restore())
+        state, transcript, branch_state = payload.take() if isinstance(payload, _HandOff) else payload.restore()
+        self._replace_state(state, transcript)
+        self._load_branch_state(branch_state)
 
     def _teardown(self) -> None:
         self._replace_state(None, [])
+
+    # ------------------------------------------------------------------ family hooks
+    def _setup(self, task_id: str) -> str:
+        """A fresh state for the task (``state_factory``); returns the task's prompt."""
+        task = self.task_data[task_id]
+        self._replace_state(self.state_factory(task) if self.state_factory else None, [])
+        return _prompt(task)
+
+    def _grade(self) -> Verdict:
+        """The verdict when the episode ends: the ``check``'s, else reward 0 and no success."""
+        if self.check is None:
+            return Verdict(0.0, False)
+        result = self.check(self.task_data[self.task_id], self.state, self.transcript)
+        if isinstance(result, Verdict):
+            return result
+        reward, success = result
+        return Verdict(float(reward), bool(success))
+
+    def _branch_state(self) -> Any:
+        """Env fields beyond :attr:`state` that snapshots must carry (deep-copied with it)."""
+        return None
+
+    def _load_branch_state(self, state: Any) -> None:
+        """Put back what :meth:`_branch_state` returned."""
 
     # ------------------------------------------------------------------ running tools
     def _run(self, tool: Tool, arguments: Mapping[str, Any]) -> tuple[str, bool]:
@@ -215,10 +262,10 @@ class ToolEnv(AgentEnv):
     def _record(self, name: str, arguments: Mapping[str, Any], result: str) -> None:
         self.transcript.append({"tool": name, "arguments": copy.deepcopy(dict(arguments)), "result": result})
 
-    def _finish(self, text: str) -> Outcome:
-        task = self.tasks[self.task_id]
-        reward, success = self.check(task, self.state, self.transcript) if self.check else (0.0, False)
-        return Outcome(text, reward=float(reward), terminated=True, success=bool(success))
+    def _finish(self, text: str, error: str | None = None) -> Outcome:
+        """End the episode with the grade (:meth:`_grade`) on the step whose observation is ``text``."""
+        verdict = self._grade()
+        return verdict.outcome(f"{text}\n\n{verdict.message}" if verdict.message else text, error=error)
 
     def _replace_state(self, state: Any, transcript: list[dict]) -> None:
         # Close a database the env owns as soon as it is replaced rather than whenever GC runs.
@@ -274,6 +321,11 @@ def _collect_tools(tools: Any) -> list[Tool]:
     if duplicates:
         raise ValueError(f"duplicate tool names: {duplicates}")
     return collected
+
+
+def _field(task: Any, name: str) -> Any:
+    """A task's optional field, whether the task is a mapping or an object (None when absent)."""
+    return task.get(name) if isinstance(task, Mapping) else getattr(task, name, None)
 
 
 def _prompt(task: Any) -> str:

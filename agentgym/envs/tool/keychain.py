@@ -12,15 +12,20 @@ envs, for measuring asynchronous pipelines. Each episode draws its latencies fro
 RNG (``reset(seed=...)`` reproduces them), so episodes of one task differ as real ones do.
 
 Tasks are generated from their id (``"<split>-<n>"``), so ``"train"`` and ``"heldout"`` are
-disjoint and reproducible without any data files.
+disjoint and reproducible without any data files. ``split`` and ``num_tasks`` say which ids the
+env lists; ``tasks=`` selects others or fewer (ids of either split, or a pattern over the listed
+ones).
 """
 
 from __future__ import annotations
 
 import random
 import time
+from collections.abc import Sequence
 
+from agentgym.core import select_tasks
 from agentgym.envs.tool.env import ToolEnv
+from agentgym.task import Task
 
 __all__ = ["KEYS", "KeyChainEnv", "demonstration", "make_task", "task_ids"]
 
@@ -58,7 +63,7 @@ def task_ids(split: str, count: int) -> list[str]:
 
 
 def demonstration(task: dict) -> list[str]:
-    """The scripted solution's replies: one lookup per hop, then the submit."""
+    """The scripted solution's replies: one lookup per hop, then the submit (each task's reference solution in ``KeyChainEnv.tasks()``)."""
     replies, key = [], task["start"]
     while True:
         replies.append(f'lookup("{key}")')
@@ -118,6 +123,7 @@ class KeyChainEnv(ToolEnv):
         max_hops: the longest pointer chain.
         max_turns: replies before the episode is truncated.
         step_latency: median seconds a lookup takes (long-tailed; 0: instant).
+        tasks: task ids of either split, or a pattern over the listed ones (default: the listed ones).
     """
 
     def __init__(
@@ -127,11 +133,14 @@ class KeyChainEnv(ToolEnv):
         max_hops: int = 2,
         max_turns: int = 6,
         step_latency: float = 0.0,
+        tasks: str | Sequence[str] | None = None,
         **kwargs,
     ):
+        catalog = _Tasks(task_ids(split, num_tasks), max_hops)
+        catalog.listed = select_tasks(catalog, tasks)
         super().__init__(
             [lookup],
-            _Tasks(task_ids(split, num_tasks), max_hops),
+            catalog,
             state_factory=lambda task: {"table": dict(task["table"]), "latency": step_latency},
             check=_check,
             max_turns=max_turns,
@@ -141,8 +150,17 @@ class KeyChainEnv(ToolEnv):
             **kwargs,
         )
 
-    def _begin(self, task_id: str) -> str:
-        prompt = super()._begin(task_id)
+    def tasks(self) -> list[Task]:
+        """The listed tasks (category: their split), each with :func:`demonstration` as its reference solution."""
+        tasks = []
+        for task_id in self.task_ids():
+            task = self.task_data[task_id]
+            split = task_id.rpartition("-")[0]
+            tasks.append(Task(task_id, task["prompt"], split, {"hops": task["hops"]}, demonstration(task)))
+        return tasks
+
+    def _setup(self, task_id: str) -> str:
+        prompt = super()._setup(task_id)
         # Drawn per episode, not per task: a task's episodes must not all be slow together.
         self.state["rng"] = random.Random(int(self.np_random.integers(2**63)))
         return prompt

@@ -27,15 +27,18 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
-import anyio
-import mcp_types
-from anyio.abc import Process
-from anyio.streams.text import TextReceiveStream
-from mcp import ClientSession
-from mcp.client.stdio import get_default_environment
-from mcp.os.posix.utilities import terminate_posix_process_tree
-from mcp.shared.exceptions import MCPError as _ProtocolError
-from mcp.shared.message import SessionMessage
+from agentgym.extras import requires
+
+with requires("tool"):
+    import anyio
+    import mcp_types
+    from anyio.abc import Process
+    from anyio.streams.text import TextReceiveStream
+    from mcp import ClientSession
+    from mcp.client.stdio import get_default_environment
+    from mcp.os.posix.utilities import terminate_posix_process_tree
+    from mcp.shared.exceptions import MCPError as _ProtocolError
+    from mcp.shared.message import SessionMessage
 
 from agentgym.actions import ToolSpec
 from agentgym.envs.tool.env import ToolEnv
@@ -362,7 +365,7 @@ def _describe(exc: BaseException) -> str:
 
 
 class MCPToolEnv(ToolEnv):
-    """A :class:`~agentgym.envs.tool.env.ToolEnv` whose tools are an MCP server's (``ToolEnv.from_mcp``).
+    """A :class:`~agentgym.envs.tool.env.ToolEnv` whose tools are an MCP server's (``ToolEnv.from_mcp`` is its deprecated alias).
 
     With ``command``, every env starts its own server process (a fork starts another) and
     closes it with the env; a server that hangs on shutdown is killed. With ``server``, envs

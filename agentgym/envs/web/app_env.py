@@ -3,29 +3,34 @@
 ``gymnasium.make("agentgym/web.shop-v0")`` starts the app on a loopback port of its own; every
 reset restores the seeded database, logs the task's user in and opens the start page. The
 episode ends when the agent calls ``answer(text)`` (an empty answer for tasks that ask no
-question); the task's evaluator then decides success (reward 1) or failure (reward 0). Snapshots
-carry a copy of the database, so forks branch the server as well as the browser.
+question); the task's evaluator then decides success (reward 1) or failure (reward 0), and
+``info["grade"]`` says what it checked (``{"evaluator": ...}``). ``tasks=`` selects tasks of the
+app (ids, or a pattern such as ``"cheapest_*"``). Snapshots carry a copy of the database, so forks
+branch the server as well as the browser.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
-from agentgym.envs.web.env import Verdict, WebEnv
+from agentgym.core import Verdict, select_tasks
+from agentgym.envs.web.apps import APPS
+from agentgym.envs.web.env import WebEnv
 from agentgym.envs.web.site import WebApp
 from agentgym.envs.web.tasks import EvalContext, WebTask
 from agentgym.sandbox.browser import BrowserSession, origin_of
+from agentgym.task import Task
 
 __all__ = ["WebAppEnv", "APPS", "app_tasks"]
 
-#: App name → module exposing ``App`` (a :class:`WebApp`) and ``tasks()`` (its :class:`WebTask` list).
-APPS = {
-    "shop": "agentgym.envs.web.apps.shop",
-    "mail": "agentgym.envs.web.apps.mail",
-    "wiki": "agentgym.envs.web.apps.wiki",
-}
+
+def _app_module(app: str):
+    """The app's package (one of :data:`~agentgym.envs.web.apps.APPS`): it exposes ``App`` and ``tasks()``."""
+    return importlib.import_module(f"agentgym.envs.web.apps.{app}")
+
 
 _task_cache: dict[str, dict[str, WebTask]] = {}
 
@@ -33,7 +38,7 @@ _task_cache: dict[str, dict[str, WebTask]] = {}
 def app_tasks(app: str) -> dict[str, WebTask]:
     """The tasks of an app by id (instantiated once per process)."""
     if app not in _task_cache:
-        tasks = importlib.import_module(APPS[app]).tasks()
+        tasks = _app_module(app).tasks()
         _task_cache[app] = {task.id: task for task in tasks}
     return _task_cache[app]
 
@@ -43,24 +48,40 @@ class WebAppEnv(WebEnv):
 
     kind = "web.app"
 
-    def __init__(self, app: str = "shop", *, max_turns: int = 30, **kwargs: Any):
+    def __init__(
+        self, app: str = "shop", *, tasks: str | Sequence[str] | None = None, max_turns: int = 30, **kwargs: Any
+    ):
         if app not in APPS:
             raise ValueError(f"unknown app {app!r}; known: {sorted(APPS)}")
+        self._task_ids = select_tasks(app_tasks(app), tasks)
         super().__init__(max_turns=max_turns, **kwargs)
         self.app_name = app
-        module = importlib.import_module(APPS[app])
-        self.app: WebApp = module.App()
+        self.app: WebApp = _app_module(app).App()
         self.app.start()
 
     @cached_property
-    def tasks(self) -> dict[str, WebTask]:
+    def web_tasks(self) -> dict[str, WebTask]:
+        """The app's task definitions by id (evaluator, start page, user, reference solution)."""
         return app_tasks(self.app_name)
 
     def task_ids(self) -> list[str]:
-        return list(self.tasks)
+        return self._task_ids
+
+    def tasks(self) -> list[Task]:
+        """The selected tasks, reported per template, each with its scripted reference solution."""
+        return [
+            Task(
+                task.id,
+                task.goal,
+                task.template,
+                {"app": self.app_name, "start_path": task.start_path, "user": task.user, **task.params},
+                task.solution,
+            )
+            for task in map(self.web_tasks.__getitem__, self._task_ids)
+        ]
 
     def task(self, task_id: str | None = None) -> WebTask:
-        return self.tasks[task_id or self.task_id]
+        return self.web_tasks[task_id or self.task_id]
 
     def _origins(self) -> list[str]:
         return [self.app.origin]
@@ -68,30 +89,28 @@ class WebAppEnv(WebEnv):
     def _aliases(self) -> dict[str, str]:
         return {self.app.origin: f"http://{self.app_name}.local"}
 
-    def _prepare_task(self, task_id: str) -> None:
+    async def _setup(self, session: BrowserSession, task_id: str) -> str:
         self.app.reset()
-
-    async def _open(self, session: BrowserSession, task_id: str) -> str:
-        task = self.tasks[task_id]
+        task = self.web_tasks[task_id]
         if task.user:
             await session.context.add_cookies([{"name": "user", "value": task.user, "url": self.app.origin}])
         await session.new_page(self.app.origin + task.start_path)
         return task.goal
 
-    async def _judge(self, session: BrowserSession, answer: str | None) -> Verdict | None:
+    async def _grade(self, session: BrowserSession, answer: str | None) -> Verdict | None:
         if answer is None:
             return None
-        task = self.tasks[self._episode.task_id]
+        task = self.web_tasks[self._episode.task_id]
         # Only the app's own pages count as "where the agent ended up" (not a blob: or error page).
         url = session.page.url if origin_of(session.page.url) == origin_of(self.app.origin) else ""
         success = bool(task.evaluator(EvalContext(answer=answer, url=url, db=self.app.db)))
-        return Verdict(float(success), success, True, {"evaluator": task.evaluator.describe()})
+        return Verdict(float(success), success, details={"evaluator": task.evaluator.describe()})
 
-    def _capture_site(self) -> Any:
+    def _branch_state(self) -> Any:
         return self.app.capture()
 
-    def _load_site(self, payload: Any) -> None:
-        self.app.load(payload)
+    def _load_branch_state(self, state: Any) -> None:
+        self.app.load(state)
 
     def _teardown(self) -> None:
         super()._teardown()

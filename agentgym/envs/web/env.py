@@ -1,18 +1,22 @@
 """WebEnv: the base class of browser environments — a Playwright session per env, the observation tree, the action mini-language, and branching of browser state.
 
-A subclass says which sites a task may reach, how a task starts and how it is judged::
+A subclass says which sites a task may reach, how a task starts and how it is judged, with the
+family hooks every env family shares (:mod:`agentgym.core`, Family hooks; here they are
+coroutines on the browser loop)::
 
     class MyWebEnv(WebEnv):
         def task_ids(self): ...
         def _origins(self): return [self.app.origin]          # everything else is blocked
-        async def _open(self, session, task_id):               # load the start page, return the goal
+        async def _setup(self, session, task_id):              # the site at the task's start; return the goal
+            self.app.reset()
             await session.new_page(self.app.origin + "/")
             return "Buy the cheapest blue mug."
-        async def _judge(self, session, answer):               # after every turn
+        async def _grade(self, session, answer):               # after every turn
             return Verdict(reward=1.0, success=True, done=True) if answer is not None and ... else None
 
-Server-side state (an app's SQLite database) goes in and out of snapshots through
-:meth:`_prepare_task`, :meth:`_capture_site` and :meth:`_load_site`.
+The verdict's ``details`` are the final step's ``info["grade"]``. Server-side state (an app's
+SQLite database) goes in and out of snapshots through :meth:`_branch_state` and
+:meth:`_load_branch_state`.
 
 **Branching.** A snapshot holds the site state, the context's cookies and local storage, every
 tab's URL and DOM state (element ids, form values, focus, scroll) and the action prefix since
@@ -28,14 +32,15 @@ from __future__ import annotations
 
 import base64
 import json
+import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from agentgym.actions import ParsedAction, ToolCall, ToolSpec, format_error
-from agentgym.core import AgentEnv, Outcome
+from agentgym.core import AgentEnv, Outcome, Verdict, adopt_renamed_hooks, warn_renamed_option
 from agentgym.envs.web.actions import TERMINAL_ACTIONS, ActionError, perform, web_tools
 from agentgym.envs.web.observation import CAPTURE_DOM_JS, OBSERVE_JS, RESTORE_DOM_JS, PageView, decode_png, draw_marks
 from agentgym.sandbox.browser import BrowserHost, BrowserSession, origin_of
@@ -46,16 +51,6 @@ _OBSERVE_ATTEMPTS = 5
 # A recycled context keeps its renderer, whose memory grows with the pages it has seen (about
 # 1 GB after hundreds of episodes); a fresh one now and then bounds it.
 _MAX_RECYCLES = 50
-
-
-@dataclass
-class Verdict:
-    """A task's judgement after a turn: the reward, success, and whether the episode ends."""
-
-    reward: float
-    success: bool
-    done: bool = True
-    info: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -78,7 +73,7 @@ class _WebState:
     goal: str
     prefix: list[list[tuple[str, dict]]]
     last_error: str | None
-    site: Any
+    branch_state: Any
     storage: dict
     tabs: list[_TabState]
     active: int
@@ -90,9 +85,10 @@ class WebEnv(AgentEnv):
 
     Args:
         max_turns: the episode is truncated after this many replies.
-        screenshot: observations carry ``"image"``, the viewport as an H×W×3 uint8 array.
+        screenshot: observations carry ``"image"``, the page as an H×W×3 uint8 array.
         set_of_marks: the screenshot has each shown element's box and id drawn on it (implies ``screenshot``).
-        viewport: (width, height) in CSS pixels (default: the class's ``default_viewport``).
+        screen_size: (width, height) of the browser's viewport in CSS pixels (default: the class's
+            ``default_screen_size``); ``viewport=`` is its deprecated name.
         pixel_actions: offer ``mouse_click``/``mouse_drag``/``keyboard_type`` for screenshot-only agents.
         action_timeout: seconds an action may wait for its element (navigations get three times that).
         max_page_chars: the page tree is cut after this many characters (the observation says so).
@@ -103,7 +99,7 @@ class WebEnv(AgentEnv):
 
     metadata: ClassVar[dict] = {"render_modes": ["ansi", "rgb_array"]}
     #: Viewport (width, height) in CSS pixels; screenshots have this size.
-    default_viewport: ClassVar[tuple[int, int]] = (1280, 720)
+    default_screen_size: ClassVar[tuple[int, int]] = (1280, 720)
     #: Whether forks always replay the action prefix (pages whose state lives in JavaScript).
     fork_by_replay: ClassVar[bool] = False
 
@@ -113,16 +109,20 @@ class WebEnv(AgentEnv):
         max_turns: int = 30,
         screenshot: bool = False,
         set_of_marks: bool = False,
-        viewport: tuple[int, int] | None = None,
+        screen_size: tuple[int, int] | None = None,
         pixel_actions: bool = True,
         action_timeout: float = 3.0,
         max_page_chars: int = 40_000,
         chromium: str | None = None,
         record_screenshots: bool = False,
         render_mode: str | None = None,
+        viewport: tuple[int, int] | None = None,
     ):
-        self.viewport = tuple(viewport or self.default_viewport)
-        width, height = self.viewport
+        if viewport is not None:
+            warn_renamed_option(type(self).__name__, "viewport", "screen_size")
+            screen_size = screen_size or viewport
+        self.screen_size: tuple[int, int] = tuple(screen_size or self.default_screen_size)
+        width, height = self.screen_size
         super().__init__(
             max_turns=max_turns,
             render_mode=render_mode,
@@ -144,17 +144,47 @@ class WebEnv(AgentEnv):
         self.fork_mode: str | None = None  # how this env was built by fork: "restore" or "replay"
         self._pending_task: str | None = None
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # The hooks' (and the screen option's) names before the families shared one vocabulary.
+        adopt_renamed_hooks(
+            cls,
+            {
+                "_judge": "_grade",
+                "_capture_site": "_branch_state",
+                "_load_site": "_load_branch_state",
+                "default_viewport": "default_screen_size",
+            },
+        )
+        if "_open" in cls.__dict__ and "_setup" not in cls.__dict__:
+            warnings.warn(
+                f"{cls.__qualname__}._open (and _prepare_task) are deprecated: override _setup(session, task_id)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+
+            async def _setup(self, session: BrowserSession, task_id: str) -> str:
+                prepare = getattr(self, "_prepare_task", None)
+                if prepare is not None:
+                    prepare(task_id)
+                return await self._open(session, task_id)
+
+            cls._setup = _setup
+
     # ------------------------------------------------------------------ hooks for subclasses
     def _origins(self) -> list[str]:
         """The origins the current task may load (everything else is blocked and reported)."""
         raise NotImplementedError
 
-    async def _open(self, session: BrowserSession, task_id: str) -> str:
-        """Open the task's start page(s) in ``session``; return the goal shown to the agent."""
+    async def _setup(self, session: BrowserSession, task_id: str) -> str:
+        """Put the sites at the task's start (server-side state too) and open its start page(s) in ``session``; return the goal."""
         raise NotImplementedError
 
-    async def _judge(self, session: BrowserSession, answer: str | None) -> Verdict | None:
-        """The verdict after a turn (``answer`` is the text of ``answer()``, if it was called), or None to go on."""
+    async def _grade(self, session: BrowserSession, answer: str | None) -> Verdict | None:
+        """The verdict after a turn (``answer`` is the text of ``answer()``, if it was called), or None to go on.
+
+        An ``answer()`` without a verdict ends the episode with reward 0.
+        """
         raise NotImplementedError
 
     def _aliases(self) -> dict[str, str]:
@@ -169,17 +199,14 @@ class WebEnv(AgentEnv):
         """
         return frozenset()
 
-    def _prepare_task(self, task_id: str) -> None:
-        """Put server-side state at the task's start (before :meth:`_open`)."""
-
-    def _capture_site(self) -> Any:
-        """Server-side state for a snapshot."""
+    def _branch_state(self) -> Any:
+        """Server-side state (and env fields) for a snapshot."""
         return None
 
-    def _load_site(self, payload: Any) -> None:
-        """Put server-side state back from :meth:`_capture_site`'s payload (which stays reusable).
+    def _load_branch_state(self, state: Any) -> None:
+        """Put server-side state back from :meth:`_branch_state`'s payload (which stays reusable).
 
-        A fork that replays calls :meth:`_prepare_task` afterwards, so state that the task's start
+        A fork that replays calls :meth:`_setup` afterwards, so state that the task's start
         depends on (an instance seed) survives, and state that replay rebuilds is reset.
         """
 
@@ -196,8 +223,7 @@ class WebEnv(AgentEnv):
         return self._run(self._turn(parsed.calls, None if parsed.calls else parsed.error or "no action found"))
 
     def _capture(self) -> tuple[_WebState, Callable[[], None] | None]:
-        site = self._capture_site()
-        state = self._run(self._capture_browser(site))
+        state = self._run(self._capture_browser(self._branch_state()))
         return state, None
 
     def _load(self, payload: _WebState) -> None:
@@ -225,7 +251,6 @@ class WebEnv(AgentEnv):
         return self._host.run(coroutine, timeout or max(60.0, self.action_timeout * 20))
 
     async def _start_fresh(self, task_id: str) -> None:
-        self._prepare_task(task_id)
         session = self._session
         if (
             session is not None
@@ -238,9 +263,9 @@ class WebEnv(AgentEnv):
         else:
             await self._close_session()
             self._session = await self._host.open_session(
-                self._origins(), viewport=self.viewport, aliases=self._aliases(), schemes=self._navigation_schemes()
+                self._origins(), viewport=self.screen_size, aliases=self._aliases(), schemes=self._navigation_schemes()
             )
-        self._goal = await self._open(self._session, task_id)
+        self._goal = await self._setup(self._session, task_id)
         self._prefix = []
         self._last_error = None
         self._session.discard_reports()
@@ -264,7 +289,7 @@ class WebEnv(AgentEnv):
             performed.append((call.name, arguments))
             try:
                 await perform(
-                    session, call.name, arguments, timeout_ms=self.action_timeout * 1000, viewport=self.viewport
+                    session, call.name, arguments, timeout_ms=self.action_timeout * 1000, viewport=self.screen_size
                 )
             except ActionError as exc:
                 error = f"{call.name}: {exc}"
@@ -275,18 +300,19 @@ class WebEnv(AgentEnv):
                 break
         self._prefix.append(performed)
         self._last_error = error
-        verdict = await self._judge(session, answer)
+        verdict = await self._grade(session, answer)
         if verdict is None and answer is not None:
             verdict = Verdict(0.0, False, True)
         text, image = await self._aobserve()
         if error and not any(c.ok for c in calls):
             text = format_error(error, self.tools()) + "\n\n" + text
-        outcome = Outcome(text, error=error, image=image)
+        if verdict is None:
+            outcome = Outcome(text, error=error)
+        else:
+            outcome = verdict.outcome(f"{verdict.message}\n\n{text}" if verdict.message else text, error=error)
+        outcome.image = image
         if self.record_screenshots:  # for trajectory viewers (the eval report); PNG as base64 text
             outcome.info["screenshot"] = base64.b64encode(await self._screenshot_png()).decode()
-        if verdict is not None:
-            outcome.reward, outcome.success, outcome.terminated = verdict.reward, verdict.success, verdict.done
-            outcome.info.update(verdict.info)
         return outcome
 
     def _normalise(self, call: ToolCall) -> dict:
@@ -369,7 +395,7 @@ class WebEnv(AgentEnv):
         return await self._session.page.screenshot(type="png", animations="disabled", caret="hide")
 
     # ------------------------------------------------------------------ branching
-    async def _capture_browser(self, site: Any) -> _WebState:
+    async def _capture_browser(self, branch_state: Any) -> _WebState:
         session = self._session
         session.check_alive()
         tabs = [await self._capture_tab(page) for page in session.pages]
@@ -378,7 +404,7 @@ class WebEnv(AgentEnv):
             self._goal,
             [list(turn) for turn in self._prefix],
             self._last_error,
-            site,
+            branch_state,
             storage,
             tabs,
             session.active,
@@ -393,7 +419,7 @@ class WebEnv(AgentEnv):
         # A fork serves its sites on ports of its own: every captured URL moves to the new origins.
         state = _moved(state, dict(zip(state.origins, self._origins())))
         task_id = self._pending_task
-        self._load_site(state.site)
+        self._load_branch_state(state.branch_state)
         if not self.fork_by_replay and await self._restore_tabs(state):
             self.fork_mode = "restore"
         else:
@@ -408,7 +434,7 @@ class WebEnv(AgentEnv):
         await self._close_session()
         session = await self._host.open_session(
             self._origins(),
-            viewport=self.viewport,
+            viewport=self.screen_size,
             storage_state=state.storage,
             aliases=self._aliases(),
             schemes=self._navigation_schemes(),
@@ -440,7 +466,11 @@ class WebEnv(AgentEnv):
             for name, arguments in turn:
                 try:
                     await perform(
-                        self._session, name, arguments, timeout_ms=self.action_timeout * 1000, viewport=self.viewport
+                        self._session,
+                        name,
+                        arguments,
+                        timeout_ms=self.action_timeout * 1000,
+                        viewport=self.screen_size,
                     )
                 except ActionError:
                     break  # the original turn stopped here too
@@ -497,7 +527,7 @@ def _moved(state: _WebState, origins: dict[str, str]) -> _WebState:
         state.goal,
         move(state.prefix),
         state.last_error,
-        state.site,
+        state.branch_state,
         storage,
         tabs,
         state.active,

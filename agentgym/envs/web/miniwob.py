@@ -1,7 +1,9 @@
 """MiniWoBEnv: the MiniWoB++ tasks of the ``miniwob`` package, served on loopback and judged by each task's own JavaScript.
 
-``gymnasium.make("agentgym/miniwob.click-button-v0")`` is one task; every task page of the
-installed ``miniwob`` package (``html/miniwob/*.html``, over 100) is registered. The pages and
+``gymnasium.make("agentgym/web.miniwob.click-button-v0")`` is one task; every task page of the
+installed ``miniwob`` package (``html/miniwob/*.html``, over 100) is registered.
+``MiniWoBEnv(tasks=...)`` takes several (ids such as ``"click-button"``, or a pattern such as
+``"click-*"``; default: all), and each reset runs one of them. The pages and
 their assets come from the package itself (:mod:`importlib.resources`), served by one static
 loopback server per process and shown to the agent as ``http://miniwob.local``.
 
@@ -27,8 +29,8 @@ state lives in JavaScript, hence ``fork_by_replay``) rebuilds the same instance.
 agent that thinks for seconds per step. This env's reward is therefore the **raw reward**
 (``WOB_RAW_REWARD_GLOBAL``, the package's ``get_raw_reward``): in [-1, 1], 0 until the task says
 done, partial for some tasks. ``success`` is ``raw reward == 1`` (the package's
-``get_binary_reward``). The episode terminates when the task sets ``WOB_DONE_GLOBAL``; ``info``
-then carries ``raw_reward``, ``env_reward`` (the time-scaled one) and ``reason``. ``answer()``
+``get_binary_reward``). The episode terminates when the task sets ``WOB_DONE_GLOBAL``;
+``info["grade"]`` then carries ``raw_reward``, ``env_reward`` (the time-scaled one) and ``reason``. ``answer()``
 gives up (reward 0). Only the task page as it was started is judged: a tab that navigated
 elsewhere (or reloaded the task, or opened another one) never ends the episode.
 
@@ -43,6 +45,7 @@ from __future__ import annotations
 import mimetypes
 import threading
 import uuid
+from collections.abc import Sequence
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -51,9 +54,12 @@ import numpy as np
 from aiohttp import web
 from gymnasium import spaces
 
-from agentgym.envs.web.env import Verdict, WebEnv
+from agentgym.core import Verdict, select_tasks, warn_renamed_option
+from agentgym.envs.web.env import WebEnv
 from agentgym.envs.web.site import app_loop
+from agentgym.extras import requires
 from agentgym.sandbox.browser import BrowserSession
+from agentgym.task import Task
 
 __all__ = ["MiniWoBEnv", "miniwob_tasks", "MINIWOB_ORIGIN"]
 
@@ -63,7 +69,8 @@ MINIWOB_ORIGIN = "http://miniwob.local"
 
 def html_dir() -> Path:
     """The ``html/`` folder of the installed ``miniwob`` package (core/, common/, miniwob/)."""
-    return Path(str(files("miniwob") / "html"))
+    with requires("web"):
+        return Path(str(files("miniwob") / "html"))
 
 
 def miniwob_tasks() -> list[str]:
@@ -135,27 +142,35 @@ _STATE_JS = r"""
 
 
 class MiniWoBEnv(WebEnv):
-    """One MiniWoB++ task (see the module docstring): ``MiniWoBEnv(task="click-button")``."""
+    """MiniWoB++ tasks (see the module docstring): ``MiniWoBEnv(tasks="click-button")``."""
 
     kind = "web.miniwob"
     #: The window the package's headless Chrome lays pages out in (its inner size): jQuery UI keeps
     #: dialogs and menus inside the window, so a smaller one would move them (and the coordinates).
-    default_viewport = (780, 437)
+    default_screen_size = (780, 437)
     #: The task's area, query included (``#wrap``): what screenshots show, as the package crops them.
     task_area = (160, 210)
     fork_by_replay = True
 
     def __init__(
         self,
-        task: str = "click-button",
+        tasks: str | Sequence[str] | None = None,
         *,
         episode_time_limit: float | str | None = None,
         data_mode: str = "train",
         max_turns: int = 30,
+        task: str | None = None,
         **kwargs: Any,
     ):
-        if task not in miniwob_tasks():
-            raise ValueError(f"unknown MiniWoB++ task {task!r}; see agentgym.envs.web.miniwob.miniwob_tasks()")
+        if task is not None:
+            warn_renamed_option(type(self).__name__, "task", "tasks")
+            tasks = [task]
+        try:
+            self._task_ids = select_tasks(miniwob_tasks(), tasks)
+        except ValueError as exc:
+            raise ValueError(
+                f"{exc} among the MiniWoB++ tasks; see agentgym.envs.web.miniwob.miniwob_tasks()"
+            ) from None
         if not (
             episode_time_limit is None
             or episode_time_limit == "task"
@@ -168,7 +183,6 @@ class MiniWoBEnv(WebEnv):
             self.observation_space = spaces.Dict(
                 {"text": self.observation_space["text"], "image": spaces.Box(0, 255, (height, width, 3), np.uint8)}
             )
-        self.task = task
         self.episode_time_limit = episode_time_limit
         self.data_mode = data_mode
         self.origin = _StaticServer.origin()
@@ -178,12 +192,15 @@ class MiniWoBEnv(WebEnv):
         self._token = ""
         self._task_page: Any = None
 
-    @property
-    def task_url(self) -> str:
-        return f"{self.origin}/miniwob/{self.task}.html"
+    def task_url(self, task_id: str) -> str:
+        return f"{self.origin}/miniwob/{task_id}.html"
 
     def task_ids(self) -> list[str]:
-        return [self.task]
+        return self._task_ids
+
+    def tasks(self) -> list[Task]:
+        """The selected tasks, each reported under its own name; goals are drawn per episode (the utterance), and no task has a reference solution."""
+        return [Task(task_id, category=task_id) for task_id in self._task_ids]
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         """Start an instance: its seed is ``options["instance_seed"]`` if given, else drawn from ``np_random``."""
@@ -206,9 +223,9 @@ class MiniWoBEnv(WebEnv):
     def _aliases(self) -> dict[str, str]:
         return {self.origin: MINIWOB_ORIGIN}
 
-    async def _open(self, session: BrowserSession, task_id: str) -> str:
+    async def _setup(self, session: BrowserSession, task_id: str) -> str:
         timeout_ms = max(10_000, self.action_timeout * 1000 * 3)
-        page = await session.new_page(self.task_url)
+        page = await session.new_page(self.task_url(task_id))
         # window.onload shows the sync screen ("START"); the package waits for it the same way.
         await page.wait_for_function("() => typeof core !== 'undefined' && core.cover_div !== null", timeout=timeout_ms)
         limit = self.episode_time_limit
@@ -229,7 +246,7 @@ class MiniWoBEnv(WebEnv):
         self._task_page = page
         return await page.evaluate("() => core.getUtterance()")
 
-    async def _judge(self, session: BrowserSession, answer: str | None) -> Verdict | None:
+    async def _grade(self, session: BrowserSession, answer: str | None) -> Verdict | None:
         page = self._task_page
         if page is None or page.is_closed():
             return None
@@ -241,7 +258,7 @@ class MiniWoBEnv(WebEnv):
             return None
         raw = state["raw"]
         return Verdict(
-            raw, raw == 1.0, True, {"raw_reward": raw, "env_reward": state["reward"], "reason": state["reason"]}
+            raw, raw == 1.0, details={"raw_reward": raw, "env_reward": state["reward"], "reason": state["reason"]}
         )
 
     async def _screenshot_png(self) -> bytes:
@@ -250,8 +267,8 @@ class MiniWoBEnv(WebEnv):
             type="png", animations="disabled", caret="hide", clip={"x": 0, "y": 0, "width": width, "height": height}
         )
 
-    def _capture_site(self) -> Any:
+    def _branch_state(self) -> Any:
         return self.instance_seed
 
-    def _load_site(self, payload: Any) -> None:
-        self.instance_seed = payload
+    def _load_branch_state(self, state: Any) -> None:
+        self.instance_seed = state

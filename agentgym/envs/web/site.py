@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 from aiohttp import web
 
-from agentgym.envs.tool.state import SQLiteState, StateCopy
+from agentgym.envs.state import SQLiteState, StateCopy
 from agentgym.sandbox.browser import LoopThread
 
 __all__ = ["WebApp", "esc", "app_loop", "form_value"]

@@ -8,21 +8,21 @@ checked, and a reference solution. Evaluators are the WebArena kinds:
 * on server state — :class:`DbCheck` (a query whose rows must equal the expected rows);
 * combined — :class:`AllOf`.
 
-A reference solution is a sequence of steps; a step is an action string, or a function from the
-current observation text to an action string (to look ids up with
-:func:`agentgym.envs.web.observation.element_id`). :func:`run_solution` plays one through an env.
+A reference solution is a sequence of :data:`agentgym.task.Step`: an action string, or a function
+from the current observation text to an action string (to look ids up with
+:func:`agentgym.envs.web.observation.element_id`). ``WebAppEnv.tasks()`` hands them out as
+:class:`agentgym.Task` reference solutions; :func:`agentgym.task.run_solution` plays one through an env.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from agentgym.envs.tool.state import SQLiteState
+from agentgym.envs.state import SQLiteState
+from agentgym.task import Step, run_solution
 
 __all__ = [
     "WebTask",
@@ -37,8 +37,6 @@ __all__ = [
     "Step",
     "run_solution",
 ]
-
-Step = str | Callable[[str], str]
 
 
 @dataclass
@@ -181,7 +179,7 @@ class AllOf(Evaluator):
 
 @dataclass(frozen=True)
 class WebTask:
-    """One task on one app (``id`` is ``<template>/<n>``)."""
+    """One task on one app (``id`` is ``<template>/<n>``); ``solution`` is its reference solution, next to its evaluator."""
 
     id: str
     template: str
@@ -191,21 +189,3 @@ class WebTask:
     start_path: str = "/"
     user: str | None = None
     params: dict = field(default_factory=dict, compare=False)
-
-
-def run_solution(env: Any, task_id: str, solution: Sequence[Step]) -> tuple[dict, float, bool, dict]:
-    """Play a reference solution through ``env`` from reset; returns the last (observation, reward, terminated, info).
-
-    Raises :class:`AssertionError` with the observation when a step's action fails or the
-    episode ends before the solution does.
-    """
-    observation, info = env.reset(options={"task_id": task_id})
-    reward, terminated = 0.0, False
-    for index, step in enumerate(solution):
-        if terminated:
-            raise AssertionError(f"{task_id}: the episode ended before step {index}")
-        action = step(observation["text"]) if callable(step) else step
-        observation, reward, terminated, truncated, info = env.step(action)
-        if info["error"]:
-            raise AssertionError(f"{task_id} step {index} {action!r}: {info['error']}\n{observation['text']}")
-    return observation, reward, terminated, info

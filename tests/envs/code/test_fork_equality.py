@@ -19,10 +19,12 @@ PREFIX = [
 NEXT = call("bash", command="pwd; echo $STAGE; cat link; ls -la --time-style=+ | awk '{print $1, $NF}'")
 
 
-@pytest.mark.parametrize("env_id,task_id", [("agentgym/HumanEval-v0", "HumanEval/3"), ("agentgym/RepoFix-v0", None)])
+@pytest.mark.parametrize(
+    "env_id,task_id", [("agentgym/code.humaneval-v0", "HumanEval/3"), ("agentgym/code.repofix-v0", None)]
+)
 def test_fork_at_turn_k_equals_replay(docker_ready, env_id, task_id):
     original, replayed = gymnasium.make(env_id), gymnasium.make(env_id)
-    task_id = task_id or original.task_ids()[0]
+    task_id = task_id or original.unwrapped.task_ids()[0]
     try:
         for env in (original, replayed):
             env.reset(options={"task_id": task_id})
@@ -30,16 +32,16 @@ def test_fork_at_turn_k_equals_replay(docker_ready, env_id, task_id):
                 env.step(action)
         fork = original.fork()
         try:
-            assert fork.turn == replayed.turn == len(PREFIX)
-            assert fork.sandbox.fs_hash(HASHED) == replayed.sandbox.fs_hash(HASHED)
+            assert fork.unwrapped.turn == replayed.unwrapped.turn == len(PREFIX)
+            assert fork.unwrapped.sandbox.fs_hash(HASHED) == replayed.unwrapped.sandbox.fs_hash(HASHED)
             # The original keeps going and does not disturb the fork.
             original.step(call("bash", command="rm -rf /workspace/notes"))
             fork_step, replay_step = fork.step(NEXT), replayed.step(NEXT)
             assert fork_step[0]["text"] == replay_step[0]["text"]
             assert "/workspace/notes\ntwo\nalpha\ntwo" in fork_step[0]["text"]
             assert fork_step[1:4] == replay_step[1:4]
-            assert fork.sandbox.fs_hash(HASHED) == replayed.sandbox.fs_hash(HASHED)
-            assert original.sandbox.fs_hash(HASHED) != fork.sandbox.fs_hash(HASHED)
+            assert fork.unwrapped.sandbox.fs_hash(HASHED) == replayed.unwrapped.sandbox.fs_hash(HASHED)
+            assert original.unwrapped.sandbox.fs_hash(HASHED) != fork.unwrapped.sandbox.fs_hash(HASHED)
         finally:
             fork.close()
     finally:
@@ -48,16 +50,16 @@ def test_fork_at_turn_k_equals_replay(docker_ready, env_id, task_id):
 
 
 def test_restore_rewinds_the_filesystem_and_shell(docker_ready):
-    env = gymnasium.make("agentgym/HumanEval-v0")
+    env = gymnasium.make("agentgym/code.humaneval-v0")
     try:
         env.reset(options={"task_id": "HumanEval/0"})
         env.step(PREFIX[0])
-        before = env.sandbox.fs_hash(HASHED)
+        before = env.unwrapped.sandbox.fs_hash(HASHED)
         with env.snapshot() as snap:
             assert snap.metadata["image"]
             env.step(call("bash", command="cd / && rm -rf /workspace/* && export STAGE=gone"))
             env.restore(snap)
-            assert env.sandbox.fs_hash(HASHED) == before and env.turn == 1
+            assert env.unwrapped.sandbox.fs_hash(HASHED) == before and env.unwrapped.turn == 1
             obs, *_ = env.step(call("bash", command="pwd; echo $STAGE"))
             assert obs["text"] == "/workspace/notes\ntwo"
     finally:
@@ -67,7 +69,7 @@ def test_restore_rewinds_the_filesystem_and_shell(docker_ready):
 def test_snapshot_of_one_task_does_not_restore_into_another(docker_ready):
     from agentgym.core import SnapshotMismatchError
 
-    first, second = gymnasium.make("agentgym/HumanEval-v0"), gymnasium.make("agentgym/HumanEval-v0")
+    first, second = gymnasium.make("agentgym/code.humaneval-v0"), gymnasium.make("agentgym/code.humaneval-v0")
     try:
         first.reset(options={"task_id": "HumanEval/0"})
         second.reset(options={"task_id": "HumanEval/1"})

@@ -1,4 +1,4 @@
-"""HumanEval-v0 against the real Docker engine: tools, grading with the official tests, and known answers;
+"""code.humaneval-v0 against the real Docker engine: tools, grading with the official tests, and known answers;
 and the grader's plain-data encoding (the hacks it stops are in tests/graders/test_humaneval.py)."""
 
 import json
@@ -15,7 +15,7 @@ from tests.tool_calls import call
 
 @pytest.fixture
 def env(docker_ready):
-    env = gymnasium.make("agentgym/HumanEval-v0")
+    env = gymnasium.make("agentgym/code.humaneval-v0")
     yield env
     env.close()
 
@@ -52,7 +52,7 @@ def test_canonical_solutions_score_164_of_164(docker_ready):
     assert len(problems) == 164
 
     def run(task_ids):
-        env = gymnasium.make("agentgym/HumanEval-v0")
+        env = gymnasium.make("agentgym/code.humaneval-v0")
         try:
             return [solve(env, t, problems[t]["canonical_solution"])[1] for t in task_ids]
         finally:
@@ -76,7 +76,7 @@ def test_empty_bodies_score_0_of_164(docker_ready):
 def test_failed_submission_reports_why(env):
     obs, reward, terminated, _, info = solve(env, "HumanEval/2", "    return 0.0\n")
     assert (reward, terminated, info["success"]) == (0.0, True, False)
-    assert "AssertionError" in info["test_detail"]
+    assert "AssertionError" in info["grade"]["detail"]
 
 
 @pytest.mark.docker
@@ -92,7 +92,7 @@ def test_a_killed_container_ends_the_episode_cleanly_and_reset_recovers(env):
     from agentgym.sandbox import engine
 
     env.reset(options={"task_id": "HumanEval/4"})
-    engine.api().remove_container(env.sandbox.id, force=True)  # as if the engine lost it (OOM, restart)
+    engine.api().remove_container(env.unwrapped.sandbox.id, force=True)  # as if the engine lost it (OOM, restart)
     obs, reward, terminated, truncated, info = env.step(call("bash", command="ls"))
     assert truncated and not terminated and reward == 0.0
     assert "Environment error" in obs["text"] and "SandboxError" in info["env_error"]

@@ -1,4 +1,4 @@
-"""RepoFix-v0 against the real Docker engine: every shipped task verified, full episodes, and SWE-bench instance files."""
+"""code.repofix-v0 against the real Docker engine: every shipped task verified, full episodes, and SWE-bench instance files."""
 
 import json
 from concurrent.futures import ThreadPoolExecutor
@@ -7,13 +7,13 @@ import gymnasium
 import pytest
 
 import agentgym  # noqa: F401
-from agentgym.envs.code import repofix_gen
+from agentgym.envs.code import repofix_tasks
 from agentgym.envs.code.repofix import grade_diff, reporter_command, workspace_tarball
 from tests.tool_calls import call
 
 pytestmark = pytest.mark.docker
 
-TASKS = repofix_gen.load_tasks()
+TASKS = repofix_tasks.load_tasks()
 
 
 def test_every_shipped_task_is_verified_in_the_sandbox(docker_ready):
@@ -41,7 +41,7 @@ def test_every_shipped_task_is_verified_in_the_sandbox(docker_ready):
 
 @pytest.fixture
 def env(docker_ready):
-    env = gymnasium.make("agentgym/RepoFix-v0")
+    env = gymnasium.make("agentgym/code.repofix-v0")
     yield env
     env.close()
 
@@ -53,7 +53,7 @@ def test_an_agent_that_applies_the_fix_through_its_tools_is_rewarded(env):
     assert [t["function"]["name"] for t in info["tools"]][-2:] == ["run_tests", "submit"]
     obs, *_ = env.step(call("bash", command="git status --short && git log --oneline | wc -l"))
     assert obs["text"] == "1"  # a clean single-commit repository
-    hidden = repofix_gen.patched_files(task["test_patch"])
+    hidden = repofix_tasks.patched_files(task["test_patch"])
     obs, *_ = env.step(call("bash", command=f"ls {' '.join(hidden)}"))
     assert "No such file" in obs["text"]  # the FAIL_TO_PASS tests are hidden
     env.step(call("write_file", path="/tmp/fix.diff", content=task["patch"]))
@@ -67,7 +67,7 @@ def test_an_agent_that_applies_the_fix_through_its_tools_is_rewarded(env):
 def test_planting_fake_hidden_tests_does_not_help(env):
     task = TASKS[1]
     env.reset(options={"task_id": task["instance_id"]})
-    for path in repofix_gen.patched_files(task["test_patch"]):
+    for path in repofix_tasks.patched_files(task["test_patch"]):
         env.step(call("write_file", path=path, content="def test_nothing():\n    pass\n"))
     obs, reward, *_, info = env.step(call("submit"))
     assert reward == 0.0 and info["grade"]["error"] is None
@@ -130,10 +130,10 @@ def test_run_tests_runs_pytest_in_the_repository(env):
 def test_workspace_is_identical_across_resets(env):
     task_id = TASKS[2]["instance_id"]
     env.reset(options={"task_id": task_id})
-    first = env.sandbox.fs_hash(["/workspace"])
+    first = env.unwrapped.sandbox.fs_hash(["/workspace"])
     env.step(call("bash", command="echo change >> README.md; git commit -qam x || true"))
     env.reset(options={"task_id": task_id})
-    assert env.sandbox.fs_hash(["/workspace"]) == first
+    assert env.unwrapped.sandbox.fs_hash(["/workspace"]) == first
 
 
 def test_swebench_instance_file_with_an_image_at_testbed(docker_ready, tmp_path):
@@ -159,7 +159,7 @@ def test_swebench_instance_file_with_an_image_at_testbed(docker_ready, tmp_path)
         )
         path = tmp_path / "instances.json"
         path.write_text(json.dumps([instance]))
-        env = gymnasium.make("agentgym/RepoFix-v0", instances=str(path))
+        env = gymnasium.make("agentgym/code.repofix-v0", instances=str(path))
         try:
             obs, _ = env.reset(options={"task_id": task["instance_id"]})
             assert "/testbed" in obs["text"]

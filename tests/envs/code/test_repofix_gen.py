@@ -1,4 +1,4 @@
-"""Tests for the RepoFix-v0 task generator: mutation operators, diff helpers, the shipped tasks.jsonl,
+"""Tests for the code.repofix-v0 task generator: mutation operators, diff helpers, the shipped tasks.jsonl,
 host-side re-verification of a few tasks, and determinism of the candidate plan."""
 
 import dataclasses
@@ -11,6 +11,7 @@ import pytest
 
 from agentgym.envs.code import repofix_gen as gen
 from agentgym.envs.code import repofix_mutate as mutate
+from agentgym.envs.code import repofix_tasks as tasks
 
 REQUIRED_FIELDS = {
     "instance_id": str,
@@ -178,7 +179,7 @@ def test_apply_mutation_rejects_edits_that_do_not_produce_the_intended_tree():
 
 
 def test_find_mutations_is_stable():
-    source = (gen.REPOS_DIR / "inflection" / "inflection" / "__init__.py").read_text()
+    source = (tasks.REPOS_DIR / "inflection" / "inflection" / "__init__.py").read_text()
     assert mutate.find_mutations(source) == mutate.find_mutations(source)
 
 
@@ -197,7 +198,7 @@ def test_file_diff_round_trips_through_git_apply_and_patch(tmp_path):
             + gen.file_diff("sub/new.py", None, "y = 2\n")
         )
         if tool == "git":
-            gen.apply_patch(diff, work)
+            tasks.apply_patch(diff, work)
         else:
             subprocess.run(["patch", "-p1", "--batch", "--quiet"], cwd=work, input=diff.encode(), check=True)
         assert (work / "mod.py").read_text() == "a = 1\nb = 20\nc = 3"
@@ -207,8 +208,8 @@ def test_file_diff_round_trips_through_git_apply_and_patch(tmp_path):
 
 def test_apply_patch_raises_when_the_patch_does_not_fit(tmp_path):
     (tmp_path / "mod.py").write_text("a = 1\n")
-    with pytest.raises(gen.PatchError):
-        gen.apply_patch(gen.file_diff("mod.py", "a = 2\n", "a = 3\n"), tmp_path)
+    with pytest.raises(tasks.PatchError):
+        tasks.apply_patch(gen.file_diff("mod.py", "a = 2\n", "a = 3\n"), tmp_path)
 
 
 def test_parse_pytest_report():
@@ -225,7 +226,7 @@ def test_parse_pytest_report():
             "ERROR tests/test_b.py - ImportError: nope",
         ]
     )
-    assert gen.parse_pytest_report(output) == {
+    assert tasks.parse_pytest_report(output) == {
         "tests/test_a.py::test_one": True,
         "tests/test_a.py::test_p[a": True,  # why the generator never ships ids containing " - "
         "tests/test_a.py::test_teardown": False,
@@ -273,19 +274,19 @@ def test_problem_statement_for_an_exception_hides_object_addresses():
 def test_load_tasks_decodes_swe_bench_string_lists(tmp_path):
     path = tmp_path / "swe.jsonl"
     path.write_text(json.dumps({"instance_id": "x", "FAIL_TO_PASS": '["t::a"]', "PASS_TO_PASS": "[]"}) + "\n\n")
-    assert gen.load_tasks(path) == [{"instance_id": "x", "FAIL_TO_PASS": ["t::a"], "PASS_TO_PASS": []}]
+    assert tasks.load_tasks(path) == [{"instance_id": "x", "FAIL_TO_PASS": ["t::a"], "PASS_TO_PASS": []}]
 
 
 def test_grade_results():
     task = {"FAIL_TO_PASS": ["a", "b"], "PASS_TO_PASS": ["c"]}
-    assert gen.grade_results(task, {"a": True, "b": True, "c": True})["resolved"]
-    verdict = gen.grade_results(task, {"a": True, "c": True})
+    assert tasks.grade_results(task, {"a": True, "b": True, "c": True})["resolved"]
+    verdict = tasks.grade_results(task, {"a": True, "c": True})
     assert not verdict["resolved"] and verdict["fail_to_pass"] == {"passed": 1, "total": 2}
 
 
 # --- the shipped tasks ------------------------------------------------------------------------------------
 
-TASKS = gen.load_tasks()
+TASKS = tasks.load_tasks()
 
 
 def test_shipped_tasks_are_plentiful_unique_and_spread():
@@ -302,15 +303,15 @@ def test_shipped_task_is_well_formed(task):
     for name, kind in REQUIRED_FIELDS.items():
         assert isinstance(task[name], kind), name
     assert task["created_by"] == gen.CREATED_BY
-    assert task["base_commit"] == gen.tree_digest(gen.REPOS_DIR / task["repo"])
+    assert task["base_commit"] == tasks.tree_digest(tasks.REPOS_DIR / task["repo"])
     f2p, p2p = task["FAIL_TO_PASS"], task["PASS_TO_PASS"]
     assert 1 <= len(f2p) <= 10 and not set(f2p) & set(p2p)
     assert all(gen._portable(n) for n in f2p + p2p)
-    hidden = gen.patched_files(task["test_patch"])
+    hidden = tasks.patched_files(task["test_patch"])
     assert hidden == gen.task_test_files(task)
     assert task["test_command"] == "python3 -m pytest -rA -p no:cacheprovider " + " ".join(hidden)
-    (source,) = gen.patched_files(task["patch"])
-    assert gen.patched_files(task["bug_patch"]) == sorted([source, *hidden])
+    (source,) = tasks.patched_files(task["patch"])
+    assert tasks.patched_files(task["bug_patch"]) == sorted([source, *hidden])
     assert "deleted file mode" in task["bug_patch"] and "new file mode" in task["test_patch"]
     assert {"operator", "changed_lines"} <= set(task["difficulty"]) and task["difficulty"]["changed_lines"] >= 1
     statement = task["problem_statement"].lower()
@@ -320,17 +321,17 @@ def test_shipped_task_is_well_formed(task):
 
 @pytest.mark.parametrize("task", TASKS, ids=[t["instance_id"] for t in TASKS])
 def test_shipped_patches_apply(task, tmp_path):
-    work = gen.materialize_workspace(task, tmp_path / "ws")
-    for path in gen.patched_files(task["test_patch"]):
+    work = tasks.materialize_workspace(task, tmp_path / "ws")
+    for path in tasks.patched_files(task["test_patch"]):
         assert not (work / path).exists()
-    gen.apply_patch(task["test_patch"], work)
-    gen.apply_patch(task["patch"], work)
-    assert gen.tree_digest(work) == task["base_commit"]
+    tasks.apply_patch(task["test_patch"], work)
+    tasks.apply_patch(task["patch"], work)
+    assert tasks.tree_digest(work) == task["base_commit"]
     # The same three diffs also apply with GNU patch, as a sandbox without git would use them.
-    with_patch = gen.copy_repo(gen.REPOS_DIR / task["repo"], tmp_path / "patch")
+    with_patch = tasks.copy_repo(tasks.REPOS_DIR / task["repo"], tmp_path / "patch")
     for diff in (task["bug_patch"], task["test_patch"], task["patch"]):
         subprocess.run(["patch", "-p1", "--batch", "--quiet"], cwd=with_patch, input=diff.encode(), check=True)
-    assert gen.tree_digest(with_patch) == task["base_commit"]
+    assert tasks.tree_digest(with_patch) == task["base_commit"]
 
 
 def _one_per_repo():
@@ -344,7 +345,7 @@ def _one_per_repo():
 
 @pytest.mark.parametrize("task", _one_per_repo(), ids=lambda t: t["instance_id"])
 def test_shipped_task_verifies_on_the_host(task):
-    problems = gen.verify_task(task, gen.REPOS_DIR / task["repo"], gen.pytest_runner())
+    problems = gen.verify_task(task, tasks.REPOS_DIR / task["repo"], gen.pytest_runner())
     assert problems == []
 
 
@@ -352,7 +353,7 @@ def test_verify_task_reports_a_task_whose_tests_do_not_fail():
     # A "bug" that breaks nothing: its FAIL_TO_PASS test passes on the buggy code too.
     task = dict(TASKS[0], FAIL_TO_PASS=TASKS[0]["PASS_TO_PASS"][:1], PASS_TO_PASS=[])
     fake_results = {n: True for n in task["FAIL_TO_PASS"]}
-    problems = gen.verify_task(task, gen.REPOS_DIR / task["repo"], lambda _dir, _files: fake_results)
+    problems = gen.verify_task(task, tasks.REPOS_DIR / task["repo"], lambda _dir, _files: fake_results)
     assert problems and all(p.startswith("buggy:") for p in problems)
 
 
@@ -375,11 +376,11 @@ def test_candidate_plan_is_deterministic_for_a_seed():
 
 def test_vendored_repos_carry_licenses_and_no_build_litter():
     for spec in gen.REPOS:
-        root = gen.REPOS_DIR / spec.name
+        root = tasks.REPOS_DIR / spec.name
         assert any(root.glob("LICENSE*")), spec.name
         assert (root / "pytest.ini").exists()
         assert not list(root.rglob("__pycache__"))
         assert spec.source_files(root) and spec.test_files(root)
         assert not set(spec.source_files(root)) & set(spec.test_files(root))
-    assert sum(f.stat().st_size for f in gen.REPOS_DIR.rglob("*") if f.is_file()) < 4 * 2**20
+    assert sum(f.stat().st_size for f in tasks.REPOS_DIR.rglob("*") if f.is_file()) < 4 * 2**20
     assert shutil.which("git") and shutil.which("patch")

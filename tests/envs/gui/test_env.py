@@ -17,8 +17,8 @@ pytestmark = pytest.mark.docker
 
 
 def test_registered():
-    assert "agentgym/Desktop-v0" in agentgym.registered_env_ids()
-    assert gymnasium.spec("agentgym/Desktop-v0").entry_point == "agentgym.envs.gui.env:DesktopEnv"
+    assert "agentgym/gui.desktop-v0" in agentgym.registered_env_ids()
+    assert gymnasium.spec("agentgym/gui.desktop-v0").entry_point == "agentgym.envs.gui.env:DesktopEnv"
 
 
 def test_constructor_checks():
@@ -26,8 +26,10 @@ def test_constructor_checks():
         DesktopEnv(screen_size=(640, 480))
     with pytest.raises(ValueError, match="fork_mode"):
         DesktopEnv(fork_mode="magic")
-    with pytest.raises(ValueError, match="unknown desktop task"):
+    with pytest.raises(ValueError, match="unknown task id"):
         DesktopEnv(tasks=["nope"])
+    with pytest.raises(ValueError, match="no task matches"):
+        DesktopEnv(tasks="nope-*")
 
 
 def test_observation(env):

@@ -30,6 +30,7 @@ def test_reference_solution(env, task_id):
         assert info["error"] is None, (step, observation["text"])
         assert not truncated
     assert terminated and info["success"] and reward == 1.0, observation["text"]
+    assert info["grade"] == {"claim": "done" if task.feasible else "fail", "problem": None}
 
 
 @pytest.mark.parametrize("task_id", ["files-rename-missing", "sheet-budget-total"])
@@ -39,3 +40,4 @@ def test_the_wrong_verdict_fails(env, task_id):
     observation, reward, terminated, _, info = env.step(wrong)
     assert terminated and not info["success"] and reward == 0.0
     assert observation["text"].startswith("Task not complete")
+    assert info["grade"]["claim"] == wrong.removesuffix("()")

@@ -23,7 +23,7 @@ def envs():
 
 def play(env, task_id, trajectory):
     """Run a trajectory (per user turn, per reply, call strings), a text reply ending each turn; returns the last step and every error."""
-    task = env.tasks[task_id]
+    task = env.task_data[task_id]
     env.reset(options={"task_id": task_id})
     errors = []
     for turn in trajectory:
@@ -54,14 +54,18 @@ def ground_truth(task, one_call_per_reply=False):
 
 
 @pytest.mark.parametrize("category", CATEGORIES)
-def test_ground_truth_scores_success_on_every_task(envs, category):
+def test_each_tasks_reference_solution_replays_its_ground_truth_and_scores_success(envs, category):
     env = envs[category]
     cache_size = len(vars(multi_turn_utils))
-    for task_id in env.task_ids():
-        (obs, reward, terminated, truncated, info), errors = play(env, task_id, ground_truth(env.tasks[task_id]))
-        assert terminated and not truncated
-        assert not errors, (task_id, errors)
-        assert info["success"] and reward == 1.0 and info["bfcl"] == {"valid": True}, (task_id, info["bfcl"])
+    for task in env.tasks():
+        assert task.category == category
+        env.reset(options={"task_id": task.id})
+        steps = task.reference_solution()
+        for index, action in enumerate(steps):
+            obs, reward, terminated, truncated, info = env.step(action)
+            assert not info["error"], (task.id, index, info["error"])
+            assert terminated == (index == len(steps) - 1) and not truncated, (task.id, index, obs)
+        assert info["success"] and reward == 1.0 and info["grade"] == {"valid": True}, (task.id, info["grade"])
     assert len(vars(multi_turn_utils)) == cache_size  # the checker's instance cache does not grow
 
 
@@ -97,13 +101,13 @@ def test_verdicts_equal_the_official_checker(envs, category):
     env = envs[category]
     failed = total = 0
     for task_id in env.task_ids()[::10]:  # 20 tasks per category, 4 trajectories each
-        task = env.tasks[task_id]
+        task = env.task_data[task_id]
         trajectories = {"ground truth": ground_truth(task, one_call_per_reply=True), **perturbations(task)}
         for name, trajectory in trajectories.items():
             (_, reward, _, _, info), _ = play(env, task_id, trajectory)
             verdict = official(task, trajectory)
-            assert info["bfcl"]["valid"] == verdict["valid"] == info["success"] == (reward == 1.0), (task_id, name)
-            assert info["bfcl"].get("error_type") == verdict.get("error_type"), (task_id, name)
+            assert info["grade"]["valid"] == verdict["valid"] == info["success"] == (reward == 1.0), (task_id, name)
+            assert info["grade"].get("error_type") == verdict.get("error_type"), (task_id, name)
             if name == "ground truth":
                 assert verdict["valid"], task_id
             elif trajectory != ground_truth(task):
@@ -118,13 +122,13 @@ def test_a_force_quit_after_bfcls_step_limit_fails():
     for _ in range(20):
         assert not env.step('<tool_call>{"name": "pwd", "arguments": {}}</tool_call>')[2]
     obs, reward, terminated, _, info = env.step('<tool_call>{"name": "pwd", "arguments": {}}</tool_call>')
-    assert terminated and reward == 0.0 and info["bfcl"]["error_type"] == "multi_turn:force_terminated"
+    assert terminated and reward == 0.0 and info["grade"]["error_type"] == "multi_turn:force_terminated"
     env.close()
 
 
 def test_withheld_functions_arrive_with_their_turn():
     env = BFCLMultiTurnEnv("miss_func")
-    task = env.tasks["multi_turn_miss_func_0"]
+    task = env.task_data["multi_turn_miss_func_0"]
     assert task["missed_function"] == {"3": ["sort"]}
     obs, info = env.reset(options={"task_id": "multi_turn_miss_func_0"})
     assert (
@@ -145,7 +149,7 @@ def test_withheld_functions_arrive_with_their_turn():
 
 def test_results_are_bfcls_result_text():
     env = BFCLMultiTurnEnv("base")
-    task = env.tasks["multi_turn_base_0"]
+    task = env.task_data["multi_turn_base_0"]
     calls = ["pwd()", "cd(folder='nowhere')", "ls(a=True)"]
     model_name = f"official_{uuid.uuid4().hex}"
     try:
@@ -173,7 +177,7 @@ def public_state(env):
 def test_fork_mid_episode_then_continue_equals_replay(task_id):
     category = task_id.removeprefix("multi_turn_").rsplit("_", 1)[0]
     env = BFCLMultiTurnEnv(category)
-    task = env.tasks[task_id]
+    task = env.task_data[task_id]
     replies = []
     for turn in ground_truth(task, one_call_per_reply=True):
         replies += [[from_bfcl_call(c, task["involved_classes"]) for c in reply] for reply in turn] + ["Done."]
@@ -204,7 +208,7 @@ def test_fork_mid_episode_then_continue_equals_replay(task_id):
 
 
 def test_gymnasium_make_and_check_env():
-    env = gymnasium.make("agentgym/BFCL-multi-turn-base-v0")
+    env = gymnasium.make("agentgym/tool.bfcl-multi-turn-base-v0").unwrapped
     assert isinstance(env, BFCLMultiTurnEnv) and len(env.task_ids()) == len(load_tasks("base")) == 200
     check_env(env, skip_render_check=False, skip_close_check=True)
     env.close()

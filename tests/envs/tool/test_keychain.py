@@ -1,6 +1,5 @@
 """KeyChain, the built-in CPU training env: its tasks, its scripted solutions, its errors and its long-tailed latency."""
 
-
 import pytest
 
 from agentgym.envs.tool.keychain import KEYS, KeyChainEnv, demonstration, make_task, task_ids

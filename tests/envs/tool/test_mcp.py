@@ -224,9 +224,8 @@ def asked_the_right_zone(task, state, transcript):
     return float(ok), ok
 
 
-def test_from_mcp_runs_an_episode_on_a_server_per_env_and_forks_start_their_own():
-    env = ToolEnv.from_mcp(TIME_TASKS, command=TIME_SERVER, check=asked_the_right_zone)
-    assert isinstance(env, MCPToolEnv)
+def test_an_mcp_env_runs_an_episode_on_a_server_per_env_and_forks_start_their_own():
+    env = MCPToolEnv(TIME_TASKS, command=TIME_SERVER, check=asked_the_right_zone)
     assert {"get_current_time", "convert_time", "submit"} <= {spec.name for spec in env.tools()}
     env.reset(options={"task_id": "tokyo"})
     observation, *_ = env.step(call("get_current_time", timezone="Asia/Tokyo"))
@@ -259,7 +258,7 @@ def test_an_mcp_env_passes_check_env_and_works_through_gymnasium_make(repo):
     )
     env = gymnasium.make("agentgym/test-GitStatus-v0")
     try:
-        check_env(env, skip_render_check=False, skip_close_check=True)
+        check_env(env.unwrapped, skip_render_check=False, skip_close_check=True)
         env.reset(options={"task_id": "status"})
         text = env.step(call("git_status", repo_path=str(repo)))[0]["text"]
         assert "untracked.txt" in text
@@ -270,6 +269,15 @@ def test_an_mcp_env_passes_check_env_and_works_through_gymnasium_make(repo):
 
 def test_a_command_that_is_not_a_server_fails_at_construction():
     with pytest.raises(MCPError):
-        ToolEnv.from_mcp(TIME_TASKS, command=["/nonexistent/mcp-server"])
+        MCPToolEnv(TIME_TASKS, command=["/nonexistent/mcp-server"])
     with pytest.raises(ValueError, match="exactly one"):
         MCPToolEnv(TIME_TASKS)
+
+
+def test_tool_env_from_mcp_is_a_deprecated_alias_of_mcp_tool_env():
+    with pytest.warns(DeprecationWarning, match="use agentgym.envs.tool.MCPToolEnv"):
+        env = ToolEnv.from_mcp(TIME_TASKS, command=TIME_SERVER)
+    try:
+        assert type(env) is MCPToolEnv
+    finally:
+        env.close()

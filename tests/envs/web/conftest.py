@@ -1,5 +1,7 @@
 """Fixtures for web env tests: the toy notes app as an env, and a check that no browser context outlives the tests."""
 
+import sys
+
 import pytest
 
 import agentgym.envs.web.app_env as app_env
@@ -18,8 +20,11 @@ def no_leaked_browser_contexts():
 
 @pytest.fixture
 def notes_app(monkeypatch):
-    """Registers tests/envs/web/toy.py as the app "notes"."""
-    monkeypatch.setitem(app_env.APPS, "notes", "tests.envs.web.toy")
+    """Registers tests/envs/web/toy.py as the app "notes" (as if it were the package agentgym.envs.web.apps.notes)."""
+    from tests.envs.web import toy
+
+    monkeypatch.setattr(app_env, "APPS", (*app_env.APPS, "notes"))
+    monkeypatch.setitem(sys.modules, "agentgym.envs.web.apps.notes", toy)
 
 
 @pytest.fixture

@@ -46,7 +46,7 @@ def test_counts_ids_and_goals():
 @pytest.mark.parametrize("task_id", SOLVED)
 def test_reference_solution_succeeds(mail_env, task_id):
     observation, reward, terminated, info = run_solution(mail_env, task_id, TASKS[task_id].solution)
-    assert (reward, terminated, info["success"]) == (1.0, True, True), (info.get("evaluator"), observation["text"])
+    assert (reward, terminated, info["success"]) == (1.0, True, True), (info.get("grade"), observation["text"])
 
 
 def _fails(env, task_id, steps):

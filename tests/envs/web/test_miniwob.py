@@ -121,7 +121,7 @@ def test_scripted_solution_succeeds(task):
             assert info["error"] is None, (action, info["error"], obs["text"])
             assert terminated == (number == len(actions)), (action, obs["text"])
         assert reward == 1.0 and info["success"] is True and not truncated
-        assert info["raw_reward"] == 1.0 and 0.0 <= info["env_reward"] <= 1.0
+        assert info["grade"]["raw_reward"] == 1.0 and 0.0 <= info["grade"]["env_reward"] <= 1.0
     finally:
         env.close()
 
@@ -139,7 +139,7 @@ def test_wrong_actions_get_the_tasks_failure_reward():
             if wrong:
                 break
         obs, reward, terminated, truncated, info = env.step(f"click({wrong[0]['id']})")
-        assert (reward, terminated, info["success"], info["raw_reward"]) == (-1.0, True, False, -1.0)
+        assert (reward, terminated, info["success"], info["grade"]["raw_reward"]) == (-1.0, True, False, -1.0)
     finally:
         env.close()
     env = MiniWoBEnv("enter-text")
@@ -275,7 +275,7 @@ def test_time_limit_is_off_by_default_and_configurable():
         env.reset(seed=0)
         time.sleep(0.8)
         obs, reward, terminated, truncated, info = env.step("noop()")
-        assert (reward, terminated, info["success"], info["reason"]) == (-1.0, True, False, "timed out")
+        assert (reward, terminated, info["success"], info["grade"]["reason"]) == (-1.0, True, False, "timed out")
     finally:
         env.close()
     with pytest.raises(ValueError):

@@ -39,7 +39,7 @@ def env():
 def test_reference_solution_succeeds(env, task_id):
     task = TASKS[task_id]
     observation, reward, terminated, info = run_solution(env, task_id, task.solution)
-    assert (reward, terminated, info["success"]) == (1.0, True, True), (info.get("evaluator"), observation["text"])
+    assert (reward, terminated, info["success"]) == (1.0, True, True), (info.get("grade"), observation["text"])
 
 
 def test_task_set_is_large_and_distinct():

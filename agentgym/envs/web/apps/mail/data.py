@@ -10,7 +10,7 @@ import datetime
 import random
 from dataclasses import dataclass
 
-from agentgym.envs.tool.state import SQLiteState
+from agentgym.envs.state import SQLiteState
 
 __all__ = ["SCHEMA", "USERS", "PEOPLE", "FOLDERS", "Person", "seed", "DOMAIN"]
 
@@ -208,10 +208,11 @@ def seed(db: SQLiteState) -> None:
             starred: bool,
             parent: int | None = None,
         ) -> int:
-            rows.append(
-                (start + datetime.timedelta(minutes=when), folder, sender, to, cc, subject, body, read, starred, parent)
+            # Called only within this user's iteration, so the loop's rows and start are the right ones.
+            rows.append(  # noqa: B023
+                (start + datetime.timedelta(minutes=when), folder, sender, to, cc, subject, body, read, starred, parent)  # noqa: B023
             )
-            return len(rows) - 1
+            return len(rows) - 1  # noqa: B023
 
         for number, subject in enumerate(pool[:62]):
             project, kind = subject.split(" ", 1)

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterator
 from urllib.parse import quote
 
-from agentgym.envs.tool.state import SQLiteState
+from agentgym.envs.state import SQLiteState
 from agentgym.envs.web.apps.mail.app import MailApp
 from agentgym.envs.web.apps.mail.data import FOLDERS, USERS
 from agentgym.envs.web.apps.mail.views import FOLDER_TITLES
@@ -270,7 +270,7 @@ def latest_subject_from(seed: Seed):
 def oldest_in_folder(seed: Seed):
     filters = {"all": "", "unread": " AND is_read = 0", "starred": " AND is_starred = 1"}
     rows = []
-    for index, (owner, *_rest) in enumerate(USERS):
+    for owner, *_rest in USERS:
         for folder in ("inbox", "archive", "sent"):
             for show, where in filters.items():
                 found = seed.rows(
@@ -394,10 +394,12 @@ def count_label(seed: Seed):
 
     def make(row):
         owner, label, unread, count = row
-        if unread:  # the label's page marks each unread row; one page holds them all
-            reading = lambda obs: answer(str(obs.count('cell "Unread"')))
-        else:
-            reading = lambda obs: answer(listed_count(obs))
+
+        def reading(obs):
+            if unread:  # the label's page marks each unread row; one page holds them all
+                return answer(str(obs.count('cell "Unread"')))
+            return answer(listed_count(obs))
+
         return (
             owner,
             f"How many {'unread ' if unread else ''}messages carry the label “{label}”?",
@@ -579,7 +581,7 @@ def reply_all(seed: Seed):
 
 def forward_to_contact(seed: Seed):
     rows = []
-    for owner, id_, subject, sender, email, _ in seed.received("AND subject NOT LIKE 'Re:%'"):
+    for owner, id_, subject, _sender, email, _ in seed.received("AND subject NOT LIKE 'Re:%'"):
         contacts = seed.rows(
             "SELECT name, email FROM contacts WHERE owner = ? AND email != ? ORDER BY name", (owner, email)
         )

@@ -1,9 +1,8 @@
-"""The built-in CPU recipe on KeyChain: SFT warm start from scripted demonstrations, RL runs from a config, held-out success, learning curves.
+"""What the training demo and the learning benchmark share: one training run in this process, logged series, learning curves as SVG.
 
-Shared by ``make demo`` (``examples/train_demo.py``) and the learning proof
-(``benchmarks/learning.py``), so both measure the same thing the same way. The env is
-:class:`~agentgym.envs.tool.keychain.KeyChainEnv`; configs are
-``examples/configs/keychain-*.yaml``.
+``examples/train_demo.py`` (``make demo``) and ``benchmarks/learning.py`` measure the same thing
+the same way with these; the warm start and the held-out measurement they use are the library's
+(:func:`agentgym.trainers.warm_start.keychain_warm_start`, :func:`~agentgym.trainers.warm_start.held_out_success`).
 """
 
 from __future__ import annotations
@@ -13,87 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = [
-    "agent_config",
-    "held_out_success",
-    "keychain_warm_start",
-    "log_series",
-    "smooth",
-    "train_run",
-    "training_curve",
-    "write_learning_curve",
-]
-
-
-def agent_config(config: dict, greedy: bool):
-    """The agent loop a training config's rollouts use (greedy for evaluation)."""
-    from agentgym.rollout.agent import AgentConfig
-    from agentgym.rollout.policy import SamplingParams
-
-    return AgentConfig(
-        sampling=SamplingParams(
-            max_tokens=config["max_turn_tokens"], temperature=0.0 if greedy else config.get("temperature", 1.0)
-        ),
-        system_prompt=config.get("system_prompt"),
-        max_turns=config["max_turns"],
-        mode="tokens",
-    )
-
-
-def keychain_warm_start(
-    out: str | Path,
-    config: dict,
-    *,
-    tasks: int = 1000,
-    epochs: float = 2.5,
-    learning_rate: float = 3e-3,
-    seed: int = 0,
-    base: str | Path | None = None,
-) -> Path:
-    """``base`` (default: the tiny model) fine-tuned on scripted solutions of ``tasks`` train-split tasks; built once per ``out``.
-
-    The defaults leave the tiny model at 58% of held-out tasks solved (greedy; seed 0): far
-    enough from zero for RL to get reward, far enough from perfect for RL to show a gain. The
-    start is steep in the epochs: 1000 × 2 gave 13%, 1000 × 3 gave 69.5%.
-    """
-    from transformers import AutoTokenizer
-
-    from agentgym.envs.tool.keychain import demonstration, make_task, task_ids
-    from agentgym.models import tiny_model_path
-    from agentgym.trainers.rollouts import make_env_factory
-    from agentgym.trainers.warm_start import demonstration_dataset, demonstrations, sft_warm_start
-
-    target = Path(out)
-    if (target / "model.safetensors").exists():
-        return target
-    base = base or tiny_model_path()
-    env_kwargs = {**config["env_kwargs"], "split": "train", "num_tasks": tasks}
-    max_hops = env_kwargs.get("max_hops", 2)
-    trajectories = demonstrations(
-        make_env_factory(config["env_id"], env_kwargs),
-        task_ids("train", tasks),
-        lambda t: demonstration(make_task(t, max_hops)),
-        AutoTokenizer.from_pretrained(base),
-        agent_config(config, greedy=True),
-    )
-    return sft_warm_start(
-        base, demonstration_dataset(trajectories), target, epochs=epochs, learning_rate=learning_rate, seed=seed
-    )
-
-
-def held_out_success(model: str | Path, config: dict, count: int = 100, greedy: bool = True) -> float:
-    """Success of ``model`` on the first ``count`` tasks of KeyChain's held-out split, greedy or at the config's temperature."""
-    from agentgym.envs.tool.keychain import task_ids
-    from agentgym.trainers.rollouts import make_env_factory
-    from agentgym.trainers.warm_start import success_rate
-
-    env_kwargs = {**config["env_kwargs"], "split": "heldout", "num_tasks": count}
-    return success_rate(
-        model,
-        make_env_factory(config["env_id"], env_kwargs),
-        task_ids("heldout", count),
-        agent_config(config, greedy=greedy),
-    )
+__all__ = ["log_series", "smooth", "train_run", "training_curve", "write_learning_curve"]
 
 
 def train_run(config_path: str | Path, overrides: Sequence[str] = ()) -> dict:

@@ -1,7 +1,8 @@
-"""World-state backends for ToolEnv snapshots: plain Python objects (pickled, or deep-copied) and SQLite databases (copied with the backup API).
+"""World-state backends that env snapshots copy: plain Python objects (pickled, or deep-copied) and SQLite databases (copied with the backup API).
 
-A ToolEnv's world state is any Python object: dicts, lists, dataclasses, a
-:class:`SQLiteState`, or a Python object holding databases (``{"db": SQLiteState(...),
+Shared by the env families (ToolEnv's world state, the web apps' databases), so it lives beside
+them rather than in one of them. A world state is any Python object: dicts, lists, dataclasses,
+a :class:`SQLiteState`, or a Python object holding databases (``{"db": SQLiteState(...),
 "log": [...]}``). :class:`StateCopy` freezes one:
 
 * the Python part is pickled — two to three times faster than ``copy.deepcopy`` for plain data,

@@ -1,0 +1,139 @@
+"""RepoFix's task files at run time: loading SWE-bench instances, the agent's starting workspace, patches, pytest reports and the verdict.
+
+The environment (:mod:`agentgym.envs.code.repofix`) needs only this; the offline generator that
+made the shipped tasks (:mod:`agentgym.envs.code.repofix_gen`, see ``tasks/repofix/README.md``)
+builds on it. A task is one SWE-bench instance (a dict) plus ``bug_patch``, the diff from the
+pristine vendored repository under ``tasks/repofix/repos/`` to the agent's workspace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+__all__ = [
+    "DEFAULT_TASKS_PATH",
+    "REPOS_DIR",
+    "TASKS_DIR",
+    "PatchError",
+    "apply_patch",
+    "copy_repo",
+    "grade_results",
+    "load_tasks",
+    "materialize_workspace",
+    "parse_pytest_report",
+    "patched_files",
+    "tree_digest",
+    "workspace_from_repo",
+]
+
+TASKS_DIR = Path(__file__).resolve().parent / "tasks" / "repofix"
+REPOS_DIR = TASKS_DIR / "repos"
+DEFAULT_TASKS_PATH = TASKS_DIR / "tasks.jsonl"
+
+# Build and run by-products, never part of a repo's identity.
+_IGNORED = ("__pycache__", "*.pyc", ".pytest_cache")
+
+
+def _is_litter(relpath: str) -> bool:
+    return any(part in ("__pycache__", ".pytest_cache") for part in relpath.split("/")) or relpath.endswith(".pyc")
+
+
+def copy_repo(src: Path, dest: Path) -> Path:
+    """A copy of the repo at `src` without build litter (bytecode, pytest caches)."""
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns(*_IGNORED))
+    return dest
+
+
+def tree_digest(root: Path) -> str:
+    """sha256 over every file's path and content: the `base_commit` of a vendored repo."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(root).rglob("*") if p.is_file()):
+        rel = path.relative_to(root).as_posix()
+        if _is_litter(rel):
+            continue
+        digest.update(rel.encode() + b"\0" + hashlib.sha256(path.read_bytes()).hexdigest().encode() + b"\n")
+    return digest.hexdigest()
+
+
+class PatchError(RuntimeError):
+    """A patch that does not apply, or a repo tree that is not the one a task was made from."""
+
+
+def apply_patch(patch: str, directory: Path) -> None:
+    """Apply a git-style diff (a/ b/ prefixes) to `directory` with `git apply`; raise PatchError if it does not apply."""
+    directory = Path(directory).resolve()
+    # Without a ceiling, git apply run inside some enclosing repository treats paths as relative
+    # to that repository's root and silently skips the ones outside the current directory.
+    env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(directory.parent))
+    proc = subprocess.run(
+        ["git", "apply", "--whitespace=nowarn", "-"],
+        cwd=directory,
+        input=patch.encode("utf-8"),
+        capture_output=True,
+        env=env,
+    )
+    if proc.returncode != 0:
+        raise PatchError(proc.stderr.decode("utf-8", "replace").strip())
+
+
+def patched_files(patch: str) -> list[str]:
+    """The files a git-style diff touches, sorted."""
+    return sorted(set(re.findall(r"^diff --git a/(\S+) b/", patch, flags=re.M)))
+
+
+def parse_pytest_report(output: str) -> dict[str, bool]:
+    """{node id: passed} from the short test summary that ``pytest -rA`` prints."""
+    results: dict[str, bool] = {}
+    for line in output.splitlines():
+        word, _, rest = line.partition(" ")
+        if word in ("PASSED", "FAILED", "ERROR", "XFAIL", "XPASS") and "::" in rest:
+            nodeid = rest.split(" - ", 1)[0].strip()
+            # A test can report twice (e.g. passed, then errored in teardown): any failure wins.
+            results[nodeid] = results.get(nodeid, True) and word in ("PASSED", "XPASS")
+    return results
+
+
+def load_tasks(path: str | Path | None = None) -> list[dict]:
+    """Tasks from a JSONL file (ours by default) or a JSON list (SWE-bench's published files). SWE-bench
+    stores the test lists as JSON strings; they are decoded so every task has real lists."""
+    text = Path(path or DEFAULT_TASKS_PATH).read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        tasks = json.loads(text)
+    else:
+        tasks = [json.loads(line) for line in text.splitlines() if line.strip()]
+    for task in tasks:
+        for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
+            if isinstance(task.get(key), str):
+                task[key] = json.loads(task[key])
+    return tasks
+
+
+def materialize_workspace(task: dict, dest: Path, repos_dir: Path = REPOS_DIR) -> Path:
+    """Write the agent's starting workspace to `dest`: the pristine repo with `bug_patch` applied."""
+    return workspace_from_repo(task, Path(repos_dir) / task["repo"], Path(dest))
+
+
+def workspace_from_repo(task: dict, repo_dir: Path, dest: Path) -> Path:
+    """The agent's starting workspace at `dest`, from the pristine repo at `repo_dir` (checked against `base_commit`)."""
+    dest = copy_repo(repo_dir, dest)
+    if tree_digest(dest) != task["base_commit"]:
+        raise PatchError(f"{task['repo']}: repo tree does not match base_commit {task['base_commit'][:12]}")
+    apply_patch(task["bug_patch"], dest)
+    return dest
+
+
+def grade_results(task: dict, results: dict[str, bool]) -> dict:
+    """SWE-bench style verdict from per-test results: resolved iff every FAIL_TO_PASS and PASS_TO_PASS test passes."""
+    f2p = sum(bool(results.get(n)) for n in task["FAIL_TO_PASS"])
+    p2p = sum(bool(results.get(n)) for n in task["PASS_TO_PASS"])
+    return {
+        "resolved": f2p == len(task["FAIL_TO_PASS"]) and p2p == len(task["PASS_TO_PASS"]),
+        "fail_to_pass": {"passed": f2p, "total": len(task["FAIL_TO_PASS"])},
+        "pass_to_pass": {"passed": p2p, "total": len(task["PASS_TO_PASS"])},
+    }

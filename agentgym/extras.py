@@ -1,0 +1,54 @@
+"""The optional parts of agentgym (pip extras) and the error that names the one to install when a part is missing.
+
+The core install (``pip install agentgym``) is enough to write and run a ToolEnv; every family
+that needs more declares an extra in pyproject.toml. Modules import their optional packages
+inside ``with requires("<extra>"):``, so a missing package fails with the install line:
+
+    with requires("web"):
+        from playwright.async_api import async_playwright
+
+BFCL is the one part that is not an extra: ``bfcl-eval`` declares about ninety model-provider
+packages (and an older numpy) that its data and checker never import, so it is installed without
+its dependencies; :data:`BFCL_REQUIREMENTS` is that install line's one home (scripts/setup.sh reads it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+# The BFCL data and multi-turn checker define the tasks and their grading, and bfcl-eval's releases
+# (dated versions) change both: an exact pin keeps the benchmark the same. Its checker needs mpmath.
+BFCL_REQUIREMENTS = ("bfcl-eval==2026.3.23", "mpmath>=1.3.0")
+
+
+class MissingDependencyError(ModuleNotFoundError):
+    """An optional package is not installed; the message says which extra (or command) provides it."""
+
+
+def install_advice(extra: str) -> str:
+    """What to run for ``extra``: the pip line of that extra, or BFCL's no-deps install."""
+    if extra == "bfcl":
+        packages = " ".join(f"'{requirement}'" for requirement in BFCL_REQUIREMENTS)
+        return (
+            "the BFCL envs need bfcl-eval, installed without its dependencies (about ninety model-provider "
+            f"packages that would also downgrade numpy): pip install --no-deps {packages}"
+        )
+    return f"install agentgym's {extra!r} extra: pip install 'agentgym[{extra}]'"
+
+
+@contextmanager
+def requires(extra: str) -> Iterator[None]:
+    """Turn a third-party module missing inside the block into a :class:`MissingDependencyError` naming ``extra``.
+
+    A missing ``agentgym`` module is a bug, not a missing extra, and propagates unchanged. Blocks
+    nest (the code envs' ``requires("code")`` around the sandbox's ``requires("sandbox")``): the
+    outermost names the extra, the one that covers everything the user asked for.
+    """
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if not missing or missing.split(".")[0] == "agentgym":
+            raise
+        raise MissingDependencyError(f"No module named {missing!r}: {install_advice(extra)}", name=missing) from exc

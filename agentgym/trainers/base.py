@@ -1,0 +1,167 @@
+"""AgentgymTrainer: what every agentgym trainer adds to TRL's GRPOTrainer — rollouts on this process, the store, rollout state in checkpoints.
+
+The trainers (:class:`~agentgym.trainers.tree_grpo.TreeGRPOTrainer`,
+:class:`~agentgym.trainers.sao.SAOTrainer`) subclass it with a config that subclasses
+:class:`~agentgym.trainers.base_config.AgentgymConfig`, and replace TRL's
+``_generate_and_score_completions`` with their own rollouts. What they share:
+
+* **one dataset row per task** (``prompt`` = the task id, :func:`task_dataset`; by default the
+  config's ``train_tasks`` or every task the env lists, :func:`default_tasks`): a task's whole
+  group is grown on one process, so its advantages need no cross-process gather;
+* **rewards from the env**: GRPOTrainer needs a reward function named, :func:`env_reward`, which
+  is never called;
+* **the trajectory store** (``store_path``, one file per process) and the in-process policy
+  (:class:`~agentgym.rollout.hf_policy.HFPolicy` over a model, :meth:`AgentgymTrainer._make_policy`);
+* **rollout state in checkpoints**: each process writes :data:`STATE_FILE` last into a checkpoint
+  (so its presence marks a complete one; :func:`agentgym.train.last_complete_checkpoint`), and a
+  resumed run reads it back; subclasses extend ``_rollout_state``/``_restore_rollout_state``;
+* **metrics averaged over processes**, so every rank logs the same numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+from trl import GRPOTrainer
+from trl.trainer.utils import RepeatSampler
+
+from agentgym.rollout.hf_policy import HFPolicy
+from agentgym.rollout.store import TrajectoryStore
+from agentgym.trainers.base_config import AgentgymConfig
+from agentgym.trainers.rollouts import TimeBudget, make_env_factory
+
+__all__ = ["STATE_FILE", "AgentgymTrainer", "default_tasks", "env_reward", "task_dataset"]
+
+#: Each process's rollout state in a checkpoint, written last: a checkpoint holding it for every rank is complete.
+STATE_FILE = "agentgym_state-rank{rank}.json"
+
+
+def env_reward(prompts, completions, **kwargs):
+    """The reward is the env's (our rollouts compute it); GRPOTrainer's constructor needs a reward source named."""
+    raise RuntimeError("agentgym trainers take rewards from the env; this reward function is never called")
+
+
+def task_dataset(task_ids):
+    """A dataset with one row per task (``prompt`` = the task id), the trainers' ``train_dataset``."""
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": list(task_ids)})
+
+
+def default_tasks(args) -> list[str]:
+    """The config's ``train_tasks``, or every task a probe env lists."""
+    if args.train_tasks:
+        return list(args.train_tasks)
+    env = make_env_factory(args.env_id, args.env_kwargs)()
+    try:
+        return list(env.unwrapped.task_ids())
+    finally:
+        env.close()
+
+
+class AgentgymTrainer(GRPOTrainer):
+    """GRPOTrainer with agentgym's rollout plumbing (see the module docstring); subclass it, do not use it alone.
+
+    Args:
+        model: a model path or a causal LM (as for GRPOTrainer).
+        args: an :class:`~agentgym.trainers.base_config.AgentgymConfig` (a subclass's config).
+        train_dataset: one row per task, ``prompt`` = task id (:func:`task_dataset`); by default the
+            config's ``train_tasks`` or every task the env lists.
+        processing_class: the tokenizer (its chat template must be prefix-preserving).
+        callbacks, optimizers, peft_config: as for GRPOTrainer.
+    """
+
+    _tag_names = ["trl", "agentgym"]
+
+    def __init__(
+        self,
+        model,
+        args: AgentgymConfig,
+        train_dataset=None,
+        processing_class=None,
+        callbacks=None,
+        optimizers=(None, None),
+        peft_config=None,
+    ):
+        super().__init__(
+            model,
+            reward_funcs=env_reward,
+            args=args,
+            train_dataset=train_dataset if train_dataset is not None else task_dataset(default_tasks(args)),
+            processing_class=processing_class,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            peft_config=peft_config,
+        )
+        self._setup_rollouts()
+
+    def _setup_rollouts(self) -> None:
+        """The store (one file per process), the unwrapped model rollouts sample from, the time budget."""
+        args = self.args
+        rank = self.accelerator.process_index
+        path = args.store_path or os.path.join(args.output_dir, "trajectories.jsonl")
+        if rank:  # one file per process: appends from several processes must not interleave
+            root, ext = os.path.splitext(path)
+            path = f"{root}-rank{rank}{ext}"
+        self.store = TrajectoryStore(path)
+        self.store_position = sum(1 for _ in self.store)  # records already there (a resumed run) are not ours to train
+        self.rollout_model = self.accelerator.unwrap_model(self.model)
+        if args.time_budget_s:
+            self.add_callback(TimeBudget(args.time_budget_s))
+
+    def _make_policy(self, model) -> HFPolicy:
+        """``model`` as the rollouts' in-process policy, batching up to ``rollout_concurrency`` requests."""
+        return HFPolicy.from_model(
+            model, self.processing_class, max_batch_size=self.args.rollout_concurrency, name="learner"
+        )
+
+    def _get_train_sampler(self, dataset=None):
+        # One row per task: a task's whole group (episodes or tree) is grown on one process, so its
+        # advantages need no cross-process gather.
+        return RepeatSampler(
+            data_source=dataset if dataset is not None else self.train_dataset,
+            mini_repeat_count=1,
+            batch_size=self.args.generation_batch_size,
+            repeat_count=self.num_iterations * self.args.steps_per_generation,
+            shuffle=self.shuffle_dataset,
+            seed=self.args.seed,
+        )
+
+    def _rollout_state(self) -> dict:
+        """What this process's rollouts need to resume (JSON); subclasses add theirs to ``super()``'s."""
+        return {"store_path": str(self.store.path), "store_position": self.store_position}
+
+    def _restore_rollout_state(self, state: dict) -> None:
+        """Take back what :meth:`_rollout_state` wrote into the checkpoint being resumed."""
+        self.store_position = state["store_position"]
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        # Written last: its presence marks a complete checkpoint (agentgym.train resumes only from those).
+        folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, STATE_FILE.format(rank=self.accelerator.process_index))
+        with open(path + ".tmp", "w") as file:
+            json.dump(self._rollout_state(), file)
+        os.replace(path + ".tmp", path)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None:
+            path = os.path.join(checkpoint, STATE_FILE.format(rank=self.accelerator.process_index))
+            if os.path.exists(path):
+                with open(path) as file:
+                    self._restore_rollout_state(json.load(file))
+
+    def _log_metrics(self, mode: str, metrics: dict[str, float]) -> None:
+        # Averaged over processes so every rank logs the same numbers.
+        names = sorted(metrics)
+        values = torch.tensor([metrics[n] for n in names], dtype=torch.float64, device=self.accelerator.device)
+        gathered = self.accelerator.gather(values[None]).view(-1, len(names))
+        for i, name in enumerate(names):
+            column = gathered[:, i]
+            column = column[~torch.isnan(column)]
+            if len(column):
+                self._metrics[mode][name].append(column.mean().item())

@@ -1,0 +1,99 @@
+"""AgentgymConfig: what every agentgym trainer's config adds to TRL's GRPOConfig — the rollout settings and shared defaults.
+
+:class:`~agentgym.trainers.tree_grpo_config.TreeGRPOConfig` and
+:class:`~agentgym.trainers.sao_config.SAOConfig` subclass it (TRL's trainer + config pairs:
+``AgentgymTrainer`` in :mod:`agentgym.trainers.base` is the trainer side). Its fields are
+:class:`RolloutArguments` (the env, the agent loop, concurrency, the trajectory store, memory)
+and four defaults that differ from TrainingArguments': ``bf16`` on only where CUDA is available,
+no activation checkpointing, a log line per step, TensorBoard reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+__all__ = ["AgentgymConfig", "RolloutArguments"]
+
+
+@dataclass
+class RolloutArguments:
+    """The rollout settings of every agentgym trainer: which env, the agent loop's limits, concurrency, the store, memory.
+
+    A plain dataclass (no TrainingArguments), so tools that only roll out can take it alone;
+    :class:`AgentgymConfig` mixes it into GRPOConfig.
+    """
+
+    env_id: str = field(
+        default="agentgym.envs.tool.keychain:KeyChainEnv",
+        metadata={"help": "The env: a registered id (`agentgym/<Name>-v0`) or an entry point `module:Class`."},
+    )
+    env_kwargs: dict = field(default_factory=dict, metadata={"help": "Keyword arguments for the env."})
+    train_tasks: list[str] | None = field(
+        default=None, metadata={"help": "Task ids to train on (default: every task the env lists)."}
+    )
+    system_prompt: str | None = field(
+        default=None,
+        metadata={
+            "help": "System prompt of the agent loop (None: none; the tool list still goes in the template's system block)."
+        },
+    )
+    max_turns: int | None = field(
+        default=None, metadata={"help": "Turns per episode (the env's own limit applies too)."}
+    )
+    max_turn_tokens: int = field(default=48, metadata={"help": "Tokens the policy may sample per turn."})
+    context_window: int | None = field(
+        default=None, metadata={"help": "Prompt + completion tokens per episode (None: the model's max positions)."}
+    )
+    rollout_concurrency: int = field(default=16, metadata={"help": "Episodes in flight at once (their samples batch)."})
+    episode_timeout: float | None = field(default=None, metadata={"help": "Seconds an episode may run."})
+    store_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "JSONL trajectory store (default: <output_dir>/trajectories.jsonl); every rollout is appended."
+        },
+    )
+    time_budget_s: float | None = field(
+        default=None, metadata={"help": "Stop training after this many seconds (a checkpoint is saved at the stop)."}
+    )
+    report_rollout_metrics: bool = field(
+        default=True,
+        metadata={"help": "Log success rate, env error rate and episode shape with the trainer's metrics."},
+    )
+    memory: dict | None = field(
+        default=None,
+        metadata={
+            "help": "Memory bank section {path, mode: read|learn, k_skills, k_episodes, min_utility, write_forks}: every "
+            "rollout env is wrapped in a MemoryWrapper (see agentgym.memory.config). None: no memory."
+        },
+    )
+
+    def check_memory(self) -> None:
+        """Fail at config time, not at the first rollout, on a bad memory section."""
+        if self.memory is not None:
+            from agentgym.memory.config import MemoryConfig
+
+            MemoryConfig.from_dict(self.memory)
+
+
+@dataclass
+class AgentgymConfig(GRPOConfig, RolloutArguments):
+    """GRPOConfig plus :class:`RolloutArguments` and the shared defaults (see the module docstring).
+
+    Subclasses validate their own fields in ``__post_init__`` and then call this one, which
+    checks the memory section and resolves ``bf16`` before GRPOConfig's own checks.
+    """
+
+    bf16: bool | None = field(default=None, metadata={"help": "bfloat16 mixed precision (default: on with CUDA)."})
+    activation_checkpointing: bool | None = field(default=False, metadata={"help": "Trade compute for memory."})
+    logging_steps: float = field(default=1, metadata={"help": "Log every X update steps."})
+    report_to: str | list[str] = field(default="tensorboard", metadata={"help": "Where to report metrics."})
+
+    def __post_init__(self):
+        import torch
+
+        self.check_memory()
+        if self.bf16 is None:
+            self.bf16 = torch.cuda.is_available()
+        super().__post_init__()

@@ -1,0 +1,275 @@
+"""Wrappers that keep branching: ``snapshot``/``restore``/``fork`` and the async twins through any stack of Gymnasium wrappers.
+
+Gymnasium's wrappers forward only ``reset``, ``step``, ``render`` and ``close``, so a wrapped
+:class:`~agentgym.core.AgentEnv` (``gymnasium.make(id, max_episode_steps=3)``,
+``RecordEpisodeStatistics(env)``) would hide its branching. ``import agentgym`` therefore gives
+:class:`gymnasium.Wrapper` the branching surface — ``snapshot``, ``restore``, ``fork`` and
+``areset``/``astep``/``asnapshot``/``arestore``/``afork``/``aclose`` — names Gymnasium does not
+use; it changes nothing else of Gymnasium. Through a stack of wrappers:
+
+* ``snapshot()`` takes the env's :class:`~agentgym.core.Snapshot` and files each wrapper's own
+  state with it (TimeLimit's elapsed steps, the episode statistics, the memory context). It is the
+  env's snapshot object itself, so reference counting and ``release`` are the env's;
+* ``restore(snapshot)`` restores the env, then each wrapper's state;
+* ``fork(snapshot=None)`` forks the env and rebuilds the same stack over the fork — the same
+  classes with the same constructor arguments — with each wrapper's state copied (its current
+  one, or the snapshot's). A fork of the outer wrapper is again the outer wrapper.
+
+A snapshot taken below a wrapper (e.g. from ``env.unwrapped``) carries none of that wrapper's
+state: restoring it keeps the wrapper's state as it is, and a fork from it gets a copy of the
+wrapper's current state (a fresh ``TimeLimit`` or ``OrderEnforcing`` could not even step).
+
+A wrapper takes part in branching in one of two ways:
+
+* subclass :class:`BranchingWrapper` and name its state in :attr:`~BranchingWrapper.branch_attributes`
+  (copied with :func:`copy.deepcopy`), or override :meth:`~BranchingWrapper._branch_state`,
+  :meth:`~BranchingWrapper._load_branch_state` and :meth:`~BranchingWrapper._rebuild`;
+* or, for a wrapper class one cannot change, declare it with :func:`register_branching` (this is
+  how Gymnasium's ``TimeLimit``, ``OrderEnforcing``, ``PassiveEnvChecker`` and
+  ``RecordEpisodeStatistics`` are declared below).
+
+Any other wrapper raises :class:`WrapperNotBranchingError` naming it: its state is unknown, and a
+fork or restore that silently dropped it would not equal a replay.
+
+The async twins of a wrapper run its sync method in the shared env thread pool, like
+:class:`~agentgym.core.AgentEnv`'s.
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import gymnasium as gym
+from gymnasium.wrappers import OrderEnforcing, PassiveEnvChecker, RecordEpisodeStatistics, TimeLimit
+
+from agentgym.core import AsyncTwins, Snapshot, SnapshotMismatchError
+
+__all__ = [
+    "BranchingWrapper",
+    "WrapperNotBranchingError",
+    "fork",
+    "register_branching",
+    "restore",
+    "snapshot",
+]
+
+
+class WrapperNotBranchingError(TypeError):
+    """A wrapper in the stack does not declare its state, so the stack cannot be snapshotted, restored or forked."""
+
+
+@dataclass(frozen=True)
+class _Adapter:
+    """How one wrapper class branches: its state out and back in, and a copy of it over another env."""
+
+    capture: Callable[[gym.Wrapper], Any]
+    load: Callable[[gym.Wrapper, Any], None]
+    rebuild: Callable[[gym.Wrapper, gym.Env], gym.Wrapper]
+
+
+_adapters: dict[type, _Adapter] = {}
+
+# The wrappers' states filed with each snapshot taken through them: {depth below the wrapper: (class, state)}.
+# Kept beside the snapshot rather than in it, so a snapshot stays the env's own (restorable by env.unwrapped).
+_wrapper_states: weakref.WeakKeyDictionary[Snapshot, dict[int, tuple[type, Any]]] = weakref.WeakKeyDictionary()
+
+
+def register_branching(
+    wrapper_class: type[gym.Wrapper],
+    attributes: Sequence[str] = (),
+    rebuild: Callable[[gym.Wrapper, gym.Env], gym.Wrapper] | None = None,
+) -> None:
+    """Declare how instances of ``wrapper_class`` (exactly that class, not subclasses) branch.
+
+    ``attributes`` name the wrapper's own state, deep-copied into snapshots and forks (none: a
+    stateless wrapper). ``rebuild(wrapper, env)`` makes the same wrapper over another env; the
+    default passes the constructor arguments Gymnasium's ``RecordConstructorArgs`` saved.
+    """
+    names = tuple(attributes)
+    _adapters[wrapper_class] = _Adapter(
+        capture=lambda wrapper: {name: copy.deepcopy(getattr(wrapper, name)) for name in names},
+        load=_set_attributes,
+        rebuild=rebuild or _rebuild_from_saved_kwargs,
+    )
+
+
+def _set_attributes(wrapper: gym.Wrapper, state: dict[str, Any]) -> None:
+    for name, value in state.items():
+        setattr(wrapper, name, copy.deepcopy(value))
+
+
+def _rebuild_from_saved_kwargs(wrapper: gym.Wrapper, env: gym.Env) -> gym.Wrapper:
+    saved = getattr(wrapper, "_saved_kwargs", None)
+    if saved is None:
+        raise WrapperNotBranchingError(
+            f"{type(wrapper).__qualname__} cannot be rebuilt over a fork: it records no constructor arguments "
+            "(gymnasium.utils.RecordConstructorArgs); pass rebuild= to register_branching"
+        )
+    return type(wrapper)(env, **copy.deepcopy(saved))
+
+
+class BranchingWrapper(AsyncTwins, gym.Wrapper):
+    """Base class of wrappers with state of their own that a snapshot, a restore and a fork must carry.
+
+    A subclass names its per-episode state in :attr:`branch_attributes`, or overrides the three
+    hooks (the names are those of the env families' hooks for the same role). Its constructor's
+    arguments (after ``env``) are remembered, so that a fork is the same wrapper over the forked
+    env; override :meth:`_rebuild` when an argument must not be passed twice as given (e.g. a
+    path the wrapper opened), and :meth:`fork` to mark a fork as one.
+    """
+
+    #: Attributes that hold this wrapper's branchable state, deep-copied into snapshots and forks.
+    branch_attributes: ClassVar[tuple[str, ...]] = ()
+    _spawn_args: tuple[tuple, dict]
+
+    def __new__(cls, *args, **kwargs):
+        # The arguments after ``env`` (positional or keyword); none at all when copy or pickle makes the object.
+        self = super().__new__(cls)
+        self._spawn_args = (args[1:], {name: value for name, value in kwargs.items() if name != "env"})
+        return self
+
+    def _branch_state(self) -> Any:
+        """This wrapper's state, as a copy that later steps will not change."""
+        return {name: copy.deepcopy(getattr(self, name)) for name in self.branch_attributes}
+
+    def _load_branch_state(self, state: Any) -> None:
+        """Take on ``state`` (made by :meth:`_branch_state`; leave it unchanged, a snapshot may be restored again)."""
+        _set_attributes(self, state)
+
+    def _rebuild(self, env: gym.Env) -> BranchingWrapper:
+        """The same wrapper (class and constructor arguments) over ``env``."""
+        args, kwargs = self._spawn_args
+        return type(self)(env, *args, **kwargs)
+
+    def snapshot(self) -> Snapshot:
+        return snapshot(self)
+
+    def restore(self, snapshot: Snapshot) -> None:
+        restore(self, snapshot)
+
+    def fork(self, snapshot: Snapshot | None = None) -> gym.Env:
+        return fork(self, snapshot)
+
+
+_HOOKS = _Adapter(
+    capture=lambda wrapper: wrapper._branch_state(),
+    load=lambda wrapper, state: wrapper._load_branch_state(state),
+    rebuild=lambda wrapper, env: wrapper._rebuild(env),
+)
+
+
+def _adapter(wrapper: gym.Wrapper) -> _Adapter:
+    if isinstance(wrapper, BranchingWrapper):
+        return _HOOKS
+    adapter = _adapters.get(type(wrapper))
+    if adapter is None:
+        cls = type(wrapper)
+        raise WrapperNotBranchingError(
+            f"{cls.__module__}.{cls.__qualname__} does not declare its state, so this stack cannot be "
+            "snapshotted, restored or forked; subclass agentgym.BranchingWrapper, or declare it with "
+            "agentgym.wrappers.register_branching"
+        )
+    return adapter
+
+
+def _depth(wrapper: gym.Wrapper) -> int:
+    """How many wrappers sit between ``wrapper`` and the env (a wrapper's place in a stack, counted from the env)."""
+    depth, inner = 0, wrapper.env
+    while isinstance(inner, gym.Wrapper):
+        depth, inner = depth + 1, inner.env
+    return depth
+
+
+def _inner_method(wrapper: gym.Wrapper, name: str) -> Callable:
+    method = getattr(wrapper.env, name, None)
+    if method is None:
+        raise WrapperNotBranchingError(
+            f"{type(wrapper.env).__qualname__} has no {name}(): only agentgym envs (AgentEnv) can branch"
+        )
+    return method
+
+
+def snapshot(env: gym.Wrapper) -> Snapshot:
+    """The env's snapshot, with the state of every wrapper down to it (see the module docstring)."""
+    state = _adapter(env).capture(env)  # before the env's snapshot exists, so that a failure leaks none
+    snap = _inner_method(env, "snapshot")()
+    _wrapper_states.setdefault(snap, {})[_depth(env)] = (type(env), state)
+    return snap
+
+
+def _saved_state(env: gym.Wrapper, snap: Snapshot) -> tuple[bool, Any]:
+    """(whether ``snap`` carries state of ``env``'s place in the stack, that state)."""
+    saved = _wrapper_states.get(snap, {}).get(_depth(env))
+    if saved is None:
+        return False, None
+    cls, state = saved
+    if cls is not type(env):
+        raise SnapshotMismatchError(
+            f"this snapshot was taken through a {cls.__qualname__} where this stack has a {type(env).__qualname__}"
+        )
+    return True, state
+
+
+def restore(env: gym.Wrapper, snapshot: Snapshot) -> None:
+    """Restore the env, then every wrapper whose state ``snapshot`` carries (the others keep theirs)."""
+    adapter = _adapter(env)
+    found, state = _saved_state(env, snapshot)
+    _inner_method(env, "restore")(snapshot)
+    if found:
+        adapter.load(env, state)
+
+
+def fork(env: gym.Wrapper, snapshot: Snapshot | None = None) -> gym.Env:
+    """The same stack over a fork of the env, each wrapper with a copy of its state (``snapshot``'s, else its current one)."""
+    adapter = _adapter(env)
+    found, state = (False, None) if snapshot is None else _saved_state(env, snapshot)
+    state = state if found else adapter.capture(env)
+    inner = _inner_method(env, "fork")(snapshot)
+    try:
+        child = adapter.rebuild(env, inner)
+        adapter.load(child, state)
+    except BaseException:
+        inner.close()
+        raise
+    return child
+
+
+def _install_on_gymnasium_wrapper() -> None:
+    """Give every Gymnasium wrapper the branching surface (names Gymnasium does not define; see the module docstring)."""
+    methods = {
+        "snapshot": snapshot,
+        "restore": restore,
+        "fork": fork,
+        **{name: getattr(AsyncTwins, name) for name in ("areset", "astep", "asnapshot", "arestore", "afork", "aclose")},
+    }
+    for name, method in methods.items():
+        if name not in vars(gym.Wrapper):
+            setattr(gym.Wrapper, name, method)
+
+
+_install_on_gymnasium_wrapper()
+
+# The wrappers gymnasium.make applies, and the statistics wrapper training loops add.
+register_branching(TimeLimit, ["_elapsed_steps"])
+register_branching(OrderEnforcing, ["_has_reset"])
+# Its checks ran on the source's first reset and step; a fork must not run them again mid-episode.
+register_branching(
+    PassiveEnvChecker,
+    ["checked_reset", "checked_step", "checked_render", "checked_data_reuse", "_previous_data"],
+)
+register_branching(
+    RecordEpisodeStatistics,
+    [
+        "episode_count",
+        "episode_start_time",
+        "episode_returns",
+        "episode_lengths",
+        "time_queue",
+        "return_queue",
+        "length_queue",
+    ],
+)

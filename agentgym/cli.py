@@ -12,6 +12,10 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from agentgym.core import AgentEnv
 
 
 class UsageError(SystemExit):
@@ -83,7 +87,7 @@ def _tasks(args: argparse.Namespace) -> int:
         if issubclass(warning.category, DeprecationWarning):
             print(f"agentgym: {warning.message}", file=sys.stderr)
     try:
-        tasks = list(env.unwrapped.tasks())
+        tasks = list(cast("AgentEnv", env.unwrapped).tasks())
     finally:
         env.close()
     if args.pattern:
@@ -257,6 +261,7 @@ def _eval(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 model=model,
                 memory=memory,
+                screenshots=args.screenshots,
             )
         finally:
             if hasattr(policy, "aclose"):
@@ -572,6 +577,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("read", "learn"),
         default="read",
         help="read: retrieve only; learn: also write each episode back (default: %(default)s)",
+    )
+    evaluation.add_argument(
+        "--screenshots",
+        action="store_true",
+        help="a screenshot of every turn in the report's trajectory viewer (envs that render images: web, gui)",
     )
     evaluation.set_defaults(run=_eval)
     compare = evaluation.add_subparsers(dest="action").add_parser("compare", help="paired difference of two runs")

@@ -83,7 +83,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, Self
 
 import gymnasium as gym
 import numpy as np
@@ -371,11 +371,11 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
     # Turn-based: a frame per turn; render_fps only paces a viewer (Gymnasium warns when it is missing).
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}
     #: A stable name for the kind of env; snapshots restore only into envs of the same kind.
-    kind: ClassVar[str] = ""
+    kind: str = ""
     #: Fenced-code language → (tool, argument), e.g. {"python": ("python", "code")}.
     code_block_tools: ClassVar[dict[str, tuple[str, str]]] = {}
     #: Whether a reply without any tool call is acceptable (otherwise it is an error).
-    allow_text_replies: ClassVar[bool] = False
+    allow_text_replies: bool = False
     _spawn_args: tuple[tuple, dict]
 
     @property
@@ -597,7 +597,7 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
         self._load(payload)
         self._episode = _EpisodeState(**vars(state))
 
-    def fork(self, snapshot: Snapshot | None = None) -> AgentEnv:
+    def fork(self, snapshot: Snapshot | None = None) -> Self:
         """A new, independent env at ``snapshot``'s state (default: the current state).
 
         The returned env is not wrapped (forking through wrappers gives the same stack of wrappers:

@@ -41,9 +41,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium
+
+if TYPE_CHECKING:
+    from agentgym.core import AgentEnv
 
 NAMESPACE = "agentgym"
 PLUGIN_GROUP = "agentgym.envs"
@@ -57,7 +60,9 @@ def _literal(module: str, name: str) -> Any:
         targets = (
             node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
         )
-        if any(isinstance(target, ast.Name) and target.id == name for target in targets):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and any(
+            isinstance(target, ast.Name) and target.id == name for target in targets
+        ):
             return ast.literal_eval(node.value)
     raise LookupError(f"{module} assigns no literal {name}")
 
@@ -117,9 +122,10 @@ class DeprecatedId:
         # stacklevel 3: past gymnasium.make, to the line that asked for the old id.
         warnings.warn(f"{self.old_id} is deprecated: use {self.new_id}", DeprecationWarning, stacklevel=3)
         spec = gymnasium.spec(self.new_id)
-        creator = spec.entry_point
-        if isinstance(creator, str):
-            creator = gymnasium.envs.registration.load_env_creator(creator)
+        entry_point = spec.entry_point
+        creator = (
+            gymnasium.envs.registration.load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+        )
         return creator(**{**spec.kwargs, **kwargs})
 
 
@@ -203,7 +209,7 @@ def describe_env(env_id: str) -> tuple[int | None, str]:
     try:
         env = spec.make()
         try:
-            tasks = len(env.unwrapped.task_ids())
+            tasks = len(cast("AgentEnv", env.unwrapped).task_ids())
             doc = (type(env.unwrapped).__doc__ or "").strip()
         finally:
             env.close()

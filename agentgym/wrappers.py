@@ -33,23 +33,31 @@ fork or restore that silently dropped it would not equal a replay.
 
 The async twins of a wrapper run its sync method in the shared env thread pool, like
 :class:`~agentgym.core.AgentEnv`'s.
+
+:class:`RecordScreenshots` is such a wrapper: every step's ``info["screenshot"]`` holds the env's
+rendered frame as a base64 PNG, for trajectory viewers such as the eval report.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
+import struct
 import weakref
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import gymnasium as gym
+import numpy as np
 from gymnasium.wrappers import OrderEnforcing, PassiveEnvChecker, RecordEpisodeStatistics, TimeLimit
 
 from agentgym.core import AsyncTwins, Snapshot, SnapshotMismatchError
 
 __all__ = [
     "BranchingWrapper",
+    "RecordScreenshots",
     "WrapperNotBranchingError",
     "fork",
     "register_branching",
@@ -155,10 +163,11 @@ class BranchingWrapper(AsyncTwins, gym.Wrapper):
         return fork(self, snapshot)
 
 
+# Used only for BranchingWrapper instances (see _adapter).
 _HOOKS = _Adapter(
-    capture=lambda wrapper: wrapper._branch_state(),
-    load=lambda wrapper, state: wrapper._load_branch_state(state),
-    rebuild=lambda wrapper, env: wrapper._rebuild(env),
+    capture=lambda wrapper: cast(BranchingWrapper, wrapper)._branch_state(),
+    load=lambda wrapper, state: cast(BranchingWrapper, wrapper)._load_branch_state(state),
+    rebuild=lambda wrapper, env: cast(BranchingWrapper, wrapper)._rebuild(env),
 )
 
 
@@ -273,3 +282,64 @@ register_branching(
         "length_queue",
     ],
 )
+
+
+class RecordScreenshots(BranchingWrapper):
+    """Every step's ``info[key]`` (``"screenshot"``) holds a base64 PNG of the env's frame after the step.
+
+    For trajectory viewers such as the eval report (``agentgym eval --screenshots``), which show
+    ``info["screenshot"]`` of each turn. The frame is the env's own ``render()``, so the env must
+    be made with ``render_mode="rgb_array"`` (the web envs and the GUI desktop render so):
+    ``RecordScreenshots(gymnasium.make("agentgym/web.shop-v0", render_mode="rgb_array"))``.
+    Resets record nothing, nor do steps that end in ``info["env_error"]`` (the env may be gone); a
+    step whose render fails keeps its result and says why in ``info[key + "_error"]``.
+
+    It has no state of its own: a fork is a RecordScreenshots (same ``key``) over the forked env.
+    Screenshots are large (tens to hundreds of kB a turn): record them where they are looked at.
+    """
+
+    def __init__(self, env: gym.Env, key: str = "screenshot"):
+        if env.render_mode != "rgb_array":
+            modes = env.metadata.get("render_modes", [])
+            hint = (
+                "make it with render_mode='rgb_array'"
+                if "rgb_array" in modes
+                else f"it renders no rgb_array images (its render modes: {modes})"
+            )
+            raise ValueError(f"RecordScreenshots needs an env whose render() returns rgb_array images: {hint}")
+        super().__init__(env)
+        self.key = key
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        if "env_error" not in info:
+            try:
+                frame = self.env.render()
+                if frame is not None:
+                    info[self.key] = base64.b64encode(_encode_png(np.asarray(frame))).decode()
+            except Exception as exc:
+                info[f"{self.key}_error"] = f"{type(exc).__name__}: {exc}"
+        return observation, reward, terminated, truncated, info
+
+
+def _encode_png(frame: np.ndarray) -> bytes:
+    """An H×W×3 (RGB), H×W×4 (RGBA) or H×W (grey) uint8 array as PNG bytes (no filtering; zlib only, no Pillow)."""
+    frame = np.ascontiguousarray(frame, dtype=np.uint8)
+    if frame.ndim == 2:
+        frame = frame[..., None]
+    if frame.ndim != 3 or frame.shape[2] not in (1, 3, 4):
+        raise ValueError(f"expected an H×W×3, H×W×4 or H×W image, got shape {frame.shape}")
+    height, width, channels = frame.shape
+    rows = np.zeros((height, 1 + width * channels), np.uint8)  # each row: filter type 0, then its pixels
+    rows[:, 1:] = frame.reshape(height, width * channels)
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+    color_type = {1: 0, 3: 2, 4: 6}[channels]
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, color_type, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(rows.tobytes(), 6))
+        + chunk(b"IEND", b"")
+    )

@@ -3,14 +3,15 @@
 import asyncio
 
 import gymnasium
+import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 from gymnasium.wrappers import ClipReward, OrderEnforcing, PassiveEnvChecker, RecordEpisodeStatistics, TimeLimit
 
 import agentgym
 from agentgym import BranchingWrapper, SnapshotMismatchError, WrapperNotBranchingError
-from agentgym.envs.tool.keychain import demonstration, make_task
-from agentgym.wrappers import register_branching
+from agentgym.envs.tool.keychain import KeyChainEnv, demonstration, make_task
+from agentgym.wrappers import RecordScreenshots, register_branching
 
 KEYCHAIN = "agentgym/tool.keychain-v0"
 TASK = "train-3"  # two hops: lookup, lookup, submit
@@ -258,3 +259,123 @@ def test_a_docker_env_forks_through_the_standard_stack_and_episode_statistics_li
             fork.close()
     finally:
         env.close(), replay.close()
+
+
+# --- RecordScreenshots -------------------------------------------------------------------------
+
+
+def png_pixels(text: str):
+    """The RGB pixels of a base64 PNG (as the eval report would show it)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    data = base64.b64decode(text, validate=True)
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    with Image.open(io.BytesIO(data)) as image:
+        return np.asarray(image.convert("RGB"))
+
+
+class PaintedKeyChain(KeyChainEnv):
+    """KeyChain with an rgb_array render: a 2x3 frame whose every pixel is the turn number."""
+
+    metadata = {"render_modes": ["ansi", "rgb_array"]}
+
+    def render(self):
+        if self.render_mode == "rgb_array":
+            return np.full((2, 3, 3), self.turn, np.uint8)
+        return super().render()
+
+
+def test_record_screenshots_puts_each_steps_frame_into_info_and_forks_as_the_same_wrapper():
+    env = RecordScreenshots(PaintedKeyChain(max_turns=20, render_mode="rgb_array"), key="frame")
+    try:
+        _, info = env.reset(options={"task_id": TASK})
+        assert "frame" not in info  # resets record nothing, as the web env's flag did
+        info = env.step(WRONG)[4]
+        assert (png_pixels(info["frame"]) == 1).all() and png_pixels(info["frame"]).shape == (2, 3, 3)
+        fork = env.fork()
+        try:
+            assert isinstance(fork, RecordScreenshots) and fork.key == "frame" and fork.unwrapped is not env.unwrapped
+            assert (png_pixels(fork.step(WRONG)[4]["frame"]) == 2).all()
+            with fork.snapshot() as snap:
+                fork.step(WRONG)
+                fork.restore(snap)
+            assert (png_pixels(fork.step(WRONG)[4]["frame"]) == 3).all()
+        finally:
+            fork.close()
+        assert (png_pixels(env.step(WRONG)[4]["frame"]) == 2).all()  # the source goes on by itself
+    finally:
+        env.close()
+
+
+def test_record_screenshots_over_the_standard_stack_and_a_render_failure():
+    gymnasium.register("agentgym/test.painted-keychain-v0", entry_point=PaintedKeyChain)
+    try:
+        env = RecordScreenshots(gymnasium.make("agentgym/test.painted-keychain-v0", render_mode="rgb_array"))
+        env.reset(options={"task_id": TASK})
+        assert (png_pixels(env.step(WRONG)[4]["screenshot"]) == 1).all()
+        fork = env.fork()
+        assert isinstance(fork, RecordScreenshots) and isinstance(fork.env, OrderEnforcing)
+        fork.close()
+        env.unwrapped.render = lambda: 1 / 0  # a failing render keeps the step and says why
+        info = env.step(WRONG)[4]
+        assert "screenshot" not in info and info["screenshot_error"].startswith("ZeroDivisionError")
+        env.close()
+    finally:
+        gymnasium.registry.pop("agentgym/test.painted-keychain-v0")
+
+
+def test_record_screenshots_needs_an_env_that_renders_rgb_array_images():
+    with pytest.raises(ValueError, match="renders no rgb_array"):
+        RecordScreenshots(make())
+    env = PaintedKeyChain()
+    with pytest.raises(ValueError, match="render_mode='rgb_array'"):
+        RecordScreenshots(env)
+    env.close()
+
+
+@pytest.mark.browser
+def test_a_wrapped_web_env_records_screenshots_and_forks_with_the_wrapper():
+    env = RecordScreenshots(gymnasium.make("agentgym/web.shop-v0", render_mode="rgb_array"))
+    try:
+        task_id = env.unwrapped.task_ids()[0]
+        env.reset(options={"task_id": task_id})
+        info = env.step("noop()")[4]
+        width, height = env.unwrapped.screen_size
+        assert png_pixels(info["screenshot"]).shape == (height, width, 3)
+        assert (png_pixels(info["screenshot"]) == env.render()).all()  # the env's own frame
+        fork = env.fork()
+        try:
+            assert isinstance(fork, RecordScreenshots) and fork.unwrapped is not env.unwrapped
+            assert png_pixels(fork.step("noop()")[4]["screenshot"]).shape == (height, width, 3)
+            assert (png_pixels(env.step("noop()")[4]["screenshot"]) == fork.render()).all()  # same page, same pixels
+        finally:
+            fork.close()
+    finally:
+        env.close()
+
+
+@pytest.mark.browser
+def test_the_deprecated_record_screenshots_flag_warns_and_still_records():
+    with pytest.warns(DeprecationWarning, match="RecordScreenshots"):
+        env = gymnasium.make("agentgym/web.shop-v0", record_screenshots=True)
+    try:
+        env.reset(options={"task_id": env.unwrapped.task_ids()[0]})
+        info = env.step("noop()")[4]
+        width, height = env.unwrapped.screen_size
+        assert png_pixels(info["screenshot"]).shape == (height, width, 3)
+    finally:
+        env.close()
+
+
+@pytest.mark.browser
+def test_the_eval_harness_wraps_only_the_envs_that_render_images():
+    from agentgym.eval.harness import _env_factory, _renders_rgb_array
+
+    assert _renders_rgb_array("agentgym/web.shop-v0") and _renders_rgb_array("agentgym/miniwob.click-test-v0")
+    assert not _renders_rgb_array(KEYCHAIN)
+    env = _env_factory(KEYCHAIN, {"max_turns": 3}, screenshots=True)()  # run as it is
+    assert not isinstance(env, RecordScreenshots) and env.render_mode is None
+    env.close()

@@ -21,7 +21,7 @@ import gc
 import io
 import pickle
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 __all__ = ["SQLiteState", "StateCopy"]
@@ -52,10 +52,10 @@ class SQLiteState:
         if script:
             self.conn.executescript(script)
 
-    def execute(self, sql: str, parameters: Iterable[Any] | dict = ()) -> sqlite3.Cursor:
+    def execute(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] = ()) -> sqlite3.Cursor:
         return self.conn.execute(sql, parameters)
 
-    def query(self, sql: str, parameters: Iterable[Any] | dict = ()) -> list[tuple]:
+    def query(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] = ()) -> list[tuple]:
         """All rows of a query, as tuples."""
         return self.conn.execute(sql, parameters).fetchall()
 

@@ -33,6 +33,11 @@ in a :class:`~agentgym.memory.wrapper.MemoryWrapper`, so retrieved memories and 
 each task's first observation; in ``learn`` mode each finished episode is written back (in
 finishing order, so later episodes may see earlier ones). The store and mode are part of the
 run's identity.
+
+**Screenshots** (``screenshots=True``, ``agentgym eval --screenshots``): every env that renders
+images (the web envs, the GUI desktop) is made with ``render_mode="rgb_array"`` and wrapped in a
+:class:`~agentgym.wrappers.RecordScreenshots`, so each turn's ``info["screenshot"]`` (a base64
+PNG) reaches the report's trajectory viewer; envs that render none are run as they are.
 """
 
 from __future__ import annotations
@@ -47,13 +52,14 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from agentgym.eval.oracles import EpisodeAgent
 from agentgym.eval.suites import Suite
 from agentgym.rollout.agent import AgentConfig
 from agentgym.rollout.policy import Policy
 from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig
+from agentgym.rollout.store import TrajectoryStore
 from agentgym.rollout.trajectory import Trajectory
 
 if TYPE_CHECKING:
@@ -258,6 +264,7 @@ async def evaluate(
     model: str | None = None,
     progress: bool = True,
     memory: MemoryConfig | None = None,
+    screenshots: bool = False,
 ) -> dict:
     """Run ``k`` samples of every task of ``suite`` with ``policy`` and return the summary (also written to ``out_dir``).
 
@@ -271,14 +278,14 @@ async def evaluate(
         model: the name recorded in ``summary.json`` (default: the policy's name).
         progress: show a progress line when stderr is a terminal.
         memory: wrap every env in a MemoryWrapper over this bank (see the module docstring).
+        screenshots: record a screenshot of every turn for the report, in the envs that render
+            images (see the module docstring).
 
     Raises:
         PolicyUnavailableError: the policy failed; the run stopped with its results so far kept.
     """
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
-    import gymnasium
-
     import agentgym  # noqa: F401  (registers the envs)
 
     out = Path(out_dir)
@@ -313,16 +320,22 @@ async def evaluate(
             if not todo:
                 continue
             env_policy = policy if isinstance(policy, Policy) else policy(env_id, env_kwargs)
-            factory = lambda env_id=env_id, env_kwargs=env_kwargs: gymnasium.make(env_id, **env_kwargs)  # noqa: E731
+            factory = _env_factory(env_id, env_kwargs, screenshots)
             runner = Runner(
                 EpisodeAgent(env_policy, config),
                 factory if memory is None else memory.wrap(factory),
-                RunnerConfig(concurrency=concurrency, episode_timeout=timeout, progress=False, store=writer),
+                # The runner only calls store.append, and without a job every record is a Trajectory.
+                RunnerConfig(
+                    concurrency=concurrency,
+                    episode_timeout=timeout,
+                    progress=False,
+                    store=cast(TrajectoryStore, writer),
+                ),
             )
             try:
                 await runner.run(todo)
             except* _StopRun as stopped:
-                error = stopped.exceptions[0].error
+                error = cast(_StopRun, stopped.exceptions[0]).error  # raised directly in the runner's one task group
                 raise PolicyUnavailableError(
                     f"the policy failed, so the run stopped ({error}). Finished episodes are kept in "
                     f"{results_path}; rerun the same command to resume."
@@ -334,11 +347,36 @@ async def evaluate(
         if display is not None:
             display.stop()
 
-    rows = {}
+    rows: dict[tuple[str, int], dict] = {}
     for row in load_results(results_path):
         rows.setdefault((row["task_id"], row["sample"]), row)  # a duplicate could only come from a hand edit
     results = [row for key, row in rows.items() if key in wanted]
     return _write_summary(out, suite, results, k, model)
+
+
+def _env_factory(env_id: str, env_kwargs: dict, screenshots: bool) -> Callable[[], Any]:
+    """``gymnasium.make(env_id, **env_kwargs)``, wrapped in RecordScreenshots when asked and the env renders images."""
+    import gymnasium
+
+    if not (screenshots and _renders_rgb_array(env_id)):
+        return lambda: gymnasium.make(env_id, **env_kwargs)
+    from agentgym.wrappers import RecordScreenshots
+
+    return lambda: RecordScreenshots(gymnasium.make(env_id, **{**env_kwargs, "render_mode": "rgb_array"}))
+
+
+def _renders_rgb_array(env_id: str) -> bool:
+    """Whether the env registered as ``env_id`` declares the ``rgb_array`` render mode (read without making one)."""
+    import gymnasium
+    from gymnasium.envs.registration import load_env_creator
+
+    from agentgym.registration import DeprecatedId
+
+    entry_point = gymnasium.spec(env_id).entry_point
+    creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+    if isinstance(creator, DeprecatedId):
+        return _renders_rgb_array(creator.new_id)
+    return "rgb_array" in getattr(creator, "metadata", {}).get("render_modes", ())
 
 
 def _claim_run_dir(out: Path, identity: dict) -> None:

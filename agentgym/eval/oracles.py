@@ -27,8 +27,10 @@ from __future__ import annotations
 import contextvars
 import random
 from collections.abc import Iterable, Sequence
+from typing import cast
 
 from agentgym.actions import ToolCall, parse_action, tool_specs_from_openai
+from agentgym.core import AgentEnv
 from agentgym.rollout.agent import Agent, Episode
 from agentgym.rollout.chat import Message
 from agentgym.rollout.policy import Completion, Policy, SamplingParams
@@ -177,7 +179,7 @@ def oracle_for(env_id: str, env_kwargs: dict) -> ReferencePolicy:
 
     env = gymnasium.make(env_id, **env_kwargs)
     try:
-        policy = ReferencePolicy(env.unwrapped.tasks())
+        policy = ReferencePolicy(cast(AgentEnv, env.unwrapped).tasks())
     finally:
         env.close()
     if not policy.tasks:

@@ -19,6 +19,7 @@ import hashlib
 import json
 import re
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from html import escape as _escape_markup
 from pathlib import Path
 
@@ -298,7 +299,7 @@ def _category_table(summary: dict, results: list[dict], k: int) -> str:
 _W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 420, 260, 44, 12, 28, 48
 
 
-def _frame(plot_id: str, title: str, y_max: float, y_ticks: list[float], x_label: str, inner: list[str]) -> str:
+def _frame(plot_id: str, title: str, y_max: float, y_ticks: Sequence[float], x_label: str, inner: list[str]) -> str:
     parts = [
         f'<svg id="{plot_id}" xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" '
         f'viewBox="0 0 {_W} {_H}" role="img" aria-label="{escape(title)}">',

@@ -27,8 +27,12 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from agentgym.registration import NAMESPACE, registered_env_ids
+
+if TYPE_CHECKING:
+    from agentgym.core import AgentEnv
 
 __all__ = ["BUILTIN_SUITES", "Suite", "SuiteTask", "builtin_suite_envs", "load_suite"]
 
@@ -109,7 +113,9 @@ def _builtin(name: str) -> Suite:
     for env_id in builtin_suite_envs()[name]:
         env = gymnasium.make(env_id)  # constructors are cheap: sandboxes, browsers and desktops start at reset
         try:
-            tasks += [SuiteTask(env_id, task.id, task.category or name) for task in env.unwrapped.tasks()]
+            tasks += [
+                SuiteTask(env_id, task.id, task.category or name) for task in cast("AgentEnv", env.unwrapped).tasks()
+            ]
         finally:
             env.close()
     return Suite(name, tuple(tasks))

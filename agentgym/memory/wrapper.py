@@ -39,7 +39,7 @@ import copy
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 
@@ -106,7 +106,7 @@ class MemoryWrapper(BranchingWrapper):
         super().__init__(env)
         self.bank = bank if isinstance(bank, MemoryBank) else MemoryBank(bank, read_only=mode == "read")
         self.mode = mode
-        self.options = {"k_skills": k_skills, "k_episodes": k_episodes, "min_utility": min_utility}
+        self.options: dict[str, Any] = {"k_skills": k_skills, "k_episodes": k_episodes, "min_utility": min_utility}
         self.extra_skills = list(extra_skills)
         self.write_forks = write_forks
         self.family = family
@@ -140,7 +140,7 @@ class MemoryWrapper(BranchingWrapper):
         if context is None or context.done:
             return observation, reward, terminated, truncated, info
         context.steps.append(
-            step_entry(self.unwrapped.parse(action).calls, observation["text"], reward, info.get("error"))
+            step_entry(self.unwrapped.parse(action).calls, observation["text"], cast(float, reward), info.get("error"))
         )
         context.reward += float(reward)
         if terminated or truncated:
@@ -170,6 +170,11 @@ class MemoryWrapper(BranchingWrapper):
 
     # ------------------------------------------------------------------ the AgentEnv surface
     @property
+    def unwrapped(self) -> AgentEnv:
+        """The AgentEnv at the bottom of the stack (the wrapper requires one)."""
+        return cast(AgentEnv, super().unwrapped)
+
+    @property
     def kind(self) -> str:
         return self.unwrapped.kind
 
@@ -198,7 +203,7 @@ class MemoryWrapper(BranchingWrapper):
         self._context = None if state is None else state.copy()
 
     def fork(self, snapshot: Snapshot | None = None) -> MemoryWrapper:
-        child = super().fork(snapshot)
+        child = cast(MemoryWrapper, super().fork(snapshot))  # a fork keeps the stack of wrappers
         if child._context is not None:
             child._context.branch = True
         return child
@@ -206,7 +211,7 @@ class MemoryWrapper(BranchingWrapper):
     def _rebuild(self, env: gym.Env) -> MemoryWrapper:
         # The bank this wrapper opened (not its path again): every fork writes through one connection pool.
         return MemoryWrapper(
-            env,
+            cast("AgentEnv | gym.Wrapper", env),
             self.bank,
             mode=self.mode,
             extra_skills=self.extra_skills,

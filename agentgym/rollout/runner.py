@@ -365,6 +365,7 @@ class Runner:
         while True:
             env = item.episode.env if item.episode is not None else await call.acquire()
             begun = time.monotonic()
+            record: Record | None
             deadline = asyncio.timeout(None if timeout is None else max(0.0, timeout - item.elapsed))
             try:
                 async with deadline:

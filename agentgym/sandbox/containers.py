@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentgym.extras import requires
 
@@ -69,7 +70,7 @@ class SandboxConfig:
 
     def host_config(self, *, size_quota: bool = False) -> dict:
         """The engine's host config; ``size_quota`` where the engine enforces ``storage_opt size``."""
-        limits = {}
+        limits: dict[str, Any] = {}
         if self.disk_limit is not None:
             limits["ulimits"] = [disk.file_size_ulimit(self.disk_limit)]
             if size_quota:

@@ -74,6 +74,7 @@ class AgentgymTrainer(GRPOTrainer):
     """
 
     _tag_names = ["trl", "agentgym"]
+    args: AgentgymConfig
 
     def __init__(
         self,

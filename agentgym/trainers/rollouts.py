@@ -16,10 +16,12 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from transformers import TrainerCallback
 
+from agentgym.core import AgentEnv
 from agentgym.rollout.agent import Agent, AgentConfig
 from agentgym.rollout.hf_policy import HFPolicy
 from agentgym.rollout.policy import SamplingParams
@@ -30,7 +32,7 @@ from agentgym.rollout.trajectory import RolloutTree, Trajectory
 __all__ = ["Row", "TimeBudget", "collate", "make_env_factory", "record_metrics", "trajectory_rows"]
 
 
-def make_env_factory(env_id: str, env_kwargs: dict | None = None, memory: dict | None = None) -> Callable[[], object]:
+def make_env_factory(env_id: str, env_kwargs: dict | None = None, memory: dict | None = None) -> Callable[[], AgentEnv]:
     """A zero-argument env factory for a registered id or a ``module:Class`` entry point, wrapped for ``memory`` if given."""
     kwargs = dict(env_kwargs or {})
     if ":" in env_id and "/" not in env_id.split(":")[0]:
@@ -42,7 +44,8 @@ def make_env_factory(env_id: str, env_kwargs: dict | None = None, memory: dict |
 
         import agentgym  # noqa: F401 - registers the built-in envs
 
-        factory = lambda: gymnasium.make(env_id, **kwargs)  # noqa: E731
+        # gymnasium.make's wrappers are typed as plain Envs; the runner drives them as AgentEnvs.
+        factory = lambda: cast(AgentEnv, gymnasium.make(env_id, **kwargs))  # noqa: E731
     if memory is None:
         return factory
     from agentgym.memory.config import MemoryConfig

@@ -41,10 +41,11 @@ import random
 import threading
 import time
 from collections import Counter, deque
+from typing import cast
 
 import torch
 from torch import nn
-from transformers import AutoModel, AutoModelForCausalLM
+from transformers import AutoModel, AutoModelForCausalLM, PreTrainedModel
 from trl.trainer.utils import add_fused_lm_head
 
 from agentgym.rollout.runner import EpisodeRequest
@@ -87,6 +88,7 @@ class SAOTrainer(AgentgymTrainer):
 
     _tag_names = ["trl", "agentgym", "sao"]
     _name = "SAO"
+    args: SAOConfig
 
     def __init__(
         self,
@@ -118,14 +120,15 @@ class SAOTrainer(AgentgymTrainer):
             self.start_model = None
             if args.log_kl_to_start:
                 self.start_model = _unpatched_copy(learner).eval().requires_grad_(False)
-                add_fused_lm_head(self.start_model, temperature=self.temperature)
+                # a copy of the causal LM being trained
+                add_fused_lm_head(cast(PreTrainedModel, self.start_model), temperature=self.temperature)
         finally:
             learner.value_model = value_model
         self.policy = self._make_policy(self.producer_model)
         self.agent = make_agent(self.policy, args)
         self.queue: queue.Queue = queue.Queue(maxsize=args.producer_queue_size)
         self.replay: deque = deque()  # stored but untrained records found at a resume
-        self.staleness = Counter()
+        self.staleness: Counter[int] = Counter()
         self.dropped_stale = 0
         self.consumed = 0  # records this run's learner took (trained or dropped), across resumes
         self.started = 0  # episodes the producer started; started − consumed is bounded by _admit
@@ -225,7 +228,9 @@ class SAOTrainer(AgentgymTrainer):
     def _take(self, count: int) -> tuple[list[Trajectory], list[Trajectory], list[int]]:
         """``count`` fresh-enough trajectories (plus every record consumed on the way, and their staleness)."""
         step = self.state.global_step
-        fresh, seen, staleness = [], [], []
+        fresh: list[Trajectory] = []
+        seen: list[Trajectory] = []
+        staleness: list[int] = []
         while len(fresh) < count:
             if self.replay:
                 record = self.replay.popleft()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any, cast
 
 import torch
 from trl.models import unwrap_model_for_generation
@@ -62,6 +63,7 @@ class TreeGRPOTrainer(AgentgymTrainer):
 
     _tag_names = ["trl", "grpo", "agentgym", "tree-grpo"]
     _name = "TreeGRPO"
+    args: TreeGRPOConfig
 
     def __init__(
         self,
@@ -116,7 +118,8 @@ class TreeGRPOTrainer(AgentgymTrainer):
             with unwrap_model_for_generation(
                 self.model_wrapped,
                 self.accelerator,
-                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+                # TrainingArguments.__post_init__ parses a JSON-string value into a dict.
+                gradient_checkpointing_kwargs=cast(dict[str, Any] | None, self.args.gradient_checkpointing_kwargs),
             ):
                 records = run_tasks(
                     make_runner(self.agent, self.args, self.store, job=self._tree_job if self.args.tree else None),

@@ -16,7 +16,9 @@ import asyncio
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import cast
 
+from agentgym.core import AgentEnv
 from agentgym.rollout.agent import Agent, AgentConfig
 from agentgym.rollout.chat import ChatFormat
 from agentgym.rollout.hf_policy import HFPolicy
@@ -53,7 +55,7 @@ class ScriptedPolicy(Policy):
 
 
 def demonstrations(
-    env_factory: Callable[[], object],
+    env_factory: Callable[[], AgentEnv],
     task_ids: Sequence[str],
     replies_for: Callable[[str], list[str]],
     tokenizer,
@@ -124,7 +126,11 @@ def sft_warm_start(
 
 
 def success_rate(
-    model, env_factory: Callable[[], object], task_ids: Sequence[str], agent_config: AgentConfig, concurrency: int = 16
+    model,
+    env_factory: Callable[[], AgentEnv],
+    task_ids: Sequence[str],
+    agent_config: AgentConfig,
+    concurrency: int = 16,
 ) -> float:
     """The fraction of ``task_ids`` solved by ``model`` (a directory or an :class:`HFPolicy`) with ``agent_config``'s sampling."""
 
@@ -138,7 +144,8 @@ def success_rate(
         finally:
             if policy is not model:
                 await policy.aclose()
-        return math.fsum(r.success for r in result.records) / len(task_ids)
+        # Without a tree job every record is a Trajectory.
+        return math.fsum(cast(Trajectory, r).success for r in result.records) / len(task_ids)
 
     return asyncio.run(run())
 

@@ -204,7 +204,8 @@ def _pick(
         items = by_operator[name][:]
         rng.shuffle(items)
         queues.append(deque(items))
-    picked, seen = [], set()
+    picked: list[tuple[mutate.Mutation, str]] = []
+    seen: set[str] = set()
     while queues and len(picked) < limit:
         for q in list(queues):
             if not q:
@@ -572,7 +573,9 @@ def verify_task(task: dict, repo_dir: Path, run_tests: RunTests) -> list[str]:
 def _qualified(screened: list[Screened], max_failing: int, per_function: int) -> list[Screened]:
     """Mutants worth a task, in screening order: caught by 1..max_failing tests (a localised bug),
     not a duplicate of an earlier one, at most `per_function` per function."""
-    kept, seen, per = [], set(), Counter()
+    kept: list[Screened] = []
+    seen: set[object] = set()
+    per: Counter[tuple[str, str]] = Counter()
     for s in screened:
         c = s.candidate
         key = (c.path, c.mutation.function)
@@ -625,7 +628,9 @@ def generate(
 
     cap = max(1, int(max_share * count))
     runner = pytest_runner(python)
-    kept, per_repo, per_operator = [], Counter(), Counter()
+    kept: list[dict] = []
+    per_repo: Counter[str] = Counter()
+    per_operator: Counter[str] = Counter()
 
     def build_and_verify(s: Screened) -> dict | None:
         spec, baseline, root, api = context[s.candidate.repo]
@@ -638,11 +643,11 @@ def generate(
             return None
         return task
 
-    numbering = Counter()
+    numbering: Counter[str] = Counter()
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as executor:
         while len(kept) < count:
             # One round-robin pass over the repos that still have mutants and room under the cap.
-            batch = []
+            batch: list[Screened] = []
             for name, q in queues.items():
                 if q and per_repo[name] < cap and len(batch) < count - len(kept):
                     # Prefer the operator with the fewest tasks so far, so the set is not all flipped comparisons.

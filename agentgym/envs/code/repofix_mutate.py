@@ -18,10 +18,21 @@ import copy
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, Protocol, cast
 
 Edit = tuple[int, int, str]  # (start byte, end byte, replacement text) in the original source
 NodePath = tuple[tuple[str, "int | None"], ...]  # (field, list index) steps from a function node
 Variant = tuple["ast.AST | None", tuple[tuple[Edit, ...], ...], str]  # replacement, edit alternatives, description
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+class _Located(Protocol):
+    """A node with a source position (expressions, statements, arguments, ...)."""
+
+    lineno: int
+    col_offset: int
+    end_lineno: int | None
+    end_col_offset: int | None
 
 
 @dataclass(frozen=True)
@@ -35,7 +46,7 @@ class Mutation:
     alternatives: tuple[tuple[Edit, ...], ...]  # tried in order; the first that parses to the expected AST wins
     target: NodePath
     replacement: ast.AST | None = field(compare=False, repr=False)  # None removes the target statement
-    func: ast.AST = field(compare=False, repr=False)
+    func: Function = field(compare=False, repr=False)
     region: tuple[int, int] = (0, 0)  # byte span of the function's whole lines (decorators included)
 
 
@@ -48,16 +59,16 @@ class _Source:
         for match in re.finditer(rb"\n", self.data):
             self.line_starts.append(match.end())
 
-    def start(self, node: ast.AST) -> int:
+    def start(self, node: _Located) -> int:
         return self.line_starts[node.lineno - 1] + node.col_offset
 
-    def end(self, node: ast.AST) -> int:
+    def end(self, node: _Located) -> int:
         return self.line_starts[node.end_lineno - 1] + node.end_col_offset
 
     def text(self, start: int, end: int) -> str:
         return self.data[start:end].decode("utf-8")
 
-    def node_text(self, node: ast.AST) -> str:
+    def node_text(self, node: _Located) -> str:
         return self.text(self.start(node), self.end(node))
 
     def line_span(self, first: int, last: int) -> tuple[int, int]:
@@ -95,7 +106,7 @@ def _parenthesized(edits: tuple[Edit, ...], start: int, end: int) -> tuple[Edit,
     return ((start, start, "("),) + edits + ((end, end, ")"),)
 
 
-def _shift_bound(node: ast.AST, src: _Source) -> Iterator[Variant]:
+def _shift_bound(node: ast.expr, src: _Source) -> Iterator[Variant]:
     """Move an index or bound expression by one: ``3`` -> ``2``/``4``, ``n`` -> ``n + 1``/``n - 1``."""
     start, end = src.start(node), src.end(node)
     value = _int_value(node)
@@ -149,7 +160,7 @@ def swap_and_or(node, path, ctx) -> Iterator[Variant]:
         return
     src = ctx.src
     old, new, new_op = ("and", "or", ast.Or) if isinstance(node.op, ast.And) else ("or", "and", ast.And)
-    edits = []
+    edits: list[Edit] = []
     for left, right in zip(node.values, node.values[1:]):
         span = src.find(src.end(left), src.start(right), rf"\b{old}\b")
         if span is None:
@@ -157,8 +168,8 @@ def swap_and_or(node, path, ctx) -> Iterator[Variant]:
         edits.append(span + (new,))
     replacement = copy.deepcopy(node)
     replacement.op = new_op()
-    edits = tuple(edits)
-    yield replacement, (edits, _parenthesized(edits, src.start(node), src.end(node))), f"`{old}` -> `{new}`"
+    spans = tuple(edits)
+    yield replacement, (spans, _parenthesized(spans, src.start(node), src.end(node))), f"`{old}` -> `{new}`"
 
 
 def drop_not(node, path, ctx) -> Iterator[Variant]:
@@ -229,7 +240,7 @@ def off_by_one(node, path, ctx) -> Iterator[Variant]:
         if _int_value(node.slice) is not None:  # only literal indexes: ``d[key]`` is usually a mapping
             for replacement, alternatives, description in _shift_bound(node.slice, src):
                 whole = copy.deepcopy(node)
-                whole.slice = replacement
+                whole.slice = cast(ast.expr, replacement)
                 yield whole, alternatives, description
     elif _is_range_call(node):
         for index, arg in enumerate(node.args[:2]):  # start/stop; a step of +-1 is rarely the intended bug
@@ -349,6 +360,7 @@ def wrong_default(node, path, ctx) -> Iterator[Variant]:
     slots += [("kw_defaults", i, d) for i, d in enumerate(arguments.kw_defaults) if d is not None]
     for field_name, index, default in slots:
         start, end = src.start(default), src.end(default)
+        news: list[int]  # bools (a subclass of int) for a bool default
         if isinstance(default, ast.Constant) and isinstance(default.value, bool):
             news = [not default.value]
         elif _int_value(default) is not None:
@@ -384,7 +396,7 @@ OPERATORS: dict[str, Callable[..., Iterator[Variant]]] = {
 @dataclass
 class _Context:
     src: _Source
-    func: ast.AST
+    func: Function
     local_names: list[str]
     defaults_marker: NodePath = (("args", None),)
 
@@ -395,7 +407,7 @@ class _Context:
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
-def functions(tree: ast.Module) -> Iterator[tuple[str, ast.AST]]:
+def functions(tree: ast.Module) -> Iterator[tuple[str, Function]]:
     """(qualified name, node) of every function and method, nested ones included, in source order."""
 
     def visit(node, prefix):
@@ -412,7 +424,7 @@ def functions(tree: ast.Module) -> Iterator[tuple[str, ast.AST]]:
     yield from visit(tree, "")
 
 
-def _body_nodes(func: ast.AST) -> Iterator[tuple[NodePath, ast.AST]]:
+def _body_nodes(func: Function) -> Iterator[tuple[NodePath, ast.AST]]:
     """Pre-order walk of a function's own body, skipping its docstring, nested scopes,
     annotations and f-strings (whose inner positions Python 3.11 reports unreliably)."""
 
@@ -433,7 +445,7 @@ def _body_nodes(func: ast.AST) -> Iterator[tuple[NodePath, ast.AST]]:
             yield from walk(body[index], (("body", index),))
 
 
-def _local_names(func: ast.AST) -> list[str]:
+def _local_names(func: Function) -> list[str]:
     """Parameters and assigned names of a function, sorted: what a wrong ``return`` could pick."""
     args = func.args
     names = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
@@ -445,11 +457,12 @@ def _local_names(func: ast.AST) -> list[str]:
 
 
 def _resolve(node: ast.AST, path: NodePath) -> ast.AST:
+    current: Any = node
     for name, index in path:
-        node = getattr(node, name)
+        current = getattr(current, name)
         if index is not None:
-            node = node[index]
-    return node
+            current = current[index]
+    return current
 
 
 def _replaced(func: ast.AST, path: NodePath, replacement: ast.AST | None) -> ast.AST:
@@ -509,7 +522,7 @@ def _function_dump(snippet: bytes) -> str | None:
         tree = ast.parse(b"if 1:\n" + snippet if indented else snippet)
     except SyntaxError:
         return None
-    node = tree.body[0].body[0] if indented else tree.body[0]
+    node = cast(ast.If, tree.body[0]).body[0] if indented else tree.body[0]
     return ast.dump(node)
 
 

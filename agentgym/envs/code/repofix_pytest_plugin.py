@@ -16,8 +16,8 @@ import pytest
 
 _MAX_REPR = 200  # longer values make unreadable bug reports; they are left out
 
-_outcomes = {}
-_failures = {}
+_outcomes: dict[str, str] = {}
+_failures: dict[str, dict] = {}
 
 
 def _short_repr(value):

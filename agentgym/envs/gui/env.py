@@ -9,7 +9,9 @@ the app's accessibility summary). Actions are the pyautogui-like tools of
 ``info["grade"]`` is ``{"claim": "done" | "fail", "problem": <what the checker found, or None>}``.
 
 Options as in the other families: ``tasks=`` (ids or a pattern), ``screen_size=(width, height)``,
-``screenshot`` (default True; False leaves ``"image"`` out of the observations). The family hooks
+``screenshot`` (default True; False leaves ``"image"`` out of the observations) and
+``render_mode`` (``"rgb_array"``: ``render()`` is the last settled screenshot, as
+:class:`agentgym.wrappers.RecordScreenshots` records it). The family hooks
 (:mod:`agentgym.core`, Family hooks) are ``_setup`` (a fresh desktop with the task's files and
 app), ``_grade`` (the task's checker) and ``_branch_state`` / ``_load_branch_state``.
 
@@ -107,6 +109,7 @@ class DesktopEnv(AgentEnv):
     """Desktop-app tasks in a Docker desktop (see the module docstring)."""
 
     kind = "agentgym.gui.desktop"
+    metadata: dict[str, Any] = {"render_modes": ["ansi", "rgb_array"]}
 
     def __init__(
         self,
@@ -161,7 +164,7 @@ class DesktopEnv(AgentEnv):
 
     def _begin(self, task_id: str) -> dict:
         goal = self._setup(task_id)
-        observation = {"text": describe(self._last, self.screen, headline=f"Task: {goal}")}
+        observation: dict[str, Any] = {"text": describe(self._last, self.screen, headline=f"Task: {goal}")}
         if self.screenshot:
             observation["image"] = self._last.image
         return observation
@@ -224,6 +227,11 @@ class DesktopEnv(AgentEnv):
 
     def _teardown(self) -> None:
         self._close_desktop()
+
+    def render(self) -> Any:
+        if self.render_mode == "rgb_array":
+            return None if self._last is None else self._last.image.copy()
+        return super().render()
 
     # ------------------------------------------------------------------ family hooks
     def _setup(self, task_id: str) -> str:

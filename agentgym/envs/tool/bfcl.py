@@ -40,7 +40,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from agentgym.extras import requires
 
@@ -120,17 +120,17 @@ class BFCLMultiTurnEnv(ToolEnv):
         if category not in CATEGORIES:
             raise ValueError(f"category must be one of {CATEGORIES}, got {category!r}")
         entries = load_tasks(category)
-        tasks = {task_id: entries[task_id] for task_id in select_tasks(entries, tasks)}
-        classes = sorted({name for task in tasks.values() for name in task["involved_classes"]})
+        selected = {task_id: entries[task_id] for task_id in select_tasks(entries, tasks)}
+        classes = sorted({name for task in selected.values() for name in task["involved_classes"]})
         tools = [
             Tool(_tool_spec(doc), functools.partial(_invoke, name, doc["name"]), takes_state=True)
             for name in classes
             for doc in _function_docs(name)
         ]
-        most_turns = max(len(task["question"]) for task in tasks.values())
+        most_turns = max(len(task["question"]) for task in selected.values())
         super().__init__(
             tools,
-            tasks,
+            selected,
             state_factory=functools.partial(_instances, category),
             max_turns=max_turns or most_turns * (MAXIMUM_STEP_LIMIT + 1),
             call_timeout=call_timeout,
@@ -268,8 +268,8 @@ def to_bfcl_call(name: str, arguments: Mapping[str, Any]) -> str:
 
 def from_bfcl_call(call: str, involved_classes: list[str]) -> ToolCall:
     """A ground-truth call string as a ToolCall, positional arguments bound to their parameter names."""
-    node = ast.parse(call, mode="eval").body
-    name = node.func.id
+    node = cast(ast.Call, ast.parse(call, mode="eval").body)
+    name = cast(ast.Name, node.func).id
     args = [ast.literal_eval(arg) for arg in node.args]
     kwargs = {keyword.arg: ast.literal_eval(keyword.value) for keyword in node.keywords}
     if args:

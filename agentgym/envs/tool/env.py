@@ -253,10 +253,10 @@ class ToolEnv(AgentEnv):
                 _raise_in_thread(thread, _CutOff)
             return f"Error: tool timed out after {timeout:g}s", True
         if "error" in box:
-            exc = box["error"]
-            if isinstance(exc, _CutOff):
+            error = box["error"]
+            if isinstance(error, _CutOff):
                 return f"Error: tool timed out after {timeout:g}s", True
-            return f"Error: {type(exc).__name__}: {exc}", True
+            return f"Error: {type(error).__name__}: {error}", True
         return _as_text(box["value"]), False
 
     def _record(self, name: str, arguments: Mapping[str, Any], result: str) -> None:

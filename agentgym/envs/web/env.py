@@ -35,7 +35,7 @@ import json
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -93,11 +93,12 @@ class WebEnv(AgentEnv):
         action_timeout: seconds an action may wait for its element (navigations get three times that).
         max_page_chars: the page tree is cut after this many characters (the observation says so).
         chromium: the Chromium executable (default: ``$AGENTGYM_CHROMIUM`` or ``chromium`` on PATH).
-        record_screenshots: every step's ``info["screenshot"]`` holds a base64 PNG of the page, for
-            trajectory viewers such as the eval report (large: off by default).
+        record_screenshots: deprecated: wrap the env in :class:`agentgym.wrappers.RecordScreenshots`
+            (made with ``render_mode="rgb_array"``) instead. Still works (with a DeprecationWarning):
+            every step's ``info["screenshot"]`` holds a base64 PNG of the page.
     """
 
-    metadata: ClassVar[dict] = {"render_modes": ["ansi", "rgb_array"]}
+    metadata: dict[str, Any] = {"render_modes": ["ansi", "rgb_array"]}
     #: Viewport (width, height) in CSS pixels; screenshots have this size.
     default_screen_size: ClassVar[tuple[int, int]] = (1280, 720)
     #: Whether forks always replay the action prefix (pages whose state lives in JavaScript).
@@ -121,7 +122,7 @@ class WebEnv(AgentEnv):
         if viewport is not None:
             warn_renamed_option(type(self).__name__, "viewport", "screen_size")
             screen_size = screen_size or viewport
-        self.screen_size: tuple[int, int] = tuple(screen_size or self.default_screen_size)
+        self.screen_size = cast(tuple[int, int], tuple(screen_size or self.default_screen_size))
         width, height = self.screen_size
         super().__init__(
             max_turns=max_turns,
@@ -131,6 +132,14 @@ class WebEnv(AgentEnv):
         self.screenshot = screenshot or set_of_marks
         self.set_of_marks = set_of_marks
         self.pixel_actions = pixel_actions
+        if record_screenshots:
+            warnings.warn(
+                f"{type(self).__name__}(record_screenshots=True) is deprecated: wrap the env in "
+                "agentgym.wrappers.RecordScreenshots (made with render_mode='rgb_array'); "
+                "the eval harness records screenshots with `agentgym eval --screenshots`",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         self.record_screenshots = record_screenshots
         self.action_timeout = action_timeout
         self.max_page_chars = max_page_chars
@@ -311,7 +320,7 @@ class WebEnv(AgentEnv):
         else:
             outcome = verdict.outcome(f"{verdict.message}\n\n{text}" if verdict.message else text, error=error)
         outcome.image = image
-        if self.record_screenshots:  # for trajectory viewers (the eval report); PNG as base64 text
+        if self.record_screenshots:  # deprecated (RecordScreenshots does this); PNG as base64 text
             outcome.info["screenshot"] = base64.b64encode(await self._screenshot_png()).decode()
         return outcome
 

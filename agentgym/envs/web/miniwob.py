@@ -42,13 +42,14 @@ disables that timer; a number of seconds sets it; ``"task"`` keeps each task's o
 
 from __future__ import annotations
 
+import asyncio
 import mimetypes
 import threading
 import uuid
 from collections.abc import Sequence
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from aiohttp import web
@@ -109,7 +110,7 @@ class _StaticServer:
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
-        return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        return f"http://127.0.0.1:{cast(asyncio.Server, site._server).sockets[0].getsockname()[1]}"
 
 
 # Starts an episode the way miniwob's SeleniumInstance.begin_task does (seed, data mode,
@@ -181,7 +182,10 @@ class MiniWoBEnv(WebEnv):
         if self.screenshot:
             width, height = self.task_area
             self.observation_space = spaces.Dict(
-                {"text": self.observation_space["text"], "image": spaces.Box(0, 255, (height, width, 3), np.uint8)}
+                {
+                    "text": cast(spaces.Dict, self.observation_space)["text"],
+                    "image": spaces.Box(0, 255, (height, width, 3), np.uint8),
+                }
             )
         self.episode_time_limit = episode_time_limit
         self.data_mode = data_mode

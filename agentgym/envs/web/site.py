@@ -22,10 +22,11 @@ login form); :meth:`WebApp.user` reads it.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import html
 import threading
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn, cast
 
 from aiohttp import web
 
@@ -136,7 +137,7 @@ class WebApp:
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]
+        self.port = cast(asyncio.Server, site._server).sockets[0].getsockname()[1]
         self._runner = runner
 
     def close(self) -> None:
@@ -168,7 +169,7 @@ class WebApp:
         return web.Response(text=document, content_type="text/html", status=status)
 
     @staticmethod
-    def redirect(location: str) -> web.Response:
+    def redirect(location: str) -> NoReturn:
         """Post/redirect/get: a 303 to ``location``."""
         raise web.HTTPSeeOther(location)
 

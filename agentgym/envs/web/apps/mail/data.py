@@ -282,7 +282,7 @@ def seed(db: SQLiteState) -> None:
         order = sorted(range(len(rows)), key=lambda i: rows[i][0])
         ids: dict[int, int] = {}
         for i in order:
-            when, folder, sender, to, cc, subject, body, read, starred, parent = rows[i]
+            sent_at, folder, sender, recipients, cc, subject, body, read, starred, parent = rows[i]
             cursor = db.execute(
                 "INSERT INTO messages (owner, folder, in_reply_to, sender_name, sender_email, to_addrs, cc_addrs,"
                 " subject, body, sent_at, is_read, is_starred) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -292,11 +292,11 @@ def seed(db: SQLiteState) -> None:
                     ids.get(parent),
                     sender.name,
                     sender.email,
-                    _addresses(to),
+                    _addresses(recipients),
                     _addresses(cc),
                     subject,
                     body,
-                    when.isoformat(sep=" ", timespec="minutes"),
+                    sent_at.isoformat(sep=" ", timespec="minutes"),
                     int(read),
                     int(starred),
                 ),

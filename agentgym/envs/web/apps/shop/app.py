@@ -9,6 +9,7 @@ not depend on how it was typed.
 
 from __future__ import annotations
 
+from typing import NoReturn
 from urllib.parse import urlencode
 
 from aiohttp import web
@@ -138,7 +139,7 @@ class ShopApp(WebApp):
         return user
 
     @staticmethod
-    def back(path: str, **query: str) -> None:
+    def back(path: str, **query: str) -> NoReturn:
         """Redirect to ``path`` with a message code in the query (an error or a confirmation)."""
         WebApp.redirect(path + ("?" + urlencode(query) if query else ""))
 

@@ -183,7 +183,7 @@ def naming(data: Catalog, names: Sequence[str], *also: str) -> AnswerIncludes:
 
 def dated_orders(data: Catalog) -> list[Order]:
     """Orders whose date no other customer ordered on: "the order I placed on D" then reads the same for everyone."""
-    users = {}
+    users: dict[str, set[str]] = {}
     for order in data.orders:
         users.setdefault(order.date, set()).add(order.username)
     return [order for order in data.orders if len(users[order.date]) == 1]
@@ -513,7 +513,7 @@ def checkout_steps(label: str, method: str, payment: str) -> tuple[Step, ...]:
 
 def checkout(data: Catalog) -> Iterator[tuple]:
     combos = [(u, m, p) for u in _shoppers()[:4] for m in SHIPPING for p in PAYMENT]
-    goals = set()
+    goals: set[tuple[str, str, str]] = set()
     for index, (username, method, payment) in enumerate(combos):
         addresses = data.addresses_of(username)
         address = addresses[index % len(addresses)]

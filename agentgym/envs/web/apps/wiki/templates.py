@@ -639,7 +639,7 @@ def edit_or_denied() -> list[WebTask]:
             unchanged = DbCheck(
                 "SELECT body FROM pages WHERE id = ?", ((page.body,),), (page.id,), f"“{page.title}” is unchanged"
             )
-            evaluator = AllOf((AnswerExact("denied"), unchanged))
+            evaluator: Evaluator = AllOf((AnswerExact("denied"), unchanged))
             solution = open_page(page.title) + (click("link", "Edit"), answer("denied", "Permission denied"))
         else:
             evaluator = _appended(page, line)

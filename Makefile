@@ -18,9 +18,9 @@ test: setup
 test-fast: setup
 	.venv/bin/python -m pytest -q -p no:cacheprovider -m "not slow"
 
-# Ruff (lint and format) and mypy, configured in pyproject.toml. Not part of `make test`: mypy's first
+# Ruff (lint and format) and mypy, configured in pyproject.toml. `make test` runs ruff (tests/test_style.py) but not mypy: its first
 # run over torch and transformers takes minutes on two cores, and CI's job is the tests.
-lint:
+lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy

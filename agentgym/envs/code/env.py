@@ -193,12 +193,12 @@ class CodeEnv(AgentEnv):
     def tools(self) -> list[ToolSpec]:
         return [self._with_limits(BASH), self._with_limits(PYTHON), READ_FILE, WRITE_FILE, STR_REPLACE, SUBMIT]
 
-    def _with_limits(self, tool: ToolSpec) -> ToolSpec:
-        """``tool`` with its timeout argument described by this env's numbers."""
+    def _with_limits(self, tool: ToolSpec, default: float | None = None) -> ToolSpec:
+        """``tool`` with its timeout argument described by this env's numbers (``default``: exec_timeout)."""
         timeout = {
             "type": "integer",
             "description": f"seconds before the command is killed (default "
-            f"{self.exec_timeout:g}, at most {self.max_exec_timeout:g})",
+            f"{default or self.exec_timeout:g}, at most {self.max_exec_timeout:g})",
         }
         parameters = {**tool.parameters, "properties": {**tool.properties, "timeout": timeout}}
         return ToolSpec(tool.name, tool.description, parameters)

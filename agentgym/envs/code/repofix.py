@@ -206,7 +206,9 @@ class RepoFixEnv(CodeEnv):
         return SWEBENCH_WORKDIR if self.task(task_id).get("image") else WORKSPACE
 
     def tools(self) -> list[ToolSpec]:
-        return [*super().tools()[:-1], RUN_TESTS, super().tools()[-1]]
+        # A test run may take longer than a shell command: by default it gets the most this env allows.
+        run_tests = self._with_limits(RUN_TESTS, default=self.max_exec_timeout)
+        return [*super().tools()[:-1], run_tests, super().tools()[-1]]
 
     def _setup(self, task_id: str) -> str:
         lay_out_workspace(self._live_sandbox(), self.task(task_id), self.workdir(task_id))
@@ -221,7 +223,8 @@ class RepoFixEnv(CodeEnv):
     def _run_tests(self, args: dict) -> Outcome:
         paths = " ".join(shlex.quote(p) for p in shlex.split(args.get("paths") or ""))
         command = f"cd {self.workdir()} && {TEST_ENV} python3 -m pytest -q -p no:cacheprovider {paths}"
-        outcome = self._exec_outcome(self._live_sandbox().exec(command, timeout=args.get("timeout") or TEST_TIMEOUT_S))
+        timeout = float(args.get("timeout") or self.max_exec_timeout)  # an agent's timeout is capped already
+        outcome = self._exec_outcome(self._live_sandbox().exec(command, timeout=timeout))
         if outcome.info["exit_code"] == PYTEST_NO_TESTS:
             outcome.text += "\n[pytest found no visible tests here; the hidden tests run when you submit]"
         return outcome

@@ -1,4 +1,4 @@
-"""pytest plugin for agentgym.repofix_gen: records every test's outcome, and how each failing test failed, as JSON.
+"""pytest plugin for agentgym.envs.code.repofix_gen (the offline generator): records every test's outcome, and how each failing test failed, as JSON.
 
 repofix_gen loads it with ``-p repofix_pytest_plugin`` while screening bugs. The
 failure details (the failing statement in the test, the values it saw, the

@@ -1,6 +1,7 @@
 """code.repofix-v0 against the real Docker engine: every shipped task verified, full episodes, and SWE-bench instance files."""
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import gymnasium
@@ -125,6 +126,23 @@ def test_run_tests_runs_pytest_in_the_repository(env):
     env.step(call("bash", command="rm test_mine.py"))
     obs, *_ = env.step(call("run_tests", paths="-k no_test_matches_this"))
     assert "the hidden tests run when you submit" in obs["text"]
+
+
+def test_run_tests_stays_within_the_envs_command_limit(docker_ready):
+    """The visible tests run for at most max_exec_timeout, by default and when the agent asks for more."""
+    env = gymnasium.make("agentgym/code.repofix-v0", exec_timeout=2, max_exec_timeout=3)
+    try:
+        schema = next(tool for tool in env.unwrapped.tools() if tool.name == "run_tests")
+        assert "default 3, at most 3" in schema.properties["timeout"]["description"]
+        env.reset(options={"task_id": TASKS[0]["instance_id"]})
+        slow = "import time\n\ndef test_slow():\n    time.sleep(30)\n"
+        env.step(call("write_file", path="test_slow_mine.py", content=slow))
+        for arguments in ({}, {"timeout": 60}):
+            started = time.monotonic()
+            obs, *_ = env.step(call("run_tests", paths="test_slow_mine.py", **arguments))
+            assert "killed after its timeout" in obs["text"] and time.monotonic() - started < 20, obs["text"]
+    finally:
+        env.close()
 
 
 def test_workspace_is_identical_across_resets(env):

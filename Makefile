@@ -12,7 +12,7 @@ demo: setup
 	.venv/bin/python examples/train_demo.py
 
 test: setup
-	.venv/bin/python -m pytest -q -p no:cacheprovider
+	.venv/bin/python -m pytest -q -p no:cacheprovider --durations=30
 
 # The inner loop: everything but the tests marked slow (whole-benchmark sweeps, training runs).
 test-fast: setup

@@ -65,12 +65,12 @@ def _envs_list(args: argparse.Namespace) -> int:
 
 def _tasks(args: argparse.Namespace) -> int:
     """``agentgym tasks ENV_ID [PATTERN]`` (and its older spelling ``agentgym envs tasks``)."""
-    import fnmatch
     import warnings
 
     import gymnasium
 
     import agentgym  # noqa: F401  (registers the envs)
+    from agentgym.core import select_tasks
 
     env_id = args.env_id if "/" in args.env_id else f"agentgym/{args.env_id}"
     try:
@@ -92,9 +92,11 @@ def _tasks(args: argparse.Namespace) -> int:
         env.close()
     if args.pattern:
         pattern = args.pattern if any(ch in args.pattern for ch in "*?[") else f"*{args.pattern}*"
-        tasks = [task for task in tasks if fnmatch.fnmatchcase(task.id, pattern)]
-        if not tasks:
-            raise UsageError(f"no task of {env_id} matches {args.pattern!r}")
+        try:
+            wanted = set(select_tasks([task.id for task in tasks], pattern))
+        except ValueError:
+            raise UsageError(f"no task of {env_id} matches {args.pattern!r}") from None
+        tasks = [task for task in tasks if task.id in wanted]
     id_width = max(len("id"), *(len(task.id) for task in tasks))
     category_width = max(len("category"), *(len(task.category) for task in tasks))
     print(f"{'id':{id_width}}  {'category':{category_width}}  solution")

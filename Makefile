@@ -11,12 +11,13 @@ demo: setup
 	.venv/bin/python examples/rollouts.py
 	.venv/bin/python examples/train_demo.py
 
+# Under scripts/netns: a network namespace with only loopback, where the Ray tests' clusters bind 127.0.0.1.
 test: setup
-	.venv/bin/python -m pytest -q -p no:cacheprovider --durations=30
+	scripts/netns .venv/bin/python -m pytest -q -p no:cacheprovider --durations=30
 
 # The inner loop: everything but the tests marked slow (whole-benchmark sweeps, training runs).
 test-fast: setup
-	.venv/bin/python -m pytest -q -p no:cacheprovider -m "not slow"
+	scripts/netns .venv/bin/python -m pytest -q -p no:cacheprovider -m "not slow"
 
 # Ruff (lint and format) and mypy, configured in pyproject.toml. `make test` runs ruff (tests/test_style.py) but not mypy: its first
 # run over torch and transformers takes minutes on two cores, and CI's job is the tests.

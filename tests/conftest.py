@@ -8,8 +8,8 @@ import gymnasium
 import pytest
 
 # --- Markers -----------------------------------------------------------------------------------
-# `pytest -m "not docker and not browser and not desktop"` runs the tests that need none of the
-# three; `-m "not slow"` is `make test-fast`. A test is marked by what it uses, so a new test is
+# `pytest -m "not docker and not browser and not desktop and not ray"` runs the tests that need none
+# of the four; `-m "not slow"` is `make test-fast`. A test is marked by what it uses, so a new test is
 # marked without anyone remembering to: the fixtures it takes (docker_ready, desktop_image), the env
 # ids it is parametrized over (by the family of their entry point), and the modules its file imports.
 BROWSER_MODULES = ("playwright", "selenium", "agentgym.envs.web", "agentgym.sandbox.browser")
@@ -37,6 +37,8 @@ def _marks(item) -> set[str]:
     fixtures = set(getattr(item, "fixturenames", ()))
     if "docker_ready" in fixtures:
         marks.add("docker")
+    if "ray_cluster" in fixtures:
+        marks.add("ray")
     if "desktop_image" in fixtures:
         marks |= {"docker", "desktop"}
     callspec = getattr(item, "callspec", None)

@@ -16,6 +16,10 @@ OWNER_HOST = "agentgym.owner-host"
 OWNER_START = "agentgym.owner-start"
 SESSION = "agentgym.session"
 CONTENT_HASH = "agentgym.content-hash"
+# A run that spans processes (a Ray cluster's env workers) names itself in $AGENTGYM_RUN_ID, which
+# the processes it starts inherit: their containers carry it, so the run can find what it left.
+RUN = "agentgym.run"
+RUN_ENV = "AGENTGYM_RUN_ID"
 
 KIND_BASE = "base"
 KIND_SANDBOX = "sandbox"
@@ -59,7 +63,7 @@ def current_owner() -> Owner:
 
 def owner_labels(kind: str) -> dict[str, str]:
     owner = current_owner()
-    return {
+    labels = {
         MANAGED: "true",
         KIND: kind,
         OWNER_PID: str(owner.pid),
@@ -67,6 +71,14 @@ def owner_labels(kind: str) -> dict[str, str]:
         OWNER_START: owner.start,
         SESSION: owner.session,
     }
+    if run := os.environ.get(RUN_ENV):
+        labels[RUN] = run
+    return labels
+
+
+def run_filter(run: str) -> dict[str, list[str]]:
+    """Everything made by the processes of run ``run`` (see :data:`RUN_ENV`)."""
+    return {"label": [f"{MANAGED}=true", f"{RUN}={run}"]}
 
 
 def session_filter() -> dict[str, list[str]]:

@@ -1,0 +1,73 @@
+"""Connecting to a Ray cluster, and the custom node resources that place env workers where their family can run.
+
+A node that can host Docker sandboxes (the code and GUI envs) advertises ``agentgym_docker``, one
+with Chromium ``agentgym_browser``; the number is how many env workers it takes::
+
+    ray start --head --resources='{"agentgym_docker": 4, "agentgym_browser": 4}'
+    ray start --address=HEAD:6379 --resources='{"agentgym_docker": 8}'
+
+An env worker for a family that needs a resource asks for one unit of it when some node in the
+cluster advertises it, and for nothing otherwise (a plain ``ray start`` cluster still runs
+everything, one machine's way). Tool envs need neither.
+"""
+
+from __future__ import annotations
+
+import gymnasium
+
+from agentgym.extras import requires
+
+__all__ = ["RESOURCES", "ClusterUnavailableError", "connect", "env_resource", "worker_resources"]
+
+# Env family (the package of its entry point) -> the custom resource its workers need.
+RESOURCES = {
+    "agentgym.envs.code": "agentgym_docker",
+    "agentgym.envs.gui": "agentgym_docker",
+    "agentgym.envs.web": "agentgym_browser",
+}
+
+
+class ClusterUnavailableError(RuntimeError):
+    """No Ray cluster answers at the address given (or Ray is not installed)."""
+
+
+def connect(address: str | None = "auto") -> None:
+    """Join the cluster at ``address`` (``"auto"``: the one ``ray start`` runs on this machine; ``None``: start a local one).
+
+    Idempotent: a process already connected stays on its cluster.
+    """
+    with requires("distributed"):
+        import ray
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = "on this machine (address 'auto')" if address == "auto" else f"at {address!r}"
+        raise ClusterUnavailableError(
+            f"no Ray cluster {where}: start one with `ray start --head` ({exc})"
+        ) from exc
+
+
+def env_resource(env_id: str) -> str | None:
+    """The custom resource an env worker for ``env_id`` needs (by its entry point's package), or None."""
+    if ":" in env_id and "/" not in env_id.split(":")[0]:
+        module = env_id.partition(":")[0]
+    else:
+        from agentgym.registration import DEPRECATED_IDS  # importing it registers the built-in ids
+
+        name = env_id.removeprefix("agentgym/")
+        spec = gymnasium.spec("agentgym/" + DEPRECATED_IDS[name] if name in DEPRECATED_IDS else env_id)
+        entry = spec.entry_point
+        module = entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
+    return next((res for family, res in RESOURCES.items() if module == family or module.startswith(family + ".")), None)
+
+
+def worker_resources(env_id: str) -> dict[str, float]:
+    """Ray ``resources=`` for one env worker of ``env_id``: a unit of its family's resource where the cluster has it."""
+    import ray
+
+    resource = env_resource(env_id)
+    if resource is None or ray.cluster_resources().get(resource, 0) <= 0:
+        return {}
+    return {resource: 1.0}

@@ -143,6 +143,7 @@ def _serve(args: argparse.Namespace) -> int:
             max_batch_size=args.max_batch_size,
             served_model_name=args.served_model_name,
             device=args.device,
+            allow_weight_updates=args.allow_weight_updates,
         )
     except OSError as exc:
         if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
@@ -246,6 +247,16 @@ def _eval(args: argparse.Namespace) -> int:
             memory = MemoryConfig(args.memory, mode=args.memory_mode)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+    ray = None
+    if args.ray:
+        from agentgym.distributed.config import RayConfig
+
+        try:
+            ray = RayConfig(address=args.ray, env_workers=args.env_workers, envs_per_worker=args.envs_per_worker)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    elif args.env_workers is not None:
+        raise UsageError("--env-workers needs --ray ADDRESS")
     policy = _make_policy(args)
     out = args.out or f"runs/eval-{suite.name}"
     model = args.model or ("oracle" if args.policy == "oracle" else None)
@@ -264,6 +275,7 @@ def _eval(args: argparse.Namespace) -> int:
                 model=model,
                 memory=memory,
                 screenshots=args.screenshots,
+                ray=ray,
             )
         finally:
             if hasattr(policy, "aclose"):
@@ -547,6 +559,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--served-model-name", help="the model name clients send (default: the --model value)")
     serve.add_argument("--device", help="torch device, e.g. cuda:0 (default: the policy's choice)")
+    serve.add_argument(
+        "--allow-weight-updates",
+        action="store_true",
+        help="accept new weights on POST /v1/weights (a trainer's pushes); any client that reaches the server could then replace the model",
+    )
     serve.set_defaults(run=_serve)
 
     evaluation = commands.add_parser(
@@ -584,6 +601,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--screenshots",
         action="store_true",
         help="a screenshot of every turn in the report's trajectory viewer (envs that render images: web, gui)",
+    )
+    evaluation.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run the episodes on a Ray cluster's env workers: its address (HEAD:6379) or 'auto' (the one `ray start` runs here)",
+    )
+    evaluation.add_argument(
+        "--env-workers", type=int, help="with --ray: env worker actors, spread over the nodes (default: one per node)"
+    )
+    evaluation.add_argument(
+        "--envs-per-worker",
+        type=int,
+        default=8,
+        help="with --ray: envs each worker hosts at once (default: %(default)s)",
     )
     evaluation.set_defaults(run=_eval)
     compare = evaluation.add_subparsers(dest="action").add_parser("compare", help="paired difference of two runs")
@@ -651,6 +682,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from agentgym.distributed.cluster import ClusterUnavailableError
     from agentgym.sandbox.base import SandboxUnavailableError
 
     try:
@@ -661,7 +693,7 @@ def main(argv: list[str] | None = None) -> int:
         command = " ".join(filter(None, (args.command, getattr(args, "action", None))))
         print(f"agentgym {command}: {' '.join(str(exc).split())}", file=sys.stderr)
         raise
-    except SandboxUnavailableError as exc:
+    except (SandboxUnavailableError, ClusterUnavailableError) as exc:
         print(f"agentgym: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:

@@ -7,7 +7,10 @@ a screen). What sets it apart is branching:
 * :meth:`AgentEnv.snapshot` captures the whole state at a turn boundary as a
   :class:`Snapshot` — an opaque, reference-counted handle;
 * :meth:`AgentEnv.restore` puts this env back into a snapshot's state;
-* :meth:`AgentEnv.fork` returns an *independent* env at that state while the original goes on.
+* :meth:`AgentEnv.fork` returns an *independent* env at that state while the original goes on;
+* :meth:`AgentEnv.export_snapshot` turns a snapshot into bytes and :meth:`AgentEnv.import_snapshot`
+  turns them back into a snapshot of another env of the same kind (another process or node), so
+  that a fork can move to where there is room.
 
 A forked continuation is indistinguishable from an env that reached the same state by
 replaying the same actions from :meth:`reset`; each env kind has a test for this equality.
@@ -31,7 +34,9 @@ Writing an env: subclass, set ``kind`` if the class path is not a good name, and
 * :meth:`tools` — the :class:`~agentgym.actions.ToolSpec` list offered to the model;
 * :meth:`_begin` — set the task up and return the first observation;
 * :meth:`_call_tool` — run one validated call (or override :meth:`_act` for the whole reply);
-* :meth:`_capture` / :meth:`_load` — state in and out of snapshots;
+* :meth:`_capture` / :meth:`_load` — state in and out of snapshots, and
+  :meth:`_export_payload` / :meth:`_import_payload` when a payload is not plain picklable data
+  (a committed container image) or cannot travel at all;
 * :meth:`_teardown` — free resources.
 
 **Family hooks.** The family base classes (``CodeEnv``, ``ToolEnv``, ``WebEnv``, ``DesktopEnv``)
@@ -73,8 +78,11 @@ import asyncio
 import concurrent.futures
 import fnmatch
 import functools
+import hashlib
 import inspect
+import json
 import os
+import pickle
 import string
 import threading
 import time
@@ -167,6 +175,7 @@ class Snapshot:
         self._refs = 1
         self._lock = threading.Lock()
         self._extra_metadata = dict(metadata or {})
+        self._exported: bytes | None = None  # export_snapshot's bytes, made once per snapshot
         # finalize() runs the release at most once, whether from release() or from GC.
         self._finalizer = weakref.finalize(self, release or (lambda: None))
 
@@ -210,7 +219,7 @@ class Snapshot:
             self._refs -= 1
             last = self._refs == 0
         if last:
-            self._payload = None
+            self._payload = self._exported = None
             self._finalizer()
 
     def __enter__(self) -> Snapshot:
@@ -454,6 +463,22 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
         """Put env-specific state back from a payload made by :meth:`_capture` (of any env of this kind)."""
         raise NotImplementedError(f"{type(self).__name__} does not support snapshots")
 
+    def _export_payload(self, payload: Any) -> Any:
+        """A picklable stand-in for a :meth:`_capture` payload that holds resources of this process or node.
+
+        The default is the payload itself, for payloads that are plain data. A family whose payload
+        names something local (a committed image) returns its bytes here; one that cannot export
+        raises :class:`SnapshotError` saying why.
+        """
+        return payload
+
+    def _import_payload(self, exported: Any) -> tuple[Any, Callable[[], None] | None]:
+        """Undo :meth:`_export_payload` on the importing side: ``(payload, release)``, as :meth:`_capture` returns.
+
+        ``release`` frees what the import made (a loaded image); the default has nothing to free.
+        """
+        return exported, None
+
     def _teardown(self) -> None:
         """Free every resource (containers, processes, browsers). Called once by :meth:`close`."""
 
@@ -631,6 +656,68 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
             )
         return snapshot.payload
 
+    def export_snapshot(self, snapshot: Snapshot) -> bytes:
+        """``snapshot`` as bytes that :meth:`import_snapshot` of an env of the same kind turns back into a snapshot.
+
+        The bytes start with a header (format version, env kind, task id, turn, body size and
+        SHA-256) and carry the episode bookkeeping and the family's payload (:meth:`_export_payload`:
+        a code env's committed image travels inside). The snapshot stays valid and owned by the caller;
+        it keeps the bytes until its release, so exporting it again costs nothing.
+
+        The body is a pickle: snapshot bytes are trusted data, made by an env of the same run and
+        passed between its own processes (Ray's object store, a shared path), never input from
+        outside the run. Raises :class:`SnapshotError` for a family that cannot export.
+        """
+        self._check_open()
+        if snapshot.kind != self.kind:
+            raise SnapshotMismatchError(f"snapshot of a {snapshot.kind} cannot be exported by a {self.kind}")
+        state, payload = snapshot.payload
+        if snapshot._exported is not None:  # a snapshot is immutable: a second export (another branch moving) is free
+            return snapshot._exported
+        try:
+            body = pickle.dumps((state, self._export_payload(payload)), protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:  # what pickle raises for unpicklable state
+            raise SnapshotError(
+                f"a {self.kind} snapshot cannot be exported: its state does not pickle ({exc})"
+            ) from exc
+        header = {
+            "format": SNAPSHOT_FORMAT,
+            "kind": snapshot.kind,
+            "task_id": snapshot.task_id,
+            "turn": snapshot.turn,
+            "size": len(body),
+            "sha256": hashlib.sha256(body).hexdigest(),
+        }
+        snapshot._exported = _SNAPSHOT_MAGIC + json.dumps(header).encode() + b"\n" + body
+        return snapshot._exported
+
+    def import_snapshot(self, data: bytes) -> Snapshot:
+        """A snapshot of this env's kind from :meth:`export_snapshot`'s bytes (made here or on another node).
+
+        The caller owns one reference; :meth:`fork` and :meth:`restore` take it like a snapshot of
+        this env, and its last release frees what the import made (e.g. the loaded image). Raises
+        :class:`SnapshotMismatchError` for another env kind and :class:`SnapshotError` for data that
+        is not a whole snapshot of a format this version reads. The header and checksum are checked
+        before anything is unpickled; the bytes must be trusted (see :meth:`export_snapshot`).
+        """
+        self._check_open()
+        header, body = _parse_snapshot_bytes(data)
+        if header["kind"] != self.kind:
+            raise SnapshotMismatchError(f"snapshot of a {header['kind']} cannot be imported into a {self.kind}")
+        try:
+            state, exported = pickle.loads(body)
+        except Exception as exc:  # the checksum matched, so this is data of another agentgym version
+            raise SnapshotError(f"snapshot data of a {self.kind} does not load here: {exc}") from exc
+        payload, release = self._import_payload(exported)
+        return Snapshot(
+            kind=self.kind,
+            task_id=header["task_id"],
+            turn=header["turn"],
+            payload=(state, payload),
+            release=release,
+            metadata={**self._snapshot_metadata(payload), "imported": True},
+        )
+
     def _snapshot_metadata(self, payload: Any) -> dict:
         """Serialisable backend details for :attr:`Snapshot.metadata` (e.g. an image id)."""
         return {}
@@ -686,6 +773,38 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
                 self.close()
         except Exception:
             pass
+
+
+#: The version of :meth:`AgentEnv.export_snapshot`'s bytes; :meth:`AgentEnv.import_snapshot` reads this one only.
+SNAPSHOT_FORMAT = 1
+_SNAPSHOT_MAGIC = b"agentgym-snapshot\n"
+_HEADER_FIELDS = {"format": int, "kind": str, "task_id": str, "turn": int, "size": int, "sha256": str}
+
+
+def _parse_snapshot_bytes(data: bytes) -> tuple[dict, bytes]:
+    """The header and body of exported snapshot bytes, checked whole (:class:`SnapshotError` otherwise)."""
+    if (
+        not isinstance(data, bytes | bytearray | memoryview)
+        or not bytes(data[: len(_SNAPSHOT_MAGIC)]) == _SNAPSHOT_MAGIC
+    ):
+        raise SnapshotError("not agentgym snapshot data (made by AgentEnv.export_snapshot)")
+    data = bytes(data)
+    header_line, newline, body = data[len(_SNAPSHOT_MAGIC) :].partition(b"\n")
+    try:
+        header = json.loads(header_line) if newline else None
+    except ValueError:
+        header = None
+    if not isinstance(header, dict) or any(not isinstance(header.get(k), t) for k, t in _HEADER_FIELDS.items()):
+        raise SnapshotError("snapshot data has a damaged header")
+    if header["format"] != SNAPSHOT_FORMAT:
+        raise SnapshotError(f"snapshot data is format {header['format']}; this agentgym reads format {SNAPSHOT_FORMAT}")
+    if len(body) != header["size"]:
+        raise SnapshotError(
+            f"snapshot data is truncated or padded: {len(body)} bytes of body, header says {header['size']}"
+        )
+    if hashlib.sha256(body).hexdigest() != header["sha256"]:
+        raise SnapshotError("snapshot data is corrupt: its checksum does not match")
+    return header, body
 
 
 def _takes_render_mode(init: Callable) -> bool:

@@ -35,6 +35,7 @@ warning and skipped; it never breaks ``import agentgym``.
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.util
 import warnings
 from collections.abc import Callable
@@ -219,6 +220,28 @@ def describe_env(env_id: str) -> tuple[int | None, str]:
     first = first.split(" (see ", 1)[0].split(": ", 1)[0].split(". ", 1)[0].rstrip(".")
     options = ", ".join(f"{key}={value}" for key, value in spec.kwargs.items())
     return tasks, f"{first} ({options})" if options else first
+
+
+def make_env_factory(env_id: str, env_kwargs: dict | None = None, memory: dict | None = None) -> Callable[[], AgentEnv]:
+    """A zero-argument env factory for a registered id or a ``module:Class`` entry point, wrapped for ``memory`` if given.
+
+    It imports nothing heavy itself, so processes that only host envs (Ray env workers) use it too.
+    """
+    kwargs = dict(env_kwargs or {})
+    if ":" in env_id and "/" not in env_id.split(":")[0]:
+        module, _, name = env_id.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        factory = lambda: cls(**kwargs)  # noqa: E731
+    else:
+        import agentgym  # noqa: F401 - registers the built-in envs
+
+        # gymnasium.make's wrappers are typed as plain Envs; the runner drives them as AgentEnvs.
+        factory = lambda: cast("AgentEnv", gymnasium.make(env_id, **kwargs))  # noqa: E731
+    if memory is None:
+        return factory
+    from agentgym.memory.config import MemoryConfig
+
+    return MemoryConfig.from_dict(memory).wrap(factory)
 
 
 def is_deprecated_id(env_id: str) -> bool:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import pickle
 import struct
 import weakref
 import zlib
@@ -59,7 +60,9 @@ __all__ = [
     "BranchingWrapper",
     "RecordScreenshots",
     "WrapperNotBranchingError",
+    "export_snapshot",
     "fork",
+    "import_snapshot",
     "register_branching",
     "restore",
     "snapshot",
@@ -247,12 +250,37 @@ def fork(env: gym.Wrapper, snapshot: Snapshot | None = None) -> gym.Env:
     return child
 
 
+_WRAPPED_MAGIC = b"agentgym-wrapped-snapshot\n"
+
+
+def export_snapshot(env: gym.Wrapper, snapshot: Snapshot) -> bytes:
+    """The env's :meth:`~agentgym.core.AgentEnv.export_snapshot` bytes together with the wrappers' states the snapshot carries.
+
+    Made for :func:`import_snapshot` of the same stack in another process (a Ray env worker on
+    another node), so that a fork there continues the wrappers as a local fork would.
+    """
+    inner = cast("Any", env.unwrapped).export_snapshot(snapshot)
+    return _WRAPPED_MAGIC + pickle.dumps((inner, _wrapper_states.get(snapshot, {})), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def import_snapshot(env: gym.Wrapper, data: bytes) -> Snapshot:
+    """A snapshot from :func:`export_snapshot`'s bytes (or an env's own), with the wrappers' states filed as a local one's."""
+    data = bytes(data)
+    inner, states = pickle.loads(data[len(_WRAPPED_MAGIC) :]) if data.startswith(_WRAPPED_MAGIC) else (data, {})
+    snap = cast("Any", env.unwrapped).import_snapshot(inner)
+    if states:
+        _wrapper_states[snap] = dict(states)
+    return snap
+
+
 def _install_on_gymnasium_wrapper() -> None:
     """Give every Gymnasium wrapper the branching surface (names Gymnasium does not define; see the module docstring)."""
     methods = {
         "snapshot": snapshot,
         "restore": restore,
         "fork": fork,
+        "export_snapshot": export_snapshot,
+        "import_snapshot": import_snapshot,
         **{name: getattr(AsyncTwins, name) for name in ("areset", "astep", "asnapshot", "arestore", "afork", "aclose")},
     }
     for name, method in methods.items():

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = ["ServerProcess", "free_port"]
@@ -24,7 +25,7 @@ def free_port() -> int:
 class ServerProcess:
     """``agentgym serve`` as a child process on a free loopback port: a context manager.
 
-    Entering starts ``agentgym serve --model MODEL`` and waits until ``/health`` answers
+    Entering starts ``agentgym serve --model MODEL`` (plus ``options``, more of its flags) and waits until ``/health`` answers
     (raising with the server's output if it exits or does not answer within ``timeout``);
     :attr:`base_url` is then its ``/v1`` URL. Leaving terminates it by its pid (killed if it
     does not exit within 15 s).
@@ -36,6 +37,7 @@ class ServerProcess:
         *,
         served_model_name: str = "tiny",
         max_batch_size: int = 16,
+        options: Sequence[str] = (),
         timeout: float = 120.0,
     ):
         self.command = [
@@ -47,6 +49,7 @@ class ServerProcess:
             served_model_name,
             "--max-batch-size",
             str(max_batch_size),
+            *options,
         ]
         self.timeout = timeout
         self.process: subprocess.Popen | None = None

@@ -13,6 +13,11 @@ everything, one machine's way). Tool envs need neither.
 
 from __future__ import annotations
 
+import os
+import socket
+import tempfile
+from pathlib import Path
+
 import gymnasium
 
 from agentgym.extras import requires
@@ -40,13 +45,36 @@ def connect(address: str | None = "auto") -> None:
         import ray
     if ray.is_initialized():
         return
+    if address == "auto":
+        address = _address_on_this_machine()
+    if address is not None and address != "local" and not address.startswith("ray://"):
+        _probe(address)  # ray.init retries a dead GCS address for minutes before it gives up
     try:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        where = "on this machine (address 'auto')" if address == "auto" else f"at {address!r}"
-        raise ClusterUnavailableError(
-            f"no Ray cluster {where}: start one with `ray start --head` ({exc})"
-        ) from exc
+        raise ClusterUnavailableError(f"no Ray cluster at {address!r}: {exc}") from exc
+
+
+def _address_on_this_machine() -> str:
+    """What ``"auto"`` means to Ray: ``$RAY_ADDRESS``, else the cluster ``ray start`` recorded on this machine."""
+    if address := os.environ.get("RAY_ADDRESS"):
+        return address
+    record = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+    address = record.read_text().strip() if record.is_file() else ""
+    if not address:
+        raise ClusterUnavailableError("no Ray cluster on this machine: start one with `ray start --head`")
+    return address
+
+
+def _probe(address: str, timeout: float = 5.0) -> None:
+    """Fail fast when nothing listens at the cluster's ``HOST:PORT``."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ClusterUnavailableError(f"bad Ray address {address!r}: expected HOST:PORT (e.g. 10.0.0.1:6379) or 'auto'")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise ClusterUnavailableError(f"no Ray cluster at {address!r}: {exc.strerror or exc}") from None
 
 
 def env_resource(env_id: str) -> str | None:

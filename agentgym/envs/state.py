@@ -70,8 +70,22 @@ class SQLiteState:
         memo[id(self)] = clone
         return clone
 
+    def __reduce__(self):
+        # Plain pickling (a snapshot exported to another process) carries the database's bytes;
+        # StateCopy's own pickler never gets here (it copies databases with the backup API).
+        return _deserialized, (self.conn.serialize(),)
+
     def __repr__(self) -> str:
         return f"SQLiteState({self.path!r})"
+
+
+def _deserialized(data: bytes) -> SQLiteState:
+    """A private in-memory database holding ``data`` (what :meth:`SQLiteState.__reduce__` pickled)."""
+    state = SQLiteState.__new__(SQLiteState)
+    state.path = ":memory:"
+    state.conn = _connect(":memory:")
+    state.conn.deserialize(data)
+    return state
 
 
 class StateCopy:

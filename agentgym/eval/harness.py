@@ -38,10 +38,20 @@ run's identity.
 images (the web envs, the GUI desktop) is made with ``render_mode="rgb_array"`` and wrapped in a
 :class:`~agentgym.wrappers.RecordScreenshots`, so each turn's ``info["screenshot"]`` (a base64
 PNG) reaches the report's trajectory viewer; envs that render none are run as they are.
+
+**On a Ray cluster** (``ray=RayConfig(...)``, ``agentgym eval --ray ADDRESS``): the episodes run
+on the cluster's env workers (an :class:`~agentgym.distributed.env_pool.EnvPool` per env of the
+suite, closed when that env's episodes are done), the policy where it is (an endpoint, or a model
+in this process). Results, resume and report are those of a local run: the runner, its retries
+and the results file are the same, only the envs are remote. An env worker that dies mid-episode
+makes that episode an env failure, retried on another worker (its ``failures`` say so). With
+``memory``, every worker's envs read and write one bank, the cluster's
+(:mod:`agentgym.distributed.memory`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -50,7 +60,7 @@ import re
 import sys
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -63,6 +73,7 @@ from agentgym.rollout.store import TrajectoryStore
 from agentgym.rollout.trajectory import Trajectory
 
 if TYPE_CHECKING:
+    from agentgym.distributed.config import RayConfig
     from agentgym.memory.config import MemoryConfig
 
 __all__ = [
@@ -265,6 +276,7 @@ async def evaluate(
     progress: bool = True,
     memory: MemoryConfig | None = None,
     screenshots: bool = False,
+    ray: RayConfig | None = None,
 ) -> dict:
     """Run ``k`` samples of every task of ``suite`` with ``policy`` and return the summary (also written to ``out_dir``).
 
@@ -280,6 +292,7 @@ async def evaluate(
         memory: wrap every env in a MemoryWrapper over this bank (see the module docstring).
         screenshots: record a screenshot of every turn for the report, in the envs that render
             images (see the module docstring).
+        ray: run the episodes on this Ray cluster's env workers (see the module docstring).
 
     Raises:
         PolicyUnavailableError: the policy failed; the run stopped with its results so far kept.
@@ -320,26 +333,35 @@ async def evaluate(
             if not todo:
                 continue
             env_policy = policy if isinstance(policy, Policy) else policy(env_id, env_kwargs)
-            factory = _env_factory(env_id, env_kwargs, screenshots)
-            runner = Runner(
-                EpisodeAgent(env_policy, config),
-                factory if memory is None else memory.wrap(factory),
-                # The runner only calls store.append, and without a job every record is a Trajectory.
-                RunnerConfig(
-                    concurrency=concurrency,
-                    episode_timeout=timeout,
-                    progress=False,
-                    store=cast(TrajectoryStore, writer),
-                ),
-            )
-            try:
-                await runner.run(todo)
-            except* _StopRun as stopped:
-                error = cast(_StopRun, stopped.exceptions[0]).error  # raised directly in the runner's one task group
-                raise PolicyUnavailableError(
-                    f"the policy failed, so the run stopped ({error}). Finished episodes are kept in "
-                    f"{results_path}; rerun the same command to resume."
-                ) from None
+            with contextlib.ExitStack() as resources:
+                if ray is None:
+                    factory = _env_factory(env_id, env_kwargs, screenshots)
+                    factory = factory if memory is None else memory.wrap(factory)
+                else:
+                    factory = resources.enter_context(
+                        _cluster_env_factory(ray, env_id, env_kwargs, screenshots, memory)
+                    )
+                runner = Runner(
+                    EpisodeAgent(env_policy, config),
+                    factory,
+                    # The runner only calls store.append, and without a job every record is a Trajectory.
+                    RunnerConfig(
+                        concurrency=concurrency,
+                        episode_timeout=timeout,
+                        progress=False,
+                        store=cast(TrajectoryStore, writer),
+                    ),
+                )
+                try:
+                    await runner.run(todo)
+                except* _StopRun as stopped:
+                    error = cast(
+                        _StopRun, stopped.exceptions[0]
+                    ).error  # raised directly in the runner's one task group
+                    raise PolicyUnavailableError(
+                        f"the policy failed, so the run stopped ({error}). Finished episodes are kept in "
+                        f"{results_path}; rerun the same command to resume."
+                    ) from None
     finally:
         # Without this, a late write from a cancelled run could land after a rerun read the file,
         # and the rerun would run that (task, sample) again: a duplicate row.
@@ -363,6 +385,36 @@ def _env_factory(env_id: str, env_kwargs: dict, screenshots: bool) -> Callable[[
     from agentgym.wrappers import RecordScreenshots
 
     return lambda: RecordScreenshots(gymnasium.make(env_id, **{**env_kwargs, "render_mode": "rgb_array"}))
+
+
+@contextlib.contextmanager
+def _cluster_env_factory(
+    ray: RayConfig, env_id: str, env_kwargs: dict, screenshots: bool, memory: MemoryConfig | None
+) -> Iterator[Callable[[], Any]]:
+    """An env factory over an EnvPool of ``env_id`` on the cluster (closed on exit), as :func:`_env_factory` locally.
+
+    The memory wrapper runs on the workers, over the cluster's one bank; screenshots are recorded
+    here, from the remote env's ``render()``.
+    """
+    from agentgym.distributed.cluster import connect
+    from agentgym.distributed.env_pool import EnvPool
+
+    connect(ray.address)
+    record = screenshots and _renders_rgb_array(env_id)
+    kwargs = {**env_kwargs, "render_mode": "rgb_array"} if record else env_kwargs
+    with EnvPool(
+        env_id,
+        kwargs,
+        workers=ray.env_workers,
+        envs_per_worker=ray.envs_per_worker,
+        memory=None if memory is None else memory.on_cluster().to_dict(),
+    ) as pool:
+        if not record:
+            yield pool
+            return
+        from agentgym.wrappers import RecordScreenshots
+
+        yield lambda: RecordScreenshots(pool())
 
 
 def _renders_rgb_array(env_id: str) -> bool:

@@ -9,9 +9,17 @@ In a trainer's YAML config::
       k_episodes: 2
       min_utility: null
       write_forks: false               # tree rollouts: whether every branch writes an episode
+      shared: false                    # true: the Ray cluster's one bank for this path (below)
 
 Every env the runner makes is then wrapped in a :class:`~agentgym.memory.wrapper.MemoryWrapper`
 over one bank per process (the store handles concurrent writers across processes).
+
+``shared: true`` is for runs on a Ray cluster, whose env workers run on several machines: every
+env, on any node, is wrapped over a :class:`~agentgym.distributed.memory.RemoteBank` to the one
+:class:`~agentgym.distributed.memory.BankActor` that owns the store at ``path`` on the head node
+(created by the first process that asks, found by every other; see :mod:`agentgym.distributed.memory`).
+The path is then the head node's, so read mode's check that the store exists happens there, when
+the bank opens. A process not yet on a cluster joins the one ``ray start`` runs on its machine.
 """
 
 from __future__ import annotations
@@ -21,9 +29,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from agentgym.memory.bank import MemoryBank
 from agentgym.memory.wrapper import MODES
+
+if TYPE_CHECKING:
+    from agentgym.distributed.memory import RemoteBank
 
 __all__ = ["MemoryConfig"]
 
@@ -38,6 +50,7 @@ class MemoryConfig:
     k_episodes: int = 2
     min_utility: float | None = None
     write_forks: bool = False
+    shared: bool = False
 
     def __post_init__(self):
         if not self.path:
@@ -46,7 +59,9 @@ class MemoryConfig:
             raise ValueError(f"memory: mode must be one of {MODES}, got {self.mode!r}")
         if self.k_skills < 0 or self.k_episodes < 0:
             raise ValueError("memory: k_skills and k_episodes cannot be negative")
-        if self.mode == "read" and not Path(self.path).is_file():
+        if not isinstance(self.shared, bool):
+            raise ValueError(f"memory: shared must be true or false, got {self.shared!r}")
+        if self.mode == "read" and not self.shared and not Path(self.path).is_file():
             raise ValueError(
                 f"memory: {self.path} does not exist; read mode needs an existing store (learn mode creates one)"
             )
@@ -62,18 +77,35 @@ class MemoryConfig:
             raise ValueError(f"memory: unknown keys {unknown}; known: {sorted(known)}")
         return cls(**section)
 
+    def on_cluster(self) -> MemoryConfig:
+        """This section for a run's envs on a Ray cluster: ``shared``, and the path made absolute (the head node opens it)."""
+        return dataclasses.replace(self, path=str(Path(self.path).resolve()), shared=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The section as a mapping, as :meth:`from_dict` reads it (it travels to env workers as such)."""
+        return dataclasses.asdict(self)
+
+    def open_bank(self) -> MemoryBank | RemoteBank:
+        """The bank this section names: this process's MemoryBank of the store, or (``shared``) a RemoteBank to the cluster's."""
+        if not self.shared:
+            return MemoryBank(self.path, read_only=self.mode == "read")
+        from agentgym.distributed.cluster import connect
+        from agentgym.distributed.memory import RemoteBank
+
+        connect("auto")
+        return RemoteBank(self.path, read_only=self.mode == "read")
+
     def wrap(self, env_factory: Callable[[], Any]) -> Callable[[], Any]:
         """``env_factory`` whose envs are wrapped in a MemoryWrapper over one shared bank (opened on first use)."""
-        from agentgym.memory.bank import MemoryBank
         from agentgym.memory.wrapper import MemoryWrapper
 
         lock = threading.Lock()  # runners call factories from worker threads
-        opened: list[MemoryBank] = []
+        opened: list[MemoryBank | RemoteBank] = []
 
         def make():
             with lock:
                 if not opened:
-                    opened.append(MemoryBank(self.path, read_only=self.mode == "read"))
+                    opened.append(self.open_bank())
             return MemoryWrapper(
                 env_factory(),
                 opened[0],

@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 
@@ -47,6 +48,9 @@ from agentgym.core import AgentEnv, Snapshot
 from agentgym.memory.bank import MemoryBank, Retrieval
 from agentgym.memory.induction import EpisodeRecord, SkillDraft, family_of, step_entry
 from agentgym.wrappers import BranchingWrapper
+
+if TYPE_CHECKING:
+    from agentgym.distributed.memory import RemoteBank
 
 __all__ = ["MODES", "MemoryWrapper"]
 
@@ -78,7 +82,8 @@ class MemoryWrapper(BranchingWrapper):
 
     Args:
         env: an :class:`~agentgym.core.AgentEnv`, or a stack of wrappers over one (``gymnasium.make``).
-        bank: a :class:`MemoryBank` (shared by every wrapped env) or a store path.
+        bank: a :class:`MemoryBank` (shared by every wrapped env), a
+            :class:`~agentgym.distributed.memory.RemoteBank` (a Ray cluster's), or a store path.
         mode: ``"read"`` (retrieve only) or ``"learn"`` (retrieve, then write episodes and skill usage).
         k_skills, k_episodes: how many skills and episode memories go into the prompt.
         min_utility: skills below this utility are not retrieved (None: no floor).
@@ -91,7 +96,7 @@ class MemoryWrapper(BranchingWrapper):
     def __init__(
         self,
         env: AgentEnv | gym.Wrapper,
-        bank: MemoryBank | str,
+        bank: MemoryBank | RemoteBank | str,
         *,
         mode: str = "learn",
         k_skills: int = 3,
@@ -104,7 +109,7 @@ class MemoryWrapper(BranchingWrapper):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         super().__init__(env)
-        self.bank = bank if isinstance(bank, MemoryBank) else MemoryBank(bank, read_only=mode == "read")
+        self.bank = MemoryBank(bank, read_only=mode == "read") if isinstance(bank, (str, os.PathLike)) else bank
         self.mode = mode
         self.options: dict[str, Any] = {"k_skills": k_skills, "k_episodes": k_episodes, "min_utility": min_utility}
         self.extra_skills = list(extra_skills)

@@ -237,6 +237,8 @@ class Agent:
             initial_observation=observation["text"],
             metadata={"policy": self.policy.name, "seed": seed, "mode": self._mode},
         )
+        if (location := getattr(env.unwrapped, "location", None)) is not None:  # a remote env: where it ran
+            episode.metadata["env_location"] = location
         if self.token_mode:
             self._render_prompt(episode)
         self._fit_context(episode)
@@ -277,6 +279,7 @@ class Agent:
             finish_reason=completion.finish_reason,
             folded=episode.folded,
             usage=completion.usage,
+            replica=completion.replica,
         )
         episode.turns.append(turn)
         episode.success = bool(info.get("success", False))

@@ -244,6 +244,14 @@ class HFPolicy(Policy):
         missing = sorted(k for k in set(params) - set(state_dict) if params[k].data_ptr() not in given)
         if missing or unexpected:
             raise ValueError(f"state dict does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        # Checked before loading: load_state_dict copies the tensors that fit before it raises for the rest.
+        reshaped = sorted(k for k, v in state_dict.items() if tuple(v.shape) != tuple(params[k].shape))
+        if reshaped:
+            name = reshaped[0]
+            raise ValueError(
+                f"state dict does not match the model: {len(reshaped)} tensors of other shapes, e.g. {name} "
+                f"{tuple(state_dict[name].shape)} for {tuple(params[name].shape)}"
+            )
         self.model.load_state_dict(state_dict, strict=False)
 
     # --- worker thread ---------------------------------------------------------------------

@@ -12,10 +12,22 @@
   the exact sampled ids and their logprobs back; an endpoint that cannot return ids is an error,
   since guessing them from text would break token-exact training data.
 
-Failures are retried here, not by the SDK (its client is built with ``max_retries=0``):
-connection errors, timeouts, 429 and 5xx get ``max_retries`` more tries with exponential
-backoff and jitter; other 4xx fail at once. Every attempt is bounded by ``timeout`` seconds in
-total. When nothing works, :class:`~agentgym.rollout.policy.PolicyError` says which URL failed and how.
+**Replicas.** ``base_url`` may list several endpoints serving the same model (``agentgym
+serve`` replicas, :class:`~agentgym.distributed.replicas.PolicyReplicas`). Each request goes to
+the replica with the fewest requests outstanding from this policy (ties in turn, round robin).
+A replica that fails with a connection error, a timeout or a 5xx is skipped for
+``replica_cooldown`` seconds; after that one request probes it, and its success brings it back.
+Every completion records the replica that served it (:attr:`~agentgym.rollout.policy.Completion.replica`)
+and the weights' version the server reported in the response's ``policy_version`` field
+(``agentgym serve`` reports one); an endpoint that reports none gets the policy's own
+:attr:`version`.
+
+Failures are retried here, not by the SDK (its client is built with ``max_retries=0``): a
+connection error, a timeout, a 429 or a 5xx sends the request to another replica at once; when
+every replica has failed it, it is tried again up to ``max_retries`` more times, with
+exponential backoff and jitter (one URL: ``max_retries`` more tries of it). Other 4xx fail at
+once. Every attempt is bounded by ``timeout`` seconds in total. When nothing works,
+:class:`~agentgym.rollout.policy.PolicyError` says which URLs failed and how.
 """
 
 from __future__ import annotations
@@ -23,8 +35,10 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from agentgym.extras import requires
 
@@ -39,11 +53,23 @@ __all__ = ["OpenAIPolicy"]
 _TOKEN_ID_PREFIX = "token_id:"  # how vLLM renders tokens under return_tokens_as_token_ids
 
 
+@dataclass
+class _Replica:
+    """One endpoint of the policy and what the balancer knows of it."""
+
+    url: str
+    client: openai.AsyncOpenAI
+    outstanding: int = 0  # this policy's requests in flight there
+    down_until: float = 0.0  # monotonic time its cooldown ends; 0 while it is healthy
+    probing: bool = False  # a request is testing whether it is back
+
+
 class OpenAIPolicy(Policy):
     """A policy served by an OpenAI-compatible HTTP endpoint.
 
     Args:
-        base_url: the API root, e.g. ``http://127.0.0.1:8000/v1``.
+        base_url: the API root, e.g. ``http://127.0.0.1:8000/v1``, or a list of them (replicas of
+            one model, balanced and failed over between).
         model: the model name the endpoint serves.
         api_key: defaults to ``$OPENAI_API_KEY``, else ``"EMPTY"`` (what local servers expect).
         tokenizer: a local tokenizer path or a tokenizer object; enables token mode through a
@@ -55,14 +81,15 @@ class OpenAIPolicy(Policy):
         max_retries: further attempts after a retryable failure.
         backoff: the first retry's delay in seconds; it doubles on each retry, times a random
             factor in [0.5, 1.5) so that many clients do not retry in lockstep.
-        max_concurrency: requests in flight at once (more calls wait their turn).
-        version: the weights' version recorded on every completion.
+        max_concurrency: requests in flight at once, over all replicas (more calls wait their turn).
+        replica_cooldown: seconds a failed replica is skipped before a request probes it again.
+        version: the weights' version recorded on completions whose server reports none.
         name: a label for logs; defaults to ``model``.
     """
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         model: str,
         *,
         api_key: str | None = None,
@@ -73,10 +100,14 @@ class OpenAIPolicy(Policy):
         max_retries: int = 3,
         backoff: float = 0.5,
         max_concurrency: int = 64,
+        replica_cooldown: float = 10.0,
         version: int = 0,
         name: str | None = None,
     ):
-        self.base_url = base_url
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        if not urls or len(set(urls)) != len(urls):
+            raise ValueError(f"base_url must be a URL or a list of distinct URLs, got {base_url!r}")
+        self.base_url = base_url if isinstance(base_url, str) else urls
         self.model = model
         self.name = name or model
         self.version = version
@@ -85,15 +116,20 @@ class OpenAIPolicy(Policy):
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff = backoff
+        self.replica_cooldown = replica_cooldown
         if tokenizer is not None:
             if isinstance(tokenizer, (str, os.PathLike)):
                 from transformers import AutoTokenizer
 
                 tokenizer = AutoTokenizer.from_pretrained(tokenizer)
             self.chat_format = ChatFormat(tokenizer)
-        api_key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
-        self._client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
+        self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        self.max_concurrency = max_concurrency
+        self._replicas = [_Replica(url, self._client(url)) for url in urls]
+        self._clients = [replica.client for replica in self._replicas]  # closed by aclose, dropped replicas' too
+        self._turn = 0  # round robin among the least loaded
         self._semaphore = asyncio.Semaphore(max_concurrency)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._chat_extensions = True  # vLLM's return_token_ids, until the endpoint refuses it
 
     async def chat(self, messages: Sequence[Message], tools: list[dict] | None, sampling: SamplingParams) -> Completion:
@@ -105,18 +141,16 @@ class OpenAIPolicy(Policy):
         extra = {"top_k": sampling.top_k} if sampling.top_k > 0 else {}
         if self.logprobs and self._chat_extensions:
             try:
-                response = await self._call(
-                    self._client.chat.completions.create, **request, extra_body={**extra, "return_token_ids": True}
-                )
+                response, replica = await self._call("chat", **request, extra_body={**extra, "return_token_ids": True})
             except PolicyError as exc:
                 if not isinstance(exc.__cause__, openai.BadRequestError):
                     raise
-                response = await self._call(self._client.chat.completions.create, **request, extra_body=extra or None)
+                response, replica = await self._call("chat", **request, extra_body=extra or None)
                 self._chat_extensions = False
         else:
-            response = await self._call(self._client.chat.completions.create, **request, extra_body=extra or None)
+            response, replica = await self._call("chat", **request, extra_body=extra or None)
         if not response.choices:
-            raise PolicyError(f"{self.base_url} returned no choices")
+            raise PolicyError(f"{replica} returned no choices")
         choice = response.choices[0]
         message = choice.message
         logprobs = [c.logprob for c in choice.logprobs.content] if choice.logprobs and choice.logprobs.content else []
@@ -130,12 +164,13 @@ class OpenAIPolicy(Policy):
             token_ids=token_ids,
             logprobs=logprobs,
             finish_reason=choice.finish_reason or "stop",
-            policy_version=self.version,
+            policy_version=self._served_version(response),
             entropy=None,
             tool_calls=tool_calls,
             usage={"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
             if usage is not None
             else None,
+            replica=replica,
         )
 
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Completion:
@@ -144,8 +179,8 @@ class OpenAIPolicy(Policy):
         extra: dict[str, Any] = {"return_tokens_as_token_ids": True, "return_token_ids": True}
         if sampling.top_k > 0:
             extra["top_k"] = sampling.top_k
-        response = await self._call(
-            self._client.completions.create,
+        response, replica = await self._call(
+            "completions",
             model=self.model,
             prompt=list(prompt_ids),
             logprobs=1,
@@ -153,7 +188,7 @@ class OpenAIPolicy(Policy):
             **_sampling_fields(sampling),
         )
         if not response.choices:
-            raise PolicyError(f"{self.base_url} returned no choices")
+            raise PolicyError(f"{replica} returned no choices")
         choice = response.choices[0]
         token_logprobs = choice.logprobs.token_logprobs if choice.logprobs else None
         token_ids = getattr(choice, "token_ids", None)
@@ -166,7 +201,7 @@ class OpenAIPolicy(Policy):
             or None in token_logprobs
         ):
             raise PolicyError(
-                f"{self.base_url} did not return the sampled token ids with their logprobs; token mode "
+                f"{replica} did not return the sampled token ids with their logprobs; token mode "
                 "needs vLLM's return_token_ids or return_tokens_as_token_ids (vLLM, agentgym serve)"
             )
         return Completion(
@@ -174,16 +209,31 @@ class OpenAIPolicy(Policy):
             token_ids=list(token_ids),
             logprobs=list(token_logprobs),
             finish_reason=choice.finish_reason or "stop",
-            policy_version=self.version,
+            policy_version=self._served_version(response),
+            replica=replica,
         )
 
-    async def _call(self, create, **request):
-        """``create(**request)``, retried on transient failures; raises PolicyError with the URL when it gives up."""
+    async def _call(self, endpoint: Literal["chat", "completions"], **request) -> tuple[Any, str]:
+        """``endpoint``'s create(**request) on a replica, failed over and retried on transient failures.
+
+        Returns the response and the URL of the replica that gave it; raises PolicyError naming
+        the URLs and their failures when it gives up.
+        """
+        self._follow_event_loop()
         async with self._semaphore:
-            for attempt in range(self.max_retries + 1):
+            failures: dict[str, str] = {}  # this round's failures by URL: every replica gets one try per round
+            attempts, retries = 0, 0
+            while True:
+                replica = self._pick(exclude=failures)
+                create = (
+                    replica.client.chat.completions.create if endpoint == "chat" else replica.client.completions.create
+                )
+                attempts += 1
+                replica.outstanding += 1
+                down = True
                 try:
                     async with asyncio.timeout(self.timeout):
-                        return await create(**request)
+                        response = await create(**request)
                 except (openai.APITimeoutError, TimeoutError) as exc:
                     failure, cause, wait = f"did not answer within {self.timeout} s", exc, 0.0
                 except openai.APIConnectionError as exc:
@@ -191,19 +241,96 @@ class OpenAIPolicy(Policy):
                 except openai.APIStatusError as exc:
                     failure, cause = f"answered HTTP {exc.status_code}: {_error_message(exc)}", exc
                     if exc.status_code != 429 and exc.status_code < 500:
-                        raise PolicyError(f"OpenAI-compatible endpoint {self.base_url} {failure}") from exc
+                        self._answered(replica)  # it is up: the request is what failed
+                        raise PolicyError(f"OpenAI-compatible endpoint {replica.url} {failure}") from exc
+                    # Overloaded is not down: another replica takes this request, its later ones still come here.
+                    down = exc.status_code != 429
                     wait = _retry_after(exc)
                 except openai.OpenAIError as exc:
-                    raise PolicyError(f"OpenAI-compatible endpoint {self.base_url} failed: {exc}") from exc
-                if attempt < self.max_retries:
-                    await asyncio.sleep(max(wait, self.backoff * 2**attempt * random.uniform(0.5, 1.5)))
-            attempts = f"{self.max_retries + 1} attempt{'s' if self.max_retries else ''}"
-            raise PolicyError(
-                f"OpenAI-compatible endpoint {self.base_url} {failure} (gave up after {attempts})"
-            ) from cause
+                    self._answered(replica)
+                    raise PolicyError(f"OpenAI-compatible endpoint {replica.url} failed: {exc}") from exc
+                else:
+                    self._answered(replica)
+                    return response, replica.url
+                finally:
+                    replica.outstanding -= 1
+                if down:
+                    replica.down_until, replica.probing = time.monotonic() + self.replica_cooldown, False
+                else:
+                    replica.probing = False
+                failures[replica.url] = failure
+                if any(r.url not in failures for r in self._replicas):
+                    continue  # another replica has not been tried yet: at once
+                if retries == self.max_retries:
+                    break
+                retries += 1
+                failures = {}
+                await asyncio.sleep(max(wait, self.backoff * 2 ** (retries - 1) * random.uniform(0.5, 1.5)))
+            given_up = f"(gave up after {attempts} attempt{'s' if attempts > 1 else ''})"
+            if len(self._replicas) == 1:
+                raise PolicyError(f"OpenAI-compatible endpoint {replica.url} {failure} {given_up}") from cause
+            every = "; ".join(f"{url} {why}" for url, why in failures.items())
+            raise PolicyError(f"every replica of the OpenAI-compatible endpoint failed: {every} {given_up}") from cause
+
+    def _pick(self, exclude) -> _Replica:
+        """The replica for the next attempt: the least loaded healthy one not in ``exclude`` (ties in turn).
+
+        A replica whose cooldown is over is a candidate again while no other request probes it;
+        when every replica left to try is cooling down, the one whose cooldown ends first is tried.
+        """
+        now = time.monotonic()
+        left = [(i, r) for i, r in enumerate(self._replicas) if r.url not in exclude]
+        ready = [(i, r) for i, r in left if not r.down_until or (r.down_until <= now and not r.probing)]
+        count = len(self._replicas)
+        index, replica = (
+            min(ready, key=lambda item: (item[1].outstanding, (item[0] - self._turn) % count))
+            if ready
+            else min(left, key=lambda item: item[1].down_until)
+        )
+        self._turn = index + 1
+        if replica.down_until:
+            replica.probing = True
+        return replica
+
+    @staticmethod
+    def _answered(replica: _Replica) -> None:
+        replica.down_until, replica.probing = 0.0, False
+
+    def _served_version(self, response) -> int:
+        """The weights' version the server reported with ``response``, else this policy's own."""
+        version = getattr(response, "policy_version", None)
+        return version if isinstance(version, int) and not isinstance(version, bool) else self.version
+
+    def _drop_replicas(self, urls) -> None:
+        """Stop sending requests to ``urls`` (replicas that are gone); their clients close with the policy."""
+        kept = [replica for replica in self._replicas if replica.url not in urls]
+        if not kept:
+            raise ValueError("cannot drop every replica of the policy")
+        self._replicas = kept
+        self._turn = 0
+
+    def _client(self, url: str) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(base_url=url, api_key=self._api_key, timeout=self.timeout, max_retries=0)
+
+    def _follow_event_loop(self) -> None:
+        """New clients and semaphore when called from another event loop than before.
+
+        Trainers run each step's rollouts under their own ``asyncio.run``; the clients' pooled
+        connections and a waited-on semaphore belong to the loop that made them and fail on the next.
+        """
+        loop = asyncio.get_running_loop()
+        if self._loop is None or self._loop is loop:
+            self._loop = loop
+            return
+        self._loop = loop
+        self._semaphore = asyncio.Semaphore(self.max_concurrency)
+        for replica in self._replicas:
+            replica.client = self._client(replica.url)
+        self._clients = [replica.client for replica in self._replicas]  # the old ones went with their loop
 
     async def aclose(self) -> None:
-        await self._client.close()
+        for client in self._clients:
+            await client.close()
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "base_url": self.base_url, "model": self.model}

@@ -54,6 +54,8 @@ class Completion:
     token counts there are). ``top_logprobs`` holds, per sampled token, the ``(token id,
     logprob)`` pairs of the most likely tokens of the distribution it was drawn from, most likely
     first, when :attr:`SamplingParams.top_logprobs` asked for them (else it is empty).
+    ``policy_version`` is the version of the weights that sampled it (a server's own report where
+    it gives one); ``replica`` names the endpoint that served it (its base URL), for remote policies.
     """
 
     text: str
@@ -65,6 +67,7 @@ class Completion:
     tool_calls: list[dict] | None = None
     usage: dict | None = None
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    replica: str | None = None
 
 
 class PolicyError(RuntimeError):

@@ -5,6 +5,17 @@ in an aiohttp application; :func:`serve` runs one over an
 :class:`~agentgym.rollout.hf_policy.HFPolicy` for a local checkpoint. Endpoints:
 
 * ``GET /v1/models``, ``GET /health``;
+* ``POST /v1/weights`` (only with ``allow_weight_updates``, ``agentgym serve --allow-weight-updates``)
+  — load new weights into the policy (:meth:`HFPolicy.update_weights
+  <agentgym.rollout.hf_policy.HFPolicy.update_weights>`): a JSON body ``{"path": ..., "version": N}``
+  names a checkpoint directory (its ``*.safetensors`` files, else whatever ``from_pretrained``
+  reads) or one safetensors file on the server's host; a body of ``Content-Type:
+  application/octet-stream`` is the safetensors bytes themselves, with ``?version=N``. The answer
+  is ``{"version": N}`` (without a version, the policy's own bump). The weights must fit the
+  served model's architecture (every tensor's name and shape), else nothing is loaded and the
+  answer is a 400. Requests being decoded finish on the old weights; the rest get the new ones.
+  The endpoint lets any client that reaches the server replace the model (and name files on its
+  host to read), so it is off unless asked for; keep such a server on a trusted network;
 * ``POST /v1/chat/completions`` — messages (text content only) are rendered with the policy's
   chat template; Hermes ``<tool_call>`` blocks in the reply become ``message.tool_calls`` unless
   ``tool_choice`` is ``"none"`` (``"required"`` or a named function is accepted but not
@@ -15,6 +26,10 @@ in an aiohttp application; :func:`serve` runs one over an
   choices of prompt ``p`` are ``p * n`` to ``p * n + n - 1``, as OpenAI numbers them), with
   vLLM's ``return_token_ids`` and ``return_tokens_as_token_ids`` extensions: the
   token-in/token-out path trainers use against a remote policy.
+
+Every response carries the weights' version: completions and chunks in a ``policy_version`` field
+(and each choice its own sample's, for ``n`` > 1; the response's is the oldest of them), every
+answer in an ``X-Policy-Version`` header, ``/health`` and ``/v1/models`` the version being served.
 
 Each request calls :meth:`Policy.generate` (once per sample, concurrently), so concurrent
 requests reach the policy's batching queue together; nothing here serialises them. The policy's
@@ -57,6 +72,8 @@ MAX_N = 128
 MAX_TOP_LOGPROBS = 20  # OpenAI's bound for chat; its legacy completions allow logprobs <= 5
 MAX_COMPLETION_LOGPROBS = 5
 MAX_PROMPTS = 64  # prompts per /v1/completions request (each is sampled n times)
+MAX_BODY_BYTES = 64 * 2**20
+VERSION_HEADER = "X-Policy-Version"
 _ROLES = {"system", "developer", "user", "assistant", "tool"}
 
 
@@ -164,7 +181,7 @@ class _Sampling:
 
 
 class _Server:
-    def __init__(self, policy: Policy, model_name: str, context_window: int | None):
+    def __init__(self, policy: Policy, model_name: str, context_window: int | None, allow_weight_updates: bool):
         if policy.chat_format is None:
             raise ValueError(f"{type(policy).__name__} has no chat_format: the server needs a token-mode policy")
         self.policy = policy
@@ -173,15 +190,22 @@ class _Server:
         self.tokenizer = policy.chat_format.tokenizer
         self.vocab_size = len(self.tokenizer)
         self.context_window = context_window
+        self.allow_weight_updates = allow_weight_updates
         self.created = int(time.time())
+        self._weights_lock = asyncio.Lock()  # one update at a time: versions land in the order they came
 
     # -- simple endpoints
 
+    def _json(self, data: dict, version: int | None = None) -> web.Response:
+        """A JSON answer with the weights' version in its header (the version being served unless given)."""
+        version = self.policy.version if version is None else version
+        return web.json_response(data, headers={VERSION_HEADER: str(version)})
+
     async def health(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "model": self.model_name})
+        return self._json({"status": "ok", "model": self.model_name, "policy_version": self.policy.version})
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response(
+        return self._json(
             {
                 "object": "list",
                 "data": [
@@ -193,12 +217,71 @@ class _Server:
                         "max_model_len": self.context_window,
                     }
                 ],
+                "policy_version": self.policy.version,
             }
         )
 
+    # -- /v1/weights
+
+    async def weights(self, request: web.Request) -> web.Response:
+        if not self.allow_weight_updates:
+            raise RequestError(
+                "weight updates are off on this server (start it with --allow-weight-updates)",
+                status=403,
+                type="permission_error",
+            )
+        update = getattr(self.policy, "update_weights", None)
+        if update is None:
+            raise RequestError(f"this server's policy ({type(self.policy).__name__}) cannot load new weights")
+        # Asked for by name: aiohttp reads a request without a Content-Type as octet-stream too.
+        if "Content-Type" in request.headers and request.content_type == "application/octet-stream":
+            version = _version(request.query.get("version"))
+            data = await self._weights_bytes(request)
+            source, param, load = "the request body", None, lambda: _state_dict_from_bytes(data)
+        else:
+            body = await self._json_object(request)
+            path = body.get("path")
+            if not isinstance(path, str) or not path:
+                raise RequestError(
+                    "path must name a checkpoint directory or a safetensors file (or send the safetensors "
+                    "bytes as application/octet-stream)",
+                    "path",
+                )
+            version = _integer(body, "version", None, 0)
+            source, param, load = path, "path", lambda: _state_dict_from_path(path)
+        async with self._weights_lock:
+            try:
+                state_dict = await asyncio.to_thread(load)
+            except Exception as exc:  # whatever the client pointed at, it is not weights we can read
+                raise RequestError(f"cannot read weights from {source}: {type(exc).__name__}: {exc}", param) from None
+            try:
+                # In a thread: it waits for the batch being decoded, which must not stall this loop.
+                await asyncio.to_thread(update, state_dict, version)
+            except (ValueError, RuntimeError, TypeError) as exc:
+                raise RequestError(f"the weights do not fit the served model: {exc}", param) from None
+        return self._json({"version": self.policy.version})
+
+    async def _weights_bytes(self, request: web.Request) -> bytes:
+        """The body, refused past what the model's weights can take (8 bytes a parameter, plus a header)."""
+        model = getattr(self.policy, "model", None)
+        limit = MAX_BODY_BYTES
+        if model is not None and hasattr(model, "parameters"):
+            limit = 8 * sum(p.numel() for p in model.parameters()) + 2**20
+        if request.content_length is not None and request.content_length > limit:
+            raise RequestError(f"the weights body exceeds {limit} bytes, more than this model's weights", status=413)
+        chunks, size = [], 0
+        while chunk := await request.content.read(2**20):
+            size += len(chunk)
+            if size > limit:
+                raise RequestError(
+                    f"the weights body exceeds {limit} bytes, more than this model's weights", status=413
+                )
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     # -- shared request handling
 
-    async def _body(self, request: web.Request) -> dict:
+    async def _json_object(self, request: web.Request) -> dict:
         try:
             body = await request.json(loads=json.loads)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -207,6 +290,11 @@ class _Server:
             raise RequestError("the request body is nested too deeply") from None
         if not isinstance(body, dict):
             raise RequestError("the request body must be a JSON object")
+        return body
+
+    async def _body(self, request: web.Request) -> dict:
+        """A sampling request's body: a JSON object for this model, asking only for what the server honours."""
+        body = await self._json_object(request)
         model = body.get("model")
         if model is not None and model != self.model_name:
             raise RequestError(
@@ -322,8 +410,10 @@ class _Server:
         generated = sum(len(c.token_ids) for c in completions)
         return {"prompt_tokens": prompt_len, "completion_tokens": generated, "total_tokens": prompt_len + generated}
 
-    async def _stream(self, request: web.Request, chunks) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    async def _stream(self, request: web.Request, chunks, version: int) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", VERSION_HEADER: str(version)}
+        )
         await response.prepare(request)
         try:
             for chunk in chunks:
@@ -369,9 +459,12 @@ class _Server:
         specs = tool_specs_from_openai(tools) if tools and tool_choice != "none" else None
         replies = [_reply(c, specs) for c in completions]
         response_id = f"chatcmpl-{uuid.uuid4().hex}"
-        header = {"id": response_id, "created": int(time.time()), "model": self.model_name}
+        version = min(c.policy_version for c in completions)
+        header = {"id": response_id, "created": int(time.time()), "model": self.model_name, "policy_version": version}
         if sampling.stream:
-            return await self._stream(request, self._chat_chunks(header, completions, replies, sampling, prompt_ids))
+            return await self._stream(
+                request, self._chat_chunks(header, completions, replies, sampling, prompt_ids), version
+            )
         choices = []
         for index, (completion, (content, tool_calls, finish_reason)) in enumerate(zip(completions, replies)):
             message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -384,6 +477,7 @@ class _Server:
                 "logprobs": self._chat_logprobs(
                     completion.token_ids, completion.logprobs, completion.top_logprobs, sampling
                 ),
+                "policy_version": completion.policy_version,
             }
             if sampling.return_token_ids:
                 choice["token_ids"] = list(completion.token_ids)
@@ -397,7 +491,7 @@ class _Server:
         }
         if sampling.return_token_ids:
             result["prompt_token_ids"] = prompt_ids
-        return web.json_response(result)
+        return self._json(result, version)
 
     def _chat_logprobs(
         self, token_ids: Sequence[int], logprobs: Sequence[float], top: Sequence[list], sampling: _Sampling
@@ -496,14 +590,18 @@ class _Server:
         ]
         completions = [completion for completion, _ in samples]
         prompt_tokens = sum(map(len, prompts))
+        version = min(c.policy_version for c in completions)
         header = {
             "id": f"cmpl-{uuid.uuid4().hex}",
             "created": int(time.time()),
             "model": self.model_name,
             "object": "text_completion",
+            "policy_version": version,
         }
         if sampling.stream:
-            return await self._stream(request, self._completion_chunks(header, samples, sampling, prompt_tokens))
+            return await self._stream(
+                request, self._completion_chunks(header, samples, sampling, prompt_tokens), version
+            )
         choices = []
         for index, (completion, prompt_ids) in enumerate(samples):
             logprobs = None
@@ -520,6 +618,7 @@ class _Server:
                 "text": completion.text,
                 "finish_reason": completion.finish_reason,
                 "logprobs": logprobs,
+                "policy_version": completion.policy_version,
             }
             if sampling.return_token_ids:
                 # vLLM puts prompt_token_ids on each choice of this endpoint; the response carries it too.
@@ -528,7 +627,7 @@ class _Server:
         result = {**header, "choices": choices, "usage": self._usage(prompt_tokens, completions)}
         if sampling.return_token_ids and len(prompts) == 1:
             result["prompt_token_ids"] = prompts[0]
-        return web.json_response(result)
+        return self._json(result, version)
 
     def _prompts(self, prompt: Any) -> list[list[int]]:
         """The token ids of each prompt: one string or id list, or a list of them (a batch)."""
@@ -738,26 +837,72 @@ def _finite(logprob: float) -> float:
     return logprob if math.isfinite(logprob) else -9999.0
 
 
+# --- weights ----------------------------------------------------------------------------------
+
+
+def _version(raw: str | None) -> int | None:
+    """``?version=N`` of a weights upload: a non-negative integer, or None (the policy bumps its own)."""
+    if raw is None:
+        return None
+    if not raw.isdigit():
+        raise RequestError(f"version must be a non-negative integer, got {raw!r}", "version")
+    return int(raw)
+
+
+def _state_dict_from_bytes(data: bytes) -> dict:
+    from safetensors.torch import load
+
+    if not data:
+        raise ValueError("the body is empty")
+    return load(data)
+
+
+def _state_dict_from_path(path: str) -> dict:
+    """The tensors of a safetensors file, of a checkpoint directory's ``*.safetensors`` shards, or ``from_pretrained``'s."""
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    where = Path(path)
+    if where.is_file():
+        return load_file(where)
+    if not where.is_dir():
+        raise FileNotFoundError(f"no such file or directory: {path}")
+    shards = sorted(where.glob("*.safetensors"))
+    if not shards:  # older checkpoints (pytorch_model.bin): transformers reads them
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(where, local_files_only=True).state_dict()
+    state_dict: dict = {}
+    for shard in shards:
+        state_dict.update(load_file(shard))
+    return state_dict
+
+
 # --- entry points -----------------------------------------------------------------------------
 
 
-def make_app(policy: Policy, model_name: str, *, context_window: int | None = None) -> web.Application:
+def make_app(
+    policy: Policy, model_name: str, *, context_window: int | None = None, allow_weight_updates: bool = False
+) -> web.Application:
     """The aiohttp application serving ``policy`` as ``model_name``.
 
     ``context_window`` (default: the policy's ``context_window`` attribute, if any) bounds prompt
     + completion, and is the default ``max_tokens`` budget of a chat request; without one,
-    prompts are not checked against a context size. The caller owns
-    the policy and closes it.
+    prompts are not checked against a context size. ``allow_weight_updates`` turns ``POST
+    /v1/weights`` on (any client could then replace the model). The caller owns the policy and
+    closes it.
     """
     if context_window is None:
         context_window = getattr(policy, "context_window", None)
-    server = _Server(policy, model_name, context_window)
+    server = _Server(policy, model_name, context_window, allow_weight_updates)
     # Agent conversations and token-id prompts are long: allow bodies well past aiohttp's 1 MiB default.
-    app = web.Application(middlewares=[_errors], client_max_size=64 * 2**20)
+    app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY_BYTES)
     app.router.add_get("/health", server.health)
     app.router.add_get("/v1/models", server.models)
     app.router.add_post("/v1/chat/completions", server.chat_completions)
     app.router.add_post("/v1/completions", server.completions)
+    app.router.add_post("/v1/weights", server.weights)
     return app
 
 
@@ -769,6 +914,7 @@ def serve(
     max_batch_size: int = 16,
     served_model_name: str | None = None,
     device: str | None = None,
+    allow_weight_updates: bool = False,
 ) -> None:
     """Load ``model`` (a local checkpoint) into an :class:`HFPolicy` and serve it until interrupted."""
 
@@ -780,7 +926,8 @@ def serve(
         async def close(app: web.Application) -> None:
             await policy.aclose()
 
-        app = make_app(policy, served_model_name or model)  # the policy's own context window
+        # The policy's own context window.
+        app = make_app(policy, served_model_name or model, allow_weight_updates=allow_weight_updates)
         app.on_cleanup.append(close)
         return app
 

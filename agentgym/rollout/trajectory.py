@@ -32,7 +32,8 @@ class Turn:
     the sampling distribution over the completion when the policy reports it (else ``None``).
     ``folded`` is true when older observations were folded into stubs before this prompt.
     ``usage`` is the endpoint's count of prompt and completion tokens (chat mode, where the ids
-    are not known), or ``None``.
+    are not known), or ``None``. ``policy_version`` is the weights' version that sampled the reply
+    and ``replica`` the endpoint that served it (a remote policy's base URL, else ``None``).
     """
 
     prompt_ids: list[int]
@@ -50,6 +51,7 @@ class Turn:
     finish_reason: str = "stop"
     folded: bool = False
     usage: dict | None = None
+    replica: str | None = None
 
     def __post_init__(self):
         if len(self.prompt_mask) != len(self.prompt_ids):

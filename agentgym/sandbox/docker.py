@@ -86,6 +86,11 @@ def _remove_when_started(container_id: str, starting: Future | None) -> None:
     cleanup.remove_container(container_id)
 
 
+def label_change(values: dict[str, str]) -> str:
+    """The ``docker commit`` change that sets these labels on the committed image."""
+    return "LABEL " + " ".join(f'{k}="{v}"' for k, v in values.items())
+
+
 @dataclass
 class DockerSnapshot(SandboxSnapshot):
     """A committed image of a sandbox; ``release()`` removes it once no container or child snapshot uses it."""
@@ -570,7 +575,7 @@ class DockerSandbox:
             container_id = self._running_id()
             # What the commit holds counts against the disk limit of every sandbox started from it.
             disk_used = self._check_disk(container_id, force=True)
-            change = "LABEL " + " ".join(f'{k}="{v}"' for k, v in labels.owner_labels(labels.KIND_SNAPSHOT).items())
+            change = label_change(labels.owner_labels(labels.KIND_SNAPSHOT))
             with engine.engine_errors("committing a snapshot"):
                 image_id = engine.api().commit(container_id, changes=[change], pause=True)["Id"]
             cleanup.track_snapshot(image_id, parent=self.image)

@@ -20,6 +20,8 @@ CONTENT_HASH = "agentgym.content-hash"
 # the processes it starts inherit: their containers carry it, so the run can find what it left.
 RUN = "agentgym.run"
 RUN_ENV = "AGENTGYM_RUN_ID"
+# An imported snapshot image has no parent on its new engine; this names the image its commits started from.
+SNAPSHOT_START = "agentgym.snapshot-start"
 
 KIND_BASE = "base"
 KIND_SANDBOX = "sandbox"

@@ -12,6 +12,13 @@ The trainers (:class:`~agentgym.trainers.tree_grpo.TreeGRPOTrainer`,
   is never called;
 * **the trajectory store** (``store_path``, one file per process) and the in-process policy
   (:class:`~agentgym.rollout.hf_policy.HFPolicy` over a model, :meth:`AgentgymTrainer._make_policy`);
+* **the rollout backend**: ``local`` runs envs and sampling in this process; ``ray`` runs the
+  envs on a cluster's env workers (:class:`~agentgym.distributed.env_pool.EnvPool`) and samples
+  from ``agentgym serve`` replicas started as Ray actors
+  (:class:`~agentgym.distributed.replicas.PolicyReplicas`), which get the learner's weights
+  through the object store (:meth:`AgentgymTrainer._sync_rollout_weights`); every turn records the
+  weight version that sampled it and the replica that served it. With several training processes
+  each one has its own pool and replicas. Both are closed when ``train()`` returns;
 * **rollout state in checkpoints**: each process writes :data:`STATE_FILE` last into a checkpoint
   (so its presence marks a complete one; :func:`agentgym.train.last_complete_checkpoint`), and a
   resumed run reads it back; subclasses extend ``_rollout_state``/``_restore_rollout_state``;
@@ -30,7 +37,7 @@ from trl.trainer.utils import RepeatSampler
 from agentgym.rollout.hf_policy import HFPolicy
 from agentgym.rollout.store import TrajectoryStore
 from agentgym.trainers.base_config import AgentgymConfig
-from agentgym.trainers.rollouts import TimeBudget, make_env_factory
+from agentgym.trainers.rollouts import TimeBudget, make_env_factory, rollout_weights
 
 __all__ = ["STATE_FILE", "AgentgymTrainer", "default_tasks", "env_reward", "task_dataset"]
 
@@ -111,12 +118,72 @@ class AgentgymTrainer(GRPOTrainer):
         self.rollout_model = self.accelerator.unwrap_model(self.model)
         if args.time_budget_s:
             self.add_callback(TimeBudget(args.time_budget_s))
+        self.env_pool = None
+        self.replicas = None
+        self.env_factory = make_env_factory(args.env_id, args.env_kwargs, args.memory)
+        if args.rollout_backend == "ray":
+            from agentgym.distributed.cluster import connect
+            from agentgym.distributed.config import RayConfig
+            from agentgym.distributed.env_pool import EnvPool
 
-    def _make_policy(self, model) -> HFPolicy:
-        """``model`` as the rollouts' in-process policy, batching up to ``rollout_concurrency`` requests."""
+            self.ray_config = RayConfig.from_dict(args.ray)
+            connect(self.ray_config.address)
+            memory = None
+            if args.memory is not None:
+                from agentgym.memory.config import MemoryConfig
+
+                memory = MemoryConfig.from_dict(args.memory).on_cluster().to_dict()
+            self.env_pool = EnvPool(
+                args.env_id,
+                args.env_kwargs,
+                workers=self.ray_config.env_workers,
+                envs_per_worker=self.ray_config.envs_per_worker,
+                memory=memory,
+            )
+            self.env_factory = self.env_pool
+
+    def _make_policy(self, model):
+        """The rollouts' policy: ``model`` in-process (batching up to ``rollout_concurrency`` requests), or its replicas on the cluster."""
+        if self.args.rollout_backend == "ray":
+            from agentgym.distributed.replicas import PolicyReplicas
+
+            self.replicas = PolicyReplicas(
+                model,
+                tokenizer=self.processing_class,
+                replicas=self.ray_config.policy_replicas,
+                max_batch_size=self.ray_config.replica_max_batch_size,
+                version=self.state.global_step,
+            )
+            return self.replicas.policy(
+                tokenizer=self.processing_class, max_concurrency=self.args.rollout_concurrency, name="replicas"
+            )
         return HFPolicy.from_model(
             model, self.processing_class, max_batch_size=self.args.rollout_concurrency, name="learner"
         )
+
+    def _sync_rollout_weights(self, version: int) -> None:
+        """Give the rollouts' policy the learner's current weights as ``version``.
+
+        In-process the policy samples from the learner's own module, so only the version moves; the
+        replicas get a copy of the weights (the value model left out).
+        """
+        if self.replicas is None:
+            self.policy.update_weights(self.policy.model, version=version)  # same weights object
+        else:
+            self.policy.update_weights(rollout_weights(self.rollout_model), version=version)
+
+    def train(self, *args, **kwargs):
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            self._close_rollouts()
+
+    def _close_rollouts(self) -> None:
+        """Stop the cluster's replicas and env workers this trainer started (nothing to do locally)."""
+        if self.replicas is not None:
+            self.replicas.close()
+        if self.env_pool is not None:
+            self.env_pool.close()
 
     def _get_train_sampler(self, dataset=None):
         # One row per task: a task's whole group (episodes or tree) is grown on one process, so its

@@ -64,8 +64,23 @@ class RolloutArguments:
     memory: dict | None = field(
         default=None,
         metadata={
-            "help": "Memory bank section {path, mode: read|learn, k_skills, k_episodes, min_utility, write_forks}: every "
+            "help": "Memory bank section {path, mode: read|learn, k_skills, k_episodes, min_utility, write_forks, shared}: every "
             "rollout env is wrapped in a MemoryWrapper (see agentgym.memory.config). None: no memory."
+        },
+    )
+
+    rollout_backend: str = field(
+        default="local",
+        metadata={
+            "help": "Where rollouts run: `local` (envs and sampling in this process) or `ray` (the cluster's env "
+            "workers and policy replicas; see the `ray` section)."
+        },
+    )
+    ray: dict | None = field(
+        default=None,
+        metadata={
+            "help": "With rollout_backend: ray, the cluster section {address, env_workers, envs_per_worker, "
+            "policy_replicas, replica_max_batch_size} (see agentgym.distributed.config)."
         },
     )
 
@@ -75,6 +90,17 @@ class RolloutArguments:
             from agentgym.memory.config import MemoryConfig
 
             MemoryConfig.from_dict(self.memory)
+
+    def check_rollout_backend(self) -> None:
+        """Fail at config time on an unknown backend or a bad ``ray`` section."""
+        if self.rollout_backend not in ("local", "ray"):
+            raise ValueError(f"rollout_backend must be 'local' or 'ray', got {self.rollout_backend!r}")
+        if self.rollout_backend == "local" and self.ray is not None:
+            raise ValueError("a `ray` section needs rollout_backend: ray")
+        if self.rollout_backend == "ray":
+            from agentgym.distributed.config import RayConfig
+
+            RayConfig.from_dict(self.ray)
 
 
 @dataclass
@@ -94,6 +120,7 @@ class AgentgymConfig(GRPOConfig, RolloutArguments):
         import torch
 
         self.check_memory()
+        self.check_rollout_backend()
         if self.bf16 is None:
             self.bf16 = torch.cuda.is_available()
         super().__post_init__()

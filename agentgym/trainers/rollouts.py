@@ -11,17 +11,16 @@ env-token mask, so env tokens never get loss. Each token gets the advantage of i
 from __future__ import annotations
 
 import asyncio
-import importlib
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import cast
 
 import torch
 from transformers import TrainerCallback
 
 from agentgym.core import AgentEnv
+from agentgym.registration import make_env_factory
 from agentgym.rollout.agent import Agent, AgentConfig
 from agentgym.rollout.hf_policy import HFPolicy
 from agentgym.rollout.policy import SamplingParams
@@ -29,28 +28,7 @@ from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig
 from agentgym.rollout.store import Record, TrajectoryStore
 from agentgym.rollout.trajectory import RolloutTree, Trajectory
 
-__all__ = ["Row", "TimeBudget", "collate", "make_env_factory", "record_metrics", "trajectory_rows"]
-
-
-def make_env_factory(env_id: str, env_kwargs: dict | None = None, memory: dict | None = None) -> Callable[[], AgentEnv]:
-    """A zero-argument env factory for a registered id or a ``module:Class`` entry point, wrapped for ``memory`` if given."""
-    kwargs = dict(env_kwargs or {})
-    if ":" in env_id and "/" not in env_id.split(":")[0]:
-        module, _, name = env_id.partition(":")
-        cls = getattr(importlib.import_module(module), name)
-        factory = lambda: cls(**kwargs)  # noqa: E731
-    else:
-        import gymnasium
-
-        import agentgym  # noqa: F401 - registers the built-in envs
-
-        # gymnasium.make's wrappers are typed as plain Envs; the runner drives them as AgentEnvs.
-        factory = lambda: cast(AgentEnv, gymnasium.make(env_id, **kwargs))  # noqa: E731
-    if memory is None:
-        return factory
-    from agentgym.memory.config import MemoryConfig
-
-    return MemoryConfig.from_dict(memory).wrap(factory)
+__all__ = ["Row", "TimeBudget", "collate", "make_env_factory", "record_metrics", "rollout_weights", "trajectory_rows"]
 
 
 def make_agent(policy: HFPolicy, args) -> Agent:
@@ -69,10 +47,18 @@ def make_agent(policy: HFPolicy, args) -> Agent:
     )
 
 
-def make_runner(agent: Agent, args, store: TrajectoryStore | None, job=None) -> Runner:
+def rollout_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of ``model``'s policy weights for a sampler (a value model attached to it left out)."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith("value_model.")}
+
+
+def make_runner(
+    agent: Agent, args, store: TrajectoryStore | None, job=None, env_factory: Callable[[], AgentEnv] | None = None
+) -> Runner:
+    """The runner of a trainer's rollouts, on ``env_factory``'s envs (default: made here from the config)."""
     return Runner(
         agent,
-        make_env_factory(args.env_id, args.env_kwargs, args.memory),
+        env_factory or make_env_factory(args.env_id, args.env_kwargs, args.memory),
         RunnerConfig(
             concurrency=args.rollout_concurrency, episode_timeout=args.episode_timeout, progress=False, store=store
         ),

@@ -52,7 +52,15 @@ from agentgym.rollout.runner import EpisodeRequest
 from agentgym.rollout.trajectory import Trajectory
 from agentgym.trainers.advantages import explained_variance, strict_clip_policy_loss, turn_gae
 from agentgym.trainers.base import AgentgymTrainer, default_tasks, task_dataset
-from agentgym.trainers.rollouts import collate, make_agent, make_runner, pad_rows, record_metrics, trajectory_rows
+from agentgym.trainers.rollouts import (
+    collate,
+    make_agent,
+    make_runner,
+    pad_rows,
+    record_metrics,
+    rollout_weights,
+    trajectory_rows,
+)
 from agentgym.trainers.sao_config import SAOConfig
 
 __all__ = ["SAOTrainer", "SeparateValueModel", "ValueHead"]
@@ -178,7 +186,7 @@ class SAOTrainer(AgentgymTrainer):
                     continue
 
     async def _produce(self) -> None:
-        runner = make_runner(self.agent, self.args, store=None)
+        runner = make_runner(self.agent, self.args, store=None, env_factory=self.env_factory)
 
         async def worker() -> None:
             while not self._stop.is_set():
@@ -207,22 +215,15 @@ class SAOTrainer(AgentgymTrainer):
         if self._producer is not None:
             self._producer.join(timeout=60)
 
-    def train(self, *args, **kwargs):
-        try:
-            return super().train(*args, **kwargs)
-        finally:
-            self._stop_producer()
+    def _close_rollouts(self) -> None:
+        self._stop_producer()  # before the replicas and env workers it samples from go
+        super()._close_rollouts()
 
     def _sync_producer(self) -> None:
         step = self.state.global_step
         if self.synced_step is not None and step - self.synced_step < self.args.sync_every:
             return
-        weights = {
-            k: v.detach().clone()
-            for k, v in self.rollout_model.state_dict().items()
-            if not k.startswith("value_model.")
-        }
-        self.policy.update_weights(weights, version=step)
+        self.policy.update_weights(rollout_weights(self.rollout_model), version=step)
         self.synced_step = step
 
     def _take(self, count: int) -> tuple[list[Trajectory], list[Trajectory], list[int]]:

@@ -109,7 +109,7 @@ class TreeGRPOTrainer(AgentgymTrainer):
                 for i, t in enumerate(task_ids)
                 for j in range(self.args.num_generations)
             ]
-        self.policy.update_weights(self.policy.model, version=step)  # same weights object: only the version moves
+        self._sync_rollout_weights(step)  # on-policy: the rollouts sample from this step's weights
         was_training = self.rollout_model.training
         self.rollout_model.eval()
         started = time.perf_counter()
@@ -122,7 +122,13 @@ class TreeGRPOTrainer(AgentgymTrainer):
                 gradient_checkpointing_kwargs=cast(dict[str, Any] | None, self.args.gradient_checkpointing_kwargs),
             ):
                 records = run_tasks(
-                    make_runner(self.agent, self.args, self.store, job=self._tree_job if self.args.tree else None),
+                    make_runner(
+                        self.agent,
+                        self.args,
+                        self.store,
+                        job=self._tree_job if self.args.tree else None,
+                        env_factory=self.env_factory,
+                    ),
                     tasks,
                 )
         finally:

@@ -63,7 +63,9 @@ async def test_token_mode_returns_the_exact_ids_the_served_model_sampled(served,
     local = await hf_policy.generate(prompt_ids, sampling)
     assert remote.token_ids == local.token_ids and remote.text == local.text
     assert remote.logprobs == pytest.approx(local.logprobs, abs=1e-5)
-    assert remote.finish_reason == local.finish_reason and remote.policy_version == 3
+    assert remote.finish_reason == local.finish_reason and remote.replica == base_url
+    # The server reports the version that sampled it; the client's own (3) is for servers that do not.
+    assert remote.policy_version == local.policy_version == hf_policy.version
 
 
 async def test_token_mode_without_a_tokenizer_is_refused(served):

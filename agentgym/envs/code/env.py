@@ -3,8 +3,10 @@
 A code env owns one :class:`~agentgym.sandbox.docker.DockerSandbox` per episode. ``reset``
 takes a pre-started container from the warm pool and lays the task's workspace into it;
 ``snapshot`` commits the container (the filesystem plus the tracked shell cwd/env) and
-``fork`` starts an independent container from that commit. Grading never trusts the agent's
-container: subclasses re-run the hidden tests in a fresh sandbox.
+``fork`` starts an independent container from that commit; ``export_snapshot`` carries the
+commit's own layers as bytes (:class:`~agentgym.sandbox.portable.PortableSnapshot`) and
+``import_snapshot`` loads them into this engine, which must have the image the task started
+from. Grading never trusts the agent's container: subclasses re-run the hidden tests in a fresh sandbox.
 
 Tools (subclasses add to or trim :meth:`tools`):
 
@@ -32,18 +34,20 @@ Fenced ```` ```python ```` and ```` ```bash ```` blocks in a reply run as ``pyth
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from agentgym.actions import ToolCall, ToolSpec
-from agentgym.core import AgentEnv, Outcome, Verdict, adopt_renamed_hooks
+from agentgym.core import AgentEnv, Outcome, SnapshotError, Verdict, adopt_renamed_hooks
 from agentgym.extras import requires
 from agentgym.sandbox.base import ExecResult, FileTooLargeError
 
 with requires("code"):  # the Docker SDK
     from agentgym.sandbox.docker import DockerSandbox, SandboxConfig
+    from agentgym.sandbox.portable import PortableSnapshot
 
 
 def _tool(name: str, description: str, required: list[str], **properties: dict) -> ToolSpec:
@@ -228,6 +232,15 @@ class CodeEnv(AgentEnv):
         else:
             self.sandbox.restore(payload.sandbox_snapshot)
         self._load_branch_state(payload.branch_state)
+
+    def _export_payload(self, payload: CodePayload) -> CodePayload:
+        return dataclasses.replace(payload, sandbox_snapshot=PortableSnapshot.of(payload.sandbox_snapshot))
+
+    def _import_payload(self, exported: Any) -> tuple[CodePayload, Callable[[], None]]:
+        if not isinstance(exported, CodePayload) or not isinstance(exported.sandbox_snapshot, PortableSnapshot):
+            raise SnapshotError(f"snapshot data of a {self.kind} holds no exported sandbox")
+        sandbox_snapshot = exported.sandbox_snapshot.load()
+        return dataclasses.replace(exported, sandbox_snapshot=sandbox_snapshot), sandbox_snapshot.release
 
     def _snapshot_metadata(self, payload: CodePayload) -> dict:
         return {"image": payload.sandbox_snapshot.ref}

@@ -33,19 +33,24 @@ screenshots do not contain the pointer sprite (its position is in the text), not
 desktop shows a clock, and the apps' cursors do not blink. Not captured: X selections and the
 clipboard, key or button state held down between turns (actions release everything they
 press), and anything an app keeps only in memory beyond what its state file lists.
+
+``export_snapshot`` carries all of it as bytes: a relaunch snapshot's commit travels as its own
+layers (:class:`~agentgym.sandbox.portable.PortableSnapshot`; the importing engine needs the
+desktop image), a replay snapshot is only its action prefix and pointer.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from agentgym.actions import ToolCall, ToolSpec
-from agentgym.core import AgentEnv, Outcome, Verdict, select_tasks
+from agentgym.core import AgentEnv, Outcome, SnapshotError, Verdict, select_tasks
 from agentgym.extras import requires
 
 # The desktop modules need the Docker SDK; imported in here, a missing one names the gui extra.
@@ -56,6 +61,7 @@ with requires("gui"):
     from agentgym.envs.gui.tasks import APPS_DIR, HOME, DesktopTask
     from agentgym.sandbox.desktop import DesktopSandbox, DesktopState, Screen, desktop_config, tar_tree
     from agentgym.sandbox.docker import DockerSnapshot, SandboxConfig
+    from agentgym.sandbox.portable import PortableSnapshot
 
 from agentgym.task import Task
 
@@ -216,6 +222,19 @@ class DesktopEnv(AgentEnv):
                 raise
         self.desktop, self._last, self._task, self._actions = desktop, state, task, list(payload.actions)
         self._load_branch_state(payload.branch_state)
+
+    def _export_payload(self, payload: DesktopPayload) -> DesktopPayload:
+        if payload.sandbox_snapshot is None:
+            return payload
+        return dataclasses.replace(payload, sandbox_snapshot=PortableSnapshot.of(payload.sandbox_snapshot))
+
+    def _import_payload(self, exported: Any) -> tuple[DesktopPayload, Callable[[], None] | None]:
+        if not isinstance(exported, DesktopPayload):
+            raise SnapshotError(f"snapshot data of a {self.kind} holds no desktop state")
+        if exported.sandbox_snapshot is None:  # a replay snapshot: the action prefix is all there is
+            return exported, None
+        sandbox_snapshot = exported.sandbox_snapshot.load()
+        return dataclasses.replace(exported, sandbox_snapshot=sandbox_snapshot), sandbox_snapshot.release
 
     def _snapshot_metadata(self, payload: DesktopPayload) -> dict:
         mode = "relaunch" if payload.sandbox_snapshot else "replay"

@@ -42,7 +42,10 @@ How the pieces fit:
   blocked inside C code (a sleep, a socket read) finishes that call first.
 * **Snapshots** copy the state and the transcript (:class:`~agentgym.envs.state.StateCopy`:
   pickled Python objects, SQLite via the backup API), so a fork continues exactly as a replay
-  of the same actions would.
+  of the same actions would. ``export_snapshot`` carries that copy as bytes (databases
+  serialised); a state that does not pickle (a lambda, a lock: the copy falls back to
+  ``copy.deepcopy``) cannot leave its process, and exporting it raises
+  :class:`~agentgym.core.SnapshotError`.
 """
 
 from __future__ import annotations

@@ -25,7 +25,9 @@ reapplied — and checked: if a reloaded tab's DOM or text differs from the capt
 built by client-side script, a tab that was stale when the state changed), the fork instead
 replays the action prefix from the task's start, which is exact. Envs whose pages keep their
 state in JavaScript (MiniWoB++) set ``fork_by_replay = True`` and always replay. Snapshot
-metadata records which way each fork went.
+metadata records which way each fork went. All of it is plain data (an app's database is
+serialised), so ``export_snapshot`` carries it as bytes; an env that imports them serves its
+sites on origins of its own, and the captured URLs move to them as they do for every fork.
 """
 
 from __future__ import annotations

@@ -17,9 +17,10 @@ in-process producer. Unknown keys are an error (a typo must not silently fall ba
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
+
+from agentgym.sections import from_section
 
 __all__ = ["RayConfig"]
 
@@ -46,10 +47,4 @@ class RayConfig:
         """A config from a YAML ``ray:`` mapping (``None``: the defaults)."""
         if section is None:
             return cls()
-        if not isinstance(section, dict):
-            raise ValueError(f"ray: expected a mapping, got {type(section).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(section) - known)
-        if unknown:
-            raise ValueError(f"ray: unknown key(s) {unknown}; known: {sorted(known)}")
-        return cls(**section)
+        return from_section(cls, section, "ray")

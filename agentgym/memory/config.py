@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentgym.memory.bank import MemoryBank
 from agentgym.memory.wrapper import MODES
+from agentgym.sections import from_section
 
 if TYPE_CHECKING:
     from agentgym.distributed.memory import RemoteBank
@@ -69,13 +70,7 @@ class MemoryConfig:
     @classmethod
     def from_dict(cls, section: dict[str, Any]) -> MemoryConfig:
         """A config from a YAML ``memory:`` mapping; unknown keys are an error, not silently ignored."""
-        if not isinstance(section, dict):
-            raise ValueError(f"memory: expected a mapping, got {type(section).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(section) - known)
-        if unknown:
-            raise ValueError(f"memory: unknown keys {unknown}; known: {sorted(known)}")
-        return cls(**section)
+        return from_section(cls, section, "memory")
 
     def on_cluster(self) -> MemoryConfig:
         """This section for a run's envs on a Ray cluster: ``shared``, and the path made absolute (the head node opens it)."""

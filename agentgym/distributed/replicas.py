@@ -27,7 +27,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from agentgym.extras import requires
 
@@ -55,7 +55,9 @@ class _ReplicaServer:
         from agentgym.rollout.hf_policy import HFPolicy
 
         if isinstance(model, (str, os.PathLike)):
-            self.policy = HFPolicy(model, device=device, max_batch_size=max_batch_size, version=version, name=name)
+            self.policy = HFPolicy(
+                os.fspath(model), device=device, max_batch_size=max_batch_size, version=version, name=name
+            )
         else:
             if isinstance(tokenizer, (str, os.PathLike)):
                 from transformers import AutoTokenizer
@@ -67,7 +69,7 @@ class _ReplicaServer:
                 model, tokenizer, max_batch_size=max_batch_size, version=version, name=name
             )
         self.name = name
-        self.runner = None
+        self.runner: Any = None  # the aiohttp AppRunner, once started
 
     async def start(self) -> dict:
         """Serve on a free port of this node's address; returns the URL and where it runs."""
@@ -155,7 +157,9 @@ class PolicyReplicas:
         shared = model if by_path else ray.put(model)
         tokenizer_arg = str(self.tokenizer) if isinstance(self.tokenizer, os.PathLike) else self.tokenizer
         actors = [
-            _ReplicaServer.options(num_cpus=num_cpus, num_gpus=num_gpus, scheduling_strategy="SPREAD").remote(
+            cast(Any, _ReplicaServer)
+            .options(num_cpus=num_cpus, num_gpus=num_gpus, scheduling_strategy="SPREAD")
+            .remote(
                 shared,
                 tokenizer_arg,
                 name=self.model_name,

@@ -231,6 +231,7 @@ class OpenAIPolicy(Policy):
                 attempts += 1
                 replica.outstanding += 1
                 down = True
+                cause: Exception
                 try:
                     async with asyncio.timeout(self.timeout):
                         response = await create(**request)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import torch
 from trl import GRPOTrainer
@@ -82,6 +83,7 @@ class AgentgymTrainer(GRPOTrainer):
 
     _tag_names = ["trl", "agentgym"]
     args: AgentgymConfig
+    policy: Any  # the rollouts' policy, made by a subclass with _make_policy
 
     def __init__(
         self,

@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from agentgym.actions import ToolCall, ToolSpec
 from agentgym.core import AgentEnv, Outcome, SnapshotError, Verdict, select_tasks
@@ -88,7 +88,7 @@ class DesktopPayload:
     task_id: str
     actions: tuple[dict, ...]
     pointer: tuple[int, int]
-    sandbox_snapshot: DockerSnapshot | None
+    sandbox_snapshot: DockerSnapshot | None  # a PortableSnapshot while it travels (export_snapshot)
     branch_state: Any = None
 
 
@@ -226,14 +226,15 @@ class DesktopEnv(AgentEnv):
     def _export_payload(self, payload: DesktopPayload) -> DesktopPayload:
         if payload.sandbox_snapshot is None:
             return payload
-        return dataclasses.replace(payload, sandbox_snapshot=PortableSnapshot.of(payload.sandbox_snapshot))
+        portable = PortableSnapshot.of(payload.sandbox_snapshot)
+        return dataclasses.replace(payload, sandbox_snapshot=cast(DockerSnapshot, portable))
 
     def _import_payload(self, exported: Any) -> tuple[DesktopPayload, Callable[[], None] | None]:
         if not isinstance(exported, DesktopPayload):
             raise SnapshotError(f"snapshot data of a {self.kind} holds no desktop state")
         if exported.sandbox_snapshot is None:  # a replay snapshot: the action prefix is all there is
             return exported, None
-        sandbox_snapshot = exported.sandbox_snapshot.load()
+        sandbox_snapshot = cast(PortableSnapshot, exported.sandbox_snapshot).load()
         return dataclasses.replace(exported, sandbox_snapshot=sandbox_snapshot), sandbox_snapshot.release
 
     def _snapshot_metadata(self, payload: DesktopPayload) -> dict:

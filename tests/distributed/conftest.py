@@ -1,15 +1,16 @@
 """A real multi-node Ray cluster on this machine for the distributed tests (``ray.cluster_utils.Cluster``).
 
 The cluster has two nodes, each advertising the custom resources that place env workers
-(:data:`agentgym.distributed.cluster.RESOURCES`), and is shared by the whole test session (it
-starts in ~10 s on two cores). Tests that remove or add nodes take ``ray_cluster`` and add
+(:data:`agentgym.distributed.cluster.RESOURCES`), and is shared by the tests of this package (it
+starts in ~10 s on two cores, and stops when they are done, so the rest of the suite does not
+run beside an idle cluster). Tests that remove or add nodes take ``ray_cluster`` and add
 nodes of their own (``ray_cluster.add_node``), never removing the two shared ones.
 
 Ray binds the machine's own address unless it runs in a network namespace with only loopback;
 ``make test`` runs pytest under ``scripts/netns``, which sets ``AGENTGYM_NETNS=1``. Elsewhere
 these tests skip with a line that says how to run them.
 
-At the end of the session, every Docker container a Ray worker made (they carry this session's
+When it stops, every Docker container a Ray worker made (they carry this session's
 ``AGENTGYM_RUN_ID``, which the cluster's processes inherit) must be gone: env workers close their envs when their pools
 close, and a worker killed on purpose has its containers reaped by the next worker on its node.
 """
@@ -25,7 +26,7 @@ import pytest
 NODE_RESOURCES = {"agentgym_docker": 4, "agentgym_browser": 4}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ray_cluster():
     if os.environ.get("AGENTGYM_NETNS") != "1":
         pytest.skip("Ray tests run in a network namespace of their own: scripts/netns .venv/bin/python -m pytest ...")

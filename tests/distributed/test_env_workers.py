@@ -7,6 +7,7 @@ episode's outcome is known: a lost or duplicated episode, or one that ran on a b
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import gymnasium as gym
@@ -246,6 +247,7 @@ def test_every_call_of_an_env_whose_worker_died_raises_env_worker_lost(ray_clust
         env.reset(options={"task_id": keychain_tasks[0].id})
         snap, old_pid = env.snapshot(), env.slot.pid
         ray.kill(env.worker, no_restart=False)
+        _wait_exited(old_pid)  # ray.kill returns before the process ends: a call sent now could still reach it
         with pytest.raises(EnvWorkerLost, match="was lost"):
             env.step(keychain_tasks[0].solution[0])
         with pytest.raises(EnvWorkerLost):
@@ -257,6 +259,18 @@ def test_every_call_of_an_env_whose_worker_died_raises_env_worker_lost(ray_clust
         assert again.reset(options={"task_id": keychain_tasks[0].id})[1]["task_id"] == keychain_tasks[0].id
         assert pool.slots[0].live and again.slot.pid != old_pid
         again.close()
+
+
+def _wait_exited(pid: int, seconds: float = 30) -> None:
+    """Until process ``pid`` (a worker on this machine's local cluster) is gone."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"worker process {pid} still runs {seconds} s after ray.kill")
 
 
 async def test_a_pool_with_memory_wraps_every_env_on_its_worker(ray_cluster, keychain_tasks, tmp_path):

@@ -376,15 +376,23 @@ async def evaluate(
     return _write_summary(out, suite, results, k, model)
 
 
+def _screenshot_recording(env_id: str, env_kwargs: dict, screenshots: bool) -> tuple[dict, Callable[[Any], Any] | None]:
+    """The env kwargs and the wrapper that record screenshots when asked and the env renders images (else none)."""
+    if not (screenshots and _renders_rgb_array(env_id)):
+        return env_kwargs, None
+    from agentgym.wrappers import RecordScreenshots
+
+    return {**env_kwargs, "render_mode": "rgb_array"}, RecordScreenshots
+
+
 def _env_factory(env_id: str, env_kwargs: dict, screenshots: bool) -> Callable[[], Any]:
     """``gymnasium.make(env_id, **env_kwargs)``, wrapped in RecordScreenshots when asked and the env renders images."""
     import gymnasium
 
-    if not (screenshots and _renders_rgb_array(env_id)):
-        return lambda: gymnasium.make(env_id, **env_kwargs)
-    from agentgym.wrappers import RecordScreenshots
-
-    return lambda: RecordScreenshots(gymnasium.make(env_id, **{**env_kwargs, "render_mode": "rgb_array"}))
+    kwargs, record = _screenshot_recording(env_id, env_kwargs, screenshots)
+    if record is None:
+        return lambda: gymnasium.make(env_id, **kwargs)
+    return lambda: record(gymnasium.make(env_id, **kwargs))
 
 
 @contextlib.contextmanager
@@ -400,8 +408,7 @@ def _cluster_env_factory(
     from agentgym.distributed.env_pool import EnvPool
 
     connect(ray.address)
-    record = screenshots and _renders_rgb_array(env_id)
-    kwargs = {**env_kwargs, "render_mode": "rgb_array"} if record else env_kwargs
+    kwargs, record = _screenshot_recording(env_id, env_kwargs, screenshots)
     with EnvPool(
         env_id,
         kwargs,
@@ -409,12 +416,7 @@ def _cluster_env_factory(
         envs_per_worker=ray.envs_per_worker,
         memory=None if memory is None else memory.on_cluster().to_dict(),
     ) as pool:
-        if not record:
-            yield pool
-            return
-        from agentgym.wrappers import RecordScreenshots
-
-        yield lambda: RecordScreenshots(pool())
+        yield pool if record is None else (lambda: record(pool()))
 
 
 def _renders_rgb_array(env_id: str) -> bool:

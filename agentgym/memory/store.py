@@ -13,17 +13,20 @@ Retrieval:
   text is never parsed as FTS5 syntax: it is cut into word tokens, each quoted, joined by ``OR``.
   FTS5 scores every row that matches any query term (about 1.5 us each), so a term found in most
   entries would make every query O(store size). Query terms are therefore pruned by document
-  frequency: rarest first, while the matching rows add up to ``POSTINGS_BUDGET`` (the rarest term
-  always stays). Common terms carry little BM25 weight, so this costs some ranking quality (see
-  ``POSTINGS_BUDGET``) for bounded latency; the frequencies come from FTS5's own vocabulary and
-  are cached per process until the store grows by a quarter.
+  frequency: rarest first, while the matching rows add up to a budget (``postings_budget``:
+  10k postings up to 100k entries, growing with the square root of the store beyond); when even
+  the rarest term matches more, only the newest entries are scored (``plan_postings``). Common
+  terms carry little BM25 weight, so this costs some ranking quality (benchmarks/memory.py
+  reports overlap@10 with unpruned BM25) for bounded latency; the frequencies come from FTS5's
+  own vocabulary and are cached per process until the store grows by a quarter.
 * Cosine similarity over per-entry float32 vectors (optional; needs an ``Embedder``). Vectors live
-  in the ``embeddings`` table and, per process, in a numpy matrix that is searched by brute force.
-  New vectors are appended to the matrix incrementally; a deleted or replaced vector makes the next
-  search reload it (a delete counter maintained by a trigger tells). Memory is ``4 * dim`` bytes
-  per entry: 1.5 GB for 1M entries at 384 dimensions, and each query reads all of it, so its cost
-  is memory bandwidth (150 MB per query at 100k entries); past ~100k entries an approximate index
-  (HNSW) would be the next step.
+  in the ``embeddings`` table. Below ``ANN_MIN_VECTORS`` they are searched exactly, by brute force
+  over a per-process numpy matrix (appended to incrementally; a deleted or replaced vector makes
+  the next search reload it, as a delete counter maintained by a trigger tells). From there on an
+  approximate HNSW index (``ann_index``, saved beside the store and kept in step with it through
+  the ``embedding_removals`` log) proposes candidates that are reranked by exact cosine; a
+  filtered search uses it while the filter passes enough of its neighbours and scans the passing
+  entries exactly otherwise.
 * Both rankings are fused by reciprocal rank (``rrf``). Filters (kind, env, family, tags) are
   applied inside SQL / before the top-k cut, so ``k`` results come back whenever ``k`` match.
 
@@ -36,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import random
 import re
@@ -48,6 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agentgym.memory.ann_index import AnnIndex, index_path
 from agentgym.memory.embeddings import Embedder, normalise
 
 RRF_K = 60
@@ -59,12 +64,22 @@ MAX_QUERY_TERMS = 64
 # BM25 p50 4.2 / 5.6 / 12.5 / ~600 ms; the entry a query was drawn from ranks first for
 # 59 / 71 / 78 / ~76-80 % of queries. 10k keeps p50 under 10 ms with most of the quality.
 POSTINGS_BUDGET = 10_000
+BUDGET_BASE_SIZE = 100_000  # the store size at which POSTINGS_BUDGET was chosen (see postings_budget)
 DF_CACHE_SIZE = 100_000
 QUERY_CACHE_SIZE = 256
 TOKENIZE = "porter unicode61"  # the index's tokenizer; query terms are stemmed with it too
 BUSY_TIMEOUT_S = 60.0
 PAGE_SIZE = 500
 MODES = ("auto", "bm25", "embedding", "hybrid")
+# Below this many vectors an exact scan is fast enough (~2 ms) and exact; from it on, searches go
+# to the approximate index (benchmarks/memory.py times both at each size).
+ANN_MIN_VECTORS = 20_000
+# A filtered search over the approximate index asks for this many times ``depth`` neighbours; if
+# fewer than ``depth`` pass the filter, it scans the passing entries exactly instead.
+FILTER_OVERSAMPLE = 10
+# The index's 8-bit distances order near neighbours only roughly: it is asked for this many times
+# ``depth`` candidates, which are reranked by exact cosine.
+RERANK_FACTOR = 2
 
 ENTRY_COLUMNS = ("id", "kind", "title", "text", "env", "family", "task", "tags", "data", "created", "updated")
 
@@ -133,6 +148,17 @@ MIGRATIONS: list[str] = [
     CREATE TRIGGER embeddings_after_delete AFTER DELETE ON embeddings BEGIN
         UPDATE counters SET value = value + 1 WHERE name = 'embedding_deletes';
     END;
+    """,
+    # v2: a log of removed vectors, so that an approximate index (ann_index) applies deletes and
+    # updates incrementally, and a random id that tells an index file which store it belongs to.
+    """
+    CREATE TABLE embedding_removals (seq INTEGER PRIMARY KEY AUTOINCREMENT, entry_id INTEGER NOT NULL);
+    DROP TRIGGER embeddings_after_delete;
+    CREATE TRIGGER embeddings_after_delete AFTER DELETE ON embeddings BEGIN
+        UPDATE counters SET value = value + 1 WHERE name = 'embedding_deletes';
+        INSERT INTO embedding_removals(entry_id) VALUES (old.entry_id);
+    END;
+    INSERT INTO counters VALUES ('store_id', abs(random() % 9007199254740992));
     """,
 ]
 
@@ -212,6 +238,30 @@ def prune_terms(frequencies: Sequence[int], budget: int) -> list[int]:
         kept.append(index)
         total += frequencies[index]
     return sorted(kept)
+
+
+def postings_budget(size: int) -> int:
+    """Postings one BM25 query may score in a store whose ids reach ``size``.
+
+    ``POSTINGS_BUDGET`` up to ``BUDGET_BASE_SIZE`` entries, then growing with the square root of
+    the size: every posting list lengthens with the store, so a fixed budget would keep fewer
+    and fewer terms (at 1M entries a 10k budget kept so few that ranking @1 fell from 0.71 to
+    0.22), while a budget growing with the size would make the cost grow with it.
+    """
+    return max(POSTINGS_BUDGET, int(POSTINGS_BUDGET * math.sqrt(size / BUDGET_BASE_SIZE)))
+
+
+def plan_postings(frequencies: Sequence[int], budget: int) -> tuple[list[int], float]:
+    """(indices of the terms to keep, share of the newest entries to score).
+
+    Terms are kept as ``prune_terms`` keeps them. When even the rarest kept term matches more
+    than ``budget`` entries, only the newest ``budget / its frequency`` share of the store is
+    scored (FTS5 seeks a rowid bound in every posting list), so no query reads much more than
+    the budget (the search widens the share while fewer than ``k`` entries match in it).
+    """
+    kept = prune_terms(frequencies, budget)
+    postings = sum(frequencies[i] for i in kept)
+    return kept, 1.0 if postings <= budget else budget / postings
 
 
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
@@ -390,6 +440,7 @@ class MemoryStore:
         self._pid = os.getpid()
         self._closed = False
         self._vectors: _VectorCache | None = None
+        self._ann: AnnIndex | None = None
         self._query_vectors: dict[tuple[str, str], np.ndarray] = {}
         self._df_cache: dict[str, tuple[int, int]] = {}  # stem -> (entries containing it, max id then)
         if read_only:
@@ -419,7 +470,7 @@ class MemoryStore:
             # A fork child: start over, locks included (a parent thread may have held one).
             _FORK_ABANDONED.extend(self._conns)
             self._lock, self._local, self._conns, self._pid = threading.Lock(), threading.local(), [], os.getpid()
-            self._vectors = None
+            self._vectors = self._ann = None
         conn = getattr(self._local, "conn", None)
         if conn is None:
             if self._closed:
@@ -755,22 +806,31 @@ class MemoryStore:
         if not tokens:
             return []
         size = conn.execute("SELECT coalesce(max(id), 0) FROM entries").fetchone()[0]
-        if size > POSTINGS_BUDGET:  # below it, even a query matching everything is cheap
+        budget = postings_budget(size)
+        lowest_id = 0
+        if size > budget:  # below it, even a query matching everything is cheap
             frequencies = self._frequencies(conn, tokens, size)
-            tokens = [tokens[i] for i in prune_terms(frequencies, POSTINGS_BUDGET) if frequencies[i]]
+            kept, share = plan_postings(frequencies, budget)
+            tokens = [tokens[i] for i in kept if frequencies[i]]
             if not tokens:
                 return []
+            lowest_id = size - math.ceil(size * share)
         match = fts_query(tokens)
         if not where:
-            sql = "SELECT rowid FROM entries_fts WHERE entries_fts MATCH ? ORDER BY rank LIMIT ?"
+            sql = "SELECT rowid FROM entries_fts WHERE entries_fts MATCH ? AND rowid > ? ORDER BY rank LIMIT ?"
         else:
             # CROSS JOIN keeps FTS as the outer loop: the filter is checked per match, by rowid.
             sql = (
                 "SELECT entries_fts.rowid FROM entries_fts CROSS JOIN entries AS e "
-                f"ON e.id = entries_fts.rowid WHERE entries_fts MATCH ? AND {where} "
+                f"ON e.id = entries_fts.rowid WHERE entries_fts MATCH ? AND entries_fts.rowid > ? AND {where} "
                 "ORDER BY entries_fts.rank LIMIT ?"
             )
-        return [row[0] for row in conn.execute(sql, (match, *params, depth))]
+        while True:
+            ids = [row[0] for row in conn.execute(sql, (match, lowest_id, *params, depth))]
+            if len(ids) >= depth or lowest_id <= 0:
+                return ids
+            # Too few matches among the newest entries: widen the window (4x) until k come back.
+            lowest_id = max(0, size - 4 * (size - lowest_id))
 
     def _frequencies(self, conn, tokens: list[str], size: int) -> list[int]:
         """How many entries each token occurs in (0: none, or no indexable characters).
@@ -813,6 +873,47 @@ class MemoryStore:
         return self._df_cache[stem][0]
 
     def _embedding_ids(self, conn, query_vector: np.ndarray, depth: int, where: str, params: list) -> list[int]:
+        # max(seq) is a cheap upper bound on the vectors held (it also counts removed ones).
+        if conn.execute("SELECT coalesce(max(seq), 0) FROM embeddings").fetchone()[0] < ANN_MIN_VECTORS:
+            return self._exact_ids(conn, query_vector, depth, where, params)
+        index = self._ann_index(conn)
+        if not where:
+            return self._rerank(conn, index.search(query_vector, depth * RERANK_FACTOR).tolist(), query_vector, depth)
+        # A filter passed by a good share of the store leaves enough of the nearest neighbours;
+        # a selective one does not, and then the entries it passes are few enough to scan.
+        candidates = index.search(query_vector, depth * FILTER_OVERSAMPLE).tolist()
+        passing = self._passing(conn, candidates, where, params)
+        if len(passing) >= depth:
+            return self._rerank(conn, passing, query_vector, depth)
+        # entries first (CROSS JOIN keeps the order): the filter's index finds the few that pass
+        ids, vectors = self._stored_vectors(
+            conn, f"entries AS e CROSS JOIN embeddings AS m ON m.entry_id = e.id WHERE {where}", params
+        )
+        return ids[top_k(vectors @ query_vector, depth)].tolist()
+
+    def _rerank(self, conn, candidates: list[int], query_vector: np.ndarray, depth: int) -> list[int]:
+        """The ``depth`` candidates nearest to the query by their exact (float32) cosine."""
+        if not candidates:
+            return []
+        ids, vectors = self._stored_vectors(
+            conn, f"embeddings AS m WHERE m.entry_id IN ({', '.join('?' * len(candidates))})", candidates
+        )
+        return ids[top_k(vectors @ query_vector, depth)].tolist()
+
+    def _stored_vectors(self, conn, source: str, params) -> tuple[np.ndarray, np.ndarray]:
+        """(entry ids, float32 vectors) of this model's vectors in ``source`` (a FROM ... WHERE
+        clause over ``embeddings AS m``)."""
+        dim = self.embedder.dim
+        rows = conn.execute(
+            f"SELECT m.entry_id, m.vector FROM {source} AND m.model = ? AND length(m.vector) = ?",
+            (*params, _model_name(self.embedder), 4 * dim),
+        ).fetchall()
+        if not rows:
+            return np.empty(0, dtype=np.int64), np.empty((0, dim), dtype=np.float32)
+        ids, blobs = zip(*rows)
+        return np.asarray(ids, dtype=np.int64), np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(-1, dim)
+
+    def _exact_ids(self, conn, query_vector: np.ndarray, depth: int, where: str, params: list) -> list[int]:
         model = _model_name(self.embedder)
         if self._vectors is None or self._vectors.model != model or self._vectors.dim != self.embedder.dim:
             self._vectors = _VectorCache(model, self.embedder.dim)
@@ -828,6 +929,30 @@ class MemoryStore:
             scores = np.where(mask, scores, -np.inf)
             depth = min(depth, int(mask.sum()))
         return ids[top_k(scores, depth)].tolist()
+
+    def _ann_index(self, conn) -> AnnIndex:
+        """This process's approximate index for the embedder's model, brought up to ``conn``'s snapshot."""
+        model = _model_name(self.embedder)
+        if self._ann is None or self._ann.model != model or self._ann.dim != self.embedder.dim:
+            self._vectors = None  # the exact matrix is not needed at this size
+            self._ann = AnnIndex(index_path(self.path, model), model, self.embedder.dim)
+        store_id = conn.execute("SELECT value FROM counters WHERE name = 'store_id'").fetchone()[0]
+        self._ann.refresh(conn, store_id)
+        return self._ann
+
+    @staticmethod
+    def _passing(conn, ids: list[int], where: str, params: list) -> list[int]:
+        """``ids`` that pass the filter, in their order."""
+        if not ids:
+            return []
+        passed = {
+            row[0]
+            for row in conn.execute(
+                f"SELECT e.id FROM entries AS e WHERE e.id IN ({', '.join('?' * len(ids))}) AND {where}",
+                (*ids, *params),
+            )
+        }
+        return [entry_id for entry_id in ids if entry_id in passed]
 
     @staticmethod
     def _fetch(conn, ids: list[int]) -> dict[int, Entry]:

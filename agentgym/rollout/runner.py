@@ -30,7 +30,10 @@ turns keep the policy version that sampled them, so staleness is visible per tur
 the target is cancelled, its env closed, and its task returned to be run again from scratch.
 
 All envs the runner opened are closed when a call returns (except those held by pending
-episodes) and, on an exception or cancellation, all of them.
+episodes) and, on an exception or cancellation, all of them. With ``keep_envs`` the idle ones
+stay open instead, for the runner's next calls (a trainer's next step resets them with its
+tasks rather than building new envs); :meth:`Runner.aclose` closes them. An env that failed,
+timed out or was abandoned is never kept.
 """
 
 from __future__ import annotations
@@ -94,6 +97,8 @@ class RunnerConfig:
             the episode).
         progress: show a live progress line (only when stderr is a terminal).
         store: where each finished record is appended as soon as it finishes.
+        keep_envs: keep the envs idle at the end of a call open for the next calls (reset with
+            their tasks), until :meth:`Runner.aclose`; concurrent calls share them.
     """
 
     concurrency: int = 8
@@ -102,6 +107,7 @@ class RunnerConfig:
     max_policy_retries: int = 0
     progress: bool = True
     store: TrajectoryStore | None = None
+    keep_envs: bool = False
 
     def __post_init__(self):
         if self.concurrency < 1:
@@ -210,6 +216,10 @@ class _Call:
         """An idle env, or a new one from the factory (whose exceptions propagate: they are not episode failures)."""
         if self.idle:
             return self.idle.pop()
+        if self.runner.kept:
+            env = self.runner.kept.pop()
+            self.owned.add(env)
+            return env
         making = asyncio.ensure_future(asyncio.to_thread(self.runner.env_factory))
         try:
             env = await asyncio.shield(making)
@@ -300,6 +310,7 @@ class Runner:
         self.env_factory = env_factory
         self.config = config
         self.job = job
+        self.kept: list[AgentEnv] = []  # idle envs kept open between calls (keep_envs)
 
     async def run(self, tasks: Sequence[EpisodeRequest | str], *, target: int | None = None) -> RunResult:
         """Run every task; with ``target``, return once that many records are finished (the rest are pending)."""
@@ -310,6 +321,11 @@ class Runner:
     async def resume(self, pending: Sequence[PendingEpisode], *, target: int | None = None) -> RunResult:
         """Continue pending episodes from where they paused (and start the tasks that never started)."""
         return await self._drive(list(pending), target)
+
+    async def aclose(self) -> None:
+        """Close the envs kept between calls (``keep_envs``); a later call makes new ones."""
+        kept, self.kept = self.kept, []
+        await asyncio.gather(*(_close(env) for env in kept))
 
     async def discard(self, pending: Sequence[PendingEpisode]) -> None:
         """Close the envs of pending episodes that will not be resumed."""
@@ -338,7 +354,11 @@ class Runner:
             raise
         finally:
             for env in call.idle:
-                call.discard(env)
+                if self.config.keep_envs and env in call.owned:  # not closed by a failure above
+                    call.owned.discard(env)
+                    self.kept.append(env)
+                else:
+                    call.discard(env)
             if call.closing:
                 await asyncio.gather(*call.closing, return_exceptions=True)
             if progress is not None:

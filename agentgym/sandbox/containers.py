@@ -52,6 +52,9 @@ class SandboxConfig:
     # The most bytes one read_file brings back to the host (its default max_bytes).
     max_read_bytes: int = 16 * 1024 * 1024
     state_file: str = "/home/agent/.agentgym_shell"
+    # Whether commands go through a long-lived server in the container (agentgym.sandbox.command_server)
+    # rather than one `docker exec` each; off, or where it cannot start, every command is its own exec.
+    command_server: bool = True
     # Bytes the sandbox may write (its snapshots' layers included); None: no limit. See agentgym.sandbox.disk.
     disk_limit: int | None = 2 * disk.GiB
 

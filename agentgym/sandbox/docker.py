@@ -2,7 +2,11 @@
 
 State is the container's filesystem plus the shell's cwd and exported variables, which the
 exec wrapper (:mod:`agentgym.sandbox.shell`) keeps in a file inside the container; so
-``docker commit`` is a complete snapshot and a fork is a new container from the committed image.
+``docker commit`` is a complete snapshot. A fork or restore lands in a warm pooled container of
+the sandbox's start image that receives the commit's own layer (:mod:`agentgym.sandbox.fs_diff`:
+no container start to wait for), else in a new container from the committed image.
+Commands reach the container through its command server (:mod:`agentgym.sandbox.command_server`,
+one ``docker exec`` per container), or one ``docker exec`` each where none can run.
 
 The sandbox treats whatever runs in it as an adversary:
 
@@ -45,7 +49,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentgym.extras import requires
@@ -54,7 +58,7 @@ with requires("sandbox"):
     import docker.errors
     import requests.exceptions
 
-from agentgym.sandbox import cleanup, disk, engine, labels, shell
+from agentgym.sandbox import cleanup, command_server, disk, engine, fs_diff, labels, shell
 from agentgym.sandbox.base import (
     ExecResult,
     FileTooLargeError,
@@ -65,7 +69,7 @@ from agentgym.sandbox.base import (
 from agentgym.sandbox.cleanup import GcReport, gc
 from agentgym.sandbox.containers import SandboxConfig, create_container, start_container
 from agentgym.sandbox.images import require_base_image
-from agentgym.sandbox.pool import WarmPool, default_pool
+from agentgym.sandbox.pool import WarmPool, default_pool, set_preparer
 
 __all__ = ["DockerSandbox", "DockerSnapshot", "SandboxConfig", "GcReport", "gc"]
 
@@ -78,12 +82,18 @@ _DEATH_NOTICE_S = 1.0
 _STOP_TIMEOUT_S = 10.0
 # An exec's exit status when the runtime could not start its process (here: no free process slot).
 _NOT_STARTED = 126
+# The note of a command whose command server was killed under it.
+_LOST = b"lost"
 
 
 def _remove_when_started(container_id: str, starting: Future | None) -> None:
     if starting is not None:
         starting.exception()  # a failed start still leaves a container to remove
     cleanup.remove_container(container_id)
+
+
+def _snapshot_state(snapshot: SandboxSnapshot) -> shell.ShellState:
+    return shell.ShellState(snapshot.cwd, dict(snapshot.env))
 
 
 def label_change(values: dict[str, str]) -> str:
@@ -93,9 +103,18 @@ def label_change(values: dict[str, str]) -> str:
 
 @dataclass
 class DockerSnapshot(SandboxSnapshot):
-    """A committed image of a sandbox; ``release()`` removes it once no container or child snapshot uses it."""
+    """A committed image of a sandbox; ``release()`` removes it once no container or child snapshot uses it.
+
+    ``pool`` and ``start`` (the warm pool of the sandbox it came from and that sandbox's start
+    image, as the pool names it) let forks land in a warm container (:mod:`agentgym.sandbox.fs_diff`);
+    they stay in this process (an exported snapshot carries neither).
+    """
+
+    pool: WarmPool | None = field(default=None, repr=False, compare=False)
+    start: str | None = None
 
     def release(self) -> None:
+        fs_diff.forget(self.ref)
         cleanup.release_image(self.ref)
 
 
@@ -115,14 +134,20 @@ class DockerSandbox:
         state: shell.ShellState | None = None,
         starting: Future | None = None,
         disk_used: int = 0,
+        pool: WarmPool | None = None,
+        start: str | None = None,
     ):
         self.image = image
         self.config = config
+        # Where warm containers for this sandbox's forks come from, and the image they run (see fs_diff).
+        self._pool, self._start_image = pool, start
         self._container_id = container_id
         self._starting = starting
         self._state = state or shell.ShellState(config.working_dir)
         self._disk_used = disk_used  # what the image's snapshot layers hold, written by this sandbox's ancestors
         self._meter: disk.DiskMeter | None = None
+        self._server: command_server.CommandServer | None = None  # the last one started (maybe dead since)
+        self._serverless: str | None = None  # a container where no command server can start
         self._lock = threading.RLock()
         self._close_lock = threading.Lock()
         self._closed = False
@@ -144,14 +169,24 @@ class DockerSandbox:
         """
         image = image or require_base_image()
         config = config or SandboxConfig()
-        container_id = (pool or default_pool()).take(image, config) if warm else None
-        if container_id is None:
-            return cls.launch(image, config)
-        return cls(container_id, image, config)
+        pool = (pool or default_pool()) if warm else None
+        taken = pool.take_prepared(image, config) if pool is not None else None
+        if taken is None:
+            return cls.launch(image, config, pool=pool, start=image)
+        sandbox = cls(taken[0], image, config, pool=pool, start=image)
+        sandbox._adopt(taken[1])
+        return sandbox
 
     @classmethod
     def launch(
-        cls, image: str, config: SandboxConfig, *, state: shell.ShellState | None = None, disk_used: int = 0
+        cls,
+        image: str,
+        config: SandboxConfig,
+        *,
+        state: shell.ShellState | None = None,
+        disk_used: int = 0,
+        pool: WarmPool | None = None,
+        start: str | None = None,
     ) -> DockerSandbox:
         """A cold start: the container is created now and started in the background; the first operation
         on the sandbox waits for the start, so callers can overlap it with other work (a model call)."""
@@ -163,17 +198,86 @@ class DockerSandbox:
             state=state,
             starting=engine.submit(start_container, container_id),
             disk_used=disk_used,
+            pool=pool,
+            start=start,
         )
 
     @classmethod
     def from_snapshot(cls, snapshot: SandboxSnapshot, *, config: SandboxConfig | None = None) -> DockerSandbox:
-        """A new sandbox at ``snapshot``'s state (a fork when the sandbox it came from is gone or elsewhere)."""
+        """A new sandbox at ``snapshot``'s state (a fork when the sandbox it came from is gone or elsewhere).
+
+        It is a warm container of the snapshot's start image that received the snapshot's diff
+        (:mod:`agentgym.sandbox.fs_diff`) where one is ready and the diff qualifies; else a container
+        started from the committed image. Either holds the same files, cwd and variables.
+        """
+        config = config or SandboxConfig()
+        warm = cls._warm_sandbox(snapshot, config)
+        if warm is not None:
+            return warm
+        pool, start = getattr(snapshot, "pool", None), getattr(snapshot, "start", None)
         return cls.launch(
             snapshot.ref,
-            config or SandboxConfig(),
-            state=shell.ShellState(snapshot.cwd, dict(snapshot.env)),
+            config,
+            state=_snapshot_state(snapshot),
             disk_used=snapshot.metadata.get("disk_used", 0),
+            pool=pool,
+            start=start,
         )
+
+    @classmethod
+    def _warm_sandbox(cls, snapshot: SandboxSnapshot, config: SandboxConfig) -> DockerSandbox | None:
+        """A sandbox at ``snapshot``'s state in a warm container of its start image that received the
+        snapshot's diff, or None (no diff, no warm container, or applying it failed: use the committed image).
+
+        The container counts as a user of the snapshot image, as a container started from it would: the
+        snapshot's release waits for it, and a snapshot of it is the image's child in the bookkeeping.
+        """
+        pool, start = getattr(snapshot, "pool", None), getattr(snapshot, "start", None)
+        if pool is None or start is None:
+            return None
+        diff = fs_diff.diff_of(snapshot.ref)
+        usable = diff is not None and diff.owner == config.uid_gid
+        taken = pool.take_prepared(start, config, only_if_kept=True) if usable else None
+        if taken is None:
+            return None
+        container_id, prepared = taken
+        cleanup.track_container(container_id, snapshot.ref)
+        sandbox = cls(container_id, snapshot.ref, config, state=_snapshot_state(snapshot), pool=pool, start=start)
+        sandbox._adopt(prepared)
+        try:
+            sandbox._receive(container_id, diff)
+        except (SandboxError, OSError):  # e.g. the pooled container died meanwhile
+            sandbox.close(wait=False)
+            return None
+        return sandbox
+
+    def _adopt(self, prepared: object) -> None:
+        """Take over what the warm pool's preparer made for this sandbox's container: its command server."""
+        if isinstance(prepared, command_server.CommandServer) and prepared.container_id == self._container_id:
+            self._server = prepared
+
+    def _receive(self, container_id: str, diff: fs_diff.LayerDiff) -> None:
+        """Apply a snapshot's diff to this (fresh, warm) container as the sandbox user: its deletions, then its
+        files, extracted as :meth:`put_tree` does (so they land only where the agent could write them)."""
+        if diff.deletions:
+            code, _, err = self._call(
+                container_id,
+                ["/bin/bash", "-c", fs_diff.DELETE_SCRIPT],
+                what="deleting what the snapshot deleted",
+                max_bytes=64 * 1024,
+                stdin=b"".join(path.encode() + b"\0" for path in diff.deletions),
+            )
+            if code != 0:
+                raise SandboxError(f"deleting what the snapshot deleted: {err.decode(errors='replace')[-300:]}")
+        code, _, err = self._call(
+            container_id,
+            ["/bin/sh", "-c", _EXTRACT, "agentgym", "/"],
+            what="extracting a snapshot's files",
+            max_bytes=64 * 1024,
+            stdin=diff.archive,
+        )
+        if code != 0:
+            raise SandboxError(f"extracting a snapshot's files: {err.decode(errors='replace')[-300:]}")
 
     @property
     def id(self) -> str:
@@ -267,7 +371,7 @@ class DockerSandbox:
                 timed_out=True,
                 duration_s=time.monotonic() - started,
             )
-        records = streams.trailer.records()
+        records = streams.records
         note = b""
         if len(records) >= 2:
             exit_code, note = int(records[0]), records[1]
@@ -287,6 +391,8 @@ class DockerSandbox:
         if note == b"full":
             self._kill_all(container_id)
             stderr += self._cleared_note()
+        if note == _LOST:
+            stderr += "\n[agentgym: the command server was killed during the command; its result is lost]"
         duration = time.monotonic() - started
         timed_out = exit_code == 124 or (exit_code == 137 and duration >= limit)
         return ExecResult(
@@ -312,19 +418,63 @@ class DockerSandbox:
         deadline: float,
         capture: Callable[[], shell.Capture],
     ) -> tuple[str, shell.StreamResult[shell.Capture]]:
-        """Start ``spec`` as the sandbox user and read its output until its trailers, the end or a full capture."""
-        client = engine.api()
-        with engine.engine_errors("exec in the sandbox"):
-            exec_id = client.exec_create(
-                container_id, spec.argv, stdin=stdin is not None, user=self.config.user, workdir=self.config.working_dir
-            )["Id"]
-            response, reader, sock = _hijack(client, exec_id)
+        """Run ``spec`` as the sandbox user, through the command server where one runs (else in an exec of its
+        own), and read its output until its trailers, the end or a full capture."""
+        for _ in range(2):  # a server that ended before it took the command is restarted once
+            server = self._command_server(container_id) if spec.program else None
+            if server is None:
+                break
+            try:
+                return server.exec_id, server.run(spec, stdin, deadline, capture)
+            except command_server.Lost as lost:
+                if lost.started:  # it may have run in part: a failure, never a success
+                    code = self._exit_without_trailer(container_id, server.exec_id) or -1
+                    return server.exec_id, shell.StreamResult(capture(), capture(), [str(code).encode(), _LOST])
+        exec_id, response, reader, sock = self._open_exec(container_id, spec.argv, stdin=stdin is not None)
         try:
             if stdin is not None:
                 _feed_stdin(sock, stdin.encode() if isinstance(stdin, str) else stdin)
             return exec_id, shell.read_exec_stream(reader, sock, deadline, capture, spec.begin, spec.end)
         finally:
             response.close()
+
+    def _open_exec(self, container_id: str, argv: list[str], *, stdin: bool = True) -> tuple:
+        """An attached exec of ``argv`` as the sandbox user: (exec id, response, buffered reader, socket)."""
+        client = engine.api()
+        with engine.engine_errors("exec in the sandbox"):
+            exec_id = client.exec_create(
+                container_id, argv, stdin=stdin, user=self.config.user, workdir=self.config.working_dir
+            )["Id"]
+            return (exec_id, *_hijack(client, exec_id))
+
+    def start_command_server(self) -> bool:
+        """Start the sandbox's command server unless it runs (idempotent; the first command would start it
+        anyway): whether commands now go through one (False: the image has no ``/usr/bin/python3``, or
+        ``config.command_server`` is off). For warm pools, which start it before the sandbox is handed out."""
+        with self._lock:
+            return self._command_server(self._running_id()) is not None
+
+    def _live_server(self, container_id: str) -> command_server.CommandServer | None:
+        server = self._server
+        return server if server is not None and server.container_id == container_id and server.alive() else None
+
+    def _command_server(self, container_id: str) -> command_server.CommandServer | None:
+        """The container's running command server, started if need be; None where none can run."""
+        server = self._live_server(container_id)
+        if server is not None or not self.config.command_server or self._serverless == container_id:
+            return server
+        if self._server is not None and self._server.container_id == container_id:
+            # One ran here and ended (the agent may have killed it): a process of the agent's could be waiting
+            # to open the new one's pipes in the moment before it makes itself non-dumpable.
+            self._server = None
+            self._stop_by_exec(container_id)
+        try:
+            self._server = command_server.CommandServer.start(container_id, self._open_exec)
+        except command_server.Unavailable as exc:
+            if exc.permanent:
+                self._serverless = container_id
+            return None
+        return self._server
 
     def _exit_without_trailer(self, container_id: str, exec_id: str) -> int:
         """The exit status of an exec that ended without its trailer: SandboxError when the container died
@@ -391,9 +541,9 @@ class DockerSandbox:
             raise SandboxError(f"{what}: the sandbox did not answer within {wait:.0f}s") from None
         if streams.full:
             raise FileTooLargeError(what, None, max_bytes)
-        records = streams.trailer.records()
+        records = streams.records
         exit_code = int(records[0]) if records else self._exit_without_trailer(container_id, exec_id)
-        if not records and exit_code == _NOT_STARTED:
+        if records[1:2] == [b"refused"] or (not records and exit_code == _NOT_STARTED):
             return None
         return exit_code, bytes(streams.stdout.data), bytes(streams.stderr.data)
 
@@ -429,7 +579,28 @@ class DockerSandbox:
             self._check_disk(container_id, force=True)
 
     def _kill_all(self, container_id: str) -> None:
-        """Run :data:`shell.STOP` (retried while the runtime finds no process slot to start it in)."""
+        """Kill every process of the sandbox user: through the command server where one runs (which spares
+        itself), else with :data:`shell.STOP`."""
+        server = self._live_server(container_id)
+        if server is not None:
+            try:
+                busy = server.stop(time.monotonic() + _STOP_TIMEOUT_S)
+            except command_server.Lost:
+                busy = None  # the agent killed it meanwhile: STOP does the same
+            except shell.Backstop:
+                self._raise_if_dead(container_id)
+                raise SandboxSaturatedError(
+                    f"killing the sandbox's processes took over {_STOP_TIMEOUT_S:.0f}s"
+                ) from None
+            if busy:
+                raise SandboxSaturatedError("the sandbox's processes survived being killed for a second")
+            if busy is not None:
+                return
+        self._stop_by_exec(container_id)
+
+    def _stop_by_exec(self, container_id: str) -> None:
+        """Run :data:`shell.STOP` in an exec of its own (retried while the runtime finds no process slot to start
+        it in); a command server dies with the rest."""
         for _ in range(3):
             try:
                 exec_id, streams = self._stream(
@@ -444,7 +615,7 @@ class DockerSandbox:
                 raise SandboxSaturatedError(
                     f"killing the sandbox's processes took over {_STOP_TIMEOUT_S:.0f}s"
                 ) from None
-            records = streams.trailer.records()
+            records = streams.records
             if records:
                 if records[0] == b"busy":
                     raise SandboxSaturatedError("the sandbox's processes survived being killed for a second")
@@ -579,23 +750,36 @@ class DockerSandbox:
             with engine.engine_errors("committing a snapshot"):
                 image_id = engine.api().commit(container_id, changes=[change], pause=True)["Id"]
             cleanup.track_snapshot(image_id, parent=self.image)
+            if self._pool is not None and self._start_image is not None:
+                # Read while the caller goes on, for fast forks.
+                fs_diff.prepare(image_id, self._start_image, self.config.uid_gid)
             return DockerSnapshot(
                 ref=image_id,
                 cwd=self._state.cwd,
                 env=dict(self._state.env),
                 metadata={"image": image_id, "parent": self.image, "disk_used": disk_used},
+                pool=self._pool,
+                start=self._start_image,
             )
 
     def restore(self, snapshot: SandboxSnapshot) -> None:
-        """Replace this sandbox's container by one started from ``snapshot`` (the old one goes in the background)."""
+        """Replace this sandbox's container by one at ``snapshot``'s state, as :meth:`from_snapshot` makes it
+        (the old one goes in the background)."""
         with self._lock:
             self._running_id()
-            replacement = create_container(snapshot.ref, self.config, labels.KIND_SANDBOX)
-            old_id, old_starting = self._container_id, self._starting
-            self._container_id, self._starting = replacement, engine.submit(start_container, replacement)
+            old_id, old_starting, old_server = self._container_id, self._starting, self._server
+            warm = self._warm_sandbox(snapshot, self.config)
+            if warm is not None:
+                self._container_id, self._starting, self._disk_used = warm._container_id, None, 0
+                self._server, warm._closed = warm._server, True  # its container and server are this sandbox's now
+                if old_server is not None:
+                    old_server.close()
+            else:
+                replacement = create_container(snapshot.ref, self.config, labels.KIND_SANDBOX)
+                self._container_id, self._starting = replacement, engine.submit(start_container, replacement)
+                self._disk_used = snapshot.metadata.get("disk_used", 0)
             self.image = snapshot.ref
-            self._state = shell.ShellState(snapshot.cwd, dict(snapshot.env))
-            self._disk_used = snapshot.metadata.get("disk_used", 0)
+            self._state = _snapshot_state(snapshot)
         engine.submit(_remove_when_started, old_id, old_starting)
 
     def fork(self, snapshot: SandboxSnapshot | None = None) -> DockerSandbox:
@@ -614,6 +798,8 @@ class DockerSandbox:
             if self._closed:
                 return
             self._closed = True
+        if self._server is not None:
+            self._server.close()
         removal = engine.submit(_remove_when_started, self._container_id, self._starting)
         if wait:
             removal.result()
@@ -627,6 +813,15 @@ class DockerSandbox:
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"cwd={self.cwd!r}"
         return f"DockerSandbox({self._container_id[:12]}, image={self.image!r}, {state})"
+
+
+def _start_command_server(container_id: str, image: str, config: SandboxConfig) -> object:
+    """The warm pool's preparer: a pooled container's command server, started before anyone takes it."""
+    sandbox = DockerSandbox(container_id, image, config)  # not closed: closing would remove the container
+    return sandbox._server if sandbox.start_command_server() else None
+
+
+set_preparer(_start_command_server)
 
 
 # File operations run as the sandbox user through these scripts (under shell.PLAIN, so only system

@@ -2,7 +2,10 @@
 
 The pool deals in containers (:mod:`agentgym.sandbox.containers`);
 :meth:`DockerSandbox.create <agentgym.sandbox.docker.DockerSandbox.create>` takes one from it
-and wraps it in a sandbox, so this module does not depend on the sandbox's.
+and wraps it in a sandbox, so this module does not depend on the sandbox's. The sandbox module
+registers a preparer (:func:`set_preparer`) that readies each started container before it is
+handed out (it starts the container's command server), so that the first command in a pooled
+container, a reset's or a fork's, does not pay for that either.
 """
 
 from __future__ import annotations
@@ -11,17 +14,28 @@ import os
 import threading
 import time
 from collections import Counter, OrderedDict, deque
+from collections.abc import Callable
 
 from agentgym.sandbox import cleanup, engine, labels
 from agentgym.sandbox.containers import SandboxConfig, container_running, create_container, start_container
 from agentgym.sandbox.images import require_base_image
 
-__all__ = ["WarmPool", "default_pool"]
+__all__ = ["WarmPool", "default_pool", "set_preparer"]
 
 DEFAULT_SIZE = 4
 # Per-task images (SWE-bench style) would otherwise each keep `size` idle containers forever.
 DEFAULT_MAX_IMAGES = 4
 _Key = tuple[str, SandboxConfig]
+# (container id, image, config) -> what the taker adopts with the container (a started command server).
+Preparer = Callable[[str, str, SandboxConfig], object]
+_preparer: Preparer | None = None
+
+
+def set_preparer(prepare: Preparer | None) -> None:
+    """How every pool readies a started container before handing it out; its result comes back from
+    :meth:`WarmPool.take_prepared` (a preparer that fails leaves the container as it was)."""
+    global _preparer
+    _preparer = prepare
 
 
 class WarmPool:
@@ -39,6 +53,7 @@ class WarmPool:
         self.max_images = max_images
         self._ready: OrderedDict[_Key, deque[str]] = OrderedDict()  # least recently used first
         self._starting: Counter = Counter()
+        self._prepared: dict[str, object] = {}  # container id -> what the preparer made for it
         self._cond = threading.Condition()
         self._worker: threading.Thread | None = None
         self._closed = False
@@ -47,16 +62,32 @@ class WarmPool:
     def take(self, image: str | None = None, config: SandboxConfig | None = None) -> str | None:
         """A started container of ``image`` (default: the base image) that is still running (checked
         now: an idle container may have been killed), or None when none is ready; now the caller's to close."""
+        taken = self.take_prepared(image, config)
+        return None if taken is None else taken[0]
+
+    def take_prepared(
+        self, image: str | None = None, config: SandboxConfig | None = None, *, only_if_kept: bool = False
+    ) -> tuple[str, object] | None:
+        """Like :meth:`take`, with what the preparer made for the container (None if nothing).
+
+        ``only_if_kept``: None unless the pool already keeps ``image`` warm, rather than start keeping
+        it (a fork looking for a warm container must not make the pool fill one for a cold sandbox).
+        """
         key = self._key(image, config)
         while True:
             with self._cond:
                 if self._closed:
                     raise RuntimeError("the warm pool is shut down")
+                if only_if_kept and key not in self._ready:
+                    return None
                 ready = self._use(key)
                 container_id = ready.popleft() if ready else None
+                prepared = self._prepared.pop(container_id, None)
                 self._wake()
-            if container_id is None or container_running(container_id):
-                return container_id
+            if container_id is None:
+                return None
+            if container_running(container_id):
+                return container_id, prepared
             engine.submit(cleanup.remove_container, container_id)
 
     def prewarm(
@@ -86,6 +117,7 @@ class WarmPool:
             self._closed = True
             idle = [cid for ready in self._ready.values() for cid in ready]
             self._ready.clear()
+            self._prepared.clear()
             self._cond.notify_all()
             worker = self._worker
         if worker is not None and worker is not threading.current_thread():
@@ -109,6 +141,7 @@ class WarmPool:
         self._ready.move_to_end(key)
         while len(self._ready) > self.max_images:
             for container_id in self._ready.popitem(last=False)[1]:
+                self._prepared.pop(container_id, None)
                 engine.submit(cleanup.remove_container, container_id)
         return ready
 
@@ -132,7 +165,7 @@ class WarmPool:
                     return
                 key = self._next_key()
                 self._starting[key] += 1
-            container_id = self._start(key)
+            container_id, prepared = self._start(key)
             with self._cond:
                 self._starting[key] -= 1
                 if container_id is None:
@@ -143,20 +176,24 @@ class WarmPool:
                     engine.submit(cleanup.remove_container, container_id)
                 else:
                     self._ready[key].append(container_id)
+                    self._prepared[container_id] = prepared
                 self._cond.notify_all()
 
     @staticmethod
-    def _start(key: _Key) -> str | None:
+    def _start(key: _Key) -> tuple[str | None, object]:
         container_id = None
         try:
             container_id = create_container(*key, labels.KIND_POOL)
             start_container(container_id)
-            return container_id
         except Exception:  # noqa: BLE001 - take() then finds none ready: the cold start reports the error
             if container_id is not None:
                 cleanup.remove_container(container_id)
             time.sleep(1.0)  # do not spin on an engine that keeps failing
-            return None
+            return None, None
+        try:
+            return container_id, _preparer(container_id, *key) if _preparer is not None else None
+        except Exception:  # noqa: BLE001 - an unprepared container is still a good one: its taker prepares it
+            return container_id, None
 
 
 _default: WarmPool | None = None

@@ -1,5 +1,9 @@
 """The in-container side of exec: a bash wrapper that keeps cwd and exported variables across commands and
-reports each command's end, and the reader that demultiplexes, caps and parses an exec's output stream."""
+reports each command's end, and the reader that demultiplexes, caps and parses an exec's output stream.
+
+:data:`INNER` runs every command, whichever way it reaches the container; :data:`OUTER`,
+:data:`PLAIN` and :data:`STOP` are the per-command ``docker exec`` path's, which the command
+server (:mod:`agentgym.sandbox.command_server`) replaces with its own findings where it runs."""
 
 from __future__ import annotations
 
@@ -33,20 +37,29 @@ if [[ -r $__ag_state ]]; then
 fi
 __ag_env() { [[ -v $1 ]] && __ag_old[$1]=${!1}; __ag_set[$1]=$2; export -- "$1=$2"; }
 __ag_save() {
-  local k dir=$PWD
+  local k old n=0 dir=$PWD
   for k in "${!__ag_set[@]}"; do
     # A one-off variable persists only if the command itself changed it.
     [[ ${!k-} == "${__ag_set[$k]}" ]] || continue
     if [[ -v __ag_old[$k] ]]; then export -- "$k=${__ag_old[$k]}"; else unset -v -- "$k"; fi
   done
   [[ -n $__ag_workdir && $dir == "$__ag_workdir" ]] && dir=$__ag_cwd
-  { builtin printf '%s\0' "$dir"
-    for k in $(compgen -e); do
-      case $k in PWD|OLDPWD|SHLVL|_) continue ;; esac
-      [[ -v __ag_base[$k] && ${__ag_base[$k]} == "${!k}" ]] || builtin printf '%s=%s\0' "$k" "${!k}"
-    done
-    for k in "${!__ag_base[@]}"; do [[ -v $k ]] || builtin printf '%s\0' "$k"; done
-  } > "$__ag_state.tmp" && command mv -f -- "$__ag_state.tmp" "$__ag_state"
+  local -a new=("$dir")
+  for k in $(compgen -e); do
+    case $k in PWD|OLDPWD|SHLVL|_) continue ;; esac
+    [[ -v __ag_base[$k] && ${__ag_base[$k]} == "${!k}" ]] || new+=("$k=${!k}")
+  done
+  for k in "${!__ag_base[@]}"; do [[ -v $k ]] || new+=("$k"); done
+  # A file that already holds this state (most commands change none) is left alone: mv is a fork and an
+  # exec, a large part of a short command's cost. Readers skip an unterminated last record, so does this.
+  if [[ -f $__ag_state && ! -L $__ag_state ]]; then
+    while IFS= read -r -d '' old; do
+      (( n < ${#new[@]} )) && [[ $old == "${new[n]}" ]] || { n=-1; break; }
+      n=$(( n + 1 ))
+    done < "$__ag_state"
+    (( n == ${#new[@]} )) && return
+  fi
+  builtin printf '%s\0' "${new[@]}" > "$__ag_state.tmp" && command mv -f -- "$__ag_state.tmp" "$__ag_state"
 }
 eval "$3"
 if [[ -n $__ag_workdir ]]; then
@@ -133,17 +146,20 @@ printf '%s%s' "$3" "$4"
   printf '%s' "$4"; } >&2
 """.replace("MAX_TRAILER", str(MAX_TRAILER))
 
+# The $PATH of the host's own helper commands: system directories only, which the agent cannot write to.
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 # The wrapper of the host's own helper commands (file reads and writes, run_argv): the same time
-# limit and trailer as OUTER (exit status only), no shell state, and a $PATH of system directories
-# only, which the agent cannot write to. $1 timeout, $2 kill grace, $3/$4 markers, $5.. the argv.
+# limit and trailer as OUTER (exit status only), no shell state, and SYSTEM_PATH.
+# $1 timeout, $2 kill grace, $3/$4 markers, $5.. the argv.
 PLAIN = r"""
 t=$1 k=$2 b=$3 e=$4
 shift 4
-PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin /usr/bin/timeout -k "$k" "$t" "$@"
+PATH=SYSTEM_PATH /usr/bin/timeout -k "$k" "$t" "$@"
 rc=$?
 printf '%s%s' "$b" "$e"
 printf '%s%s\0%s' "$b" "$rc" "$e" >&2
-"""
+""".replace("SYSTEM_PATH", SYSTEM_PATH)
 
 # Stops every process the sandbox user may signal (kill(-1) spares pid 1 and the caller, and is
 # atomic against fork, so a fork bomb dies in one call), again and again until only zombies are
@@ -193,11 +209,16 @@ class ShellState:
 
 @dataclass
 class ExecCommand:
-    """One exec's argv plus the markers that frame its trailer."""
+    """One exec's argv plus the markers that frame its trailer; and for the command server
+    (:mod:`agentgym.sandbox.command_server`), which wraps commands itself, what the wrapper runs."""
 
     argv: list[str]
     begin: bytes
     end: bytes
+    program: list[str] = field(default_factory=list)  # what runs under `timeout` (empty: no server form)
+    timeout: float = 0.0
+    kill_grace: float = 0.0
+    state_file: str = ""  # set for shell commands, which OUTER's duties apply to (pids, sweep, state)
 
 
 def _markers() -> tuple[str, str]:
@@ -210,22 +231,17 @@ def exec_command(
 ) -> ExecCommand:
     begin, end = _markers()
     assignments = "".join(f"__ag_env {_checked_name(k)} {shlex.quote(v)}\n" for k, v in (env or {}).items())
-    argv = [
-        "/bin/bash",
-        "-c",
-        OUTER,
-        "agentgym",
-        f"{timeout:g}",
-        f"{kill_grace:g}",
-        begin,
-        end,
-        state_file,
-        INNER,
-        workdir or "",
-        assignments,
-        command,
-    ]
-    return ExecCommand(argv, begin.encode(), end.encode())
+    inner_args = [workdir or "", assignments, command]
+    argv = ["/bin/bash", "-c", OUTER, "agentgym", f"{timeout:g}", f"{kill_grace:g}", begin, end, state_file, INNER]
+    return ExecCommand(
+        argv + inner_args,
+        begin.encode(),
+        end.encode(),
+        program=["/bin/bash", "-c", INNER, "agentgym", state_file, *inner_args],
+        timeout=timeout,
+        kill_grace=kill_grace,
+        state_file=state_file,
+    )
 
 
 def plain_command(argv: list[str], *, timeout: float, kill_grace: float) -> ExecCommand:
@@ -235,6 +251,9 @@ def plain_command(argv: list[str], *, timeout: float, kill_grace: float) -> Exec
         ["/bin/sh", "-c", PLAIN, "agentgym", f"{timeout:g}", f"{kill_grace:g}", begin, end, *argv],
         begin.encode(),
         end.encode(),
+        program=list(argv),
+        timeout=timeout,
+        kill_grace=kill_grace,
     )
 
 
@@ -365,7 +384,8 @@ Capture = TypeVar("Capture", OutputCapture, BoundedBuffer)
 class StreamResult(Generic[Capture]):
     stdout: Capture
     stderr: Capture
-    trailer: TrailerFilter  # stderr's, which carries the exit status (and the shell state)
+    # The trailer's fields (for OUTER: exit status, note, then the state file's records); none when it is missing.
+    records: list[bytes]
 
     @property
     def full(self) -> bool:
@@ -401,7 +421,7 @@ def read_exec_stream(
         _drain_frames(buffer, out, trailers)
     for stream, trailer in trailers.items():
         out[stream].write(trailer.flush())
-    return StreamResult(out[STDOUT], out[STDERR], trailers[STDERR])
+    return StreamResult(out[STDOUT], out[STDERR], trailers[STDERR].records())
 
 
 def _drain_frames(

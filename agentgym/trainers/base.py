@@ -12,6 +12,10 @@ The trainers (:class:`~agentgym.trainers.tree_grpo.TreeGRPOTrainer`,
   is never called;
 * **the trajectory store** (``store_path``, one file per process) and the in-process policy
   (:class:`~agentgym.rollout.hf_policy.HFPolicy` over a model, :meth:`AgentgymTrainer._make_policy`);
+* **envs kept between steps**: the rollouts' runner (``self.runner``, made by a subclass with
+  :func:`~agentgym.trainers.rollouts.make_runner`) resets its envs with the next step's tasks
+  instead of building new ones, replaces those that failed, and closes them when ``train()``
+  returns or raises;
 * **the rollout backend**: ``local`` runs envs and sampling in this process; ``ray`` runs the
   envs on a cluster's env workers (:class:`~agentgym.distributed.env_pool.EnvPool`) and samples
   from ``agentgym serve`` replicas started as Ray actors
@@ -27,6 +31,7 @@ The trainers (:class:`~agentgym.trainers.tree_grpo.TreeGRPOTrainer`,
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from typing import Any
@@ -36,6 +41,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from agentgym.rollout.hf_policy import HFPolicy
+from agentgym.rollout.runner import Runner
 from agentgym.rollout.store import TrajectoryStore
 from agentgym.trainers.base_config import AgentgymConfig
 from agentgym.trainers.rollouts import TimeBudget, make_env_factory, rollout_weights
@@ -84,6 +90,7 @@ class AgentgymTrainer(GRPOTrainer):
     _tag_names = ["trl", "agentgym"]
     args: AgentgymConfig
     policy: Any  # the rollouts' policy, made by a subclass with _make_policy
+    runner: Runner | None = None  # the rollouts' runner (its envs kept between steps), made by a subclass
 
     def __init__(
         self,
@@ -144,8 +151,12 @@ class AgentgymTrainer(GRPOTrainer):
             )
             self.env_factory = self.env_pool
 
+    def _group_requests(self) -> int:
+        """How many requests a step's group sends the policy at once (its first turns); subclasses say."""
+        return self.args.rollout_concurrency
+
     def _make_policy(self, model):
-        """The rollouts' policy: ``model`` in-process (batching up to ``rollout_concurrency`` requests), or its replicas on the cluster."""
+        """The rollouts' policy: ``model`` in-process (batching ``rollout_batch_size`` requests: by default a whole group's), or its replicas on the cluster."""
         if self.args.rollout_backend == "ray":
             from agentgym.distributed.replicas import PolicyReplicas
 
@@ -159,9 +170,8 @@ class AgentgymTrainer(GRPOTrainer):
             return self.replicas.policy(
                 tokenizer=self.processing_class, max_concurrency=self.args.rollout_concurrency, name="replicas"
             )
-        return HFPolicy.from_model(
-            model, self.processing_class, max_batch_size=self.args.rollout_concurrency, name="learner"
-        )
+        batch = self.args.rollout_batch_size or max(self.args.rollout_concurrency, self._group_requests())
+        return HFPolicy.from_model(model, self.processing_class, max_batch_size=batch, name="learner")
 
     def _sync_rollout_weights(self, version: int) -> None:
         """Give the rollouts' policy the learner's current weights as ``version``.
@@ -181,7 +191,9 @@ class AgentgymTrainer(GRPOTrainer):
             self._close_rollouts()
 
     def _close_rollouts(self) -> None:
-        """Stop the cluster's replicas and env workers this trainer started (nothing to do locally)."""
+        """Close the envs kept between steps, then stop the cluster's replicas and env workers this trainer started."""
+        if self.runner is not None:
+            asyncio.run(self.runner.aclose())
         if self.replicas is not None:
             self.replicas.close()
         if self.env_pool is not None:

@@ -46,7 +46,20 @@ class RolloutArguments:
     context_window: int | None = field(
         default=None, metadata={"help": "Prompt + completion tokens per episode (None: the model's max positions)."}
     )
-    rollout_concurrency: int = field(default=16, metadata={"help": "Episodes in flight at once (their samples batch)."})
+    rollout_concurrency: int = field(
+        default=16,
+        metadata={
+            "help": "Episodes in flight at once (their samples batch). With the local backend a TreeGRPO step runs "
+            "at least all of its episodes (trees) at once, as TRL generates a whole generation batch together."
+        },
+    )
+    rollout_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "The most requests the in-process policy decodes in one batch (None: every first turn of a "
+            "step's group at once: tasks × num_generations for TreeGRPO, rollout_concurrency for SAO's producer)."
+        },
+    )
     episode_timeout: float | None = field(default=None, metadata={"help": "Seconds an episode may run."})
     store_path: str | None = field(
         default=None,
@@ -95,6 +108,8 @@ class RolloutArguments:
         """Fail at config time on an unknown backend or a bad ``ray`` section."""
         if self.rollout_backend not in ("local", "ray"):
             raise ValueError(f"rollout_backend must be 'local' or 'ray', got {self.rollout_backend!r}")
+        if self.rollout_batch_size is not None and self.rollout_batch_size < 1:
+            raise ValueError(f"rollout_batch_size must be at least 1, got {self.rollout_batch_size}")
         if self.rollout_backend == "local" and self.ray is not None:
             raise ValueError("a `ray` section needs rollout_backend: ray")
         if self.rollout_backend == "ray":

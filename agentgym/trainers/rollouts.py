@@ -53,14 +53,28 @@ def rollout_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def make_runner(
-    agent: Agent, args, store: TrajectoryStore | None, job=None, env_factory: Callable[[], AgentEnv] | None = None
+    agent: Agent,
+    args,
+    store: TrajectoryStore | None,
+    job=None,
+    env_factory: Callable[[], AgentEnv] | None = None,
+    concurrency: int | None = None,
 ) -> Runner:
-    """The runner of a trainer's rollouts, on ``env_factory``'s envs (default: made here from the config)."""
+    """The runner of a trainer's rollouts, on ``env_factory``'s envs (default: made here from the config).
+
+    It keeps its envs between calls (a trainer's steps reset them with the next tasks instead of
+    building new ones); the trainer closes them with ``Runner.aclose`` when training ends.
+    ``concurrency`` defaults to the config's ``rollout_concurrency``.
+    """
     return Runner(
         agent,
         env_factory or make_env_factory(args.env_id, args.env_kwargs, args.memory),
         RunnerConfig(
-            concurrency=args.rollout_concurrency, episode_timeout=args.episode_timeout, progress=False, store=store
+            concurrency=concurrency or args.rollout_concurrency,
+            episode_timeout=args.episode_timeout,
+            progress=False,
+            store=store,
+            keep_envs=True,
         ),
         job=job,
     )

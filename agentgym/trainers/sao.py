@@ -5,8 +5,9 @@ The loop (one per process):
 * **Producer** (a background thread with its own asyncio loop): ``rollout_concurrency`` workers
   each take the next task (every task once per epoch, reshuffled per epoch), run one linear
   episode through the :class:`~agentgym.rollout.runner.Runner` on a *copy* of the policy
-  (:class:`~agentgym.rollout.hf_policy.HFPolicy`), append it to the trajectory store and put it
-  in a bounded queue. Every turn carries the version of the weights that sampled it.
+  (:class:`~agentgym.rollout.hf_policy.HFPolicy`, batching every worker's request together),
+  append it to the trajectory store and put it in a bounded queue. The workers' envs are kept
+  between episodes (reset with the next task) and closed when the producer stops. Every turn carries the version of the weights that sampled it.
 * **Learner** (the Trainer loop): each step takes ``per_device_train_batch_size`` trajectories
   from the queue (first, after a resume, the stored ones it had not consumed). A trajectory
   whose oldest turn is more than ``max_staleness`` versions behind the learner is dropped and
@@ -197,7 +198,10 @@ class SAOTrainer(AgentgymTrainer):
                 for record in result.records:
                     await asyncio.to_thread(self._publish, record)
 
-        await asyncio.gather(*(worker() for _ in range(self.args.rollout_concurrency)))
+        try:
+            await asyncio.gather(*(worker() for _ in range(self.args.rollout_concurrency)))
+        finally:  # the workers' envs, kept open between their episodes
+            await runner.aclose()
 
     def _run_producer(self) -> None:
         try:

@@ -5,7 +5,9 @@ rollout engine runs, on this process, either a turn-level tree (``tree=True``:
 :class:`~agentgym.rollout.tree.TreeRollout` with ``num_generations`` roots and the configured
 strategy) or ``num_generations`` linear episodes (``tree=False``), through the
 :class:`~agentgym.rollout.runner.Runner` (bounded concurrency, retries, every record appended to
-the trajectory store). The policy is the model being trained, wrapped in-process by
+the trajectory store). As TRL generates a whole generation batch at once, a step's episodes
+(trees) are all in flight together and their first turns decode in one batch (local backend;
+``rollout_batch_size`` caps the batch); the runner's envs are kept between steps. The policy is the model being trained, wrapped in-process by
 :class:`~agentgym.rollout.hf_policy.HFPolicy` (its version = the optimizer steps taken).
 
 Every root-to-leaf path becomes a training sequence in TRL's layout
@@ -88,12 +90,34 @@ class TreeGRPOTrainer(AgentgymTrainer):
                 branch_every=args.tree_branch_every,
                 branches=args.tree_branches,
                 max_resample=args.tree_max_resample,
-                concurrency=args.rollout_concurrency,
+                concurrency=max(args.rollout_concurrency, args.num_generations),  # every root's first turn at once
             )
             if args.tree
             else None
         )
         self.env_steps = 0  # on this process, for the env-steps-to-success comparison of trees vs. linear
+        self.runner = make_runner(
+            self.agent,
+            args,
+            self.store,
+            job=self._tree_job if args.tree else None,
+            env_factory=self.env_factory,
+            concurrency=self._step_concurrency(),
+        )
+
+    def _tasks_per_generation(self) -> int:
+        """Tasks (dataset rows) one rollout call grows on this process: TRL's per-process generation batch."""
+        return self.args.per_device_train_batch_size * self.args.steps_per_generation
+
+    def _group_requests(self) -> int:
+        return self._tasks_per_generation() * self.args.num_generations
+
+    def _step_concurrency(self) -> int:
+        """Episodes (trees) in flight: all of a step's, as TRL generates its batch at once; a cluster's env slots cap it."""
+        if self.args.rollout_backend == "ray":
+            return self.args.rollout_concurrency
+        jobs = self._tasks_per_generation() * (1 if self.args.tree else self.args.num_generations)
+        return max(self.args.rollout_concurrency, jobs)
 
     # ------------------------------------------------------------------ rollouts
     def _tree_job(self, agent, env, task: EpisodeRequest):
@@ -121,16 +145,7 @@ class TreeGRPOTrainer(AgentgymTrainer):
                 # TrainingArguments.__post_init__ parses a JSON-string value into a dict.
                 gradient_checkpointing_kwargs=cast(dict[str, Any] | None, self.args.gradient_checkpointing_kwargs),
             ):
-                records = run_tasks(
-                    make_runner(
-                        self.agent,
-                        self.args,
-                        self.store,
-                        job=self._tree_job if self.args.tree else None,
-                        env_factory=self.env_factory,
-                    ),
-                    tasks,
-                )
+                records = run_tasks(self.runner, tasks)
         finally:
             self.rollout_model.train(was_training)
         self.rollout_seconds = time.perf_counter() - started  # the learner is idle meanwhile (synchronous pipeline)

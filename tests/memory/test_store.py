@@ -419,7 +419,8 @@ def test_new_file_is_current_and_newer_file_is_refused(tmp_path):
 
 def test_older_file_is_migrated_in_one_transaction(tmp_path, monkeypatch):
     path = tmp_path / "m.db"
-    with MemoryStore(path) as s:  # a file at v1 with data
+    current = len(store_module.MIGRATIONS)
+    with MemoryStore(path) as s:  # a file at the current version, with data
         s.add(Entry("skill", "kept across the migration", env="code"))
     v2 = store_module.MIGRATIONS + [
         "ALTER TABLE entries ADD COLUMN source TEXT NOT NULL DEFAULT 'v1';"
@@ -431,7 +432,7 @@ def test_older_file_is_migrated_in_one_transaction(tmp_path, monkeypatch):
     with pytest.raises(sqlite3.OperationalError, match="nowhere"):
         MemoryStore(path)
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone() == (1,)
+    assert conn.execute("PRAGMA user_version").fetchone() == (current,)
     assert "source" not in [row[1] for row in conn.execute("PRAGMA table_info(entries)")]  # rolled back
     conn.close()
     with pytest.raises(SchemaError, match="older"):
@@ -439,7 +440,7 @@ def test_older_file_is_migrated_in_one_transaction(tmp_path, monkeypatch):
 
     monkeypatch.setattr(store_module, "MIGRATIONS", v2)
     with MemoryStore(path) as s:
-        assert s.schema_version == 2
+        assert s.schema_version == current + 1
         assert s.search("kept migration")[0].entry.env == "code"
         assert s._conn().execute("SELECT source FROM entries").fetchone() == ("v1",)
 

@@ -84,6 +84,19 @@ async def test_greedy_batched_equals_one_at_a_time(policy):
         torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-4, rtol=0)
 
 
+async def test_a_whole_group_in_one_batch_decodes_greedily_as_one_at_a_time(tiny):
+    # A trainer's group (tasks × generations) goes to the policy at once: 32 rows, 8 prompt lengths.
+    async with HFPolicy.from_model(*tiny, max_batch_size=32, batch_wait_ms=200) as policy:
+        batch = prompts(policy, sizes=(1, 2, 3, 5, 8, 13, 21, 34)) * 4
+        greedy = SamplingParams(max_tokens=8, temperature=0)
+        together = await asyncio.gather(*[policy.generate(p, greedy) for p in batch])
+        assert policy.stats.batches == 1 and policy.stats.max_batch_seen == 32
+        alone = [await policy.generate(p, greedy) for p in batch[:8]]
+    for a, b in zip(together, alone * 4):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-4, rtol=0)
+
+
 async def test_seeded_sampling_is_reproducible_across_batch_compositions(policy):
     target, *others = prompts(policy, sizes=(4, 1, 25, 40))
     seeded = SamplingParams(max_tokens=16, temperature=1.0, top_p=0.95, seed=1234)

@@ -331,3 +331,71 @@ async def test_custom_jobs_at_the_target_are_returned_to_run_again():
     assert all(isinstance(r, Trajectory) for r in result.records)
     (pending,) = result.pending
     assert pending.task.task_id == "reach-30" and pending.episode is None
+
+
+KEEP = RunnerConfig(concurrency=4, progress=False, keep_envs=True)
+
+
+async def test_kept_envs_serve_the_next_calls_until_aclose():
+    runner = Runner(Agent(CounterSolver(latency=0.005)), Tracked, KEEP)
+    first = await runner.run(tasks(8))
+    made = list(Tracked.instances)
+    assert len(made) == 4 and runner.kept and not any(env._closed for env in made)
+    second = await runner.run(tasks(8))
+    assert Tracked.instances == made  # reset with the next tasks, none built
+    assert sum(env.episodes for env in made) == 16
+    assert all(r.success for r in first.records + second.records)
+    await runner.aclose()
+    assert all(env._closed for env in made) and not runner.kept
+    await runner.run(tasks(1))  # a closed runner builds new envs
+    assert len(Tracked.instances) == 5
+    await runner.aclose()
+
+
+async def test_concurrent_calls_share_the_kept_envs():
+    runner = Runner(Agent(CounterSolver(latency=0.005)), Tracked, KEEP)
+    for _ in range(3):  # four one-task calls at once, as SAO's producer workers make them
+        await asyncio.gather(*(runner.run(tasks(1)) for _ in range(4)))
+    assert len(Tracked.instances) == 4 and sum(env.episodes for env in Tracked.instances) == 12
+    await runner.aclose()
+
+
+@pytest.mark.parametrize("mode", ["raise", "env_error"])
+async def test_a_failed_env_is_not_kept_and_is_replaced(mode):
+    Flaky.budget, Flaky.mode = 1, mode
+    runner = Runner(Agent(CounterSolver()), Flaky, RunnerConfig(concurrency=2, progress=False, keep_envs=True))
+    result = await runner.run(tasks(4))
+    broken = Flaky.instances[0]
+    assert len(result.failures) == 1 and all(r.success for r in result.records)
+    assert broken._closed and broken not in runner.kept and len(runner.kept) == 2
+    await runner.run(tasks(4))
+    assert all(not env._closed for env in runner.kept) and broken not in runner.kept
+    await runner.aclose()
+
+
+async def test_a_cancelled_call_closes_its_kept_envs_too():
+    runner = Runner(Agent(CounterSolver(latency=0.05)), Tracked, KEEP)
+    await runner.run(tasks(4))
+    run = asyncio.ensure_future(runner.run(tasks(12)))
+    await asyncio.sleep(0.08)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert not runner.kept and all(env._closed for env in Tracked.instances)
+
+
+async def test_tree_jobs_keep_their_root_envs_and_close_their_forks():
+    job = lambda agent, env, task: TreeRollout(agent, TreeConfig(roots=2, max_leaves=4, branch_every=1)).run(  # noqa: E731
+        env, task.task_id, task.seed
+    )
+    runner = Runner(
+        Agent(CounterSolver()), Tracked, RunnerConfig(concurrency=2, progress=False, keep_envs=True), job=job
+    )
+    first = await runner.run(tasks(2))
+    roots = list(runner.kept)
+    assert len(roots) == 2 and all(not env._closed for env in roots)
+    assert all(env._closed for env in Tracked.instances if env not in roots)  # the forks
+    second = await runner.run(tasks(2))
+    assert sorted(map(id, runner.kept)) == sorted(map(id, roots))
+    assert all(isinstance(r, RolloutTree) and len(r.leaves) >= 2 for r in first.records + second.records)
+    await runner.aclose()

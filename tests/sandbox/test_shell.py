@@ -75,7 +75,7 @@ def test_trailer_is_cut_out_of_stderr_however_the_stream_is_split(out, err, late
     result = shell.read_exec_stream(_Chunks(data, cuts), _Sock(), float("inf"), _capture, begin, end)
     assert result.stdout.text() == out.decode(errors="replace")
     assert result.stderr.text() == err.decode(errors="replace")
-    assert result.trailer.records() == [b"7", b"/tmp", b"FOO=bar"]
+    assert result.records == [b"7", b"/tmp", b"FOO=bar"]
 
 
 def test_stream_without_trailer_keeps_all_output():
@@ -84,7 +84,7 @@ def test_stream_without_trailer_keeps_all_output():
         _Chunks(data, []), _Sock(), float("inf"), _capture, b"\x1e[agentgym 1]", b"\x1e[/agentgym 1]"
     )
     assert (result.stdout.text(), result.stderr.text()) == ("out", "partial \x1e[agent")
-    assert result.trailer.records() == []
+    assert result.records == []
 
 
 def test_state_records_parse_into_cwd_and_env():
@@ -122,5 +122,5 @@ def test_a_huge_trailer_is_cut_and_its_end_still_found():
     stderr = begin + b"0\0\0/w\0BIG=" + b"a" * (3 * shell.MAX_TRAILER) + b"\0" + end + b"late"
     data = _frame(1, begin + end) + b"".join(_frame(2, stderr[i : i + 30_000]) for i in range(0, len(stderr), 30_000))
     result = shell.read_exec_stream(_Chunks(data, [7, 100_001]), _Sock(), float("inf"), _capture, begin, end)
-    assert result.trailer.records() == [b"0", b"", b"/w"]  # the cut record is dropped
+    assert result.records == [b"0", b"", b"/w"]  # the cut record is dropped
     assert result.stderr.text() == ""

@@ -1,0 +1,271 @@
+"""Snapshot layers as filesystem diffs: a committed snapshot's own layer read as (paths to delete, a tar), so that a fork or restore lands in an already running container of the image the snapshot was committed on.
+
+Why: starting a container costs ~200 ms on a small machine, while a warm pooled container of the
+sandbox's start image (a base or task image) is already running. A snapshot is still a
+``docker commit`` (portable export, the fallback and the release bookkeeping need the image), and
+the commit's top layer is exactly the container's changes since its image: the engine computed it.
+This module reads that layer where it lies on this host (overlay2's ``UpperDir`` of the image,
+readable where the engine runs here and this process may read its data root, as
+:mod:`agentgym.sandbox.disk` does), and :meth:`DockerSandbox.from_snapshot
+<agentgym.sandbox.docker.DockerSandbox.from_snapshot>` replays it into a warm container as the
+sandbox user, through its command server: the deletions first, then one ``tar -x -p`` of the rest
+(modes, mtimes, symlinks, hard links and FIFOs kept). A committed layer is immutable and never
+mounted writable, so reading it needs no pause and cannot race the agent; it is the engine's own
+diff, so a diff fork holds what a fork from the committed image holds, but for the mtimes of the
+image's directories that are not the agent's (``/tmp``, ``/home``: they get the fork's time, as
+after a replay). (The engine's ``put_archive`` would keep those too, but costs as much as a
+container start: it re-executes the daemon to extract in a chroot.)
+
+Which layers qualify, else the caller forks from the committed image as before (the diff is
+None): the image is one layer above a non-snapshot image (chains of commits, imported snapshots
+and layers of other storage drivers fall back); its files total at most
+:data:`MAX_DIFF_BYTES` (sparse files count at their size); the layer holds only directories,
+regular files, symlinks, FIFOs and whiteouts, every entry owned by the sandbox user but the
+image's directories the agent wrote into and the empty files the engine makes as mount points
+(``/sbin/docker-init``), which every container of the image has. Anything else fails closed: a
+file of another owner, a device node other than a whiteout (the agent cannot make one: CAP_MKNOD
+is dropped), an extended attribute other than overlayfs' opaque mark (user attributes, file
+capabilities, overlayfs redirects or metacopy).
+
+Safety: the walk never follows a symlink (``lstat``, ``O_NOFOLLOW``), so a link the agent made is
+carried as a link, never read through; tar names are the walk's own relative paths (no absolute
+names, no ``..``); the deletions and the extraction run as the sandbox user inside the container
+(as :meth:`~agentgym.sandbox.docker.DockerSandbox.put_tree` does), so the kernel lets them remove
+and write only what the agent itself could, whatever links the diff holds. A file named like an
+AUFS whiteout (``.wh.x``) is an ordinary file here.
+
+Built diffs are cached per snapshot image (built in the background right after the commit) and
+dropped when the snapshot is released, within :data:`CACHE_BYTES` in all (the oldest go first; a
+dropped one is rebuilt from the layer on the next fork).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+import tarfile
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from agentgym.extras import requires
+
+with requires("sandbox"):
+    import docker.errors
+
+from agentgym.sandbox import engine, labels
+
+__all__ = [
+    "CACHE_BYTES",
+    "DELETE_SCRIPT",
+    "MAX_DIFF_BYTES",
+    "LayerDiff",
+    "diff_of",
+    "forget",
+    "layer_of",
+    "prepare",
+    "read_layer",
+]
+
+# Past this the fork starts from the committed image: a diff this size no longer beats a container start.
+MAX_DIFF_BYTES = 64 << 20
+CACHE_BYTES = 512 << 20
+_OPAQUE = "trusted.overlay.opaque"
+_CHUNK = 1 << 20
+# For bash: the absolute paths to remove (whiteouts, and opaque directories whose old contents go)
+# come on stdin, each ended by a NUL, so that no name and no number of names needs quoting or fits argv.
+DELETE_SCRIPT = 'while IFS= read -r -d "" p; do rm -rf -- "$p" || exit 1; done'
+
+
+@dataclass(frozen=True)
+class LayerDiff:
+    """One snapshot layer: what to delete first, then a tar (names relative to ``/``) to extract at ``/``."""
+
+    start: str  # the image the layer goes on, as the warm pool names it
+    owner: tuple[int, int]  # the sandbox user (uid, gid) who owns every entry and applies the diff
+    deletions: tuple[str, ...]
+    archive: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.archive) + sum(len(p) for p in self.deletions)
+
+
+class _Refused(Exception):
+    """The layer holds something a diff does not carry; fork from the committed image instead."""
+
+
+def read_layer(root: str, start: str, owner: tuple[int, int], *, max_bytes: int = MAX_DIFF_BYTES) -> LayerDiff | None:
+    """The diff that the overlay2 layer directory ``root`` holds, for a sandbox user ``owner`` (uid, gid)
+    to apply (None: it does not qualify; see the module docstring)."""
+    deletions: list[str] = []
+    buffer = io.BytesIO()
+    budget = [max_bytes]
+    try:
+        with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            _add_children(tar, root, "", owner, deletions, budget, {})
+    except _Refused:
+        return None
+    return LayerDiff(start, owner, tuple(deletions), buffer.getvalue())
+
+
+def _add_children(tar, root, relative, owner, deletions, budget, inodes) -> None:
+    directory = os.path.join(root, relative)
+    with os.scandir(directory) as entries:
+        names = sorted(entry.name for entry in entries)
+    for name in names:
+        path = os.path.join(directory, name)
+        arcname = f"{relative}/{name}" if relative else name
+        info = os.lstat(path)
+        mode = info.st_mode
+        if stat.S_ISCHR(mode) and info.st_rdev == 0:  # overlayfs' whiteout: the path was deleted
+            deletions.append("/" + arcname)
+            continue
+        if stat.S_ISSOCK(mode):
+            continue  # sockets do not survive a commit either
+        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISFIFO(mode)):
+            raise _Refused(arcname)
+        xattrs = os.listxattr(path, follow_symlinks=False)
+        if any(x != _OPAQUE for x in xattrs):
+            raise _Refused(arcname)  # user xattrs, file capabilities, overlayfs redirects or metacopy
+        if stat.S_ISDIR(mode) and xattrs and os.getxattr(path, _OPAQUE, follow_symlinks=False) == b"y":
+            deletions.append("/" + arcname)  # the image's contents under it are gone; the tar refills it
+        if (info.st_uid, info.st_gid) != owner:
+            if stat.S_ISDIR(mode):  # a directory of the image the agent wrote into (/tmp, /home): it is there
+                _add_children(tar, root, arcname, owner, deletions, budget, inodes)
+            elif not (stat.S_ISREG(mode) and info.st_size == 0):
+                raise _Refused(arcname)  # not the agent's doing: only the committed image has it right
+            continue  # an empty file the engine made as a mount point (/sbin/docker-init): every container has it
+        member = _member(arcname, path, info, inodes)
+        if member.isreg():
+            budget[0] -= info.st_size
+            if budget[0] < 0:
+                raise _Refused(arcname)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as content:
+                tar.addfile(member, content)
+        else:
+            tar.addfile(member)
+        if stat.S_ISDIR(mode):
+            _add_children(tar, root, arcname, owner, deletions, budget, inodes)
+
+
+def _member(arcname: str, path: str, info: os.stat_result, inodes: dict) -> tarfile.TarInfo:
+    member = tarfile.TarInfo(arcname)
+    member.mode = stat.S_IMODE(info.st_mode)
+    member.uid, member.gid = info.st_uid, info.st_gid
+    member.mtime = info.st_mtime
+    mode = info.st_mode
+    if stat.S_ISDIR(mode):
+        member.type = tarfile.DIRTYPE
+    elif stat.S_ISLNK(mode):
+        member.type, member.linkname = tarfile.SYMTYPE, os.readlink(path)
+    elif stat.S_ISFIFO(mode):
+        member.type = tarfile.FIFOTYPE
+    elif info.st_nlink > 1 and (info.st_dev, info.st_ino) in inodes:
+        member.type, member.linkname = tarfile.LNKTYPE, inodes[(info.st_dev, info.st_ino)]
+    else:
+        if info.st_nlink > 1:
+            inodes[(info.st_dev, info.st_ino)] = arcname
+        member.size = info.st_size
+    return member
+
+
+def layer_of(image_id: str, start_name: str, owner: tuple[int, int]) -> LayerDiff | None:
+    """The diff of snapshot image ``image_id`` if it is one readable overlay2 layer above ``start_name``."""
+    client = engine.api()
+    try:
+        image = client.inspect_image(image_id)
+        parent = client.inspect_image(image.get("Parent") or "")
+        start = client.inspect_image(start_name)
+    except docker.errors.APIError:
+        return None
+    if (parent.get("Config", {}).get("Labels") or {}).get(labels.KIND) == labels.KIND_SNAPSHOT:
+        return None  # a chain of commits: its layers would have to be replayed in order
+    if start["Id"] != parent["Id"] or len(image["RootFS"]["Layers"]) != len(parent["RootFS"]["Layers"]) + 1:
+        return None
+    graph = image.get("GraphDriver") or {}
+    upper = (graph.get("Data") or {}).get("UpperDir") if graph.get("Name") == "overlay2" else None
+    if not upper or not os.path.isdir(upper) or not os.access(upper, os.R_OK | os.X_OK):
+        return None
+    try:
+        return read_layer(upper, start_name, owner, max_bytes=MAX_DIFF_BYTES)
+    except OSError:
+        return None  # unreadable here after all (permissions on part of the layer)
+
+
+class _Cache:
+    """Diffs being built or built, per snapshot image id, within a byte budget (oldest dropped first)."""
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, Future] = OrderedDict()
+        self._starts: dict[str, tuple[str, tuple[int, int]]] = {}
+
+    def prepare(self, image_id: str, start_name: str, owner: tuple[int, int]) -> None:
+        with self._lock:
+            self._starts[image_id] = (start_name, owner)
+            if image_id not in self._entries:
+                self._entries[image_id] = engine.submit(self._build, image_id, start_name, owner)
+
+    def get(self, image_id: str) -> LayerDiff | None:
+        with self._lock:
+            future = self._entries.get(image_id)
+            start = self._starts.get(image_id)
+        if start is None:
+            return None  # not a diff-forkable snapshot, or released
+        if future is not None and not future.cancel():
+            return future.result()
+        # Dropped for room (the layer is still there), or still queued behind other engine work: build it here.
+        diff = self._build(image_id, *start)
+        built: Future = Future()
+        built.set_result(diff)
+        with self._lock:
+            if image_id in self._starts:
+                self._entries[image_id] = built
+        return diff
+
+    def forget(self, image_id: str) -> None:
+        with self._lock:
+            self._entries.pop(image_id, None)
+            self._starts.pop(image_id, None)
+
+    def _build(self, image_id: str, start_name: str, owner: tuple[int, int]) -> LayerDiff | None:
+        diff = layer_of(image_id, start_name, owner)
+        with self._lock:
+            total = sum(_built_size(future) for future in self._entries.values())
+            while total + (diff.size if diff else 0) > self.budget and self._entries:
+                oldest, future = next(iter(self._entries.items()))
+                if oldest == image_id:
+                    break
+                del self._entries[oldest]
+                total -= _built_size(future)
+        return diff
+
+
+def _built_size(future: Future) -> int:
+    """The bytes a built diff holds (0 while it builds, or when it was cancelled, failed or is None)."""
+    if not future.done() or future.cancelled() or future.exception() is not None or future.result() is None:
+        return 0
+    return future.result().size
+
+
+_cache = _Cache(CACHE_BYTES)
+
+
+def prepare(image_id: str, start_name: str, owner: tuple[int, int]) -> None:
+    """Start building the diff of a just committed snapshot image in the background."""
+    _cache.prepare(image_id, start_name, owner)
+
+
+def diff_of(image_id: str) -> LayerDiff | None:
+    """The snapshot's diff (waiting for its build), or None: fork from the committed image."""
+    return _cache.get(image_id)
+
+
+def forget(image_id: str) -> None:
+    """Drop a released snapshot's diff."""
+    _cache.forget(image_id)

@@ -21,11 +21,23 @@ even the folded conversation does not fit, the episode ends truncated with an er
 **Chat mode** (any chat-completions endpoint; used for evaluation): messages in, text or native
 tool calls out. Turns then carry token ids only if the endpoint returned them; folding counts
 tokens with the policy's tokenizer when it has one, else estimates 4 characters per token.
+
+**Images** (``AgentConfig.images``, an :class:`~agentgym.rollout.images.ImageConfig`; ``None``,
+the default, sends text only). An observation's ``"image"`` goes into its message as an OpenAI
+``image_url`` content part after the text (after native tool calls, whose tool messages must stay
+text, in a user message of its own). Only the newest ``keep_last`` images stay; older ones become
+text stubs (in token mode only when the context is folded, so prompts stay prefix-preserving).
+When the prompt does not fit the window, images go first (beyond ``keep_last``, then the rest,
+each replaced by a note) and text is folded as above. An endpoint that refuses the images as too
+large gets them again at half the side, down to ``min_side``, then without them (a note says so).
+Each turn records the content hashes of the images its prompt held (``Turn.image_hashes``) and the
+trajectory a small thumbnail of each (``metadata["image_thumbnails"]``, for the eval report).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 from collections.abc import Callable
@@ -37,6 +49,20 @@ import numpy as np
 from agentgym.actions import describe_tools, tool_specs_from_openai
 from agentgym.core import AgentEnv, Snapshot, SnapshotReleasedError
 from agentgym.rollout.chat import Message
+from agentgym.rollout.images import (
+    ImageConfig,
+    ImageRejectedError,
+    data_url_hash,
+    data_url_size,
+    encode_image,
+    estimate_image_tokens,
+    image_part,
+    image_urls,
+    omitted_note,
+    stub_images,
+    text_only,
+    thumbnail,
+)
 from agentgym.rollout.policy import Completion, Policy, SamplingParams
 from agentgym.rollout.trajectory import Trajectory, Turn
 
@@ -86,6 +112,8 @@ class AgentConfig:
             tool calls; otherwise the tools are described in the system prompt.
         observation_role: the role of observations after the first (``"tool"`` renders as a
             tool response; ``"user"`` as a plain user turn).
+        images: send observations' images to the policy, so (see the module docstring); ``None``
+            sends text only.
     """
 
     sampling: SamplingParams = SamplingParams()
@@ -96,6 +124,7 @@ class AgentConfig:
     mode: str = "auto"
     native_tools: bool = True
     observation_role: str = "tool"
+    images: ImageConfig | None = None
 
 
 @dataclass
@@ -118,6 +147,12 @@ class Episode:
     error: str | None = None
     folded: bool = False  # the next prompt was folded
     metadata: dict = field(default_factory=dict)
+    image_turns: dict[int, int] = field(default_factory=dict)  # message index -> turn whose image it holds
+    # Chat mode: message index -> the image it shows, as the env gave it (re-encoded smaller if the endpoint refuses it).
+    image_sources: dict[int, np.ndarray] = field(default_factory=dict)
+    image_max_side: int | None = None  # lowered when the endpoint refused images as too large
+    image_thumbnails: dict[str, str] = field(default_factory=dict)  # content hash -> base64 JPEG
+    prompt_images: list = field(default_factory=list)  # token mode: the prompt's images, in placeholder order
 
     @property
     def turn(self) -> int:
@@ -147,10 +182,17 @@ class Episode:
         clone.prompt_mask = list(self.prompt_mask)
         clone.turns = list(self.turns)
         clone.metadata = dict(self.metadata)
+        clone.image_turns = dict(self.image_turns)
+        clone.image_sources = dict(self.image_sources)
+        clone.image_thumbnails = dict(self.image_thumbnails)
+        clone.prompt_images = list(self.prompt_images)
         return clone
 
     def trajectory(self) -> Trajectory:
         last = self.turns[-1] if self.turns else None
+        metadata = dict(self.metadata)
+        if self.image_thumbnails:
+            metadata["image_thumbnails"] = dict(self.image_thumbnails)
         return Trajectory(
             task_id=self.task_id,
             env_id=self.env.unwrapped.kind,
@@ -161,7 +203,7 @@ class Episode:
             terminated=bool(last and last.terminated),
             truncated=bool(last and last.truncated) or (self.done and not (last and last.terminated)),
             error=self.error,
-            metadata=dict(self.metadata),
+            metadata=metadata,
         )
 
     async def aclose(self) -> None:
@@ -216,6 +258,13 @@ class Agent:
         self.policy = policy
         self.config = config
         self.token_mode = policy.supports_tokens and config.mode != "chat"
+        # Token mode with images: a chat format that expands image placeholders and hands out the images.
+        self.token_images = self.token_mode and bool(getattr(policy.chat_format, "takes_images", False))
+        if config.images is not None and self.token_mode and not self.token_images:
+            raise ValueError(
+                f"{policy.name} takes no images in token mode (a text model's chat format); "
+                "run with AgentConfig(images=None) to send text only, or in chat mode"
+            )
         self.context_window = config.context_window or getattr(policy, "context_window", None) or 32768
 
     # ------------------------------------------------------------------ the episode
@@ -226,17 +275,17 @@ class Agent:
         system = self._system_message(tools)
         if system is not None:
             messages.append(system)
-        messages.append({"role": "user", "content": observation["text"]})
         episode = Episode(
             env=env,
             task_id=info["task_id"],
             tools=tools,
             messages=messages,
-            observation_turns={len(messages) - 1: 0},
-            raw_observations={len(messages) - 1: observation["text"]},
+            observation_turns={len(messages): 0},
+            raw_observations={len(messages): observation["text"]},
             initial_observation=observation["text"],
             metadata={"policy": self.policy.name, "seed": seed, "mode": self._mode},
         )
+        messages.append({"role": "user", "content": self._content(episode, observation, 0, len(messages))})
         if (location := getattr(env.unwrapped, "location", None)) is not None:  # a remote env: where it ran
             episode.metadata["env_location"] = location
         if self.token_mode:
@@ -250,15 +299,26 @@ class Agent:
             raise RuntimeError("the episode is over")
         sampling = sampling or self.config.sampling
         if self.token_mode:
+            if episode.prompt_images:
+                return await self.policy.generate(episode.prompt_ids, sampling, images=episode.prompt_images)  # type: ignore[call-arg]
             return await self.policy.generate(episode.prompt_ids, sampling)
         tools = episode.tools if self.config.native_tools else None
-        return await self.policy.chat(episode.messages, tools, sampling)
+        while True:
+            try:
+                return await self.policy.chat(episode.messages, tools, sampling)
+            except ImageRejectedError as exc:
+                if not exc.too_large or not episode.image_sources:
+                    raise
+                self._shrink_images(episode, str(exc))
 
     async def apply(self, episode: Episode, completion: Completion) -> Turn:
         """Send a sampled reply to the env, record the turn, and extend the context for the next one."""
         action: Any = completion.text
         if completion.tool_calls:
             action = {"content": completion.text, "tool_calls": completion.tool_calls}
+        image_hashes = (
+            [data_url_hash(url) for url in image_urls(episode.messages)] if self.config.images is not None else []
+        )
         observation, reward, terminated, truncated, info = await episode.env.astep(action)
         text = observation["text"]
         if self.config.max_turns is not None and episode.turn + 1 >= self.config.max_turns and not terminated:
@@ -280,6 +340,7 @@ class Agent:
             folded=episode.folded,
             usage=completion.usage,
             replica=completion.replica,
+            image_hashes=image_hashes,
         )
         episode.turns.append(turn)
         episode.success = bool(info.get("success", False))
@@ -289,7 +350,7 @@ class Agent:
         episode.done = terminated or truncated
         if episode.done:
             return turn
-        self._extend(episode, completion, text)
+        self._extend(episode, completion, observation)
         self._fit_context(episode)
         return turn
 
@@ -324,12 +385,83 @@ class Agent:
         """Token mode: the prompt rendered afresh from the messages; all of it is context (mask 0)."""
         chat_format = self.policy.chat_format
         episode.rendered = chat_format.render_prompt(episode.messages, self._template_tools(episode))
-        episode.prompt_ids = chat_format.encode(episode.rendered)
+        if self.token_images:  # image placeholders expanded to the processor's token count, the images beside
+            episode.prompt_ids, episode.prompt_images = chat_format.prompt_inputs(  # type: ignore[attr-defined]
+                episode.messages, self._template_tools(episode)
+            )
+        else:
+            episode.prompt_ids = chat_format.encode(episode.rendered)
         episode.prompt_mask = [0] * len(episode.prompt_ids)
 
-    def _extend(self, episode: Episode, completion: Completion, observation: str) -> None:
+    def _content(self, episode: Episode, observation: dict, turn: int, index: int, text: str | None = None):
+        """The content of the message at ``index`` that carries ``observation``: its text, and its image when sent.
+
+        ``text`` replaces the observation's text (the caption of an image sent apart from it).
+        """
+        text = observation["text"] if text is None else text
+        config = self.config.images
+        image = observation.get("image") if config is not None else None
+        if config is None or image is None:
+            return text
+        return [{"type": "text", "text": text}, self._image_content(episode, image, turn, index)]
+
+    def _image_content(self, episode: Episode, image: np.ndarray, turn: int, index: int) -> dict:
+        """The part that sends ``image`` (message ``index``, turn ``turn``), or a text note when it cannot be sent."""
+        config = self.config.images
+        assert config is not None
+        if episode.image_max_side is not None:
+            config = dataclasses.replace(config, max_side=max(config.min_side, episode.image_max_side))
+        try:
+            encoded = encode_image(image, config)
+        except ValueError as exc:  # not an H×W×3 uint8 array: the env's bug, not a reason to end the episode
+            return {"type": "text", "text": omitted_note(turn, str(exc))}
+        if encoded is None:
+            reason = f"over the {config.max_bytes}-byte limit even at {config.min_side} pixels"
+            return {"type": "text", "text": omitted_note(turn, reason)}
+        episode.image_turns[index] = turn
+        if not self.token_mode:
+            episode.image_sources[index] = image
+        if config.thumbnail_side and encoded.sha256 not in episode.image_thumbnails:
+            episode.image_thumbnails[encoded.sha256] = thumbnail(image, config.thumbnail_side)
+        return image_part(encoded)
+
+    def _shrink_images(self, episode: Episode, refusal: str) -> None:
+        """The endpoint refused the prompt's images as too large: send them again at half the side, or not at all."""
+        config = self.config.images
+        assert config is not None
+        side = (episode.image_max_side or config.max_side) // 2
+        episode.image_max_side = side
+        messages = list(episode.messages)
+        for index, image in list(episode.image_sources.items()):
+            turn = episode.image_turns.get(index, 0)
+            content = list(messages[index]["content"])
+            at = next(j for j, part in enumerate(content) if part.get("type") == "image_url")
+            if side >= config.min_side:
+                content[at] = self._image_content(episode, image, turn, index)
+            else:
+                content[at] = {
+                    "type": "text",
+                    "text": omitted_note(turn, f"the endpoint refused it as too large ({refusal})"),
+                }
+            if content[at].get("type") != "image_url":
+                del episode.image_sources[index]
+            messages[index] = {**messages[index], "content": content}
+        episode.messages = messages
+
+    def _keep_last_images(self, episode: Episode, keep_last: int, stub=None) -> bool:
+        """Replace the images before the newest ``keep_last`` by stubs; whether any was."""
+        kwargs = {} if stub is None else {"stub": stub}
+        episode.messages, replaced = stub_images(episode.messages, keep_last, episode.image_turns, **kwargs)
+        if replaced:
+            sources = episode.image_sources.items()
+            episode.image_sources = {i: image for i, image in sources if image_urls([episode.messages[i]])}
+        return bool(replaced)
+
+    def _extend(self, episode: Episode, completion: Completion, observation: dict) -> None:
+        text = observation["text"]
         reply: Message = {"role": "assistant", "content": completion.text}
         new: list[Message]
+        index = len(episode.messages) + 1  # where the observation's first message goes
         if completion.tool_calls and not self.token_mode:
             reply["tool_calls"] = completion.tool_calls
             # One tool message per call id, as chat APIs require; the env answered them together.
@@ -337,25 +469,37 @@ class Agent:
                 {
                     "role": "tool",
                     "tool_call_id": call.get("id", f"call_{i}"),
-                    "content": observation if i == 0 else "(see the result above)",
+                    "content": text if i == 0 else "(see the result above)",
                 }
                 for i, call in enumerate(completion.tool_calls)
             ]
+            if self.config.images is not None and observation.get("image") is not None:
+                # Tool messages carry text only (chat APIs refuse image parts there): the screenshot follows.
+                caption = f"Screenshot after turn {episode.turn}:"
+                content = self._content(episode, observation, episode.turn, index + len(new), text=caption)
+                new.append({"role": "user", "content": content})
         else:
             # Chat APIs accept a tool message only as the answer to a native tool call.
             role = self.config.observation_role if self.token_mode else "user"
-            new = [{"role": role, "content": observation}]
-        if self.token_mode:
+            new = [{"role": role, "content": self._content(episode, observation, episode.turn, index)}]
+        if self.token_images:
+            continuation, episode.rendered, new_images = self.policy.chat_format.continuation_inputs(  # type: ignore[attr-defined]
+                episode.messages, completion.token_ids, new, self._template_tools(episode), rendered=episode.rendered
+            )
+            episode.prompt_images = [*episode.prompt_images, *new_images]
+        elif self.token_mode:
             continuation, episode.rendered = self.policy.chat_format.continuation_ids(
                 episode.messages, completion.token_ids, new, self._template_tools(episode), rendered=episode.rendered
             )
+        if self.token_mode:
             episode.prompt_ids = episode.prompt_ids + list(completion.token_ids) + continuation
             episode.prompt_mask = episode.prompt_mask + [1] * len(completion.token_ids) + [0] * len(continuation)
         episode.messages.append(reply)
-        index = len(episode.messages)
         episode.messages.extend(new)
         episode.observation_turns[index] = episode.turn
-        episode.raw_observations[index] = observation
+        episode.raw_observations[index] = text
+        if self.config.images is not None and not self.token_mode:
+            self._keep_last_images(episode, self.config.images.keep_last)
 
     # ------------------------------------------------------------------ context folding
     def _prompt_length(self, episode: Episode, messages: list[Message] | None = None) -> int:
@@ -363,43 +507,76 @@ class Agent:
             return len(episode.prompt_ids)
         messages = episode.messages if messages is None else messages
         chat_format = self.policy.chat_format
+        images = 0
+        if not self.token_mode and (urls := image_urls(messages)):
+            # Chat mode: the endpoint counts image tokens itself; estimate them and count the text alone.
+            images = sum(estimate_image_tokens(*data_url_size(url)) for url in urls)
+            messages = text_only(messages)
         if chat_format is not None:
-            return len(chat_format.prompt_ids(messages, self._template_tools(episode)))
-        return sum(len(str(m.get("content") or "")) for m in messages) // CHARS_PER_TOKEN
+            return images + len(chat_format.prompt_ids(messages, self._template_tools(episode)))
+        return images + sum(len(str(m.get("content") or "")) for m in messages) // CHARS_PER_TOKEN
 
     def _fit_context(self, episode: Episode) -> None:
         budget = self.context_window - self.config.sampling.max_tokens
         if self._prompt_length(episode) <= budget:
             return
         fold = self.config.fold
-        if fold is not None:
-            target = int(fold.target * self.context_window) - self.config.sampling.max_tokens
+        target = int((fold.target if fold is not None else 1.0) * self.context_window) - self.config.sampling.max_tokens
+        images = self.config.images
+        # Images first: the costliest part of a prompt. Those beyond keep_last (token mode kept them until now).
+        refit = images is not None and self._keep_last_images(episode, images.keep_last)
+        if fold is not None and (not refit or self._prompt_length(episode, episode.messages) > target):
             foldable = sorted(i for i, t in episode.observation_turns.items() if t > 0)
             foldable = foldable[: max(0, len(foldable) - fold.keep_last)]
             messages = episode.messages
             changed = False
             for index in foldable:
                 stub = fold.stub(episode.raw_observations[index], episode.observation_turns[index])
-                if len(stub) >= len(messages[index]["content"]):
+                if len(stub) >= len(_text_of(messages[index]["content"])):
                     continue  # already folded, or too short to be worth a stub
                 if not changed:
                     messages = copy.deepcopy(messages)
                     changed = True
-                messages[index]["content"] = stub
+                messages[index]["content"] = _with_text(messages[index]["content"], stub)
                 if self._prompt_length(episode, messages) <= target:
                     break
             if changed:
                 episode.messages = messages
-                episode.folded = True
-                if self.token_mode:
-                    self._render_prompt(episode)
-                if self._prompt_length(episode) <= budget:
-                    return
+                refit = True
+        if images is not None and self._prompt_length(episode, episode.messages) > budget:
+
+            def note(turn: int) -> str:
+                return omitted_note(turn, "the prompt did not fit the model's context")
+
+            refit = self._keep_last_images(episode, 0, note) or refit
+        if refit:
+            episode.folded = True
+            if self.token_mode:
+                self._render_prompt(episode)
+            if self._prompt_length(episode) <= budget:
+                return
         episode.done = True
         episode.error = (
             f"context_overflow: the prompt needs {self._prompt_length(episode)} tokens, more than "
             f"the {budget} left in a {self.context_window}-token window after max_tokens"
         )
+
+
+def _text_of(content: str | list) -> str:
+    """The text of a message's content: the string, or its text parts joined."""
+    if isinstance(content, str):
+        return content
+    return "\n".join(part.get("text", "") for part in content if part.get("type") == "text")
+
+
+def _with_text(content: str | list, text: str) -> str | list:
+    """``content`` with its text replaced by ``text`` (a list keeps its image parts; its first text part gets ``text``)."""
+    if isinstance(content, str):
+        return text
+    first = next((j for j, part in enumerate(content) if part.get("type") == "text"), None)
+    if first is None:
+        return [{"type": "text", "text": text}, *content]
+    return [*content[:first], {"type": "text", "text": text}, *content[first + 1 :]]
 
 
 def _action_text(completion: Completion) -> str:

@@ -22,6 +22,13 @@ and the weights' version the server reported in the response's ``policy_version`
 (``agentgym serve`` reports one); an endpoint that reports none gets the policy's own
 :attr:`version`.
 
+**Images.** Messages may carry OpenAI ``image_url`` content parts (the agent loop's
+``AgentConfig.images``); they are sent as they are, to any endpoint that serves a vision model. A
+refusal because of them raises :class:`~agentgym.rollout.images.ImageRejectedError`: with
+``too_large`` for an HTTP 413 or a 400 about their size (the agent shrinks them and asks again),
+else (a 400 that names images, vision or multimodal input) as a text-only endpoint, in words
+that say to send text only.
+
 Failures are retried here, not by the SDK (its client is built with ``max_retries=0``): a
 connection error, a timeout, a 429 or a 5xx sends the request to another replica at once; when
 every replica has failed it, it is tried again up to ``max_retries`` more times, with
@@ -35,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,11 +54,17 @@ with requires("eval"):
     import openai
 
 from agentgym.rollout.chat import ChatFormat, Message
+from agentgym.rollout.images import ImageRejectedError, has_images
 from agentgym.rollout.policy import Completion, Policy, PolicyError, SamplingParams
 
 __all__ = ["OpenAIPolicy"]
 
 _TOKEN_ID_PREFIX = "token_id:"  # how vLLM renders tokens under return_tokens_as_token_ids
+# How endpoints word a refusal of images: vLLM ("... does not support multimodal inputs", "At most 0
+# image(s) may be provided"), OpenAI ("image_url is only supported by certain models"), others (vision).
+_IMAGES_REFUSED = re.compile(r"image|multi-?modal|vision", re.I)
+_TOO_LARGE = re.compile(r"too (large|big)|exceed|payload|maximum (allowed )?(size|pixels|dimension)", re.I)
+_CONTEXT = re.compile(r"context length|context window|maximum model length", re.I)
 
 
 @dataclass
@@ -65,7 +79,7 @@ class _Replica:
 
 
 class OpenAIPolicy(Policy):
-    """A policy served by an OpenAI-compatible HTTP endpoint.
+    """A policy served by an OpenAI-compatible HTTP endpoint (text, or images too where the model takes them).
 
     Args:
         base_url: the API root, e.g. ``http://127.0.0.1:8000/v1``, or a list of them (replicas of
@@ -139,16 +153,13 @@ class OpenAIPolicy(Policy):
         if self.logprobs:
             request["logprobs"] = True
         extra = {"top_k": sampling.top_k} if sampling.top_k > 0 else {}
-        if self.logprobs and self._chat_extensions:
-            try:
-                response, replica = await self._call("chat", **request, extra_body={**extra, "return_token_ids": True})
-            except PolicyError as exc:
-                if not isinstance(exc.__cause__, openai.BadRequestError):
-                    raise
-                response, replica = await self._call("chat", **request, extra_body=extra or None)
-                self._chat_extensions = False
-        else:
-            response, replica = await self._call("chat", **request, extra_body=extra or None)
+        try:
+            response, replica = await self._chat_call(request, extra)
+        except PolicyError as exc:
+            refusal = _image_refusal(exc) if has_images(request["messages"]) else None
+            if refusal is None:
+                raise
+            raise refusal from exc.__cause__
         if not response.choices:
             raise PolicyError(f"{replica} returned no choices")
         choice = response.choices[0]
@@ -172,6 +183,20 @@ class OpenAIPolicy(Policy):
             else None,
             replica=replica,
         )
+
+    async def _chat_call(self, request: dict, extra: dict) -> tuple[Any, str]:
+        """The chat request, with vLLM's ``return_token_ids`` while the endpoint takes it (see the module docstring)."""
+        if self.logprobs and self._chat_extensions:
+            try:
+                response, replica = await self._call("chat", **request, extra_body={**extra, "return_token_ids": True})
+            except PolicyError as exc:
+                if not isinstance(exc.__cause__, openai.BadRequestError):
+                    raise
+                response, replica = await self._call("chat", **request, extra_body=extra or None)
+                self._chat_extensions = False
+        else:
+            response, replica = await self._call("chat", **request, extra_body=extra or None)
+        return response, replica
 
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Completion:
         if self.chat_format is None:
@@ -375,3 +400,23 @@ def _retry_after(exc: openai.APIStatusError) -> float:
         return min(float(exc.response.headers.get("retry-after", 0)), 60.0)
     except ValueError:
         return 0.0
+
+
+def _image_refusal(error: PolicyError) -> ImageRejectedError | None:
+    """``error`` of a request with images as :class:`ImageRejectedError` when the endpoint refused it for them, else ``None``."""
+    cause = error.__cause__
+    if not isinstance(cause, openai.APIStatusError):
+        return None
+    message = _error_message(cause)
+    if cause.status_code == 413 or (
+        cause.status_code == 400 and _TOO_LARGE.search(message) and not _CONTEXT.search(message)
+    ):
+        return ImageRejectedError(f"{error} (the request's images are too large for it)", too_large=True)
+    if cause.status_code in (400, 422) and _IMAGES_REFUSED.search(message) and not _CONTEXT.search(message):
+        return ImageRejectedError(
+            f"{error}. The endpoint refused the screenshots in the conversation: it seems to serve a text-only "
+            "model. Point it at a vision model, or send text only (AgentConfig(images=None); agentgym eval "
+            "without --images)",
+            too_large=False,
+        )
+    return None

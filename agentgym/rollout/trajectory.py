@@ -34,6 +34,8 @@ class Turn:
     ``usage`` is the endpoint's count of prompt and completion tokens (chat mode, where the ids
     are not known), or ``None``. ``policy_version`` is the weights' version that sampled the reply
     and ``replica`` the endpoint that served it (a remote policy's base URL, else ``None``).
+    ``image_hashes`` are the content hashes (sha256 of the encoded bytes sent) of the images in
+    this turn's prompt, in prompt order (empty for text prompts, and then left out of ``to_dict``).
     """
 
     prompt_ids: list[int]
@@ -52,6 +54,7 @@ class Turn:
     folded: bool = False
     usage: dict | None = None
     replica: str | None = None
+    image_hashes: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         if len(self.prompt_mask) != len(self.prompt_ids):
@@ -82,7 +85,10 @@ class Turn:
         return self.terminated or self.truncated
 
     def to_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        if not self.image_hashes:
+            del data["image_hashes"]  # text turns are recorded as before images existed
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> Turn:

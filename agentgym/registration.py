@@ -101,6 +101,12 @@ BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
     },
 }
 
+#: Envs whose tasks come from a path the caller passes (``gymnasium.make(id, path=...)``): registered like the
+#: built-ins, but they have no default tasks, so the checks over every built-in (BUILTIN_ENVS) leave them out.
+PATH_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
+    "code.harbor-v0": ("agentgym.integrations.harbor:HarborEnv", {}),  # Harbor task directories
+}
+
 #: Ids from before the id scheme (without the namespace) → the id that replaced them.
 DEPRECATED_IDS: dict[str, str] = {
     "HumanEval-v0": "code.humaneval-v0",
@@ -176,7 +182,7 @@ def _name(entry_point) -> str:
 
 def register_builtin_envs() -> None:
     """Register every built-in id, and every deprecated id as an alias of its new one."""
-    for name, (entry_point, kwargs) in BUILTIN_ENVS.items():
+    for name, (entry_point, kwargs) in {**BUILTIN_ENVS, **PATH_ENVS}.items():
         register_env(name, entry_point, **kwargs)
     for old, new in DEPRECATED_IDS.items():
         register_env(old, DeprecatedId(f"{NAMESPACE}/{old}", f"{NAMESPACE}/{new}"))

@@ -1,0 +1,2 @@
+#!/bin/bash
+jq -r .version /app/package.json > /app/version.txt

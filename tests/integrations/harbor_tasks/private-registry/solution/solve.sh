@@ -1,0 +1,2 @@
+#!/bin/bash
+cd /srv && toolbox --init

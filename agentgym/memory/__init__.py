@@ -3,7 +3,7 @@
 An env wrapped in :class:`MemoryWrapper` reads the bank's retrieval into its first observation
 and, in ``learn`` mode, writes each finished episode back; :class:`MemoryConfig` is a trainer
 config's ``memory:`` section. Names load on first use (the store needs numpy, validation scipy,
-the default embedder sentence-transformers).
+the default embedder ONNX Runtime or sentence-transformers).
 """
 
 from agentgym._lazy import lazy_exports
@@ -13,6 +13,7 @@ _EXPORTS = {
     "MemoryStore": "store",
     "Embedder": "embeddings",
     "SentenceTransformerEmbedder": "embeddings",
+    "OnnxEmbedder": "embeddings",
     "default_embedder": "embeddings",
     "MemoryBank": "bank",
     "Retrieval": "bank",

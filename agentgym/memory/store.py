@@ -49,6 +49,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Generic, TypeVar, cast
 
 import numpy as np
 
@@ -67,6 +68,7 @@ POSTINGS_BUDGET = 10_000
 BUDGET_BASE_SIZE = 100_000  # the store size at which POSTINGS_BUDGET was chosen (see postings_budget)
 DF_CACHE_SIZE = 100_000
 QUERY_CACHE_SIZE = 256
+T = TypeVar("T")
 TOKENIZE = "porter unicode61"  # the index's tokenizer; query terms are stemmed with it too
 BUSY_TIMEOUT_S = 60.0
 PAGE_SIZE = 500
@@ -406,6 +408,30 @@ class _VectorCache:
         ids[: self.size] = self.ids[: self.size]
         matrix[: self.size] = self.matrix[: self.size]
         self.ids, self.matrix = ids, matrix
+
+
+class _Background(Generic[T]):
+    """``fn(*args)`` running in a thread of its own; ``result()`` waits for it and returns its
+    value or raises its exception. A thread per call, not a pool: a store survives ``fork()``,
+    and a pool's threads would not."""
+
+    def __init__(self, fn: Callable[..., T], *args):
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[..., T], args: tuple) -> None:
+        try:
+            self._value = fn(*args)
+        except BaseException as exc:  # handed to the caller of result()
+            self._error = exc
+
+    def result(self) -> T:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return cast(T, self._value)
 
 
 class MemoryStore:
@@ -766,12 +792,21 @@ class MemoryStore:
             return []
         where, params = filter_sql(kind, env, family, tags)
         depth = max(k, HYBRID_DEPTH) if mode == "hybrid" else k
-        query_vector = self._query_vector(query) if mode != "bm25" else None
+        query_vector = None if mode == "bm25" else self._query_vectors.get(self._query_key(query))
+        embedding: _Background[np.ndarray] | None = None
+        if mode == "embedding" and query_vector is None:
+            query_vector = self._query_vector(query)
+        elif mode == "hybrid" and query_vector is None:
+            # The model call and the BM25 query both release the GIL: run side by side, a hybrid
+            # search costs the longer of the two instead of their sum.
+            embedding = _Background(self._query_vector, query)
         with self._snapshot() as conn:
             rankings = {}
             if mode in ("bm25", "hybrid"):
                 rankings["bm25"] = self._bm25_ids(conn, query, depth, where, params)
             if mode in ("embedding", "hybrid"):
+                if embedding is not None:
+                    query_vector = embedding.result()
                 rankings["embedding"] = self._embedding_ids(conn, query_vector, depth, where, params)
             fused = rrf(list(rankings.values()))[:k]
             found = self._fetch(conn, [entry_id for entry_id, _ in fused])
@@ -788,10 +823,13 @@ class MemoryStore:
             if entry_id in found
         ]
 
+    def _query_key(self, query: str) -> tuple[str, str]:
+        return (_model_name(self.embedder), query)
+
     def _query_vector(self, query: str) -> np.ndarray:
         # Rollout groups search with the same task text many times; the model call dominates
         # hybrid latency, so recent query vectors are kept (first in, first out).
-        key = (_model_name(self.embedder), query)
+        key = self._query_key(query)
         vector = self._query_vectors.get(key)
         if vector is None:
             vector = self._embed([query])[0]

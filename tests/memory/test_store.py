@@ -219,6 +219,32 @@ def test_filters_apply_before_top_k(tmp_path):
             assert len(hits) == 3 and {h.entry.env for h in hits} == {"wanted"}, mode
 
 
+class FailingEmbedder(BagOfWords):
+    """Embeds the entries, then fails on queries (a crashed model process, an out-of-memory)."""
+
+    fail = False
+
+    def embed(self, texts):
+        if self.fail:
+            raise RuntimeError("embedding model crashed")
+        return super().embed(texts)
+
+
+def test_hybrid_search_embeds_beside_bm25_and_hands_back_the_models_error(tmp_path):
+    embedder = FailingEmbedder()
+    with MemoryStore(tmp_path / "m.db", embedder=embedder) as s:
+        s.add_many(fresh())
+        expected = s.search("tokenizer crash", k=3, mode="hybrid")
+        s._query_vectors.clear()
+        assert s.search("tokenizer crash", k=3, mode="hybrid") == expected  # the background path
+        assert "embedding" in expected[0].ranks and "bm25" in expected[0].ranks
+        embedder.fail = True
+        with pytest.raises(RuntimeError, match="embedding model crashed"):
+            s.search("a new query", k=3, mode="hybrid")
+        assert s.search("tokenizer crash", k=3, mode="hybrid") == expected  # cached: no model call
+        assert s.search("a new query", k=3, mode="bm25")  # the store still answers
+
+
 @pytest.mark.parametrize(
     "query",
     [

@@ -213,6 +213,10 @@ def describe_env(env_id: str) -> tuple[int | None, str]:
     description is the first sentence of its class docstring and the registered keyword arguments.
     """
     spec = gymnasium.spec(env_id)
+    if env_id.removeprefix(f"{NAMESPACE}/") in PATH_ENVS:  # no tasks until a path is given
+        module, _, name = str(spec.entry_point).partition(":")
+        doc = (getattr(importlib.import_module(module), name).__doc__ or "").strip()
+        return None, f"{_first_sentence(doc)} (needs path=)"
     try:
         env = spec.make()
         try:
@@ -222,10 +226,14 @@ def describe_env(env_id: str) -> tuple[int | None, str]:
             env.close()
     except Exception as exc:  # a plugin env may need what this machine lacks; the listing goes on
         return None, f"(cannot be built here: {type(exc).__name__}: {exc})".splitlines()[0]
-    first = doc.split("\n\n", 1)[0].replace("\n", " ")
-    first = first.split(" (see ", 1)[0].split(": ", 1)[0].split(". ", 1)[0].rstrip(".")
+    first = _first_sentence(doc)
     options = ", ".join(f"{key}={value}" for key, value in spec.kwargs.items())
     return tasks, f"{first} ({options})" if options else first
+
+
+def _first_sentence(doc: str) -> str:
+    first = doc.split("\n\n", 1)[0].replace("\n", " ")
+    return first.split(" (see ", 1)[0].split(": ", 1)[0].split(". ", 1)[0].rstrip(".")
 
 
 def make_env_factory(env_id: str, env_kwargs: dict | None = None, memory: dict | None = None) -> Callable[[], AgentEnv]:

@@ -8,6 +8,8 @@ pristine vendored repository under ``tasks/repofix/repos/`` to the agent's works
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import json
 import os
@@ -101,8 +103,19 @@ def parse_pytest_report(output: str) -> dict[str, bool]:
 
 def load_tasks(path: str | Path | None = None) -> list[dict]:
     """Tasks from a JSONL file (ours by default) or a JSON list (SWE-bench's published files). SWE-bench
-    stores the test lists as JSON strings; they are decoded so every task has real lists."""
-    text = Path(path or DEFAULT_TASKS_PATH).read_text(encoding="utf-8")
+    stores the test lists as JSON strings; they are decoded so every task has real lists.
+
+    Every fork of a RepoFix env makes a new env, which loads its tasks: parsing our 2.3 MB file
+    took ~50 ms of a ~120 ms fork, so a file's parse is kept while its size and mtime hold, and
+    each caller gets its own deep copy (~6 ms) to change as it likes."""
+    file = Path(path or DEFAULT_TASKS_PATH).resolve()
+    stat = file.stat()
+    return copy.deepcopy(_parsed_tasks(file, stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed_tasks(file: Path, mtime_ns: int, size: int) -> list[dict]:
+    text = file.read_text(encoding="utf-8")
     if text.lstrip().startswith("["):
         tasks = json.loads(text)
     else:

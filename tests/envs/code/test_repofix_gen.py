@@ -277,6 +277,16 @@ def test_load_tasks_decodes_swe_bench_string_lists(tmp_path):
     assert tasks.load_tasks(path) == [{"instance_id": "x", "FAIL_TO_PASS": ["t::a"], "PASS_TO_PASS": []}]
 
 
+def test_load_tasks_hands_out_copies_and_rereads_a_changed_file(tmp_path):
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps({"instance_id": "x", "FAIL_TO_PASS": ["t::a"]}) + "\n")
+    first = tasks.load_tasks(path)
+    first[0]["FAIL_TO_PASS"].append("changed by a caller")
+    assert tasks.load_tasks(path) == [{"instance_id": "x", "FAIL_TO_PASS": ["t::a"]}]
+    path.write_text(json.dumps({"instance_id": "y", "FAIL_TO_PASS": []}) + "\n")  # another size
+    assert tasks.load_tasks(path) == [{"instance_id": "y", "FAIL_TO_PASS": []}]
+
+
 def test_grade_results():
     task = {"FAIL_TO_PASS": ["a", "b"], "PASS_TO_PASS": ["c"]}
     assert tasks.grade_results(task, {"a": True, "b": True, "c": True})["resolved"]

@@ -498,7 +498,7 @@ def serve(
     log_level: str = "warning",
     on_ready: Callable[[int], None] | None = None,
 ) -> None:
-    """Serve ``env_id`` over OpenEnv until interrupted (see :func:`create_openenv_app`).
+    """Serve ``env_id`` over OpenEnv until interrupted (Ctrl-C returns after a graceful shutdown; see :func:`create_openenv_app`).
 
     The socket is bound before the server starts, so a port in use raises :class:`OSError` here.
     ``port=0`` picks a free port; ``on_ready(port)`` is called with the bound port. Sessions make
@@ -528,7 +528,10 @@ def serve(
             flush=True,
         )
         server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="on"))
-        server.run(sockets=[sock])
+        try:
+            server.run(sockets=[sock])
+        except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C after its graceful shutdown: the normal way to stop
+            pass
     finally:
         sock.close()
 

@@ -20,6 +20,8 @@ _EXPORTS = {
     "PolicyError": "policy",
     "SamplingParams": "policy",
     "HFPolicy": "hf_policy",
+    "ImageConfig": "images",
+    "ImageRejectedError": "images",
     "OpenAIPolicy": "openai_policy",
     "RolloutTree": "trajectory",
     "TrainingSequence": "trajectory",

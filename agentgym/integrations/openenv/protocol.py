@@ -148,10 +148,12 @@ class AgentGymEnvClient(EnvClient[AgentGymAction, AgentGymObservation, AgentGymS
 
     def _step_payload(self, action: AgentGymAction | str | dict) -> dict[str, Any]:
         if isinstance(action, str):
-            action = AgentGymAction(text=action)
+            parsed = AgentGymAction(text=action)
         elif isinstance(action, dict):
-            action = AgentGymAction.model_validate(action)
-        return action.model_dump(exclude={"metadata"})
+            parsed = AgentGymAction.model_validate(action)
+        else:
+            parsed = action
+        return parsed.model_dump(exclude={"metadata"})
 
     def _parse_result(self, payload: dict[str, Any]) -> StepResult[AgentGymObservation]:
         fields = dict(payload.get("observation") or {})

@@ -220,7 +220,7 @@ class AgentGymEnvironment(Environment[AgentGymAction, AgentGymObservation, Agent
                 observation = await self._adopt(fork_from, claim=True)
             else:
                 options = {"task_id": task_id} if task_id is not None else None
-                obs, info = await env.areset(seed=seed, options=options)
+                obs, info = await env.areset(seed=seed, options=options)  # type: ignore[attr-defined]
                 observation = self._observation(obs, None, False, False, info)
                 self._steps = 0
             self._episode_id = episode_id or secrets.token_hex(8)
@@ -234,7 +234,7 @@ class AgentGymEnvironment(Environment[AgentGymAction, AgentGymObservation, Agent
             raise ValueError("timeout_s is not supported: agentgym envs bound each tool call themselves")
         async with self._lock:
             env = self._require_env()
-            obs, reward, terminated, truncated, info = await env.astep(action.env_action())
+            obs, reward, terminated, truncated, info = await env.astep(action.env_action())  # type: ignore[attr-defined]
             self._steps += 1
             return self._observation(obs, reward, terminated, truncated, info)
 

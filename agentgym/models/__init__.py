@@ -3,8 +3,9 @@
 from pathlib import Path
 
 from agentgym.models.tiny import build_tiny_model, tiny_model_path
+from agentgym.models.tiny_vlm import build_tiny_vlm, tiny_vlm_path
 
-__all__ = ["build_tiny_model", "local_model_dir", "tiny_model_path"]
+__all__ = ["build_tiny_model", "build_tiny_vlm", "local_model_dir", "tiny_model_path", "tiny_vlm_path"]
 
 
 def local_model_dir(path: str) -> str:

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import sysconfig
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -57,23 +58,18 @@ def _corpus(limit_bytes: int = 3_000_000):
                 return
 
 
-def build_tiny_model(path: str | os.PathLike, **spec) -> Path:
-    """Train the tokenizer, build the model and ``save_pretrained`` both into ``path``; returns the path."""
+def build_tokenizer(vocab_size: int, special_tokens: list[str] = SPECIAL_TOKENS):
+    """A byte-level BPE of ``vocab_size`` ids trained on local text, with ``special_tokens``, the tool markup and the chat template."""
     with requires("train"):
-        import torch
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-        from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
-
-    spec = {**DEFAULT_SPEC, **spec}
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
+        from transformers import PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=spec["vocab_size"] - len(MARKUP_TOKENS),
-        special_tokens=SPECIAL_TOKENS,
+        vocab_size=vocab_size - len(MARKUP_TOKENS),
+        special_tokens=special_tokens,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -83,6 +79,19 @@ def build_tiny_model(path: str | os.PathLike, **spec) -> Path:
     )
     tokenizer.add_tokens(MARKUP_TOKENS)
     tokenizer.chat_template = chat_template()
+    return tokenizer
+
+
+def build_tiny_model(path: str | os.PathLike, **spec) -> Path:
+    """Train the tokenizer, build the model and ``save_pretrained`` both into ``path``; returns the path."""
+    with requires("train"):
+        import torch
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    spec = {**DEFAULT_SPEC, **spec}
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(spec["vocab_size"])
     tokenizer.save_pretrained(path)
 
     torch.manual_seed(spec["seed"])
@@ -109,13 +118,17 @@ def build_tiny_model(path: str | os.PathLike, **spec) -> Path:
 
 def tiny_model_path(cache_dir: str | os.PathLike | None = None, **spec) -> Path:
     """A built tiny model for this spec, built once into the cache (``~/.cache/agentgym/models``)."""
-    spec = {**DEFAULT_SPEC, **spec}
+    return cached_build("tiny-qwen2", build_tiny_model, {**DEFAULT_SPEC, **spec}, cache_dir)
+
+
+def cached_build(prefix: str, build: Callable[..., Path], spec: dict, cache_dir: str | os.PathLike | None) -> Path:
+    """``build(path, **spec)`` once per spec (and chat template) into the cache; concurrent builders keep the first."""
     key = hashlib.sha256((json.dumps(spec, sort_keys=True) + chat_template()).encode()).hexdigest()[:12]
     root = Path(cache_dir or os.environ.get("AGENTGYM_CACHE", Path.home() / ".cache" / "agentgym")) / "models"
-    path = root / f"tiny-qwen2-{key}"
+    path = root / f"{prefix}-{key}"
     if not (path / "agentgym_tiny.json").exists():
-        staging = root / f".tiny-qwen2-{key}-{os.getpid()}"
-        build_tiny_model(staging, **spec)
+        staging = root / f".{prefix}-{key}-{os.getpid()}"
+        build(staging, **spec)
         try:
             staging.rename(path)
         except OSError:  # another process finished first: keep theirs

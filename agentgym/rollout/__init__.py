@@ -49,6 +49,7 @@ _EXPORTS = {
     "records_to_dataset": "store",
     "sequences_to_dataset": "store",
     "make_app": "server",
+    "VisionChatFormat": "vision",
 }
 
 __all__ = sorted(_EXPORTS)

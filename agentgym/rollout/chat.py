@@ -158,7 +158,8 @@ class ChatFormat:
         """
         reply = {"role": "assistant", "content": self.decode(completion_ids)}
         before = rendered if rendered is not None else self.render_prompt(messages, tools)
-        after = render(self.tokenizer, [*messages, reply, *new_messages], tools, add_generation_prompt=True)
+        # Through render_prompt, so that a subclass's rendering (a vision format's image tokens) applies to both.
+        after = self.render_prompt([*messages, reply, *new_messages], tools)
         if not after.startswith(before + reply["content"]):
             raise TemplateError("chat template rewrote earlier turns; token-exact continuation is impossible")
         tail = after[len(before) + len(reply["content"]) :]

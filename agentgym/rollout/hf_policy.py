@@ -8,6 +8,13 @@ parameters, seed and stopping rule, and is answered as soon as it finishes.
 
 The returned logprobs are those of the distribution each token was drawn from, computed in the
 same pass, so trainers can use them as the behaviour policy's logprobs without a second forward.
+
+A checkpoint with a vision tower (Qwen2-VL family: a ``vision_config`` and an image processor
+saved beside it) is loaded as a vision-language model: prompts may carry images
+(:meth:`HFPolicy.generate`'s ``images``), rendered through a
+:class:`~agentgym.rollout.vision.VisionChatFormat` whose prompt ids already hold each image's
+run of image tokens; the images are patched by the image processor and their positions get
+multimodal RoPE, exactly as a trainer's forward pass over the same ids and images does.
 """
 
 from __future__ import annotations
@@ -26,10 +33,18 @@ from agentgym.extras import requires
 
 with requires("train"):
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+    from transformers import (
+        AutoConfig,
+        AutoImageProcessor,
+        AutoModelForCausalLM,
+        AutoModelForImageTextToText,
+        AutoTokenizer,
+        DynamicCache,
+    )
 
 from agentgym.rollout.chat import ChatFormat
 from agentgym.rollout.policy import Completion, Policy, PolicyError, SamplingParams
+from agentgym.rollout.vision import VisionChatFormat, image_bytes
 
 __all__ = ["GenerationStats", "HFPolicy"]
 
@@ -51,6 +66,7 @@ class _Request:
     prompt_ids: list[int]
     sampling: SamplingParams
     future: concurrent.futures.Future
+    images: list[bytes] = field(default_factory=list)  # encoded, one per run of image tokens in prompt_ids
 
 
 @dataclass
@@ -63,6 +79,7 @@ class _Row:
     logprobs: list[float] = field(default_factory=list)
     entropies: list[float] = field(default_factory=list)
     top: list[list[tuple[int, float]]] = field(default_factory=list)
+    rope_delta: int = 0  # M-RoPE: a VLM row's text positions after its prompt are offset by this
 
 
 class HFPolicy(Policy):
@@ -92,8 +109,15 @@ class HFPolicy(Policy):
     ratio against training-time logprobs is 1 for unchanged weights. ``Completion.entropy`` is the
     mean per-token entropy of that same distribution.
 
+    A vision-language checkpoint (see the module docstring) sets :attr:`accepts_images`; its
+    completions never sample the image or video placeholder tokens (they stand for pixels, and a
+    sampled one would break the next prompt's image count). Like top-k, that truncation leaves the
+    reported logprobs those of the full distribution.
+
     Use it as an async context manager or call :meth:`aclose` to stop the worker thread.
     """
+
+    accepts_images: bool = False
 
     def __init__(
         self,
@@ -108,10 +132,18 @@ class HFPolicy(Policy):
     ):
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(model_path, local_files_only=True, dtype=dtype or "auto")
+        image_processor = None
+        if getattr(AutoConfig.from_pretrained(model_path, local_files_only=True), "vision_config", None) is not None:
+            image_processor = AutoImageProcessor.from_pretrained(model_path, local_files_only=True)
+            model = AutoModelForImageTextToText.from_pretrained(
+                model_path, local_files_only=True, dtype=dtype or "auto"
+            )
+        else:
+            model = AutoModelForCausalLM.from_pretrained(model_path, local_files_only=True, dtype=dtype or "auto")
         self._setup(
             model.to(device),  # type: ignore[arg-type]  # transformers' decorated .to() reads as taking a model
             tokenizer,
+            image_processor=image_processor,
             max_batch_size=max_batch_size,
             batch_wait_ms=batch_wait_ms,
             version=version,
@@ -124,24 +156,50 @@ class HFPolicy(Policy):
         model,
         tokenizer,
         *,
+        image_processor=None,
         max_batch_size: int = 16,
         batch_wait_ms: float = 5.0,
         version: int = 0,
         name: str | None = None,
     ) -> HFPolicy:
-        """Wrap an in-memory model (a trainer sharing its model with the policy); it stays on its device."""
+        """Wrap an in-memory model (a trainer sharing its model with the policy); it stays on its device.
+
+        Pass the ``image_processor`` of a vision-language model to take images."""
         policy = cls.__new__(cls)
         policy._setup(
-            model, tokenizer, max_batch_size=max_batch_size, batch_wait_ms=batch_wait_ms, version=version, name=name
+            model,
+            tokenizer,
+            image_processor=image_processor,
+            max_batch_size=max_batch_size,
+            batch_wait_ms=batch_wait_ms,
+            version=version,
+            name=name,
         )
         return policy
 
     def _setup(
-        self, model, tokenizer, *, max_batch_size: int, batch_wait_ms: float, version: int, name: str | None
+        self,
+        model,
+        tokenizer,
+        *,
+        image_processor,
+        max_batch_size: int,
+        batch_wait_ms: float,
+        version: int,
+        name: str | None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
-        self.chat_format = ChatFormat(tokenizer)  # raises TemplateError for templates that rewrite history
+        # Both raise TemplateError for templates that rewrite history.
+        self.chat_format: ChatFormat | VisionChatFormat
+        self._vision: VisionChatFormat | None = None
+        if image_processor is not None:
+            if not callable(getattr(getattr(model, "model", None), "get_rope_index", None)):
+                raise ValueError(f"{type(model).__name__} is not a Qwen2-VL-style model (no M-RoPE get_rope_index)")
+            self.chat_format = self._vision = VisionChatFormat(tokenizer, image_processor)
+            self.accepts_images = True
+        else:
+            self.chat_format = ChatFormat(tokenizer)
         self.model = model.eval()
         self.device = next(model.parameters()).device
         self.version = version
@@ -155,6 +213,11 @@ class HFPolicy(Policy):
         self._vocab_size = model.get_input_embeddings().num_embeddings
         # Padding ids are masked out; any valid id will do when the tokenizer has no pad token.
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self._banned_ids: torch.Tensor | None = None  # never sampled: a VLM's image and video placeholders
+        if self._vision is not None:
+            self._banned_ids = torch.tensor(
+                [self._vision.image_token_id, self._vision.video_token_id], device=self.device
+            )
         self._queue: queue.Queue = queue.Queue()
         self._weights_lock = threading.Lock()  # held by the worker for a whole batch
         self._state_lock = threading.Lock()  # orders enqueues against close
@@ -163,9 +226,22 @@ class HFPolicy(Policy):
 
     # --- public API ------------------------------------------------------------------------
 
-    async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Completion:
-        """Sample a completion for ``prompt_ids``; it is batched with whatever else is pending."""
-        request = _Request(self._check_request(prompt_ids, sampling), sampling, concurrent.futures.Future())
+    async def generate(
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, images: Sequence | None = None
+    ) -> Completion:
+        """Sample a completion for ``prompt_ids``; it is batched with whatever else is pending.
+
+        ``images`` (a vision-language model only) are the prompt's images, one per run of image
+        tokens in ``prompt_ids``, in order: ``data:image/...`` URLs, encoded bytes, PIL images or
+        H×W×3 uint8 arrays (see :func:`~agentgym.rollout.vision.image_bytes`); each run must be as
+        long as the image processor makes that image (as :attr:`chat_format` renders it).
+        """
+        request = _Request(
+            self._check_request(prompt_ids, sampling),
+            sampling,
+            concurrent.futures.Future(),
+            self._check_images(prompt_ids, images),
+        )
         with self._state_lock:
             if self._closed:
                 raise PolicyError(f"policy {self.name!r} is closed")
@@ -202,7 +278,12 @@ class HFPolicy(Policy):
             await asyncio.to_thread(worker.join)
 
     def describe(self) -> dict:
-        return {**super().describe(), "device": str(self.device), "max_batch_size": self.max_batch_size}
+        return {
+            **super().describe(),
+            "device": str(self.device),
+            "max_batch_size": self.max_batch_size,
+            "accepts_images": self.accepts_images,
+        }
 
     # --- request checks --------------------------------------------------------------------
 
@@ -235,6 +316,20 @@ class HFPolicy(Policy):
         if any(not s for s in sampling.stop):
             raise PolicyError("stop strings must be non-empty")
         return ids
+
+    def _check_images(self, prompt_ids: Sequence[int], images: Sequence | None) -> list[bytes]:
+        """The images as encoded bytes, checked against the prompt's runs of image tokens."""
+        vision = self._vision
+        if vision is None:
+            if images:
+                raise PolicyError(f"model {self.name!r} takes no images: it is a text-only model")
+            return []
+        try:
+            encoded = [image_bytes(image) for image in images or ()]
+            vision.check_images(prompt_ids, encoded)
+        except ValueError as exc:
+            raise PolicyError(f"bad images: {exc}") from None
+        return encoded
 
     def _load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
         params = self.model.state_dict()
@@ -310,6 +405,9 @@ class HFPolicy(Policy):
         # Left padding: positions count real tokens only, so each row sees the positions it would unpadded.
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         input_ids, attention_mask, position_ids = (t.to(self.device) for t in (input_ids, attention_mask, position_ids))
+        images = self._image_inputs(requests, input_ids, attention_mask, rows)
+        if images:
+            position_ids = images.pop("position_ids")
         cache = DynamicCache(config=self.model.config)
 
         while True:
@@ -321,10 +419,12 @@ class HFPolicy(Policy):
                     cache=cache,
                     use_cache=True,
                     logits_to_keep=1,
+                    **images,
                 )
                 .logits[:, -1]
                 .float()
             )
+            images = {}  # the vision tower runs on the prompt only; its output is in the cache
             tokens, logprobs, entropies, top = self._sample(logits, rows)
             self.stats.generated_tokens += len(rows)
             active = []
@@ -363,9 +463,34 @@ class HFPolicy(Policy):
                 rows = [rows[i] for i in active]
             input_ids = tokens[:, None]
             position_ids = torch.tensor(
-                [[len(r.request.prompt_ids) + len(r.token_ids) - 1] for r in rows], device=self.device
+                [[len(r.request.prompt_ids) + len(r.token_ids) - 1 + r.rope_delta] for r in rows], device=self.device
             )
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(rows), 1))], dim=1)
+
+    def _image_inputs(
+        self, requests: list[_Request], input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: list[_Row]
+    ) -> dict:
+        """A VLM batch's prefill inputs: pixel values and grids of every row's images, and M-RoPE positions
+        (3 × batch × width), each row's position offset set on its :class:`_Row`. Empty for a text model."""
+        vision = self._vision
+        if vision is None:
+            return {}
+        inputs: dict = {}
+        images = [data for request in requests for data in request.images]
+        if images:
+            pixels = vision.image_inputs(images)
+            inputs = {
+                "pixel_values": pixels["pixel_values"].to(self.device),
+                "image_grid_thw": pixels["image_grid_thw"].to(self.device),
+            }
+        # Left padding is the pad id, never an image token, so padded positions are text (and masked).
+        token_types = (input_ids == vision.image_token_id).long()
+        position_ids, deltas = self.model.model.get_rope_index(
+            input_ids, token_types, image_grid_thw=inputs.get("image_grid_thw"), attention_mask=attention_mask
+        )
+        for row, delta in zip(rows, deltas[:, 0].tolist()):
+            row.rope_delta = int(delta)
+        return {**inputs, "position_ids": position_ids}
 
     def _generator(self, sampling: SamplingParams) -> torch.Generator | None:
         if sampling.temperature == 0:
@@ -386,6 +511,9 @@ class HFPolicy(Policy):
         probs = logprobs.exp()
         entropy = torch.special.entr(probs).sum(-1)
         weights = self._truncate(probs, rows)
+        if self._banned_ids is not None:  # a truncation too: the logprobs above keep the full distribution
+            weights = weights.index_fill(-1, self._banned_ids, 0.0)
+            logits = logits.index_fill(-1, self._banned_ids, -math.inf)
         # Exponential race (Gumbel-max): argmax(p / E) with E ~ Exp(1) draws from p. Unlike
         # inverse-CDF sampling it needs no sort, and the noise is indexed by token id, so a
         # seeded row draws the same token whether or not its batch needed sorting for top-k/top-p.

@@ -16,8 +16,12 @@ in an aiohttp application; :func:`serve` runs one over an
   answer is a 400. Requests being decoded finish on the old weights; the rest get the new ones.
   The endpoint lets any client that reaches the server replace the model (and name files on its
   host to read), so it is off unless asked for; keep such a server on a trusted network;
-* ``POST /v1/chat/completions`` — messages (text content only) are rendered with the policy's
-  chat template; Hermes ``<tool_call>`` blocks in the reply become ``message.tool_calls`` unless
+* ``POST /v1/chat/completions`` — messages are rendered with the policy's chat template. Content
+  is text, or OpenAI content parts: ``text``, and for a vision-language model (a policy with
+  ``accepts_images``, e.g. :class:`~agentgym.rollout.hf_policy.HFPolicy` on a Qwen2-VL checkpoint)
+  ``image_url`` parts in user and tool messages whose URL is a base64 ``data:image/...`` URL
+  (nothing is fetched); a text-only model answers an image with a 400 saying it takes no images.
+  With ``return_token_ids`` the prompt's ids hold each image's run of image tokens; Hermes ``<tool_call>`` blocks in the reply become ``message.tool_calls`` unless
   ``tool_choice`` is ``"none"`` (``"required"`` or a named function is accepted but not
   enforced: there is no constrained decoding). ``stream``, ``n`` (sample ``i`` gets ``seed + i``),
   ``seed``, ``logprobs``/``top_logprobs``, ``stop``, ``top_k`` (an extension) and vLLM's
@@ -25,7 +29,9 @@ in an aiohttp application; :func:`serve` runs one over an
 * ``POST /v1/completions`` — a string or a list of token ids in, or a list of such prompts (the
   choices of prompt ``p`` are ``p * n`` to ``p * n + n - 1``, as OpenAI numbers them), with
   vLLM's ``return_token_ids`` and ``return_tokens_as_token_ids`` extensions: the
-  token-in/token-out path trainers use against a remote policy.
+  token-in/token-out path trainers use against a remote policy. For a vision-language model an
+  ``images`` extension (a list of base64 ``data:image/...`` URLs, one per run of image tokens in
+  the prompt's ids, in order) goes with a single prompt.
 
 Every response carries the weights' version: completions and chunks in a ``policy_version`` field
 (and each choice its own sample's, for ``n`` > 1; the response's is the oldest of them), every
@@ -63,6 +69,7 @@ with requires("serve"):
 
 from agentgym.actions import parse_action, tool_specs_from_openai
 from agentgym.rollout.policy import Completion, Policy, PolicyError, SamplingParams
+from agentgym.rollout.vision import image_bytes, message_images, open_image
 
 __all__ = ["make_app", "serve"]
 
@@ -75,6 +82,7 @@ MAX_PROMPTS = 64  # prompts per /v1/completions request (each is sampled n times
 MAX_BODY_BYTES = 64 * 2**20
 VERSION_HEADER = "X-Policy-Version"
 _ROLES = {"system", "developer", "user", "assistant", "tool"}
+_IMAGE_ROLES = ("user", "tool")  # as OpenAI: images come from the user and from tools, never from the assistant
 
 
 class RequestError(Exception):
@@ -191,6 +199,7 @@ class _Server:
         self.vocab_size = len(self.tokenizer)
         self.context_window = context_window
         self.allow_weight_updates = allow_weight_updates
+        self.accepts_images = bool(getattr(policy, "accepts_images", False))
         self.created = int(time.time())
         self._weights_lock = asyncio.Lock()  # one update at a time: versions land in the order they came
 
@@ -370,9 +379,11 @@ class _Server:
             )
         return requested
 
-    async def _sample(self, prompt_ids: list[int], sampling: _Sampling) -> list[Completion]:
+    async def _sample(self, prompt_ids: list[int], sampling: _Sampling, images: list[bytes]) -> list[Completion]:
         # One generate call per sample, all at once, so the policy can batch them with other requests.
-        completions = await asyncio.gather(*(self.policy.generate(prompt_ids, p) for p in sampling.params))
+        # Images are passed only when there are some: a text policy's generate takes no such argument.
+        extra: dict[str, Any] = {"images": images} if images else {}
+        completions = await asyncio.gather(*(self.policy.generate(prompt_ids, p, **extra) for p in sampling.params))
         for completion, params in zip(completions, sampling.params):
             completion.text = _cut_at_stop(completion.text, params.stop)
         return list(completions)
@@ -428,7 +439,8 @@ class _Server:
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         body = await self._body(request)
-        messages = _messages(body.get("messages"))
+        messages = _messages(body.get("messages"), self.model_name, self.accepts_images)
+        images = _images(message_images(messages), "messages")
         tools = _tools(body.get("tools"))
         tool_choice = body.get("tool_choice", "auto")
         if not (tool_choice in ("auto", "none", "required") or isinstance(tool_choice, dict)):
@@ -454,7 +466,7 @@ class _Server:
             logprobs=top if want_logprobs else None,
             prompt_param="messages",
         )
-        completions = await self._sample(prompt_ids, sampling)
+        completions = await self._sample(prompt_ids, sampling, images)
         # tool_choice "required" or a named function is accepted but not enforced (no constrained decoding).
         specs = tool_specs_from_openai(tools) if tools and tool_choice != "none" else None
         replies = [_reply(c, specs) for c in completions]
@@ -570,6 +582,8 @@ class _Server:
             raise RequestError("echo is not supported by this server", "echo")
         if body.get("suffix"):
             raise RequestError("suffix is not supported by this server", "suffix")
+        images = self._completion_images(body.get("images"), len(prompts))
+        self._check_images(prompts, images, "images" if images else "prompt")
         n = _integer(body, "n", 1, 1, MAX_N)
         if _integer(body, "best_of", n, 1) != n:
             raise RequestError("best_of other than n is not supported by this server", "best_of")
@@ -582,7 +596,7 @@ class _Server:
             prompt_param="prompt",
         )
         # Every prompt's samples at once, so the policy batches them; choice p * n + j is prompt p's sample j.
-        per_prompt = await asyncio.gather(*(self._sample(prompt_ids, sampling) for prompt_ids in prompts))
+        per_prompt = await asyncio.gather(*(self._sample(prompt_ids, sampling, images) for prompt_ids in prompts))
         samples = [
             (completion, prompt_ids)
             for prompt_ids, completions in zip(prompts, per_prompt)
@@ -628,6 +642,29 @@ class _Server:
         if sampling.return_token_ids and len(prompts) == 1:
             result["prompt_token_ids"] = prompts[0]
         return self._json(result, version)
+
+    def _completion_images(self, raw: Any, prompts: int) -> list[bytes]:
+        """The ``images`` extension of /v1/completions: data URLs for the one prompt's runs of image tokens."""
+        if raw is None or raw == []:
+            return []
+        if not self.accepts_images:
+            raise RequestError(_no_images(self.model_name, "images"), "images")
+        if not isinstance(raw, list) or not all(isinstance(url, str) for url in raw):
+            raise RequestError("images must be a list of base64 data:image/... URLs", "images")
+        if prompts != 1:
+            raise RequestError(f"images go with a single prompt, got {prompts} prompts", "images")
+        return _images(raw, "images")
+
+    def _check_images(self, prompts: list[list[int]], images: list[bytes], param: str) -> None:
+        """A 400 unless each prompt's runs of image tokens fit ``images`` (a vision model's; nothing to check otherwise)."""
+        check = getattr(self.format, "check_images", None)
+        if check is None:
+            return
+        for prompt_ids in prompts:
+            try:
+                check(prompt_ids, images)
+            except ValueError as exc:
+                raise RequestError(str(exc), param) from None
 
     def _prompts(self, prompt: Any) -> list[list[int]]:
         """The token ids of each prompt: one string or id list, or a list of them (a batch)."""
@@ -726,7 +763,52 @@ def _text_content(content: Any, param: str) -> str:
     raise RequestError("content must be a string or a list of text parts", param)
 
 
-def _messages(raw: Any) -> list[dict]:
+def _no_images(model_name: str, where: str) -> str:
+    return f"model `{model_name}` takes no images (it is a text-only model), but {where} holds one"
+
+
+def _content(content: Any, param: str, role: str, model_name: str, accepts_images: bool) -> str | list[dict]:
+    """Message content for the template: text joined into a string, or (with images) the parts, images normalised."""
+    has_images = isinstance(content, list) and any(
+        isinstance(p, dict) and p.get("type") == "image_url" for p in content
+    )
+    if not isinstance(content, list) or not (accepts_images or has_images):
+        return _text_content(content, param)
+    parts: list[dict] = []
+    for i, part in enumerate(content):
+        where = f"{param}[{i}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            parts.append({"type": "text", "text": part["text"]})
+        elif kind == "image_url":
+            if not accepts_images:
+                raise RequestError(_no_images(model_name, where), where)
+            if role not in _IMAGE_ROLES:
+                raise RequestError(f"{where}: images are accepted in user and tool messages only, not {role}", where)
+            url = part.get("image_url")
+            url = url.get("url") if isinstance(url, dict) else url
+            if not isinstance(url, str):
+                raise RequestError(f"{where} must be {{'type': 'image_url', 'image_url': {{'url': str}}}}", where)
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+        else:
+            raise RequestError(f"{where}: only text and image_url content parts are supported", where)
+    return parts if has_images else "".join(part["text"] for part in parts)
+
+
+def _images(urls: list[Any], param: str) -> list[bytes]:
+    """The images' encoded bytes, each checked to be a readable image (a 400 naming the bad one otherwise)."""
+    images = []
+    for i, url in enumerate(urls):
+        try:
+            data = image_bytes(url)
+            open_image(data)
+        except ValueError as exc:
+            raise RequestError(f"image {i} of {param}: {exc}", param) from None
+        images.append(data)
+    return images
+
+
+def _messages(raw: Any, model_name: str = "", accepts_images: bool = False) -> list[dict]:
     """The request's messages, checked and normalised into what the chat template renders."""
     if not isinstance(raw, list) or not raw:
         raise RequestError("messages must be a non-empty list", "messages")
@@ -745,7 +827,9 @@ def _messages(raw: Any) -> list[dict]:
                 raise RequestError(f"{param} needs content or tool_calls", f"{param}.content")
             normalised = {
                 "role": role,
-                "content": "" if content is None else _text_content(content, f"{param}.content"),
+                "content": ""
+                if content is None
+                else _content(content, f"{param}.content", role, model_name, accepts_images),
             }
             if calls:
                 normalised["tool_calls"] = calls
@@ -755,7 +839,7 @@ def _messages(raw: Any) -> list[dict]:
             # OpenAI's "developer" role is its new name for system instructions.
             normalised = {
                 "role": "system" if role == "developer" else role,
-                "content": _text_content(content, f"{param}.content"),
+                "content": _content(content, f"{param}.content", role, model_name, accepts_images),
             }
         messages.append(normalised)
     return messages

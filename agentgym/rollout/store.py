@@ -11,6 +11,14 @@ leaves a last line without its newline; reading skips it with a warning, and reo
 for appending cuts it off so the next record starts on a line of its own. Any other line that
 does not parse is corruption and raises with its line number.
 
+Images (a vision-language policy's prompts) are kept once per content hash, as files named by
+their hash in ``<path>.images/`` beside the JSONL: :meth:`TrajectoryStore.append` writes a
+record's images (``record.images``) that are not there yet, fsync-ed before the record's line, so
+a stored record never points at a missing image. Records are read back without their bytes;
+:meth:`TrajectoryStore.images` (or :meth:`~TrajectoryStore.load_images`) fetches them by hash,
+which, with the stored ids, is what a trainer needs to recompute logprobs
+(:class:`~agentgym.rollout.vision.VisionChatFormat` turns them into ``pixel_values``).
+
 :meth:`TrajectoryStore.to_dataset` gives one row per record (filterable columns plus the record
 as JSON, which :func:`records_from_dataset` decodes losslessly); :meth:`TrajectoryStore.sequences_dataset`
 gives the training view, one row per training sequence.
@@ -18,9 +26,11 @@ gives the training view, one row per training sequence.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import re
 import threading
 import warnings
 from collections.abc import Iterable, Iterator
@@ -33,6 +43,7 @@ __all__ = ["Record", "StoreCorruptError", "TrajectoryStore", "records_from_datas
 
 Record = Trajectory | RolloutTree
 
+_HASH = re.compile(r"[0-9a-f]{64}")
 _KINDS: dict[str, type[Trajectory] | type[RolloutTree]] = {"trajectory": Trajectory, "tree": RolloutTree}
 
 
@@ -46,10 +57,12 @@ class TrajectoryStore:
     Appends are thread-safe (the runner appends from worker threads) and durable when they
     return. The file is opened lazily in append mode, so a store can be reopened by a later
     process and read while being written. Use it as a context manager or call :meth:`close`.
+    Images live in :attr:`images_dir` (see the module docstring).
     """
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
+        self.images_dir = self.path.with_name(self.path.name + ".images")
         self._file = None
         self._lock = threading.Lock()
 
@@ -59,15 +72,54 @@ class TrajectoryStore:
         self.extend([record])
 
     def extend(self, records: Iterable[Record]) -> None:
-        """Write several records with a single fsync."""
+        """Write several records with a single fsync (their new images first, each fsync-ed)."""
+        records = list(records)
         text = "".join(_encode(record) + "\n" for record in records)
         if not text:
             return
         with self._lock:
+            for record in records:
+                self._write_images(record)
             file = self._open()
             file.write(text)
             file.flush()
             os.fsync(file.fileno())
+
+    def _write_images(self, record: Record) -> None:
+        """The record's images not yet stored, each written whole (temp file, fsync, rename) under its hash."""
+        missing, written = [], False
+        for digest in record.image_hashes():
+            target = self.images_dir / digest
+            if target.exists():
+                continue
+            data = record.images.get(digest)
+            if data is None:
+                missing.append(digest)
+                continue
+            actual = hashlib.sha256(data).hexdigest()
+            if actual != digest:
+                raise ValueError(f"record {record.id}: the bytes given for image {digest} hash to {actual}")
+            self.images_dir.mkdir(parents=True, exist_ok=True)
+            staging = self.images_dir / f".{digest}.{os.getpid()}.{threading.get_ident()}"
+            with open(staging, "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(staging, target)
+            written = True
+        if written:  # the renames themselves must survive a crash before the record line does
+            directory = os.open(self.images_dir, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+        if missing:
+            warnings.warn(
+                f"record {record.id}: {len(missing)} images its turns refer to have no bytes in record.images "
+                f"and are not in the store (e.g. {missing[0]}); its prompts that hold them cannot be recomputed",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
     def close(self) -> None:
         with self._lock:
@@ -143,6 +195,24 @@ class TrajectoryStore:
     def read(self) -> list[Record]:
         """Every record in the store, in the order written."""
         return list(self)
+
+    def image(self, digest: str) -> bytes:
+        """The encoded bytes of the stored image with this content hash; KeyError if the store has none."""
+        if not isinstance(digest, str) or not _HASH.fullmatch(digest):
+            raise ValueError(f"an image hash is 64 lowercase hex digits (sha256), got {digest!r}")
+        try:
+            return (self.images_dir / digest).read_bytes()
+        except FileNotFoundError:
+            raise KeyError(f"{self.images_dir} holds no image {digest}") from None
+
+    def images(self, record: Record) -> dict[str, bytes]:
+        """hash -> bytes of every image ``record``'s turns refer to (KeyError naming the first one missing)."""
+        return {digest: self.image(digest) for digest in record.image_hashes()}
+
+    def load_images(self, record: Record) -> Record:
+        """``record`` with :attr:`~agentgym.rollout.trajectory.Trajectory.images` filled from the store; returns it."""
+        record.images = self.images(record)
+        return record
 
     # ------------------------------------------------------------------ datasets
     def to_dataset(self):
@@ -259,7 +329,8 @@ def sequences_to_dataset(records: Iterable[Record]):
 
     Columns: ``input_ids``, ``mask`` (1 = sampled by the policy, gets loss), ``logprobs`` (the
     sampling logprobs aligned to ``input_ids``, 0.0 under mask 0), ``policy_versions`` (of the
-    sequence's turns), ``reward``, ``success`` and ``error`` of the whole trajectory,
+    sequence's turns), ``image_hashes`` (the images of ``input_ids``' runs of image tokens, in
+    order: :meth:`TrajectoryStore.image` gives their bytes), ``reward``, ``success`` and ``error`` of the whole trajectory,
     ``trajectory_id`` (a tree path's is ``"<tree id>-<leaf>"``), ``record_id`` (the stored
     record), ``task_id`` and ``group``.
     """
@@ -272,6 +343,7 @@ def sequences_to_dataset(records: Iterable[Record]):
             "mask": Sequence(Value("int8")),
             "logprobs": Sequence(Value("float64")),
             "policy_versions": Sequence(Value("int64")),
+            "image_hashes": Sequence(Value("string")),
             "reward": Value("float64"),
             "success": Value("bool"),
             "error": Value("string"),
@@ -291,6 +363,7 @@ def sequences_to_dataset(records: Iterable[Record]):
                     ("mask", sequence.mask),
                     ("logprobs", sequence.logprobs),
                     ("policy_versions", sequence.policy_versions),
+                    ("image_hashes", sequence.image_hashes),
                     ("reward", trajectory.reward),
                     ("success", trajectory.success),
                     ("error", trajectory.error),

@@ -12,6 +12,12 @@ fold, the old completions become context (0s) since they were sampled under a di
 turns whose prompts extend each other (one sequence in total unless the context was folded).
 Each sequence has ``input_ids``, an env-token ``mask`` (1 = model token, gets loss), the
 sampling ``logprobs`` aligned to it (0.0 under mask 0) and each turn's completion span.
+
+Images (a vision-language policy's prompts) are recorded by content hash: each turn lists the
+hashes of the images its prompt holds (``Turn.image_hashes``, in the order of their runs of image
+tokens in ``prompt_ids``), and the record keeps the encoded bytes once per hash in ``images``,
+which stays out of ``to_dict``: a :class:`~agentgym.rollout.store.TrajectoryStore` writes each
+image once, beside the JSONL, and gives them back by hash.
 """
 
 from __future__ import annotations
@@ -97,7 +103,9 @@ class Turn:
 
 @dataclass
 class TrainingSequence:
-    """One model input for training: ids, env-token mask, sampling logprobs, and the turns' completion spans."""
+    """One model input for training: ids, env-token mask, sampling logprobs, and the turns' completion spans.
+
+    ``image_hashes`` are the images of ``input_ids``' runs of image tokens, in order (a VLM's; else empty)."""
 
     input_ids: list[int]
     mask: list[int]
@@ -105,6 +113,7 @@ class TrainingSequence:
     turn_spans: list[tuple[int, int]]  # [start, end) of each turn's completion in input_ids
     turn_indices: list[int]  # which turns of the trajectory these spans are
     policy_versions: list[int]
+    image_hashes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -127,6 +136,8 @@ class Trajectory:
     error: str | None = None
     metadata: dict = field(default_factory=dict)
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # hash -> encoded image bytes of the turns' images; not serialised (the store keeps them apart), not compared.
+    images: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def num_env_steps(self) -> int:
@@ -135,6 +146,10 @@ class Trajectory:
     @property
     def num_generated_tokens(self) -> int:
         return sum(len(t.completion_ids) for t in self.turns)
+
+    def image_hashes(self) -> list[str]:
+        """The hashes of the images the turns' prompts hold, each once, in order of first use."""
+        return _unique_hashes(self.turns)
 
     def sequences(self) -> list[TrainingSequence]:
         """The training sequences, one per run of turns whose prompts extend each other."""
@@ -156,12 +171,20 @@ class Trajectory:
                 logprobs[start : start + len(turn.completion_ids)] = turn.logprobs
                 spans.append((start, start + len(turn.completion_ids)))
             sequences.append(
-                TrainingSequence(ids, mask, logprobs, spans, list(run), [self.turns[i].policy_version for i in run])
+                TrainingSequence(
+                    ids,
+                    mask,
+                    logprobs,
+                    spans,
+                    list(run),
+                    [self.turns[i].policy_version for i in run],
+                    list(last.image_hashes),
+                )
             )
         return sequences
 
     def to_dict(self) -> dict:
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "images"}
         data["turns"] = encode_turns(self.turns, [i - 1 for i in range(len(self.turns))])
         return data
 
@@ -204,6 +227,8 @@ class RolloutTree:
     leaf_errors: dict[int, str] = field(default_factory=dict)
     metadata: dict = field(default_factory=dict)
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # As Trajectory.images: the nodes' images by hash, kept apart from to_dict.
+    images: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
 
     def add(self, parent: int | None, turn: Turn) -> TreeNode:
         node = TreeNode(len(self.nodes), parent, turn)
@@ -248,6 +273,7 @@ class RolloutTree:
                 error=self.leaf_errors.get(leaf.id),
                 metadata={**self.metadata, "tree_id": self.id, "leaf": leaf.id},
                 id=f"{self.id}-{leaf.id}",
+                images={h: self.images[h] for h in _unique_hashes(turns) if h in self.images},
             )
 
     @property
@@ -258,8 +284,12 @@ class RolloutTree:
     def num_generated_tokens(self) -> int:
         return sum(len(n.turn.completion_ids) for n in self.nodes)
 
+    def image_hashes(self) -> list[str]:
+        """The hashes of the images the nodes' prompts hold, each once, in order of first use."""
+        return _unique_hashes([n.turn for n in self.nodes])
+
     def to_dict(self) -> dict:
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "images"}
         turns = encode_turns([n.turn for n in self.nodes], [-1 if n.parent is None else n.parent for n in self.nodes])
         data["nodes"] = [
             {
@@ -310,6 +340,9 @@ def encode_turns(turns: list[Turn], predecessors: list[int]) -> list[dict]:
             shared = len(previous.input_ids)
             data["prompt_ids"] = {"shared": shared, "new": turn.prompt_ids[shared:]}
             del data["prompt_mask"]
+            images = len(previous.image_hashes)
+            if images and turn.image_hashes[:images] == previous.image_hashes:
+                data["image_hashes"] = {"shared": images, "new": turn.image_hashes[images:]}
         else:
             data["prompt_mask"] = _runs_of_ones(turn.prompt_mask)
         encoded.append(data)
@@ -320,6 +353,9 @@ def decode_turns(encoded: list[dict], predecessors: list[int]) -> list[Turn]:
     turns: list[Turn] = []
     for data, before in zip(encoded, predecessors):
         data = dict(data)
+        if isinstance(data.get("image_hashes"), dict):
+            hashes = data["image_hashes"]
+            data["image_hashes"] = turns[before].image_hashes[: hashes["shared"]] + hashes["new"]
         if isinstance(data["prompt_ids"], dict):
             previous = turns[before]
             new = data["prompt_ids"]["new"]
@@ -329,6 +365,10 @@ def decode_turns(encoded: list[dict], predecessors: list[int]) -> list[Turn]:
             data["prompt_mask"] = _ones_from_runs(data["prompt_mask"], len(data["prompt_ids"]))
         turns.append(Turn.from_dict(data))
     return turns
+
+
+def _unique_hashes(turns: list[Turn]) -> list[str]:
+    return list(dict.fromkeys(h for turn in turns for h in turn.image_hashes))
 
 
 def _runs_of_ones(mask: list[int]) -> list[list[int]]:

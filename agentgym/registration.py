@@ -105,6 +105,8 @@ BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
 #: built-ins, but they have no default tasks, so the checks over every built-in (BUILTIN_ENVS) leave them out.
 PATH_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
     "code.harbor-v0": ("agentgym.integrations.harbor:HarborEnv", {}),  # Harbor task directories
+    # Any OpenEnv server: gymnasium.make(id, url=...). Not a <family>. id: a server may hold any kind of task.
+    "OpenEnv-v0": ("agentgym.integrations.openenv.client_env:OpenEnvEnv", {}),
 }
 
 #: Ids from before the id scheme (without the namespace) → the id that replaced them.

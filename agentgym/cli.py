@@ -301,6 +301,7 @@ def _eval(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
     elif args.env_workers is not None:
         raise UsageError("--env-workers needs --ray ADDRESS")
+    images = _image_config(args)
     policy = _make_policy(args)
     out = args.out or f"runs/eval-{suite.name}"
     model = args.model or ("oracle" if args.policy == "oracle" else None)
@@ -319,6 +320,7 @@ def _eval(args: argparse.Namespace) -> int:
                 model=model,
                 memory=memory,
                 screenshots=args.screenshots,
+                images=images,
                 ray=ray,
             )
         finally:
@@ -342,6 +344,30 @@ def _eval(args: argparse.Namespace) -> int:
     _print_summary(summary)
     print(f"results in {out}")
     return 0
+
+
+_IMAGE_OPTIONS = {
+    "image_keep": "keep_last",
+    "image_max_side": "max_side",
+    "image_format": "format",
+    "image_quality": "quality",
+    "image_max_bytes": "max_bytes",
+}
+
+
+def _image_config(args: argparse.Namespace):
+    """``--images`` and its ``--image-*`` settings as an ImageConfig, or ``None`` (text only)."""
+    given = [option for option in _IMAGE_OPTIONS if getattr(args, option) is not None]
+    if not args.images:
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')} needs --images")
+        return None
+    from agentgym.rollout.images import ImageConfig
+
+    try:
+        return ImageConfig(**{_IMAGE_OPTIONS[option]: getattr(args, option) for option in given})
+    except ValueError as exc:
+        raise UsageError(f"--images: {exc}") from None
 
 
 def _check_suite_envs(suite) -> None:
@@ -678,6 +704,31 @@ def build_parser() -> argparse.ArgumentParser:
         "--screenshots",
         action="store_true",
         help="a screenshot of every turn in the report's trajectory viewer (envs that render images: web, gui)",
+    )
+    evaluation.add_argument(
+        "--images",
+        action="store_true",
+        help="send the policy each observation's screenshot too (a vision model's endpoint): web envs with "
+        "Set-of-Marks, the GUI desktop; the report shows what the model saw",
+    )
+    evaluation.add_argument(
+        "--image-keep",
+        type=int,
+        metavar="K",
+        help="with --images: the newest K screenshots stay in the prompt (default: 1)",
+    )
+    evaluation.add_argument(
+        "--image-max-side", type=int, metavar="PX", help="with --images: shrink to this longer side (default: 768)"
+    )
+    evaluation.add_argument(
+        "--image-format", choices=("png", "jpeg"), help="with --images: the encoding sent (default: png)"
+    )
+    evaluation.add_argument("--image-quality", type=int, metavar="Q", help="with --images: JPEG quality (default: 85)")
+    evaluation.add_argument(
+        "--image-max-bytes",
+        type=int,
+        metavar="N",
+        help="with --images: the most bytes one image may take; larger ones are shrunk, then left out (default: 2000000)",
     )
     evaluation.add_argument(
         "--ray",

@@ -39,6 +39,16 @@ images (the web envs, the GUI desktop) is made with ``render_mode="rgb_array"`` 
 :class:`~agentgym.wrappers.RecordScreenshots`, so each turn's ``info["screenshot"]`` (a base64
 PNG) reaches the report's trajectory viewer; envs that render none are run as they are.
 
+**Images** (``images=ImageConfig(...)``, ``agentgym eval --images``): the policy sees each
+observation's screenshot as well as its text (:mod:`agentgym.rollout.images`: the newest
+``keep_last`` images, shrunk to ``max_side``, PNG or JPEG). Envs that can take screenshots are made
+so: the web envs with Set-of-Marks (``set_of_marks=True``: each element's box and id drawn on the
+page), the GUI desktop with ``screenshot=True`` (unless the suite's env kwargs say otherwise); envs
+without a screen are run with text only. Each turn records the hashes of the images its prompt
+held and the trajectory a small JPEG of each, which the report's viewer shows as "the model saw".
+The image settings are part of the run's identity. An endpoint that takes no images stops the
+run with an error that says so.
+
 **On a Ray cluster** (``ray=RayConfig(...)``, ``agentgym eval --ray ADDRESS``): the episodes run
 on the cluster's env workers (an :class:`~agentgym.distributed.env_pool.EnvPool` per env of the
 suite, closed when that env's episodes are done), the policy where it is (an endpoint, or a model
@@ -67,6 +77,7 @@ from typing import TYPE_CHECKING, Any, cast
 from agentgym.eval.oracles import EpisodeAgent
 from agentgym.eval.suites import Suite
 from agentgym.rollout.agent import AgentConfig
+from agentgym.rollout.images import ImageConfig
 from agentgym.rollout.policy import Policy
 from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig
 from agentgym.rollout.store import TrajectoryStore
@@ -276,6 +287,7 @@ async def evaluate(
     progress: bool = True,
     memory: MemoryConfig | None = None,
     screenshots: bool = False,
+    images: ImageConfig | None = None,
     ray: RayConfig | None = None,
 ) -> dict:
     """Run ``k`` samples of every task of ``suite`` with ``policy`` and return the summary (also written to ``out_dir``).
@@ -292,6 +304,8 @@ async def evaluate(
         memory: wrap every env in a MemoryWrapper over this bank (see the module docstring).
         screenshots: record a screenshot of every turn for the report, in the envs that render
             images (see the module docstring).
+        images: send the policy each observation's screenshot too (see the module docstring);
+            it overrides ``agent_config.images``.
         ray: run the episodes on this Ray cluster's env workers (see the module docstring).
 
     Raises:
@@ -307,13 +321,17 @@ async def evaluate(
     identity = {"suite": suite.name, "model": model, "seed": seed, "max_turns": max_turns}
     if memory is not None:
         identity["memory"] = {"path": str(memory.path), "mode": memory.mode}
+    config = agent_config or AgentConfig()
+    if images is not None:
+        config = dataclasses.replace(config, images=images)
+    if config.images is not None:
+        identity["images"] = config.images.to_dict()
     _claim_run_dir(out, identity)
     results_path = out / RESULTS
     _cut_torn_line(results_path)
     wanted = {(t.task_id, s) for t in suite.tasks for s in range(k)}
     already = [r for r in load_results(results_path) if (r["task_id"], r["sample"]) in wanted]
     done = {(r["task_id"], r["sample"]) for r in already}
-    config = agent_config or AgentConfig()
     if max_turns is not None:
         config = dataclasses.replace(config, max_turns=max_turns)
 
@@ -324,6 +342,8 @@ async def evaluate(
     try:
         for (env_id, kwargs_json), tasks in suite.by_env().items():
             env_kwargs = json.loads(kwargs_json)
+            if config.images is not None:
+                env_kwargs = _screen_kwargs(env_id, env_kwargs)
             todo = [
                 EpisodeRequest(t.task_id, episode_seed(seed, t.task_id, s), repeat=s, group=t.task_id)
                 for t in tasks
@@ -419,8 +439,37 @@ def _cluster_env_factory(
         yield pool if record is None else (lambda: record(pool()))
 
 
-def _renders_rgb_array(env_id: str) -> bool:
-    """Whether the env registered as ``env_id`` declares the ``rgb_array`` render mode (read without making one)."""
+def _screen_kwargs(env_id: str, env_kwargs: dict) -> dict:
+    """``env_kwargs`` with the env's screenshots on when it can take them: Set-of-Marks where offered, else plain.
+
+    What the suite's kwargs set is kept; an env with neither option is left as it is (text only).
+    """
+    creator = _env_creator(env_id)
+    for option in ("set_of_marks", "screenshot"):
+        if _takes_option(creator, option):
+            return env_kwargs if option in env_kwargs else {**env_kwargs, option: True}
+    return env_kwargs
+
+
+def _takes_option(creator: Any, name: str) -> bool:
+    """Whether ``creator(name=...)`` is accepted: its ``__init__`` or, through ``**kwargs``, a base class's names it."""
+    import inspect
+
+    if not isinstance(creator, type):
+        return False
+    for klass in creator.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        parameters = inspect.signature(vars(klass)["__init__"]).parameters
+        if name in parameters:
+            return True
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+            return False
+    return False
+
+
+def _env_creator(env_id: str) -> Any:
+    """The class (or function) registered as ``env_id``, found without making an env (deprecated ids followed)."""
     import gymnasium
     from gymnasium.envs.registration import load_env_creator
 
@@ -429,8 +478,13 @@ def _renders_rgb_array(env_id: str) -> bool:
     entry_point = gymnasium.spec(env_id).entry_point
     creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
     if isinstance(creator, DeprecatedId):
-        return _renders_rgb_array(creator.new_id)
-    return "rgb_array" in getattr(creator, "metadata", {}).get("render_modes", ())
+        return _env_creator(creator.new_id)
+    return creator
+
+
+def _renders_rgb_array(env_id: str) -> bool:
+    """Whether the env registered as ``env_id`` declares the ``rgb_array`` render mode (read without making one)."""
+    return "rgb_array" in getattr(_env_creator(env_id), "metadata", {}).get("render_modes", ())
 
 
 def _claim_run_dir(out: Path, identity: dict) -> None:

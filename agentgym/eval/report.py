@@ -10,6 +10,9 @@ report's own script (by hash), so untrusted text can neither run nor fetch.
 
 The category plot has one horizontal bar per category, so any number of categories stays
 readable; the trajectory viewer lists episodes by task and sample and opens the first failure.
+Where the policy was sent screenshots (``agentgym eval --images``), each turn shows the ones its
+prompt held, as the small JPEGs the trajectory recorded (``metadata["image_thumbnails"]``, by the
+hashes in ``Turn.image_hashes``), before the action the model took on seeing them.
 """
 
 from __future__ import annotations
@@ -64,6 +67,8 @@ pre { white-space: pre-wrap; word-break: break-word; background: #f4f4f4; paddin
 pre.error { background: #fde8e8; }
 .turn { border-top: 1px solid #ddd; padding: .4rem 0; }
 .turn img { max-width: 100%; border: 1px solid #ccc; }
+.model-view { display: flex; flex-wrap: wrap; gap: .4rem; }
+.model-view img { max-width: 256px; }
 """
 
 _SCRIPT = """
@@ -486,15 +491,37 @@ def _episode(i: int, row: dict) -> str:
             f'<h4>Initial observation</h4><pre class="initial-observation">'
             f'{escape(trajectory.initial_observation)}</pre><ol class="turns">'
         )
-        parts += [_turn(turn) for turn in trajectory.turns]
+        thumbnails = trajectory.metadata.get("image_thumbnails")
+        thumbnails = thumbnails if isinstance(thumbnails, dict) else {}
+        parts += [_turn(turn, thumbnails) for turn in trajectory.turns]
         parts.append("</ol>")
     parts.append("</article>")
     return "".join(parts)
 
 
-def _turn(turn) -> str:
+def _model_view(turn, thumbnails: dict) -> str:
+    """The screenshots the model was shown before this turn's action (empty for a text prompt)."""
+    if not turn.image_hashes:
+        return ""
+    shown = []
+    for digest in turn.image_hashes:
+        data = thumbnails.get(digest)
+        data = "".join(data.split()) if isinstance(data, str) else ""
+        # Only well-formed base64 goes into the attribute, so the data cannot break out of it.
+        if _BASE64.fullmatch(data):
+            shown.append(
+                f'<img class="model-image" alt="screenshot the model saw" data-hash="{escape(str(digest))}" '
+                f'src="data:image/jpeg;base64,{data}">'
+            )
+        else:
+            shown.append(f'<span class="model-image-missing">{escape(str(digest)[:12])}: no thumbnail recorded</span>')
+    return f'<h5>The model saw</h5><div class="model-view">{"".join(shown)}</div>'
+
+
+def _turn(turn, thumbnails: dict | None = None) -> str:
     parts = [
         f'<li class="turn"><div>reward: <span class="reward">{_fmt(float(turn.reward))}</span></div>',
+        _model_view(turn, thumbnails or {}),
         f'<h5>Action</h5><pre class="action">{escape(turn.action)}</pre>',
         f'<h5>Observation</h5><pre class="observation">{escape(turn.observation)}</pre>',
     ]

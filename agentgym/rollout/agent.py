@@ -422,7 +422,9 @@ class Agent:
         if not self.token_mode:
             episode.image_sources[index] = image
         if config.thumbnail_side and encoded.sha256 not in episode.image_thumbnails:
-            episode.image_thumbnails[encoded.sha256] = thumbnail(image, config.thumbnail_side)
+            # Never larger than what was sent: the report shows what the model saw.
+            side = min(config.thumbnail_side, max(encoded.width, encoded.height))
+            episode.image_thumbnails[encoded.sha256] = thumbnail(image, side)
         return image_part(encoded)
 
     def _shrink_images(self, episode: Episode, refusal: str) -> None:

@@ -1,10 +1,10 @@
 """Screenshots reach an OpenAI-compatible vision endpoint: the real openai client, the exact content parts, keep-last-k, budgets, refusals.
 
-The endpoint is a small aiohttp server in this test that records every request and answers with
-scripted completions: it stands in for a hosted VLM (no model can be downloaded here), and it is
-what lets the test see the exact bytes the real ``openai`` client sent. It can also refuse the way
-real endpoints do: HTTP 413 for images over a size (a hosted API's payload limit) and HTTP 400 with
-vLLM's words for a text-only model given images.
+The endpoint is :class:`tests.vlm_endpoint.RecordingVLM`, a small aiohttp server that records every
+request and answers with scripted completions: it stands in for a hosted VLM (no model can be
+downloaded here), and it is what lets the test see the exact bytes the real ``openai`` client sent.
+It also refuses the way real endpoints do: HTTP 413 for images over a size (a hosted API's payload
+limit) and HTTP 400 with vLLM's words for a text-only model given images.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ import json
 
 import numpy as np
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestServer
 from PIL import Image
 
 from agentgym.core import Outcome
@@ -26,10 +24,9 @@ from agentgym.rollout.images import ImageConfig, ImageRejectedError, resize_area
 from agentgym.rollout.openai_policy import OpenAIPolicy
 from agentgym.rollout.policy import SamplingParams
 from tests.envs.counter import CounterEnv
-from tests.tool_calls import call
+from tests.vlm_endpoint import TEXT_ONLY_MODEL, RecordingVLM, images_in
 
 SHAPE = (400, 1000)  # an env screen larger than max_side 768: sent as 768 × 307 (400 × 768/1000 = 307.2)
-TEXT_ONLY_MODEL = "Qwen2ForCausalLM does not support multimodal inputs"  # what vLLM answers
 
 
 def frame(total: int) -> np.ndarray:
@@ -53,44 +50,6 @@ class ScreenCounterEnv(CounterEnv):
         )
 
 
-class RecordingVLM:
-    """The stand-in endpoint: replies[k] answers a conversation with k assistant turns; ``refuse(body)`` may answer an error."""
-
-    def __init__(self, replies: list[list[dict]], refuse=None):
-        self.replies = replies
-        self.refuse = refuse
-        self.requests: list[dict] = []
-
-    async def handle(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        self.requests.append(body)
-        if self.refuse is not None and (error := self.refuse(body)) is not None:
-            status, message = error
-            return web.json_response({"error": {"message": message, "type": "BadRequestError"}}, status=status)
-        calls = self.replies[min(sum(m["role"] == "assistant" for m in body["messages"]), len(self.replies) - 1)]
-        if "tools" not in body:  # tools described in the prompt: calls written out as text
-            message = {"role": "assistant", "content": "".join(call(name, **args) for name, args in calls)}
-        else:
-            message = {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-                    for i, (name, args) in enumerate(calls)
-                ],
-            }
-        return web.json_response(
-            {
-                "id": "chatcmpl-1",
-                "object": "chat.completion",
-                "created": 0,
-                "model": body["model"],
-                "choices": [{"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}],
-                "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
-            }
-        )
-
-
 ADD_5_ADD_2_SUBMIT = [[("add", {"n": 5})], [("add", {"n": 2})], [("submit", {})]]
 
 
@@ -100,12 +59,9 @@ async def vlm():
 
     async def start(replies=ADD_5_ADD_2_SUBMIT, refuse=None) -> tuple[RecordingVLM, OpenAIPolicy]:
         endpoint = RecordingVLM(replies, refuse)
-        app = web.Application(client_max_size=64 << 20)
-        app.router.add_post("/v1/chat/completions", endpoint.handle)
-        server = TestServer(app, host="127.0.0.1")
-        await server.start_server()
+        server = await endpoint.start()
         servers.append(server)
-        policy = OpenAIPolicy(f"http://127.0.0.1:{server.port}/v1", "vlm", logprobs=False, max_retries=0)
+        policy = OpenAIPolicy(endpoint.base_url, "vlm", logprobs=False, max_retries=0)
         servers.append(policy)
         return endpoint, policy
 
@@ -119,15 +75,6 @@ def env():
     env = ScreenCounterEnv()
     yield env
     env.close()
-
-
-def images_in(message: dict) -> list[bytes]:
-    content = message["content"]
-    return [
-        base64.b64decode(part["image_url"]["url"].split(",", 1)[1])
-        for part in (content if isinstance(content, list) else [])
-        if part["type"] == "image_url"
-    ]
 
 
 def decoded(data: bytes) -> np.ndarray:

@@ -273,7 +273,7 @@ def test_trls_grpo_trainer_trains_two_steps(case, tiny, tmp_path, monkeypatch):
         max_steps=2,
         per_device_train_batch_size=2,
         num_generations=2,
-        max_completion_length=160,
+        max_completion_length=512,  # room for every tool result: TRL drops results that overflow it
         max_tool_calling_iterations=1,
         generation_kwargs=scripted(tokenizer, script),
         learning_rate=1e-4,

@@ -101,12 +101,13 @@ BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
     },
 }
 
-#: Envs whose tasks come from a path the caller passes (``gymnasium.make(id, path=...)``): registered like the
-#: built-ins, but they have no default tasks, so the checks over every built-in (BUILTIN_ENVS) leave them out.
-PATH_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
-    "code.harbor-v0": ("agentgym.integrations.harbor:HarborEnv", {}),  # Harbor task directories
-    # Any OpenEnv server: gymnasium.make(id, url=...). Not a <family>. id: a server may hold any kind of task.
-    "OpenEnv-v0": ("agentgym.integrations.openenv.client_env:OpenEnvEnv", {}),
+#: Envs that need an argument to have any task (``gymnasium.make(id, path=...)``, ``url=...``): registered like the
+#: built-ins, but with no default tasks, so the checks over every built-in (BUILTIN_ENVS) leave them out.
+#: id -> (entry point, registration kwargs, the argument the caller must give).
+ARGUMENT_ENVS: dict[str, tuple[str, dict[str, Any], str]] = {
+    "code.harbor-v0": ("agentgym.integrations.harbor:HarborEnv", {}, "path"),  # Harbor task directories
+    # Any OpenEnv server. Not a <family>. id: a server may hold any kind of task.
+    "OpenEnv-v0": ("agentgym.integrations.openenv.client_env:OpenEnvEnv", {}, "url"),
 }
 
 #: Ids from before the id scheme (without the namespace) → the id that replaced them.
@@ -184,7 +185,9 @@ def _name(entry_point) -> str:
 
 def register_builtin_envs() -> None:
     """Register every built-in id, and every deprecated id as an alias of its new one."""
-    for name, (entry_point, kwargs) in {**BUILTIN_ENVS, **PATH_ENVS}.items():
+    for name, (entry_point, kwargs) in BUILTIN_ENVS.items():
+        register_env(name, entry_point, **kwargs)
+    for name, (entry_point, kwargs, _) in ARGUMENT_ENVS.items():
         register_env(name, entry_point, **kwargs)
     for old, new in DEPRECATED_IDS.items():
         register_env(old, DeprecatedId(f"{NAMESPACE}/{old}", f"{NAMESPACE}/{new}"))
@@ -215,10 +218,11 @@ def describe_env(env_id: str) -> tuple[int | None, str]:
     description is the first sentence of its class docstring and the registered keyword arguments.
     """
     spec = gymnasium.spec(env_id)
-    if env_id.removeprefix(f"{NAMESPACE}/") in PATH_ENVS:  # no tasks until a path is given
+    needs = ARGUMENT_ENVS.get(env_id.removeprefix(f"{NAMESPACE}/"))
+    if needs is not None:  # no tasks until the argument is given
         module, _, name = str(spec.entry_point).partition(":")
         doc = (getattr(importlib.import_module(module), name).__doc__ or "").strip()
-        return None, f"{_first_sentence(doc)} (needs path=)"
+        return None, f"{_first_sentence(doc)} (needs {needs[2]}=)"
     try:
         env = spec.make()
         try:

@@ -152,6 +152,7 @@ class Episode:
     image_sources: dict[int, np.ndarray] = field(default_factory=dict)
     image_max_side: int | None = None  # lowered when the endpoint refused images as too large
     image_thumbnails: dict[str, str] = field(default_factory=dict)  # content hash -> base64 JPEG
+    images: dict[str, bytes] = field(default_factory=dict)  # content hash -> the encoded bytes sent
     prompt_images: list = field(default_factory=list)  # token mode: the prompt's images, in placeholder order
 
     @property
@@ -185,6 +186,7 @@ class Episode:
         clone.image_turns = dict(self.image_turns)
         clone.image_sources = dict(self.image_sources)
         clone.image_thumbnails = dict(self.image_thumbnails)
+        clone.images = dict(self.images)
         clone.prompt_images = list(self.prompt_images)
         return clone
 
@@ -204,6 +206,8 @@ class Episode:
             truncated=bool(last and last.truncated) or (self.done and not (last and last.terminated)),
             error=self.error,
             metadata=metadata,
+            # The bytes of the images the turns were shown, each once (a store writes them beside the record).
+            images={h: self.images[h] for turn in self.turns for h in turn.image_hashes if h in self.images},
         )
 
     async def aclose(self) -> None:
@@ -419,6 +423,7 @@ class Agent:
             reason = f"over the {config.max_bytes}-byte limit even at {config.min_side} pixels"
             return {"type": "text", "text": omitted_note(turn, reason)}
         episode.image_turns[index] = turn
+        episode.images[encoded.sha256] = encoded.data
         if not self.token_mode:
             episode.image_sources[index] = image
         if config.thumbnail_side and encoded.sha256 not in episode.image_thumbnails:

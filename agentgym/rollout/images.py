@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import copy
 import functools
 import hashlib
 import io
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -113,9 +112,10 @@ class ImageConfig:
 
 @dataclass(frozen=True)
 class EncodedImage:
-    """An image as sent: its data URL, the sha256 of its encoded bytes (its content hash), its size."""
+    """An image as sent: its data URL, the encoded bytes in it and their sha256 (its content hash), its size."""
 
     data_url: str
+    data: bytes = field(repr=False)
     sha256: str
     width: int
     height: int
@@ -181,13 +181,14 @@ def encode_image(image: Any, config: ImageConfig) -> EncodedImage | None:
     while the encoding is over ``max_bytes`` and the side is above ``min_side``.
     """
     array = _as_rgb(image)
-    height, width = downscale_size(*array.shape[:2], config.max_side)
+    height, width = downscale_size(array.shape[0], array.shape[1], config.max_side)
     mime = "image/png" if config.format == "png" else "image/jpeg"
     while True:
         data = _encode(resize_area(array, height, width), config.format, config.quality)
         if len(data) <= config.max_bytes:
             return EncodedImage(
                 data_url=f"data:{mime};base64,{base64.b64encode(data).decode()}",
+                data=data,
                 sha256=hashlib.sha256(data).hexdigest(),
                 width=width,
                 height=height,
@@ -203,9 +204,8 @@ def encode_image(image: Any, config: ImageConfig) -> EncodedImage | None:
 def thumbnail(image: Any, side: int, quality: int = 70) -> str:
     """A base64 JPEG of ``image`` shrunk to at most ``side`` pixels on its longer side (for report viewers)."""
     array = _as_rgb(image)
-    return base64.b64encode(
-        _encode(resize_area(array, *downscale_size(*array.shape[:2], side)), "jpeg", quality)
-    ).decode()
+    height, width = downscale_size(array.shape[0], array.shape[1], side)
+    return base64.b64encode(_encode(resize_area(array, height, width), "jpeg", quality)).decode()
 
 
 def estimate_image_tokens(width: int, height: int) -> int:
@@ -288,13 +288,12 @@ def stub_images(
         (i, j) for i, message in enumerate(messages) for j, part in enumerate(_parts(message)) if _is_image(part)
     ]
     drop = positions[: max(0, len(positions) - keep_last)]
-    result = list(messages)
+    result: list[dict] = [message if isinstance(message, dict) else dict(message) for message in messages]
     for i, j in drop:
         if result[i] is messages[i]:
-            result[i] = copy.copy(messages[i])
-            result[i]["content"] = list(messages[i]["content"])
+            result[i] = {**messages[i], "content": list(messages[i]["content"])}
         result[i]["content"][j] = {"type": "text", "text": stub(image_turns.get(i, 0))}
-    return result, len(drop)  # type: ignore[return-value]
+    return result, len(drop)
 
 
 def text_only(messages: Sequence[Mapping]) -> list[dict]:

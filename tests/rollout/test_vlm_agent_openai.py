@@ -116,6 +116,7 @@ async def test_screenshots_go_in_as_content_parts_and_only_the_last_stays(vlm, e
     # Each turn records the hash of the image it was shown, and the trajectory a thumbnail of each.
     shown = [images_in(request["messages"][-1])[0] for request in endpoint.requests]
     assert [turn.image_hashes for turn in trajectory.turns] == [[sha(png)] for png in shown]
+    assert trajectory.images == {sha(png): png for png in shown}  # the bytes sent, once each, for a store
     thumbnails = trajectory.metadata["image_thumbnails"]
     assert set(thumbnails) == {sha(png) for png in shown}
     with Image.open(io.BytesIO(base64.b64decode(thumbnails[sha(shown[0])]))) as small:

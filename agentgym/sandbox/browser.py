@@ -64,6 +64,7 @@ __all__ = [
     "LoopThread",
     "NetworkGate",
     "find_chromium",
+    "navigation_history",
     "origin_of",
 ]
 
@@ -111,6 +112,16 @@ _NO_FORM_RESTORE_JS = """
   }))).observe(document, {childList: true, subtree: true});
 })();
 """
+
+
+# A context is wiped and reused as a spare this many times at most: a renderer's memory grows with
+# the pages it has seen, so a fresh one now and then bounds it.
+_MAX_SPARE_REUSES = 50
+
+# What a tab shows for a back/forward entry while BrowserSession.rebuild_history recreates the
+# list; never cached, so going to the entry later loads it from its site.
+_PLACEHOLDER = "<!doctype html><title></title>"
+_NO_STORE = {"Cache-Control": "no-store"}
 
 
 class BrowserUnavailableError(SandboxUnavailableError):
@@ -256,13 +267,17 @@ class NetworkGate:
     )
 
     def __init__(self, origins: Iterable[str], frame_sources: Iterable[str]):
-        self.origins = frozenset(origin_of(origin) for origin in origins)
-        sources = " ".join(frame_sources) or "'none'"
-        self._policy = f"Content-Security-Policy: frame-src {sources}; object-src {sources}\r\n".encode()
+        self.allow(origins, frame_sources)
         #: What was refused since the last :meth:`drain` (URLs; ``CONNECT host:port`` for tunnels).
         self.refused: list[str] = []
         self._server: asyncio.AbstractServer | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+
+    def allow(self, origins: Iterable[str], frame_sources: Iterable[str]) -> None:
+        """Set the origins this gate connects to and the frame sources its policy allows (a spare context's gate gets them when a session takes it)."""
+        self.origins = frozenset(origin_of(origin) for origin in origins)
+        sources = " ".join(frame_sources) or "'none'"
+        self._policy = f"Content-Security-Policy: frame-src {sources}; object-src {sources}\r\n".encode()
 
     async def start(self) -> str:
         """Listen on a free loopback port; returns the proxy's URL."""
@@ -359,6 +374,20 @@ async def _copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> Non
         await sink.drain()
 
 
+async def navigation_history(page: Any) -> tuple[list[str], int]:
+    """A tab's back/forward list (URLs) as Chromium holds it, and the index of the current entry (DevTools)."""
+    cdp = await page.context.new_cdp_session(page)
+    try:
+        history = await cdp.send("Page.getNavigationHistory")
+    finally:
+        await cdp.detach()
+    urls = [entry["url"] for entry in history["entries"]]
+    index = history["currentIndex"]
+    if urls[0] == "about:blank" and index > 0:  # the blank page a new tab starts on is not history
+        urls, index = urls[1:], index - 1
+    return urls, index
+
+
 class LoopThread:
     """An asyncio event loop running forever in a daemon thread; :meth:`run` executes coroutines on it."""
 
@@ -404,14 +433,13 @@ class BrowserSession:
         *,
         schemes: Iterable[str] = (),
         gate: NetworkGate | None = None,
+        viewport: tuple[int, int] = (1280, 720),
     ):
         self.host = host
         self.context = context
-        self.allowed_origins = {origin_of(o) for o in allowed_origins}
-        self.schemes = frozenset(scheme.lower() for scheme in schemes)
+        self.viewport = viewport
         self.gate = gate
-        #: Real origin → the stable origin the agent sees (see :meth:`display` and :meth:`resolve`).
-        self.aliases = {origin_of(real): origin_of(alias) for real, alias in (aliases or {}).items()}
+        self.assign(allowed_origins, aliases, schemes)
         self.pages: list[Any] = []
         self.active = 0
         self.blocked: list[str] = []
@@ -419,9 +447,24 @@ class BrowserSession:
         self.downloads: list[str] = []
         self.crashed: str | None = None
         self.closed = False
-        self._spare: Any = None  # the blank tab recycle() left for the next new_page()
+        self._spare: Any = None  # the blank tab recycle() (or the spare pool) left for the next new_page()
         self.recycled = 0
+        # Tabs whose back/forward entries are only recorded, not yet in Chromium (see defer_history).
+        self._deferred: dict[Any, tuple[list[str], list[str]]] = {}
+        self._stubbing: Any = None  # the tab whose navigations get placeholder documents (rebuild_history)
         context.on("page", self._adopt_and_focus)
+
+    def assign(
+        self, allowed_origins: Iterable[str], aliases: dict[str, str] | None = None, schemes: Iterable[str] = ()
+    ) -> None:
+        """Set what this session's pages may reach and how its origins are shown (a spare context gets them when taken)."""
+        self.allowed_origins = {origin_of(o) for o in allowed_origins}
+        self.schemes = frozenset(scheme.lower() for scheme in schemes)
+        #: Real origin → the stable origin the agent sees (see :meth:`display` and :meth:`resolve`).
+        self.aliases = {origin_of(real): origin_of(alias) for real, alias in (aliases or {}).items()}
+        if self.gate is not None:
+            origins = sorted(self.allowed_origins)
+            self.gate.allow(origins, origins + [f"{scheme}:" for scheme in sorted(self.schemes)])
 
     # -------------------------------------------------------------- tabs
     @property
@@ -468,6 +511,7 @@ class BrowserSession:
         with an empty history, cookies and every kind of storage of the allowed origins cleared.
         """
         self.check_alive()
+        self._deferred.clear()
         for page in self.pages[1:]:
             await page.close()
         page = self.pages[0] if self.pages else await self.new_page()
@@ -484,6 +528,64 @@ class BrowserSession:
         self.discard_reports()
         self._spare = page
         self.recycled += 1
+
+    # -------------------------------------------------------------- back/forward history
+    async def history(self, page: Any) -> tuple[list[str], int]:
+        """A tab's back/forward list (URLs) and the index of its current entry, counting entries :meth:`defer_history` recorded."""
+        urls, index = await navigation_history(page)
+        deferred = self._deferred.get(page)
+        if deferred is None:
+            return urls, index
+        back, forward = deferred
+        # Chromium holds the restored entry and whatever came after it; a new navigation from the
+        # restored entry has dropped the recorded forward entries, as it would have in the original.
+        return back + urls + (forward if len(urls) == 1 else []), len(back) + index
+
+    def defer_history(self, page: Any, back: list[str], forward: list[str]) -> None:
+        """Record that ``page``'s current entry has ``back`` entries before it and ``forward`` after it, without loading them.
+
+        A fork loads only each tab's current page; :meth:`rebuild_history` puts the recorded
+        entries into Chromium when a back or forward navigation needs them.
+        """
+        if back or forward:
+            self._deferred[page] = (list(back), list(forward))
+
+    async def needs_history(self, page: Any, step: int) -> bool:
+        """Whether going ``step`` (-1 back, +1 forward) from ``page``'s entry reaches an entry only recorded."""
+        deferred = self._deferred.get(page)
+        if deferred is None:
+            return False
+        back, forward = deferred
+        urls, index = await navigation_history(page)
+        return bool(back) and index == 0 if step < 0 else bool(forward) and len(urls) == 1
+
+    async def rebuild_history(self, page: Any) -> bool:
+        """Put ``page``'s whole recorded back/forward list into Chromium, at the same entry; False if Chromium built another list.
+
+        The entries are navigated in order with placeholder documents (no request reaches a site,
+        no page script runs: a visit must not change what the site stores), so each is loaded
+        from its site when the agent goes to it, as it would be in the original. The current page
+        becomes a placeholder too: call this just before leaving it.
+        """
+        if page not in self._deferred:
+            return True
+        urls, index = await self.history(page)
+        del self._deferred[page]
+        self._stubbing = page
+        try:
+            await page.goto("about:blank")
+            cdp = await self.context.new_cdp_session(page)
+            try:
+                await cdp.send("Page.resetNavigationHistory")
+            finally:
+                await cdp.detach()
+            for url in urls:
+                await page.goto(url, wait_until="commit")
+            for _ in range(len(urls) - 1 - index):
+                await page.go_back(wait_until="commit")
+        finally:
+            self._stubbing = None
+        return await navigation_history(page) == (urls, index)
 
     def allows(self, url: str) -> bool:
         """Whether a tab may be navigated to ``url``: the session's origins, its schemes, and the blank page."""
@@ -519,8 +621,15 @@ class BrowserSession:
         """Close the context and its tabs; idempotent, and safe when the browser is already gone."""
         if self.closed:
             return
-        self.closed = True
         self.host._sessions.discard(self)
+        if await self.host._keep_as_spare(self):
+            return
+        await self._shut()
+        if not self.host._sessions:  # the last open session: no spare contexts outlive it
+            await self.host._drop_spares()
+
+    async def _shut(self) -> None:
+        self.closed = True
         try:
             await self.context.close()
         except Exception:  # the browser died first: nothing left to close
@@ -543,18 +652,46 @@ class BrowserSession:
         page.on("download", lambda download: self.downloads.append(download.url))
 
     def _forget(self, page: Any) -> None:
+        self._deferred.pop(page, None)
         if page in self.pages:
             index = self.pages.index(page)
             self.pages.remove(page)
             if self.active >= index and self.active > 0:
                 self.active -= 1
 
+    async def _warm_tab(self, host: str) -> Any:
+        """A blank tab whose renderer already serves ``host``'s site (a placeholder page of it loaded
+        and left), so the tab's first real page does not wait for another renderer to start."""
+        page = await self.context.new_page()
+        warm = f"http://{host}:9"  # the discard port: nothing is ever sent there (the placeholder is local)
+        allowed, self.allowed_origins = self.allowed_origins, {warm}
+        self._stubbing = page
+        try:
+            await page.goto(warm + "/", wait_until="load")
+        finally:
+            self._stubbing, self.allowed_origins = None, allowed
+        await page.goto("about:blank")
+        cdp = await self.context.new_cdp_session(page)
+        try:
+            await cdp.send("Page.resetNavigationHistory")
+        finally:
+            await cdp.detach()
+        return page
+
+    def _placeholder_wanted(self, request: Any) -> bool:
+        try:
+            return request.is_navigation_request() and request.frame == self._stubbing.main_frame
+        except Exception:  # a request without a frame (a worker's)
+            return False
+
     def _mark_crashed(self, reason: str) -> None:
         self.crashed = self.crashed or reason
 
     async def _route(self, route: Any) -> None:
         url = route.request.url
-        if self.allows_origin(url):
+        if self._stubbing is not None and self.allows_origin(url) and self._placeholder_wanted(route.request):
+            await route.fulfill(status=200, content_type="text/html", body=_PLACEHOLDER, headers=_NO_STORE)
+        elif self.allows_origin(url):
             await route.continue_()
         else:
             self.blocked.append(url)
@@ -575,6 +712,15 @@ class BrowserHost:
 
     _shared: BrowserHost | None = None
     _shared_lock = threading.Lock()
+    #: Blank contexts (gate, context and one tab, its renderer started) kept ready per viewport
+    #: while any session is open: :meth:`open_session` takes one instead of starting its own (a
+    #: fork's new context). A closed session becomes a spare again (wiped as between episodes:
+    #: :meth:`BrowserSession.recycle`) while there is room; else a background task makes one, a
+    #: moment after a spare was taken (not while the fork that took it still loads its pages). None
+    #: are kept once the last session closes.
+    spare_contexts: int = 1
+    #: Seconds between taking a spare and starting to make the next.
+    refill_delay: float = 0.5
 
     def __init__(
         self, executable: str | os.PathLike | None = None, *, headless: bool = True, sandbox: bool | None = None
@@ -590,6 +736,10 @@ class BrowserHost:
         self._browser: Any = None
         self._launch_lock: asyncio.Lock | None = None
         self._sessions: set[BrowserSession] = set()
+        self._spares: dict[tuple[int, int], list[BrowserSession]] = {}
+        self._filling: dict[tuple[int, int], asyncio.Task] = {}
+        self._waiting: set[tuple[int, int]] = set()  # fills still in their delay (cancelled when nothing is open)
+        self._warm_host = "127.0.0.1"  # where the last session's sites are: spare tabs get a renderer for it
         self.launches = 0
         self.sessions_opened = 0
         self._closed = False
@@ -625,9 +775,105 @@ class BrowserHost:
         Its traffic goes through a :class:`NetworkGate` of its own, downloads are refused, and
         pages may navigate to the ``allowed_origins`` and to URLs of the ``schemes`` only.
         """
+        viewport = (int(viewport[0]), int(viewport[1]))
+        # Local storage can only be given to a new context; cookies can be added to a spare.
+        session = None if storage_state and storage_state.get("origins") else self._take_spare(viewport)
+        delay = self.refill_delay
+        if session is None:
+            session, delay = await self._new_session(viewport, storage_state), 0.0
+        elif storage_state and storage_state.get("cookies"):
+            await session.context.add_cookies(storage_state["cookies"])
+        session.assign(allowed_origins, aliases, schemes)
+        self._sessions.add(session)
+        self.sessions_opened += 1
+        for origin in sorted(session.allowed_origins)[:1]:
+            self._warm_host = urlsplit(origin).hostname or self._warm_host
+        self._refill(viewport, delay)
+        return session
+
+    @property
+    def spare_count(self) -> int:
+        """Spare contexts ready now (see :attr:`spare_contexts`)."""
+        return sum(len(spares) for spares in self._spares.values())
+
+    async def spares_ready(self) -> None:
+        """Wait until the spare contexts being made are made (tests count contexts and processes after it)."""
+        while self._filling:
+            await asyncio.gather(*self._filling.values(), return_exceptions=True)
+
+    def _take_spare(self, viewport: tuple[int, int]) -> BrowserSession | None:
+        spares = self._spares.get(viewport, [])
+        while spares:
+            session = spares.pop()
+            if (
+                not (session.crashed or session.closed)
+                and session._spare is not None
+                and not session._spare.is_closed()
+            ):
+                return session
+        return None
+
+    def _room(self, viewport: tuple[int, int]) -> bool:
+        return bool(self._sessions) and not self._closed and len(self._spares.get(viewport, [])) < self.spare_contexts
+
+    def _refill(self, viewport: tuple[int, int], delay: float) -> None:
+        if self.spare_contexts > 0 and viewport not in self._filling and not self._closed:
+            self._filling[viewport] = asyncio.ensure_future(self._fill(viewport, delay))
+
+    async def _fill(self, viewport: tuple[int, int], delay: float) -> None:
+        try:
+            self._waiting.add(viewport)
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                self._waiting.discard(viewport)
+            while self._room(viewport):
+                session = await self._new_session(viewport, None)
+                try:
+                    session._spare = await session._warm_tab(self._warm_host)
+                except BaseException:
+                    await session._shut()
+                    raise
+                if not self._room(viewport):  # every session closed meanwhile, or one came back as a spare
+                    await session._shut()
+                    break
+                self._spares.setdefault(viewport, []).append(session)
+        except Exception as exc:  # a spare only saves time: the next open_session makes its own context
+            log.debug("no spare browser context: %s", exc)
+        finally:
+            self._filling.pop(viewport, None)
+
+    async def _keep_as_spare(self, session: BrowserSession) -> bool:
+        """Wipe a closing session and keep it as a spare, if there is room and it is sound; whether it was kept."""
+        viewport = session.viewport
+        if session.crashed or session.recycled >= _MAX_SPARE_REUSES or not self._room(viewport):
+            return False
+        try:
+            await session.recycle()
+        except Exception:
+            return False
+        session.assign([])
+        if not self._room(viewport):  # filled meanwhile
+            return False
+        self._spares.setdefault(viewport, []).append(session)
+        return True
+
+    async def _drop_spares(self) -> None:
+        """Close every spare context, including those still being made."""
+        current = asyncio.current_task()
+        fills = [(viewport, task) for viewport, task in self._filling.items() if task is not current]
+        for viewport, task in fills:
+            if viewport in self._waiting:
+                task.cancel()
+        await asyncio.gather(*(task for _, task in fills), return_exceptions=True)
+        spares, self._spares = [s for group in self._spares.values() for s in group], {}
+        for session in spares:
+            await session._shut()
+
+    async def _new_session(self, viewport: tuple[int, int], storage_state: dict | None) -> BrowserSession:
+        """A new context (with its own gate, reaching nothing until :meth:`BrowserSession.assign`) on the shared browser."""
         browser = await self._ensure_browser()
-        origins, schemes = [origin_of(o) for o in allowed_origins], sorted({s.lower() for s in schemes})
-        gate = NetworkGate(origins, frame_sources=origins + [f"{scheme}:" for scheme in schemes])
+        gate = NetworkGate([], frame_sources=[])
         proxy = await gate.start()
         width, height = viewport
         try:
@@ -646,11 +892,13 @@ class BrowserHost:
         except BaseException:
             await gate.close()
             raise
-        await context.add_init_script(_NO_FORM_RESTORE_JS)
-        session = BrowserSession(self, context, origins, aliases, schemes=schemes, gate=gate)
-        await context.route("**/*", session._route)
-        self._sessions.add(session)
-        self.sessions_opened += 1
+        session = BrowserSession(self, context, [], gate=gate, viewport=viewport)
+        try:
+            await context.add_init_script(_NO_FORM_RESTORE_JS)
+            await context.route("**/*", session._route)
+        except BaseException:
+            await session._shut()
+            raise
         return session
 
     async def close_session(self, session: BrowserSession) -> None:
@@ -754,7 +1002,8 @@ class BrowserHost:
             ) from None
 
     def _on_disconnected(self, _browser: Any) -> None:
-        for session in list(self._sessions):
+        spares, self._spares = [s for group in self._spares.values() for s in group], {}
+        for session in list(self._sessions) + spares:
             session._mark_crashed("the browser process exited")
         self._browser = None
 
@@ -767,6 +1016,7 @@ class BrowserHost:
         async def shutdown() -> None:
             for session in list(self._sessions):
                 await session.close()
+            await self._drop_spares()
             if self._browser is not None:
                 try:
                     await self._browser.close()

@@ -20,10 +20,13 @@ SQLite database) goes in and out of snapshots through :meth:`_branch_state` and
 
 **Branching.** A snapshot holds the site state, the context's cookies and local storage, every
 tab's URL and DOM state (element ids, form values, focus, scroll) and the action prefix since
-reset. :meth:`fork` rebuilds it in a fresh context: site state back, tabs reloaded, DOM state
-reapplied — and checked: if a reloaded tab's DOM or text differs from the captured one (a page
-built by client-side script, a tab that was stale when the state changed), the fork instead
-replays the action prefix from the task's start, which is exact. Envs whose pages keep their
+reset. :meth:`fork` rebuilds it in a fresh context (a spare one the browser host keeps ready):
+site state back, each tab's current page reloaded, DOM state reapplied — and checked: if a
+reloaded tab's DOM or text differs from the captured one (a page built by client-side script, a
+tab that was stale when the state changed), the fork instead replays the action prefix from the
+task's start, which is exact. The other back/forward entries are only recorded; the first
+``go_back``/``go_forward`` that needs them puts them into Chromium (placeholder documents: no
+request, no script) and, should Chromium build another list, replays the episode so far instead. Envs whose pages keep their
 state in JavaScript (MiniWoB++) set ``fork_by_replay = True`` and always replay. Snapshot
 metadata records which way each fork went. All of it is plain data (an app's database is
 serialised), so ``export_snapshot`` carries it as bytes; an env that imports them serves its
@@ -297,6 +300,9 @@ class WebEnv(AgentEnv):
                 error = call.error
                 break
             arguments = self._normalise(call)
+            if call.name in _HISTORY_STEPS:
+                await self._ensure_history(_HISTORY_STEPS[call.name], performed)
+                session = self._session  # a replay may have started another
             performed.append((call.name, arguments))
             try:
                 await perform(
@@ -423,7 +429,7 @@ class WebEnv(AgentEnv):
         )
 
     async def _capture_tab(self, page: Any) -> _TabState:
-        urls, index = await _history(page)
+        urls, index = await self._session.history(page)
         return _TabState(urls, index, await page.evaluate(CAPTURE_DOM_JS))
 
     async def _rebuild(self, state: _WebState) -> None:
@@ -441,7 +447,14 @@ class WebEnv(AgentEnv):
         self._last_error = state.last_error
 
     async def _restore_tabs(self, state: _WebState) -> bool:
-        """Reload every tab into the captured site state and DOM state; False if any tab came back different."""
+        """Reload every tab's current page into the captured site state and DOM state; False if any tab would come back different.
+
+        Only the current entry of each tab is loaded; the entries before and after it are
+        recorded (:meth:`BrowserSession.defer_history`) and put into Chromium when the agent
+        first goes back or forward past it (:meth:`_ensure_history`).
+        """
+        if not all(_rebuildable(tab.history) for tab in state.tabs):
+            return False
         await self._close_session()
         session = await self._host.open_session(
             self._origins(),
@@ -453,15 +466,11 @@ class WebEnv(AgentEnv):
         self._session = session
         for tab in state.tabs:
             page = await session.new_page()
-            # Back and forward must work as in the original: load the history in order (only its
-            # current entry needs to finish loading), then step back to the current entry.
-            for url in tab.history if tab.history != ["about:blank"] else []:
-                await page.goto(url, wait_until="load" if url == tab.history[-1] else "commit")
-            for _ in range(len(tab.history) - 1 - tab.index):
-                await page.go_back(wait_until="load")
-            # Some histories cannot be rebuilt by navigating (Chromium turns a navigation to the
-            # current URL, e.g. after a form's POST-redirect-GET, into a replacement): check.
-            rebuilt = await _history(page)
+            if tab.history != ["about:blank"]:
+                await page.goto(tab.url, wait_until="load")
+                session.defer_history(page, tab.history[: tab.index], tab.history[tab.index + 1 :])
+            # A page whose scripts keep state (or a server that counted the visit) reloads differently: check.
+            rebuilt = await session.history(page)
             if rebuilt != (tab.history, tab.index) or not await page.evaluate(RESTORE_DOM_JS, tab.dom):
                 return False
         session.active = state.active
@@ -469,11 +478,35 @@ class WebEnv(AgentEnv):
         session.discard_reports()
         return True
 
-    async def _replay(self, task_id: str, prefix: list[list[tuple[str, dict]]]) -> None:
-        """Rebuild the state exactly: start the task afresh and perform every recorded action again."""
+    async def _ensure_history(self, step: int, done: list[tuple[str, dict]]) -> None:
+        """Before going ``step`` (-1 back, +1 forward): put a restored tab's recorded entries into Chromium.
+
+        Should Chromium build another list than the recorded one, the whole episode is replayed
+        instead (the turns so far and ``done``, this turn's calls before this one), which is exact.
+        """
+        session = self._session
+        page = session.page
+        if not await session.needs_history(page, step):
+            return
+        if await session.rebuild_history(page):
+            return
+        goal, prefix, last_error = self._goal, [list(turn) for turn in self._prefix], self._last_error
+        await self._replay(self._episode.task_id, prefix, unobserved=done)
+        self._goal, self._prefix, self._last_error = goal, prefix, last_error
+        self.fork_mode = "replay"
+
+    async def _replay(
+        self, task_id: str, prefix: list[list[tuple[str, dict]]], unobserved: list[tuple[str, dict]] | None = None
+    ) -> None:
+        """Rebuild the state exactly: start the task afresh and perform every recorded action again.
+
+        ``unobserved`` are calls of a turn still under way (performed after ``prefix``, with no
+        observation after them).
+        """
         await self._start_fresh(task_id)
         await self._view(self._session.page)  # reset observed the start page
-        for turn in prefix:
+        turns = [(turn, True) for turn in prefix] + ([(unobserved, False)] if unobserved else [])
+        for turn, observed in turns:
             for name, arguments in turn:
                 try:
                     await perform(
@@ -485,8 +518,8 @@ class WebEnv(AgentEnv):
                     )
                 except ActionError:
                     break  # the original turn stopped here too
-            # The original observed after every turn, assigning ids to new elements in order.
-            await self._view(self._session.page)
+            if observed:  # the original observed after every turn, assigning ids to new elements in order
+                await self._view(self._session.page)
         self._session.discard_reports()
 
     def restore(self, snapshot: Any) -> None:
@@ -499,18 +532,19 @@ def _listed(urls: list[str]) -> str:
     return ", ".join(urls[:5]) + (f" and {len(urls) - 5} more" if len(urls) > 5 else "")
 
 
-async def _history(page: Any) -> tuple[list[str], int]:
-    """A tab's back/forward list (URLs) and the index of the current entry, from DevTools."""
-    cdp = await page.context.new_cdp_session(page)
-    try:
-        history = await cdp.send("Page.getNavigationHistory")
-    finally:
-        await cdp.detach()
-    urls = [entry["url"] for entry in history["entries"]]
-    index = history["currentIndex"]
-    if urls[0] == "about:blank" and index > 0:  # the blank page a new tab starts on is not history
-        urls, index = urls[1:], index - 1
-    return urls, index
+#: The actions that move along a tab's back/forward list, and which way.
+_HISTORY_STEPS = {"go_back": -1, "go_forward": 1}
+
+
+def _rebuildable(history: list[str]) -> bool:
+    """Whether navigating ``history``'s URLs in order gives that list: http(s) only, and no URL twice in a row
+    (Chromium turns a navigation to the current URL, e.g. after a form's POST-redirect-GET, into a replacement).
+    """
+    if history == ["about:blank"]:
+        return True
+    return all(url.startswith(("http://", "https://")) for url in history) and all(
+        a != b for a, b in zip(history, history[1:])
+    )
 
 
 def _moved(state: _WebState, origins: dict[str, str]) -> _WebState:

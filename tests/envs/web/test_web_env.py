@@ -299,12 +299,15 @@ def test_no_context_or_process_leak_over_many_episodes(notes_app):
     host = BrowserHost.shared()
     env = WebAppEnv("notes")
     env.reset(options={"task_id": "add/0"})
+    host.run(host.spares_ready())  # the env's context and one spare (forks take it, and give it back)
     contexts, processes = host.run(host.context_count()), len(host.chromium_pids())
+    assert contexts == 2 and host.spare_count == 1
     for _ in range(8):
         observation, _ = env.reset(options={"task_id": "add/0"})
         act(env, f"click({element_id(observation['text'], 'link', 'Open in new tab')})")
         env.fork().close()
-    assert host.run(host.context_count()) == contexts
+    host.run(host.spares_ready())
+    assert host.run(host.context_count()) == contexts and host.spare_count == 1
     for _ in range(50):  # renderers of closed contexts exit asynchronously
         if len(host.chromium_pids()) <= processes:
             break

@@ -1,4 +1,4 @@
-"""A small notes app for testing WebEnv itself: a list of notes, a form that adds one, a page that blocks a remote image, a visit counter kept in local storage by script, frames and downloads the browser must refuse."""
+"""A small notes app for testing WebEnv itself: a list of notes, a form that adds one, a page that blocks a remote image, a visit counter kept in local storage by script, one kept by the server, frames and downloads the browser must refuse."""
 
 from aiohttp import web
 
@@ -13,6 +13,7 @@ class App(WebApp):
         db.conn.executescript(
             "CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT, created TEXT);"
             "INSERT INTO notes (text, created) VALUES ('first note', '2026-01-05 09:00');"
+            "CREATE TABLE seen (n INTEGER); INSERT INTO seen VALUES (0);"
         )
 
     def routes(self):
@@ -21,6 +22,7 @@ class App(WebApp):
             web.post("/add", self.add),
             web.get("/external", self.external),
             web.get("/visits", self.visits),
+            web.get("/seen", self.seen),
             web.get("/frames", self.frames),
             web.get("/downloads", self.downloads),
             web.get("/export", self.export),
@@ -53,6 +55,11 @@ class App(WebApp):
             "document.getElementById('visits').textContent = 'Visits: ' + n;</script>"
         )
         return self.page(request, "Visits", "<p id=visits></p><a href=/>Home</a>" + script)
+
+    async def seen(self, request):
+        # A GET that changes server state: only the agent's own visits may count.
+        self.db.execute("UPDATE seen SET n = n + 1")
+        return self.page(request, "Seen", f"<p>Seen {self.db.query('SELECT n FROM seen')[0][0]} times</p>")
 
     async def frames(self, request):
         # What an injected page could do: frames with documents of its own making.

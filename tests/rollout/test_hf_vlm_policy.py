@@ -221,3 +221,37 @@ def test_loads_a_vlm_checkpoint_from_a_local_path():
     assert policy.accepts_images and policy.describe()["accepts_images"] is True
     assert type(policy.model).__name__ == "Qwen2VLForConditionalGeneration"
     asyncio.run(policy.aclose())
+
+
+@pytest.mark.slow
+async def test_an_agent_rollout_stored_and_read_back_recomputes_its_logprobs(policy, tiny_vlm, tmp_path):
+    """The whole path: the agent loop in token mode with screenshots, the store, and a trainer's forward pass."""
+    from agentgym.rollout.agent import Agent, AgentConfig
+    from agentgym.rollout.images import ImageConfig
+    from tests.rollout.test_vlm_agent_openai import ScreenCounterEnv
+
+    env = ScreenCounterEnv()
+    try:
+        config = AgentConfig(
+            images=ImageConfig(max_side=128), max_turns=3, sampling=SamplingParams(max_tokens=8, seed=11)
+        )
+        trajectory = await Agent(policy, config).run(env, "reach-7")
+    finally:
+        env.close()
+    with TrajectoryStore(tmp_path / "rollouts.jsonl") as store:
+        store.append(trajectory)
+    reader = TrajectoryStore(tmp_path / "rollouts.jsonl")
+    [stored] = reader.read()
+    [sequence] = stored.sequences()
+    assert len(stored.turns) == 3 and len(sequence.image_hashes) == 3
+    fmt = policy.chat_format
+    ids, pixels = sequence.input_ids, [reader.image(h) for h in sequence.image_hashes]
+    with torch.no_grad():
+        logits = tiny_vlm[0](
+            input_ids=torch.tensor([ids]),
+            mm_token_type_ids=torch.tensor([fmt.mm_token_type_ids(ids)]),
+            **fmt.image_inputs(pixels),
+        ).logits[0]
+    logprobs = logits.float().log_softmax(-1)[:-1].gather(-1, torch.tensor(ids[1:])[:, None]).squeeze(-1)
+    for turn, (start, end) in zip(stored.turns, sequence.turn_spans):
+        torch.testing.assert_close(torch.tensor(turn.logprobs), logprobs[start - 1 : end - 1], atol=1e-4, rtol=0)

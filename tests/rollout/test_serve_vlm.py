@@ -13,6 +13,9 @@ from agentgym.models import tiny_vlm_path
 from agentgym.rollout.vision import VisionChatFormat, image_bytes
 from tests.serving import ServerProcess
 
+# A server process per module: loading torch and the model there takes 10-20 s on two busy cores.
+pytestmark = pytest.mark.slow
+
 
 def data_url(seed: int, height: int, width: int) -> str:
     pixels = np.random.RandomState(seed).randint(0, 256, (height, width, 3), dtype=np.uint8)

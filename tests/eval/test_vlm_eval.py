@@ -125,3 +125,38 @@ async def test_image_options_need_images_and_valid_values(tmp_path):
     assert code == 2 and "--image-keep needs --images" in stderr
     code, stderr = await agentgym_eval("--suite", "miniwob", "--policy", "oracle", "--images", "--image-quality", "0")
     assert code == 2 and "--images: quality must be 1-95" in stderr
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+async def test_the_desktop_suite_sends_its_screenshots(docker_ready, tmp_path):
+    from agentgym.eval.harness import evaluate
+    from agentgym.eval.suites import Suite, load_suite
+    from agentgym.rollout.images import ImageConfig
+    from agentgym.rollout.openai_policy import OpenAIPolicy
+
+    task = next(task for task in load_suite("gui").tasks if task.category == "xedit")
+    endpoint = RecordingVLM([[("wait", {"seconds": 0.5})]])
+    server = await endpoint.start()
+    policy = OpenAIPolicy(endpoint.base_url, "vlm", logprobs=False)
+    out = tmp_path / "run"
+    try:
+        summary = await evaluate(
+            Suite("gui-one", (task,)),
+            policy,
+            out_dir=out,
+            max_turns=2,
+            progress=False,
+            images=ImageConfig(format="jpeg"),
+        )
+    finally:
+        await policy.aclose()
+        await server.close()
+    assert summary["episodes"] == 1 and not summary["errors"], summary
+    assert len(endpoint.requests) == 2
+    for request in endpoint.requests:
+        (jpeg,) = [data for message in request["messages"] for data in images_in(message)]
+        assert jpeg[:2] == b"\xff\xd8"
+        assert np.asarray(Image.open(io.BytesIO(jpeg))).shape == (576, 768, 3)  # the 1024 × 768 desktop at 3/4
+    html = (out / "report.html").read_text()
+    assert html.count('class="model-image"') == 2

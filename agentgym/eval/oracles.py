@@ -124,7 +124,13 @@ class ReferencePolicy(OraclePolicy):
 
 
 def _latest_observation(messages: Sequence[Message]) -> Message:
-    return next(m for m in reversed(messages) if m["role"] != "assistant")
+    """The messages since the last reply, as one: a tool result and, with images, the screenshot's message after it."""
+    texts = []
+    for message in reversed(messages):
+        if message["role"] in ("assistant", "system"):
+            break
+        texts.append(_text_of(message))
+    return {"role": "user", "content": "\n".join(reversed(texts))}
 
 
 def _text_of(message: Message) -> str:

@@ -160,3 +160,22 @@ async def test_the_desktop_suite_sends_its_screenshots(docker_ready, tmp_path):
         assert np.asarray(Image.open(io.BytesIO(jpeg))).shape == (576, 768, 3)  # the 1024 × 768 desktop at 3/4
     html = (out / "report.html").read_text()
     assert html.count('class="model-image"') == 2
+
+
+@pytest.mark.slow
+async def test_the_oracle_still_solves_web_tasks_with_images_on(tmp_path):
+    # With native tool calls the screenshot follows the tool result in a message of its own: the
+    # oracle must still read the page's ids from the tool result.
+    from agentgym.eval.harness import evaluate
+    from agentgym.eval.oracles import oracle_for
+    from agentgym.eval.suites import Suite, load_suite
+    from agentgym.rollout.images import ImageConfig
+
+    task = load_suite("web-shop").tasks[0]
+    summary = await evaluate(
+        Suite("shop-one", (task,)), oracle_for, out_dir=tmp_path, model="oracle", progress=False, images=ImageConfig()
+    )
+    assert summary["metrics"]["success_rate"] == 1.0
+    (row,) = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    trajectory = Trajectory.from_dict(row["trajectory"])
+    assert all(len(turn.image_hashes) == 1 for turn in trajectory.turns)

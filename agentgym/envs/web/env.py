@@ -437,7 +437,7 @@ class WebEnv(AgentEnv):
         state = _moved(state, dict(zip(state.origins, self._origins())))
         task_id = self._pending_task
         self._load_branch_state(state.branch_state)
-        if not self.fork_by_replay and await self._restore_tabs(state):
+        if await self._restore(state):
             self.fork_mode = "restore"
         else:
             await self._replay(task_id, state.prefix)
@@ -445,6 +445,10 @@ class WebEnv(AgentEnv):
         self._goal = state.goal
         self._prefix = [list(turn) for turn in state.prefix]
         self._last_error = state.last_error
+
+    async def _restore(self, state: _WebState) -> bool:
+        """Put the captured state back without replaying; False if it would not be exact (the fork then replays)."""
+        return not self.fork_by_replay and await self._restore_tabs(state)
 
     async def _restore_tabs(self, state: _WebState) -> bool:
         """Reload every tab's current page into the captured site state and DOM state; False if any tab would come back different.

@@ -20,8 +20,11 @@ reward, countdown) is hidden.
 **Seeds.** The instance seed (the argument of ``Math.seedrandom``) is drawn from the env's
 ``np_random``, so ``reset(seed=s)`` reproduces the instance; ``reset(options={"instance_seed": n})``
 uses ``n`` itself (to compare with the package's ``env.reset(seed=n)``); :attr:`instance_seed`
-is the one in use. Snapshots carry it, so a fork (which replays the action prefix: the task's
-state lives in JavaScript, hence ``fork_by_replay``) rebuilds the same instance.
+is the one in use. Snapshots carry it, so a fork rebuilds the same instance: for the tasks whose
+state is their form fields (:attr:`MiniWoBEnv.state_fork_tasks`) by starting it and putting the
+fields, the clicks core.js drew and the pointer back (checked; a finished episode replays), for
+the others, whose state lives in script variables, by replaying the action prefix
+(``fork_by_replay``).
 
 **Reward.** The package's default reward processor (``miniwob.reward.get_original_reward``) is
 ``WOB_REWARD_GLOBAL``, which core.js scales by the time left for most tasks
@@ -49,7 +52,7 @@ import uuid
 from collections.abc import Sequence
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 from aiohttp import web
@@ -57,6 +60,7 @@ from gymnasium import spaces
 
 from agentgym.core import Verdict, select_tasks, warn_renamed_option
 from agentgym.envs.web.env import WebEnv
+from agentgym.envs.web.observation import RESTORE_DOM_JS
 from agentgym.envs.web.site import app_loop
 from agentgym.extras import requires
 from agentgym.sandbox.browser import BrowserSession
@@ -129,6 +133,46 @@ _START_JS = r"""
   }
   core.hideDisplay();
   window.__agentgymEpisode = token;
+  // What core.js draws for each click (a dot on its click canvas, in the task area) and where the
+  // pointer is (hover styles): state a fork puts back, since no form field holds it.
+  window.__agentgymClicks = [];
+  window.__agentgymPointer = null;
+  document.body.addEventListener('click', (e) => {
+    if (e.target !== core.cover_div && e.isTrusted && e.pageX <= 160 && e.pageY <= 210) window.__agentgymClicks.push([e.pageX, e.pageY]);
+  });
+  for (const kind of ['mousemove', 'mousedown', 'mouseup']) document.addEventListener(kind, (e) => {
+    if (e.isTrusted) window.__agentgymPointer = [e.clientX, e.clientY];
+  }, true);
+}
+"""
+
+# A started episode's state besides its form fields (see MiniWoBEnv._restore), or null on another page.
+_CAPTURE_STATE_JS = r"""
+(token) => {
+  if (window.__agentgymEpisode !== token) return null;
+  const all = Array.from(document.querySelectorAll('*'));
+  return {core: [!!WOB_DONE_GLOBAL, WOB_EPISODE_ID, Number(WOB_RAW_REWARD_GLOBAL)],
+          clicks: window.__agentgymClicks.slice(), pointer: window.__agentgymPointer,
+          tampered: all.map((el, i) => [i, el.dataset ? el.dataset.tampered : undefined]).filter(([, v]) => v !== undefined)};
+}
+"""
+
+_CORE_STATE_JS = "() => [!!WOB_DONE_GLOBAL, WOB_EPISODE_ID, Number(WOB_RAW_REWARD_GLOBAL)]"
+
+# Draws the captured clicks again, as core.canvasDrawClick drew them, and marks the clicked elements.
+_RESTORE_STATE_JS = r"""
+(state) => {
+  for (const [x, y] of state.clicks) {
+    core.prepareCanvas();
+    const ctx = core.clickTrackCtx;
+    ctx.beginPath();
+    ctx.arc(x, y, 5, 0, 2 * Math.PI);
+    ctx.fillStyle = "rgba(100, 100, 255, 0.8)";
+    ctx.fill();
+  }
+  window.__agentgymClicks = state.clicks.slice();
+  const all = Array.from(document.querySelectorAll('*'));
+  for (const [i, value] of state.tampered) all[i].dataset.tampered = value;
 }
 """
 
@@ -152,6 +196,25 @@ class MiniWoBEnv(WebEnv):
     #: The task's area, query included (``#wrap``): what screenshots show, as the package crops them.
     task_area = (160, 210)
     fork_by_replay = True
+    #: Tasks whose state, once started, is only in their form fields (values, checks, choices) and
+    #: what core.js tracks for every task (clicks drawn, elements clicked, the episode's end): their
+    #: handlers read the fields when Submit is clicked. A fork of one of them starts the same
+    #: instance (same seed, so the same problem and random state) and puts that state back, checked
+    #: like any restore; other tasks keep state in script variables, and their forks replay.
+    state_fork_tasks: ClassVar[frozenset[str]] = frozenset(
+        {
+            "choose-list",
+            "click-checkboxes",
+            "click-checkboxes-soft",
+            "click-checkboxes-transfer",
+            "click-option",
+            "enter-password",
+            "enter-text",
+            "enter-text-2",
+            "login-user",
+            "text-transform",
+        }
+    )
 
     def __init__(
         self,
@@ -270,6 +333,30 @@ class MiniWoBEnv(WebEnv):
         return await self._session.page.screenshot(
             type="png", animations="disabled", caret="hide", clip={"x": 0, "y": 0, "width": width, "height": height}
         )
+
+    async def _capture_tab(self, page: Any) -> Any:
+        tab = await super()._capture_tab(page)
+        if page is self._task_page:
+            tab.dom["miniwob"] = await page.evaluate(_CAPTURE_STATE_JS, self._token)
+        return tab
+
+    async def _restore(self, state: Any) -> bool:
+        """Start the same instance and put its form fields and core.js's state back (tasks of :attr:`state_fork_tasks` only)."""
+        task_id = self._pending_task
+        tab = state.tabs[0] if len(state.tabs) == 1 else None
+        saved = tab.dom.get("miniwob") if tab is not None else None
+        if task_id not in self.state_fork_tasks or saved is None or tab.history != [self.task_url(task_id)]:
+            return False
+        await self._start_fresh(task_id)
+        page = self._session.page
+        # An episode that ended (or another page) is not the started instance: replay it.
+        if await page.evaluate(_CORE_STATE_JS) != saved["core"] or not await page.evaluate(RESTORE_DOM_JS, tab.dom):
+            return False
+        await page.evaluate(_RESTORE_STATE_JS, saved)
+        if saved["pointer"] is not None:
+            await page.mouse.move(*saved["pointer"])
+        self._session.discard_reports()
+        return True
 
     def _branch_state(self) -> Any:
         return self.instance_seed

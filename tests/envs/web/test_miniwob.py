@@ -197,12 +197,14 @@ FORK_STEPS = {
 }
 
 
-def test_fork_equals_replay_on_ten_tasks():
-    assert len(FORK_STEPS) == 10
+def test_fork_equals_replay_on_ten_tasks(monkeypatch):
+    """The ten tasks fork by state (same instance, fields and core.js's state put back); a replayed fork of the same
+    snapshot and the original must show the same text and the same pixels after the next action."""
+    assert len(FORK_STEPS) == 10 and set(FORK_STEPS) == MiniWoBEnv.state_fork_tasks
     failures = []
     for task, steps in FORK_STEPS.items():
         env = MiniWoBEnv(task, screenshot=True)
-        child = None
+        children = []
         try:
             obs, _ = env.reset(seed=7)
             prefix, following = steps(obs["text"])
@@ -210,23 +212,51 @@ def test_fork_equals_replay_on_ten_tasks():
                 obs, reward, terminated, _, info = env.step(action)
                 assert info["error"] is None and not terminated, (task, action, info["error"])
             with env.snapshot() as snap:
-                child = env.fork(snap)
-            assert child.fork_mode == "replay" and child.instance_seed == env.instance_seed
+                children.append(env.fork(snap))
+                monkeypatch.setattr(MiniWoBEnv, "state_fork_tasks", frozenset())
+                children.append(env.fork(snap))
+                monkeypatch.undo()
+            assert [child.fork_mode for child in children] == ["restore", "replay"], task
+            assert all(child.instance_seed == env.instance_seed for child in children)
             original = env.step(following)
-            forked = child.step(following)
             assert original[4]["error"] is None, (task, original[4]["error"])
-            if original[0]["text"] != forked[0]["text"]:
-                failures.append(f"{task}: text differs\n{original[0]['text']}\n---\n{forked[0]['text']}")
-            elif original[0]["image"].tobytes() != forked[0]["image"].tobytes():
-                failures.append(
-                    f"{task}: screenshot differs in {int((original[0]['image'] != forked[0]['image']).any(-1).sum())} pixels"
-                )
-            assert original[1:4] == forked[1:4], task
+            for child in children:
+                forked = child.step(following)
+                if original[0]["text"] != forked[0]["text"]:
+                    failures.append(
+                        f"{task} ({child.fork_mode}): text differs\n{original[0]['text']}\n---\n{forked[0]['text']}"
+                    )
+                elif original[0]["image"].tobytes() != forked[0]["image"].tobytes():
+                    differing = int((original[0]["image"] != forked[0]["image"]).any(-1).sum())
+                    failures.append(f"{task} ({child.fork_mode}): screenshot differs in {differing} pixels")
+                assert original[1:4] == forked[1:4], (task, child.fork_mode)
         finally:
-            if child is not None:
+            for child in children:
                 child.close()
             env.close()
     assert not failures, "\n\n".join(failures)
+
+
+def test_forks_of_other_tasks_and_of_finished_episodes_replay():
+    env = MiniWoBEnv(["click-button", "click-checkboxes"], screenshot=True)
+    try:
+        obs, _ = env.reset(seed=3, options={"task_id": "click-button"})  # state in script variables
+        child = env.fork()
+        try:
+            assert child.fork_mode == "replay"
+            assert child.step("noop()")[0]["text"] == env.step("noop()")[0]["text"]
+        finally:
+            child.close()
+        obs, _ = env.reset(seed=3, options={"task_id": "click-checkboxes"})
+        obs, reward, terminated, *_ = env.step(f"click({element_id(obs['text'], 'button', 'Submit')})")
+        assert terminated  # core.js ended the episode (and started the next): the instance is no longer the start's
+        child = env.fork()
+        try:
+            assert child.fork_mode == "replay" and child.turn == env.turn
+        finally:
+            child.close()
+    finally:
+        env.close()
 
 
 # ---------------------------------------------------------------- bad input and time limits

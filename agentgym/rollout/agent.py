@@ -539,7 +539,7 @@ class Agent:
             changed = False
             for index in foldable:
                 stub = fold.stub(episode.raw_observations[index], episode.observation_turns[index])
-                if len(stub) >= len(_text_of(messages[index]["content"])):
+                if len(stub) >= len(_observation_text(messages[index]["content"])):
                     continue  # already folded, or too short to be worth a stub
                 if not changed:
                     messages = copy.deepcopy(messages)
@@ -569,11 +569,11 @@ class Agent:
         )
 
 
-def _text_of(content: str | list) -> str:
-    """The text of a message's content: the string, or its text parts joined."""
+def _observation_text(content: str | list) -> str:
+    """The observation's text in a message's content: the string, or its first text part (stubs may follow it)."""
     if isinstance(content, str):
         return content
-    return "\n".join(part.get("text", "") for part in content if part.get("type") == "text")
+    return next((part.get("text", "") for part in content if part.get("type") == "text"), "")
 
 
 def _with_text(content: str | list, text: str) -> str | list:

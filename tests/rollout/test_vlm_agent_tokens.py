@@ -63,6 +63,7 @@ async def test_a_fold_drops_the_images_beyond_keep_last(vlm_policy, env):
     assert len(last.image_hashes) == 1 and vlm_policy.chat_format.image_runs(last.prompt_ids) == [12]
     prompt = vlm_policy.chat_format.tokenizer.decode(last.prompt_ids)
     assert prompt.count("removed to save context]") == 3 and sum(last.prompt_mask) == 0
+    assert prompt.count("folded to save context") == 2  # the text of observations 1 and 2, beside their image stubs
     assert len(last.prompt_ids) + 8 <= 660
     assert len(trajectory.sequences()) == 2
 

@@ -1,4 +1,4 @@
-"""Any OpenEnv server as an agentgym env: ``gymnasium.make("agentgym/OpenEnv-v0", url=...)``.
+"""Any OpenEnv server as an agentgym env: ``gymnasium.make("agentgym/OpenEnv-v0", url=...)``, or ``image=...`` to start one.
 
 :class:`OpenEnvEnv` drives one session of an OpenEnv server through OpenEnv's own client
 (``EnvClient`` over the server's ``/ws`` WebSocket: one connection per env, so one server-side
@@ -27,6 +27,13 @@ log: restoring it, or forking, resets a session with the same keywords and repla
 Each replayed result is checked against the one recorded, so a server that does not replay
 deterministically raises :class:`~agentgym.core.SnapshotError` instead of giving a fork that
 differs from its parent.
+
+**Images.** ``image=`` (instead of ``url=``) starts the server from a local Docker image in a
+container without a network and reaches it through a port forward
+(:mod:`agentgym.integrations.openenv.container`: the image needs ``python3``; it is never pulled).
+``port``, ``command``, ``environment`` and ``volumes`` (read-only mounts) configure the container,
+for images that need files from the host; envs of one process with the same image and options
+share its container (forks included), and the last one's close removes it.
 
 **Failures.** Connecting and every message have timeouts (``connect_timeout``,
 ``message_timeout``). A server that is down raises :class:`OpenEnvError` from ``reset``; one that
@@ -145,6 +152,10 @@ class OpenEnvEnv(AgentEnv):
 
     Args:
         url: the server's base URL (``http://host:port``; ``ws://`` works too).
+        image: instead of ``url``, a local Docker image that runs an OpenEnv server on ``port`` (see the
+            module docstring); ``command`` replaces its command, ``environment`` adds variables,
+            ``volumes`` maps host paths to container paths (mounted read-only), ``start_timeout`` bounds
+            the wait until the server listens.
         tasks: the task ids to offer (sent as ``task_id`` at reset); default: one task,
             :data:`DEFAULT_TASK`, for which reset sends no task id (the server picks).
         action_field: the action field that takes the model's text (default: from ``/schema``).
@@ -161,8 +172,14 @@ class OpenEnvEnv(AgentEnv):
 
     def __init__(
         self,
-        url: str,
+        url: str | None = None,
         *,
+        image: str | None = None,
+        port: int = 8000,
+        command: str | Sequence[str] | None = None,
+        environment: Mapping[str, str] | None = None,
+        volumes: Mapping[str, str] | None = None,
+        start_timeout: float = 120.0,
         tasks: Sequence[str] | None = None,
         action_field: str | None = None,
         observation_field: str | None = None,
@@ -176,10 +193,27 @@ class OpenEnvEnv(AgentEnv):
         render_mode: str | None = None,
     ):
         super().__init__(max_turns=max_turns, render_mode=render_mode, image_shape=image_shape)
-        if not isinstance(url, str) or not url:
-            raise ValueError(f"OpenEnvEnv needs url=, the base URL of a running OpenEnv server, got {url!r}")
+        self._server: Any = None  # the OpenEnvContainer that image= started (shared, released at close)
+        if url is not None and image is not None:
+            raise ValueError("OpenEnvEnv takes url= (a running server) or image= (an image to start one), not both")
+        if image is None and (not isinstance(url, str) or not url):
+            raise ValueError(
+                "OpenEnvEnv needs url=, the base URL of a running OpenEnv server, "
+                f"or image=, a local Docker image that runs one; got url={url!r}"
+            )
+        if image is None and (port != 8000 or command is not None or environment is not None or volumes is not None):
+            raise ValueError(
+                "port=, command=, environment= and volumes= configure the container of image=; url= has none"
+            )
         if branching not in ("auto", "replay"):
             raise ValueError(f"branching must be 'auto' or 'replay', got {branching!r}")
+        if image is not None:
+            from agentgym.integrations.openenv import container  # needs the Docker SDK: only for image=
+
+            spec = container.ServerSpec.of(image, port=port, command=command, environment=environment, volumes=volumes)
+            self._server = container.acquire(spec, timeout=start_timeout)
+            url = self._server.url
+        assert url is not None
         self.base_url = url.rstrip("/")
         self.connect_timeout = connect_timeout
         self.message_timeout = message_timeout
@@ -210,7 +244,9 @@ class OpenEnvEnv(AgentEnv):
         except urllib.error.HTTPError as exc:
             raise OpenEnvError(f"GET {self.base_url}{path}: HTTP {exc.code} {exc.reason}") from exc
         except (OSError, urllib.error.URLError) as exc:
-            raise OpenEnvError(f"the OpenEnv server at {self.base_url} is not reachable: {exc}") from exc
+            raise OpenEnvError(
+                f"the OpenEnv server at {self.base_url} is not reachable: {exc}{self._server_failure()}"
+            ) from exc
         try:
             return json.loads(body)
         except ValueError as exc:
@@ -236,7 +272,9 @@ class OpenEnvEnv(AgentEnv):
                 client.connect()
             except Exception as exc:
                 client.close()
-                raise OpenEnvError(f"cannot open a session on the OpenEnv server at {self.base_url}: {exc}") from exc
+                raise OpenEnvError(
+                    f"cannot open a session on the OpenEnv server at {self.base_url}: {exc}{self._server_failure()}"
+                ) from exc
             self._client, self._session = client, uuid.uuid4().hex
         return self._client
 
@@ -260,10 +298,16 @@ class OpenEnvEnv(AgentEnv):
             self._drop_session()
             raise OpenEnvError(
                 f"the OpenEnv session at {self.base_url} failed during {what!r}: {type(exc).__name__}: {exc}"
+                + self._server_failure()
             ) from exc
 
     def _request(self, message: dict) -> dict:
         return self._call(message["type"], "request", message)
+
+    def _server_failure(self) -> str:
+        """For image=: why the server's container is gone (appended to a connection error), else nothing."""
+        failure = self._server.failure() if self._server is not None else None
+        return f" ({failure})" if failure else ""
 
     def _drop_session(self) -> None:
         # The server-side env of a broken session is gone (or out of step); the next reset opens a new session.
@@ -508,6 +552,9 @@ class OpenEnvEnv(AgentEnv):
 
     def _teardown(self) -> None:
         self._drop_session()
+        server, self._server = self._server, None
+        if server is not None:
+            server.release()
 
 
 def _release_handle(env_ref: weakref.ref, session: str, handle: str) -> None:

@@ -1,0 +1,249 @@
+"""``agentgym/OpenEnv-v0`` with ``image=``: an OpenEnv server started from a local Docker image, without a network, reached through a port forward.
+
+The image is built offline from the agentgym base image (Debian bookworm's python3.11) with the
+counter app of tests/integrations/openenv_apps.py (OpenEnv's own ``create_app`` under uvicorn).
+It cannot pip install, so the tests mount this venv's site-packages read-only and put it on
+``PYTHONPATH`` through ``volumes=`` and ``environment=``. Nothing is mocked: real containers, real
+docker exec relays, OpenEnv's own client.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import sys
+import sysconfig
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+import gymnasium
+import pytest
+
+import agentgym  # noqa: F401  (registers agentgym/OpenEnv-v0)
+from agentgym.integrations.openenv.client_env import OpenEnvEnv, OpenEnvError
+from agentgym.integrations.openenv.container import KIND, ServerError
+from agentgym.sandbox import engine, images, labels
+from tests.integrations.test_openenv_env import solve_counter
+from tests.tool_calls import call
+
+ROOT = Path(__file__).parents[2]
+IMAGE_REPOSITORY = "agentgym/openenv-test"
+IMAGE_KIND = "openenv-test-server"
+SITE = "/opt/host-site-packages"
+
+
+def counter_image(base: str) -> str:
+    """``agentgym/openenv-test:<content hash>``: the base image plus openenv_apps.py serving the counter on port 8000.
+
+    Built once per content (base image, Dockerfile, app) with the network off; labelled managed, so that
+    ``agentgym sandbox gc --all`` removes it.
+    """
+    api = engine.api()
+    base_id = api.inspect_image(base)["Id"]
+    app = (ROOT / "tests" / "integrations" / "openenv_apps.py").read_bytes()
+    dockerfile = (
+        f"FROM {base_id}\nCOPY openenv_apps.py /app/openenv_apps.py\n"
+        'CMD ["python3", "/app/openenv_apps.py", "counter", "8000"]\n'
+    )
+    content = hashlib.sha256(json.dumps([base_id, dockerfile, hashlib.sha256(app).hexdigest()]).encode()).hexdigest()
+    tag = f"{IMAGE_REPOSITORY}:{content[:12]}"
+    if images.image_exists(tag):
+        return tag
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in (("Dockerfile", dockerfile.encode()), ("openenv_apps.py", app)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    buffer.seek(0)
+    for event in api.build(
+        fileobj=buffer,
+        custom_context=True,
+        tag=tag,
+        labels={labels.MANAGED: "true", labels.KIND: IMAGE_KIND, labels.CONTENT_HASH: content},
+        network_mode="none",
+        pull=False,
+        rm=True,
+        forcerm=True,
+        decode=True,
+    ):
+        assert "error" not in event, f"building {tag} failed: {event['error']}"
+    return tag
+
+
+@pytest.fixture(scope="module")
+def server_options(docker_ready) -> dict:
+    """``image=`` and the options that give it this venv's packages (the image's python3 must be this one's minor)."""
+    if sys.version_info[:2] != (3, 11):
+        pytest.skip("the base image's python3 is 3.11: the host venv's packages load only into the same minor version")
+    site_packages = sysconfig.get_paths()["purelib"]
+    return {
+        "image": counter_image(docker_ready),
+        "volumes": {site_packages: SITE},
+        "environment": {"PYTHONPATH": SITE},
+    }
+
+
+@pytest.fixture(scope="module")
+def counter_env(server_options):
+    """An env that keeps the counter's container up for the module; the tests' own envs share it (same image and options)."""
+    env = OpenEnvEnv(**server_options)
+    server = env._server
+    yield env
+    env.close()
+    assert gone(server.container_id), "the last env's close did not remove the server container"
+    assert not forward_threads(server)
+
+
+def gone(container_id: str) -> bool:
+    return not engine.api().containers(all=True, filters={"id": container_id})
+
+
+def forward_threads(server) -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith(server.forward.thread_prefix)]
+
+
+def running_execs(server, exec_ids) -> list[str]:
+    return [e for e in exec_ids if engine.api().exec_inspect(e)["Running"]]
+
+
+def wait_until(predicate, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+@pytest.mark.slow  # the server imports OpenEnv (gradio included) in its container: 15-30 s on two cores
+def test_an_episode_on_an_image_started_server_reaches_success_in_a_container_without_network(
+    server_options, counter_env
+):
+    env = gymnasium.make("agentgym/OpenEnv-v0", **server_options)
+    try:
+        server = env.unwrapped._server
+        assert server is counter_env._server  # same image and options: the same container
+        assert env.unwrapped.base_url.startswith("http://127.0.0.1:")
+        api = engine.api()
+        details = api.inspect_container(server.container_id)
+        host = details["HostConfig"]
+        assert host["NetworkMode"] == "none" and set(details["NetworkSettings"]["Networks"]) == {"none"}
+        assert not details["NetworkSettings"]["Ports"] and not host["PortBindings"]
+        assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"] and host["PidsLimit"] == 256
+        assert details["Config"]["Labels"][labels.KIND] == KIND
+        assert details["Config"]["Labels"][labels.OWNER_PID] == str(os.getpid())  # `agentgym sandbox gc` reaps it
+        assert [(m["Destination"], m["RW"]) for m in details["Mounts"]] == [(SITE, False)]
+        # Inside, the only interface is loopback.
+        exec_id = api.exec_create(server.container_id, ["cat", "/proc/net/dev"])["Id"]
+        interfaces = [line.split(":")[0].strip() for line in api.exec_start(exec_id).decode().splitlines()[2:]]
+        assert interfaces == ["lo"]
+
+        observation, info = env.reset(seed=11)
+        assert env.unwrapped.action_field == "message" and observation["text"].startswith("Reach ")
+        history = [observation["text"]]
+        terminated = truncated = False
+        while not (terminated or truncated):
+            observation, reward, terminated, truncated, info = env.step(solve_counter("\n".join(history)))
+            history.append(observation["text"])
+        assert terminated and reward == 1.0 and info["success"] and "success" in observation["text"]
+        env.reset(seed=11)
+        assert env.step("submit")[1:3] == (0.0, True)  # a wrong submission: the server's reward is the evidence
+    finally:
+        env.close()
+    assert not gone(server.container_id)  # the module's env still uses it
+
+
+@pytest.mark.slow
+def test_a_fork_by_replay_is_a_new_relayed_session_that_equals_replaying(server_options, counter_env):
+    server = counter_env._server
+    parent, replayed = OpenEnvEnv(**server_options), OpenEnvEnv(**server_options)
+    fork = None
+    try:
+        text = parent.reset(seed=7)[0]["text"]
+        replies = []
+        for _ in range(2):
+            replies.append(solve_counter(text))
+            text += "\n" + parent.step(replies[-1])[0]["text"]
+        snapshot = parent.snapshot()
+        parent.step("add 1")  # the parent moves on
+        before = set(server.forward.exec_ids())
+        fork = parent.fork(snapshot)
+        assert fork._server is server and fork.last_restore == "replay" and fork.turn == 2
+        fork_execs = set(server.forward.exec_ids()) - before
+        assert fork_execs and running_execs(server, fork_execs)  # its WebSocket session: a relay of its own
+        replayed.reset(seed=7)
+        for reply in replies:
+            replayed.step(reply)
+        for reply in [solve_counter(text)] * 2:
+            assert fork.step(reply) == replayed.step(reply)
+        snapshot.release()
+        fork.close()
+        # The fork's session ended, and with it its relay; the parent's goes on.
+        assert wait_until(lambda: not running_execs(server, fork_execs)), "the fork's relay exec outlived its session"
+        assert parent.step(solve_counter(text))[0]["text"].startswith("Counter: ")
+    finally:
+        for env in (parent, replayed, fork):
+            if env is not None:
+                env.close()
+    assert not gone(server.container_id)
+
+
+def test_a_missing_image_is_a_one_line_error_and_leaves_nothing(docker_ready):
+    before = engine.api().containers(all=True, filters=labels.session_filter())
+    with pytest.raises(OpenEnvError) as raised:
+        gymnasium.make("agentgym/OpenEnv-v0", image="agentgym/no-such-openenv-image:0")
+    message = str(raised.value)
+    assert isinstance(raised.value, ServerError) and "\n" not in message
+    assert "not in the local Docker engine" in message and "does not pull" in message
+    assert engine.api().containers(all=True, filters=labels.session_filter()) == before
+    with pytest.raises(ValueError, match="not both"):
+        OpenEnvEnv("http://127.0.0.1:1", image="agentgym/no-such-openenv-image:0")
+    with pytest.raises(ValueError, match="needs url=.* or image="):
+        OpenEnvEnv()
+    with pytest.raises(ValueError, match="configure the container of image="):
+        OpenEnvEnv("http://127.0.0.1:1", volumes={"/tmp": "/x"})
+    with pytest.raises(ValueError, match="absolute path that exists"):
+        OpenEnvEnv(image=docker_ready, volumes={"relative/dir": "/x"})
+
+
+@pytest.mark.slow  # two containers start and stop (seconds)
+def test_a_server_that_exits_or_never_listens_is_a_clear_error_and_its_container_is_removed(docker_ready):
+    session = labels.session_filter()
+    before = {c["Id"] for c in engine.api().containers(all=True, filters=session)}
+    with pytest.raises(ServerError, match=r"exited \(status 3\); its last log lines:\nno server here"):
+        OpenEnvEnv(
+            image=docker_ready,
+            command=["python3", "-c", "import sys; print('no server here', file=sys.stderr); sys.exit(3)"],
+        )
+    with pytest.raises(ServerError, match="did not listen on port 8000 inside its container within 2 s"):
+        OpenEnvEnv(image=docker_ready, command=["sleep", "60"], start_timeout=2)
+    assert {c["Id"] for c in engine.api().containers(all=True, filters=session)} == before
+
+
+@pytest.mark.slow  # its own container (another command): another 15-30 s server start
+def test_a_server_that_dies_ends_the_episode_and_its_container_is_removed_at_close(server_options):
+    options = {**server_options, "command": ["python3", "/app/openenv_apps.py", "moves", "8000"]}
+    env = gymnasium.make("agentgym/OpenEnv-v0", **options)
+    server = env.unwrapped._server
+    try:
+        env.reset(seed=2)
+        observation, *_ = env.step(call("move", op="add", n=4))
+        assert observation["text"] == "Counter: 4"
+        api = engine.api()
+        # The server is docker-init's child (pid 1): kill it, as a crash would.
+        exec_id = api.exec_create(server.container_id, ["sh", "-c", "kill -9 $(cat /proc/1/task/1/children)"])["Id"]
+        api.exec_start(exec_id)
+        assert wait_until(lambda: not server.running())
+        observation, reward, terminated, truncated, info = env.step(call("move", op="add", n=1))
+        assert truncated and not terminated and "exited (status 137)" in info["env_error"]
+        with pytest.raises(OpenEnvError, match="exited"):
+            env.reset(seed=2)
+    finally:
+        env.close()
+    assert gone(server.container_id)
+    assert not forward_threads(server)

@@ -418,6 +418,8 @@ class TreeRollout:
         async with state.slots:
             turn = await self.agent.apply(episode, completion)
         node = state.tree.add(parent, turn)
+        # the bytes of the images this turn's prompt held, kept once per tree for its paths and the store
+        state.tree.images.update({h: episode.images[h] for h in turn.image_hashes if h in episode.images})
         state.keys[node.id] = completion_key(completion)
         return node.id
 

@@ -71,3 +71,20 @@ async def test_a_fold_drops_the_images_beyond_keep_last(vlm_policy, env):
 def test_a_text_model_in_token_mode_refuses_images():
     with pytest.raises(ValueError, match="takes no images in token mode"):
         Agent(ScriptedPolicy(["x"]), AgentConfig(images=ImageConfig()))
+
+
+async def test_a_tree_keeps_every_nodes_images_and_each_path_its_own(vlm_policy, env, tmp_path):
+    from agentgym.rollout.store import TrajectoryStore
+    from agentgym.rollout.tree import TreeConfig, TreeRollout
+
+    config = AgentConfig(images=ImageConfig(keep_last=1), max_turns=3, sampling=SamplingParams(max_tokens=8))
+    tree_config = TreeConfig(strategy="uniform", branch_every=1, branches=2, max_leaves=4, max_env_steps=12)
+    tree = await TreeRollout(Agent(vlm_policy, config), tree_config).run(env, "reach-7")
+    used = {h for node in tree.nodes for h in node.turn.image_hashes}
+    assert len(tree.nodes) > 3 and used and set(tree.images) == used
+    assert all(hashlib.sha256(data).hexdigest() == h for h, data in tree.images.items())
+    for path in tree.paths():  # a path is a trajectory whose images are its own turns'
+        assert set(path.images) == {h for t in path.turns for h in t.image_hashes}
+    with TrajectoryStore(tmp_path / "trees.jsonl") as store:
+        store.append(tree)  # no warning of missing image bytes
+        assert {h: store.image(h) for h in used} == tree.images

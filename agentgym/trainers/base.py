@@ -26,7 +26,11 @@ The trainers (:class:`~agentgym.trainers.tree_grpo.TreeGRPOTrainer`,
 * **rollout state in checkpoints**: each process writes :data:`STATE_FILE` last into a checkpoint
   (so its presence marks a complete one; :func:`agentgym.train.last_complete_checkpoint`), and a
   resumed run reads it back; subclasses extend ``_rollout_state``/``_restore_rollout_state``;
-* **metrics averaged over processes**, so every rank logs the same numbers.
+* **metrics averaged over processes**, so every rank logs the same numbers;
+* **vision-language policies**: with a Qwen2-VL-style model (TRL loads its processor) the
+  in-process policy takes the processor's image processor, the agent puts the env's screenshots
+  in its prompts (the config's ``images`` section), and the batches carry the images' pixel
+  values, which TRL's forward pass gives the model (:mod:`agentgym.trainers.rollouts`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import os
 from typing import Any
 
 import torch
+from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer, ProcessorMixin
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
@@ -46,7 +51,15 @@ from agentgym.rollout.store import TrajectoryStore
 from agentgym.trainers.base_config import AgentgymConfig
 from agentgym.trainers.rollouts import TimeBudget, make_env_factory, rollout_weights
 
-__all__ = ["STATE_FILE", "AgentgymTrainer", "default_tasks", "env_reward", "task_dataset"]
+__all__ = [
+    "STATE_FILE",
+    "AgentgymTrainer",
+    "ImageTextProcessor",
+    "default_tasks",
+    "env_reward",
+    "task_dataset",
+    "vision_processor",
+]
 
 #: Each process's rollout state in a checkpoint, written last: a checkpoint holding it for every rank is complete.
 STATE_FILE = "agentgym_state-rank{rank}.json"
@@ -73,6 +86,26 @@ def default_tasks(args) -> list[str]:
         return list(env.unwrapped.task_ids())
     finally:
         env.close()
+
+
+class ImageTextProcessor(ProcessorMixin):
+    """A VLM's image processor and tokenizer as one processor (what TRL's GRPOTrainer takes a VLM's to be).
+
+    The model's own processor class (``AutoProcessor``) also loads a video processor, which needs
+    torchvision; agentgym's rollouts send images only, so they need just these two.
+    """
+
+    def __init__(self, image_processor=None, tokenizer=None, chat_template=None):
+        super().__init__(image_processor, tokenizer, chat_template=chat_template)
+
+
+def vision_processor(model) -> ImageTextProcessor | None:
+    """The :class:`ImageTextProcessor` of a vision-language model (a local path or a loaded model), else None."""
+    config = AutoConfig.from_pretrained(model) if isinstance(model, (str, os.PathLike)) else model.config
+    if getattr(config, "vision_config", None) is None:
+        return None
+    path = model if isinstance(model, (str, os.PathLike)) else config.name_or_path
+    return ImageTextProcessor(AutoImageProcessor.from_pretrained(path), AutoTokenizer.from_pretrained(path))
 
 
 class AgentgymTrainer(GRPOTrainer):
@@ -107,7 +140,7 @@ class AgentgymTrainer(GRPOTrainer):
             reward_funcs=env_reward,
             args=args,
             train_dataset=train_dataset if train_dataset is not None else task_dataset(default_tasks(args)),
-            processing_class=processing_class,
+            processing_class=processing_class if processing_class is not None else vision_processor(model),
             callbacks=callbacks,
             optimizers=optimizers,
             peft_config=peft_config,
@@ -160,6 +193,9 @@ class AgentgymTrainer(GRPOTrainer):
         if self.args.rollout_backend == "ray":
             from agentgym.distributed.replicas import PolicyReplicas
 
+            if self._is_vlm:
+                raise ValueError("vision-language models train with rollout_backend: local only (for now)")
+
             self.replicas = PolicyReplicas(
                 model,
                 tokenizer=self.processing_class,
@@ -171,7 +207,25 @@ class AgentgymTrainer(GRPOTrainer):
                 tokenizer=self.processing_class, max_concurrency=self.args.rollout_concurrency, name="replicas"
             )
         batch = self.args.rollout_batch_size or max(self.args.rollout_concurrency, self._group_requests())
+        if self._is_vlm:
+            return HFPolicy.from_model(
+                model,
+                self._tokenizer,
+                image_processor=self.processing_class.image_processor,
+                max_batch_size=batch,
+                name="learner",
+            )
+        if self.args.images is not None:
+            raise ValueError(
+                "the config's `images` section needs a vision-language model (Qwen2-VL style, with an image "
+                f"processor); {type(model).__name__} is text-only"
+            )
         return HFPolicy.from_model(model, self.processing_class, max_batch_size=batch, name="learner")
+
+    @property
+    def vision(self):
+        """The policy's :class:`~agentgym.rollout.vision.VisionChatFormat` (a VLM's), else None: what batches need for pixels."""
+        return self.policy.chat_format if getattr(self.policy, "accepts_images", False) else None
 
     def _sync_rollout_weights(self, version: int) -> None:
         """Give the rollouts' policy the learner's current weights as ``version``.

@@ -3,7 +3,7 @@
 :class:`~agentgym.trainers.tree_grpo_config.TreeGRPOConfig` and
 :class:`~agentgym.trainers.sao_config.SAOConfig` subclass it (TRL's trainer + config pairs:
 ``AgentgymTrainer`` in :mod:`agentgym.trainers.base` is the trainer side). Its fields are
-:class:`RolloutArguments` (the env, the agent loop, concurrency, the trajectory store, memory)
+:class:`RolloutArguments` (the env, the agent loop, concurrency, the trajectory store, memory, screenshots)
 and four defaults that differ from TrainingArguments': ``bf16`` on only where CUDA is available,
 no activation checkpointing, a log line per step, TensorBoard reports.
 """
@@ -82,6 +82,14 @@ class RolloutArguments:
         },
     )
 
+    images: dict | None = field(
+        default=None,
+        metadata={
+            "help": "Screenshots in the policy's prompts, an ImageConfig section {keep_last, max_side, format, quality, "
+            "max_bytes, min_side, thumbnail_side} (see agentgym.rollout.images); the model must be a VLM. None: text only."
+        },
+    )
+
     rollout_backend: str = field(
         default="local",
         metadata={
@@ -103,6 +111,15 @@ class RolloutArguments:
             from agentgym.memory.config import MemoryConfig
 
             MemoryConfig.from_dict(self.memory)
+
+    def image_config(self):
+        """The ``images`` section as an :class:`~agentgym.rollout.images.ImageConfig` (None: text only); a bad one is a ValueError."""
+        if self.images is None:
+            return None
+        from agentgym.rollout.images import ImageConfig
+        from agentgym.sections import from_section
+
+        return from_section(ImageConfig, self.images, "images")
 
     def check_rollout_backend(self) -> None:
         """Fail at config time on an unknown backend or a bad ``ray`` section."""
@@ -135,6 +152,7 @@ class AgentgymConfig(GRPOConfig, RolloutArguments):
         import torch
 
         self.check_memory()
+        self.image_config()  # a bad images section fails here, not at the first rollout
         self.check_rollout_backend()
         if self.bf16 is None:
             self.bf16 = torch.cuda.is_available()

@@ -6,6 +6,14 @@ TRL's GRPO loss reads ``prompt_ids`` (left-padded), ``completion_ids`` (right-pa
 tool loop does: the prompt is everything before the first sampled token, the completion is the
 rest — the model's turns *and* the env's answers between them — and ``tool_mask`` is the
 env-token mask, so env tokens never get loss. Each token gets the advantage of its turn.
+
+With a vision-language policy (the config's ``images`` section) a row also carries the encoded
+bytes of its sequence's images, in the order of their runs of image tokens, and the batch gets
+what TRL's GRPOTrainer feeds a Qwen2-VL model's forward: ``pixel_values`` and
+``image_grid_thw`` (every row's images, flat, row after row), ``num_images`` per row (TRL splits,
+shuffles and slices them by it) and ``mm_token_type_ids`` over prompt + completion. TRL's
+``_get_per_token_logps_and_entropies`` passes them to the model, so the loss's logprobs are
+recomputed with the pixels the policy saw.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import asyncio
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import TrainerCallback
@@ -27,8 +35,18 @@ from agentgym.rollout.policy import SamplingParams
 from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig
 from agentgym.rollout.store import Record, TrajectoryStore
 from agentgym.rollout.trajectory import RolloutTree, Trajectory
+from agentgym.rollout.vision import VisionChatFormat
 
-__all__ = ["Row", "TimeBudget", "collate", "make_env_factory", "record_metrics", "rollout_weights", "trajectory_rows"]
+__all__ = [
+    "Row",
+    "TimeBudget",
+    "collate",
+    "image_inputs",
+    "make_env_factory",
+    "record_metrics",
+    "rollout_weights",
+    "trajectory_rows",
+]
 
 
 def make_agent(policy: HFPolicy, args) -> Agent:
@@ -43,6 +61,7 @@ def make_agent(policy: HFPolicy, args) -> Agent:
             context_window=args.context_window,
             max_turns=args.max_turns,
             mode="tokens",
+            images=args.image_config(),
         ),
     )
 
@@ -118,6 +137,7 @@ class Row:
     advantages: list[float]
     turn_starts: list[int]  # completion offset of each turn's first sampled token
     turn_rewards: list[float]
+    images: list[bytes] = field(default_factory=list)  # encoded, in the order of the sequence's runs of image tokens
 
 
 def trajectory_rows(
@@ -148,13 +168,28 @@ def trajectory_rows(
                 advantages,
                 [lo - start for lo, _ in sequence.turn_spans],
                 [trajectory.turns[i].reward for i in sequence.turn_indices],
+                [_image(trajectory, h) for h in sequence.image_hashes],
             )
         )
     return rows
 
 
-def collate(rows: Sequence[Row], pad_id: int, device) -> dict[str, torch.Tensor]:
-    """Rows as padded tensors: prompts left-padded, completions right-padded (TRL's layout)."""
+def _image(trajectory: Trajectory, image_hash: str) -> bytes:
+    try:
+        return trajectory.images[image_hash]
+    except KeyError:
+        raise ValueError(
+            f"trajectory {trajectory.task_id!r} refers to image {image_hash[:12]} but holds no bytes for it: "
+            "a VLM's sequences need their images to be trained on"
+        ) from None
+
+
+def collate(rows: Sequence[Row], pad_id: int, device, vision: VisionChatFormat | None = None) -> dict:
+    """Rows as padded tensors: prompts left-padded, completions right-padded (TRL's layout).
+
+    With ``vision`` (the policy's :class:`~agentgym.rollout.vision.VisionChatFormat`) and rows
+    holding images, the batch also has the model's image inputs (see the module docstring).
+    """
     width_p = max(len(r.prompt_ids) for r in rows)
     width_c = max(len(r.completion_ids) for r in rows)
 
@@ -164,7 +199,7 @@ def collate(rows: Sequence[Row], pad_id: int, device) -> dict[str, torch.Tensor]
     def right(values, fill, dtype):
         return torch.tensor([list(v) + [fill] * (width_c - len(v)) for v in values], dtype=dtype, device=device)
 
-    return {
+    batch = {
         "prompt_ids": left([r.prompt_ids for r in rows], pad_id, torch.long),
         "prompt_mask": left([[1] * len(r.prompt_ids) for r in rows], 0, torch.long),
         "completion_ids": right([r.completion_ids for r in rows], pad_id, torch.long),
@@ -173,6 +208,30 @@ def collate(rows: Sequence[Row], pad_id: int, device) -> dict[str, torch.Tensor]
         "sampling_per_token_logps": right([r.sampling_logps for r in rows], 0.0, torch.float32),
         "advantages": right([r.advantages for r in rows], 0.0, torch.float32),
     }
+    if any(r.images for r in rows):
+        if vision is None:
+            raise ValueError("the rollouts hold images but the policy is not a vision-language model")
+        for r in rows:  # the ids must hold exactly one run of image tokens per image, as the policy saw them
+            vision.check_images(r.prompt_ids + r.completion_ids, r.images)
+        inputs = vision.image_inputs([image for r in rows for image in r.images])
+        batch["pixel_values"] = inputs["pixel_values"].to(device)
+        batch["image_grid_thw"] = inputs["image_grid_thw"].to(device)
+        batch["num_images"] = [len(r.images) for r in rows]
+        batch["mm_token_type_ids"] = torch.cat(
+            [
+                left([vision.mm_token_type_ids(r.prompt_ids) for r in rows], 0, torch.long),
+                right([vision.mm_token_type_ids(r.completion_ids) for r in rows], 0, torch.long),
+            ],
+            dim=1,
+        )
+    return batch
+
+
+def image_inputs(batch: dict) -> dict:
+    """The model inputs about images in a :func:`collate` batch (none for text), as keyword arguments of TRL's
+    ``_get_per_token_logps_and_entropies``."""
+    keys = ("pixel_values", "image_grid_thw", "num_images", "mm_token_type_ids")
+    return {key: batch[key] for key in keys if key in batch}
 
 
 def pad_rows(rows: list[Row], multiple: int) -> list[Row]:
@@ -192,6 +251,7 @@ def pad_rows(rows: list[Row], multiple: int) -> list[Row]:
                 [0.0] * len(last.advantages),
                 [],
                 [],
+                last.images,
             )
         )
     return rows

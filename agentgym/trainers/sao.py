@@ -46,7 +46,7 @@ from typing import cast
 
 import torch
 from torch import nn
-from transformers import AutoModel, AutoModelForCausalLM, PreTrainedModel
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForImageTextToText, PreTrainedModel
 from trl.trainer.utils import add_fused_lm_head
 
 from agentgym.rollout.runner import EpisodeRequest
@@ -55,6 +55,7 @@ from agentgym.trainers.advantages import explained_variance, strict_clip_policy_
 from agentgym.trainers.base import AgentgymTrainer, default_tasks, task_dataset
 from agentgym.trainers.rollouts import (
     collate,
+    image_inputs,
     make_agent,
     make_runner,
     pad_rows,
@@ -110,7 +111,7 @@ class SAOTrainer(AgentgymTrainer):
         peft_config=None,
     ):
         if isinstance(model, str):
-            model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+            model = _load_policy(model)
         # Attached before the Trainer wraps the model, so the optimizer, DDP and checkpoints include it.
         model.value_model = (
             ValueHead(model.config.get_text_config().hidden_size)
@@ -269,13 +270,16 @@ class SAOTrainer(AgentgymTrainer):
     def _value_model(self, model=None):
         return self.accelerator.unwrap_model(model if model is not None else self.model).value_model
 
-    def _values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """V at every position, (B, L), without gradients."""
+    def _values(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, images: dict | None = None
+    ) -> torch.Tensor:
+        """V at every position, (B, L), without gradients (``images``: a VLM's image inputs from the batch)."""
         value_model = self._value_model()
+        pixels = {k: v for k, v in (images or {}).items() if k != "num_images"}  # the trunk takes them flat
         with torch.no_grad():
             if isinstance(value_model, ValueHead):
                 hidden = self.rollout_model.base_model(
-                    input_ids=input_ids, attention_mask=attention_mask
+                    input_ids=input_ids, attention_mask=attention_mask, **pixels
                 ).last_hidden_state
                 return value_model(hidden)
             return value_model(input_ids, attention_mask)
@@ -286,11 +290,12 @@ class SAOTrainer(AgentgymTrainer):
         pad = self._tokenizer.pad_token_id
         layout = [trajectory_rows(t, [0.0] * len(t.turns)) for t in trajectories]
         flat = [row for rows in layout for row in rows]
-        draft = collate(flat, pad, device)
+        draft = collate(flat, pad, device, self.vision)
         width = draft["prompt_ids"].size(1)
         values = self._values(
             torch.cat([draft["prompt_ids"], draft["completion_ids"]], 1),
             torch.cat([draft["prompt_mask"], draft["completion_mask"]], 1),
+            image_inputs(draft),
         ).cpu()
         rows, positions, targets, predictions = [], [], [], []
         b = 0
@@ -317,7 +322,7 @@ class SAOTrainer(AgentgymTrainer):
         rows = pad_rows(rows, self.args.steps_per_generation if self.model.training else 1)
         positions += [[0]] * (len(rows) - padded)  # loss-free padding rows train no value either
         targets += [[(0.0, False)]] * (len(rows) - padded)
-        batch = collate(rows, pad, device)
+        batch = collate(rows, pad, device, self.vision)
         k = max(len(p) for p in positions)
         batch["value_positions"] = torch.tensor([p + [0] * (k - len(p)) for p in positions], device=device)
         batch["value_targets"] = torch.tensor(
@@ -383,6 +388,7 @@ class SAOTrainer(AgentgymTrainer):
         input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         keep = inputs["completion_ids"].size(1)
+        images = image_inputs(inputs)  # a VLM's pixels: the logprobs are recomputed with what the policy saw
         value_model = self._value_model(model)
         captured = {}
         hook = None
@@ -393,7 +399,7 @@ class SAOTrainer(AgentgymTrainer):
             )
         try:
             logps, entropies, _ = self._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, keep, compute_entropy=True
+                model, input_ids, attention_mask, keep, compute_entropy=True, **images
             )
         finally:
             if hook is not None:
@@ -426,7 +432,9 @@ class SAOTrainer(AgentgymTrainer):
         }
         if self.start_model is not None:
             with torch.no_grad():
-                start = self._get_per_token_logps_and_entropies(self.start_model, input_ids, attention_mask, keep)[0]
+                start = self._get_per_token_logps_and_entropies(
+                    self.start_model, input_ids, attention_mask, keep, **images
+                )[0]
             # k3 estimator of KL(π ‖ π_start) on the trained tokens
             delta = start - logps.detach()
             metrics["kl_to_start"] = ((torch.exp(delta) - delta - 1) * mask).sum().item() / tokens.item()
@@ -453,6 +461,13 @@ class SAOTrainer(AgentgymTrainer):
         self.replay = deque(record for i, record in enumerate(self.store) if i >= self.store_position)
         self.started = self.consumed + len(self.replay)
         self._metrics["train"]["resumed_records"].append(float(len(self.replay)))
+
+
+def _load_policy(path: str) -> PreTrainedModel:
+    """The policy at ``path`` in float32: a causal LM, or a vision-language model (its config has a ``vision_config``)."""
+    if hasattr(AutoConfig.from_pretrained(path), "vision_config"):
+        return AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32)
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
 
 
 def _unpatched_copy(model: nn.Module) -> nn.Module:

@@ -38,6 +38,7 @@ from agentgym.trainers.base import AgentgymTrainer
 from agentgym.trainers.rollouts import (
     Row,
     collate,
+    image_inputs,
     make_agent,
     make_runner,
     pad_rows,
@@ -211,7 +212,7 @@ class TreeGRPOTrainer(AgentgymTrainer):
         records = self._rollouts([x["prompt"] for x in inputs])
         rows, stats = self._rows(records)
         rows = pad_rows(rows, self.args.steps_per_generation if mode == "train" else 1)
-        batch = collate(rows, self._tokenizer.pad_token_id, self.accelerator.device)
+        batch = collate(rows, self._tokenizer.pad_token_id, self.accelerator.device, self.vision)
         loss_mask = batch["completion_mask"] * batch["tool_mask"]
         batch["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
         self._add_reference_logps(batch, mode)
@@ -239,15 +240,16 @@ class TreeGRPOTrainer(AgentgymTrainer):
         attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         keep = batch["completion_ids"].size(1)
         size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
+        images = image_inputs(batch)  # a VLM's pixels, as the loss's forward gets them
         with torch.no_grad():
             if need_old:
                 batch["old_per_token_logps"] = self._get_per_token_logps_and_entropies(
-                    self.model, input_ids, attention_mask, keep, batch_size=size
+                    self.model, input_ids, attention_mask, keep, batch_size=size, **images
                 )[0]
             if self.beta != 0.0:
                 reference = self.ref_model if self.ref_model is not None else self.model
                 batch["ref_per_token_logps"] = self._get_per_token_logps_and_entropies(
-                    reference, input_ids, attention_mask, keep, batch_size=size
+                    reference, input_ids, attention_mask, keep, batch_size=size, **images
                 )[0]
 
     def _rollout_state(self) -> dict:

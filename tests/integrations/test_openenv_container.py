@@ -18,6 +18,7 @@ import sysconfig
 import tarfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import gymnasium
@@ -25,7 +26,7 @@ import pytest
 
 import agentgym  # noqa: F401  (registers agentgym/OpenEnv-v0)
 from agentgym.integrations.openenv.client_env import OpenEnvEnv, OpenEnvError
-from agentgym.integrations.openenv.container import KIND, ServerError
+from agentgym.integrations.openenv.container import KIND, ServerError, ServerSpec, acquire
 from agentgym.sandbox import engine, images, labels
 from tests.integrations.test_openenv_env import solve_counter
 from tests.tool_calls import call
@@ -223,6 +224,32 @@ def test_a_server_that_exits_or_never_listens_is_a_clear_error_and_its_container
     with pytest.raises(ServerError, match="did not listen on port 8000 inside its container within 2 s"):
         OpenEnvEnv(image=docker_ready, command=["sleep", "60"], start_timeout=2)
     assert {c["Id"] for c in engine.api().containers(all=True, filters=session)} == before
+
+
+@pytest.mark.slow  # three containers start (seconds)
+def test_envs_share_a_container_per_image_and_options_unless_told_not_to_and_never_a_dead_one(docker_ready):
+    # Any server will do for the container's lifetime: the base image's http.server (no OpenEnv import to wait for).
+    spec = ServerSpec.of(docker_ready, command=["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"])
+    users = [acquire(spec)]  # each acquire is one release owed, whatever fails below
+    try:
+        users.append(acquire(spec))
+        users.append(acquire(spec, shared=False))
+        first, second, own = users
+        assert second is first and own.container_id != first.container_id
+        with urllib.request.urlopen(own.url + "/", timeout=10) as response:  # the forward reaches the server
+            assert response.status == 200
+        users.pop(0).release()
+        assert first.running()  # its other user still holds it
+        engine.api().kill(first.container_id)  # the server dies
+        assert wait_until(lambda: not first.running()) and "exited" in first.failure()
+        users.append(acquire(spec))  # a new user gets a new container, not the dead one
+        assert users[-1].container_id not in (first.container_id, own.container_id) and users[-1].running()
+        servers = [first, own, users[-1]]
+    finally:
+        for server in users:
+            server.release()
+    for server in servers:
+        assert gone(server.container_id) and not forward_threads(server)
 
 
 @pytest.mark.slow  # its own container (another command): another 15-30 s server start

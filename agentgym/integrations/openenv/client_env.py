@@ -33,7 +33,8 @@ container without a network and reaches it through a port forward
 (:mod:`agentgym.integrations.openenv.container`: the image needs ``python3``; it is never pulled).
 ``port``, ``command``, ``environment`` and ``volumes`` (read-only mounts) configure the container,
 for images that need files from the host; envs of one process with the same image and options
-share its container (forks included), and the last one's close removes it.
+share its container (forks included; ``share_container=False`` for one container per env), and the
+last one's close removes it.
 
 **Failures.** Connecting and every message have timeouts (``connect_timeout``,
 ``message_timeout``). A server that is down raises :class:`OpenEnvError` from ``reset``; one that
@@ -155,7 +156,8 @@ class OpenEnvEnv(AgentEnv):
         image: instead of ``url``, a local Docker image that runs an OpenEnv server on ``port`` (see the
             module docstring); ``command`` replaces its command, ``environment`` adds variables,
             ``volumes`` maps host paths to container paths (mounted read-only), ``start_timeout`` bounds
-            the wait until the server listens.
+            the wait until the server listens; ``share_container=False`` gives this env (and each of its
+            forks) a container of its own, for servers that hold one session at a time.
         tasks: the task ids to offer (sent as ``task_id`` at reset); default: one task,
             :data:`DEFAULT_TASK`, for which reset sends no task id (the server picks).
         action_field: the action field that takes the model's text (default: from ``/schema``).
@@ -175,11 +177,12 @@ class OpenEnvEnv(AgentEnv):
         url: str | None = None,
         *,
         image: str | None = None,
-        port: int = 8000,
+        port: int | None = None,
         command: str | Sequence[str] | None = None,
         environment: Mapping[str, str] | None = None,
         volumes: Mapping[str, str] | None = None,
         start_timeout: float = 120.0,
+        share_container: bool = True,
         tasks: Sequence[str] | None = None,
         action_field: str | None = None,
         observation_field: str | None = None,
@@ -201,7 +204,7 @@ class OpenEnvEnv(AgentEnv):
                 "OpenEnvEnv needs url=, the base URL of a running OpenEnv server, "
                 f"or image=, a local Docker image that runs one; got url={url!r}"
             )
-        if image is None and (port != 8000 or command is not None or environment is not None or volumes is not None):
+        if image is None and any(option is not None for option in (port, command, environment, volumes)):
             raise ValueError(
                 "port=, command=, environment= and volumes= configure the container of image=; url= has none"
             )
@@ -211,7 +214,7 @@ class OpenEnvEnv(AgentEnv):
             from agentgym.integrations.openenv import container  # needs the Docker SDK: only for image=
 
             spec = container.ServerSpec.of(image, port=port, command=command, environment=environment, volumes=volumes)
-            self._server = container.acquire(spec, timeout=start_timeout)
+            self._server = container.acquire(spec, timeout=start_timeout, shared=share_container)
             url = self._server.url
         assert url is not None
         self.base_url = url.rstrip("/")

@@ -11,7 +11,9 @@ published port). The env talks to ``http://127.0.0.1:<forwarded port>`` as to an
 
 Envs of one process that ask for the same image and options share one container, as envs given
 one ``url=`` share a server (a fork opens a new session, i.e. a new connection, on its parent's
-container): the server must allow as many concurrent sessions as there are envs. The last
+container): the server must allow as many concurrent sessions as there are envs (OpenEnv's
+``create_app`` allows one unless given ``max_concurrent_envs``); ``shared=False`` starts a
+container of the caller's own instead. The last
 :meth:`OpenEnvContainer.release` removes the container, also when the server inside has died.
 
 What the image needs: ``python3`` on its PATH (the relay runs it; OpenEnv servers are Python), a
@@ -85,7 +87,7 @@ class ServerSpec:
         cls,
         image: str,
         *,
-        port: int = DEFAULT_PORT,
+        port: int | None = None,
         command: str | Sequence[str] | None = None,
         environment: Mapping[str, str] | None = None,
         volumes: Mapping[str, str] | None = None,
@@ -94,6 +96,7 @@ class ServerSpec:
         """A checked spec; ValueError names what is wrong (a relative or missing host path, a networked config)."""
         if not isinstance(image, str) or not image.strip():
             raise ValueError(f"image= must name a local Docker image, got {image!r}")
+        port = DEFAULT_PORT if port is None else port
         if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
             raise ValueError(f"port must be a TCP port number, got {port!r}")
         config = config or SandboxConfig()
@@ -192,9 +195,14 @@ _shared: dict[ServerSpec, OpenEnvContainer] = {}
 _shared_pid = os.getpid()
 
 
-def acquire(spec: ServerSpec, *, timeout: float = DEFAULT_START_TIMEOUT_S) -> OpenEnvContainer:
-    """This process's running container for ``spec`` (one more user), started if there is none; release it when done."""
+def acquire(spec: ServerSpec, *, timeout: float = DEFAULT_START_TIMEOUT_S, shared: bool = True) -> OpenEnvContainer:
+    """This process's running container for ``spec`` (one more user), started if there is none; release it when done.
+
+    ``shared=False``: a new container of the caller's own, whatever runs already.
+    """
     global _shared, _shared_pid
+    if not shared:
+        return OpenEnvContainer.start(spec, timeout=timeout)
     with _lock:  # held through a start: envs made at once share the one container rather than start one each
         if _shared_pid != os.getpid():  # a forked child owns neither its parent's containers nor their threads
             _shared, _shared_pid = {}, os.getpid()

@@ -22,6 +22,7 @@ import collections
 import contextlib
 import socket
 import threading
+import time
 
 from agentgym.extras import requires
 
@@ -114,10 +115,13 @@ class PortForward:
     def _accept(self) -> None:
         while True:
             try:
-                client, _ = self._listener.accept()
+                client, (_, peer_port) = self._listener.accept()
             except OSError:
-                return  # the listener was closed
-            connection = _Connection(self, client)
+                if self._closed:
+                    return  # close() shut the listener
+                time.sleep(0.05)  # a transient failure (a connection reset before it was accepted, no free fd)
+                continue
+            connection = _Connection(self, client, f"{self._thread_prefix}-{peer_port}")
             with self._lock:
                 if self._closed:
                     _close_socket(client)
@@ -156,9 +160,10 @@ class PortForward:
 class _Connection:
     """One accepted connection and its exec: a thread per direction."""
 
-    def __init__(self, forward: PortForward, client: socket.socket):
+    def __init__(self, forward: PortForward, client: socket.socket, name: str):
         self._forward = forward
         self._client = client
+        self._name = name
         self._exec: socket.socket | None = None
         self._response = None
         self._aborted = False
@@ -166,7 +171,6 @@ class _Connection:
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
-        self._name = f"{self._forward.thread_prefix}-{self._client.getpeername()[1]}"
         thread = threading.Thread(target=self._run, daemon=True, name=f"{self._name}-down")
         self._threads.append(thread)
         thread.start()

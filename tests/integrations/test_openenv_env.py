@@ -245,7 +245,9 @@ async def test_the_runner_and_tree_rollouts_run_on_an_openenv_server(counter_url
     made = []
 
     def factory():
-        made.append(gymnasium.make("agentgym/OpenEnv-v0", url=counter_url, max_turns=8))
+        # a 30 s connect budget: trees fork into new sessions while the runner's other episodes
+        # load the two cores, and the counter server is one more process on them
+        made.append(gymnasium.make("agentgym/OpenEnv-v0", url=counter_url, max_turns=8, connect_timeout=30.0))
         return made[-1]
 
     agent = Agent(CounterTextSolver())

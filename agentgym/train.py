@@ -190,16 +190,20 @@ def _closest(key: str, valid, otherwise: str) -> str:
 
 
 def _model_path(model) -> str:
-    """``tiny`` (built locally) or a local model directory; nothing is fetched from a hub."""
-    from agentgym.models import local_model_dir, tiny_model_path
+    """``tiny`` or ``tiny-vlm`` (built locally) or a local model directory; nothing is fetched from a hub."""
+    from agentgym.models import local_model_dir, tiny_model_path, tiny_vlm_path
 
     model = str(model)
     if model == "tiny":
         return str(tiny_model_path())
+    if model == "tiny-vlm":  # the tiny random-weight Qwen2-VL, for screenshot envs (`images:`)
+        return str(tiny_vlm_path())
     try:
         return local_model_dir(model)
     except ValueError as exc:
-        raise ConfigError(f"model {exc} (`model: tiny` is the locally built test model)") from None
+        raise ConfigError(
+            f"model {exc} (`model: tiny` and `model: tiny-vlm` are the locally built test models)"
+        ) from None
 
 
 def _warm_start(base: str, settings, args) -> Path:

@@ -7,17 +7,21 @@ visits the same pages. Definitions:
 * reset — ``reset()`` (database copy, fresh context, start page, observation);
 * step — one click and the observation (text only);
 * screenshot — one PNG screenshot of the viewport, decoded to an array;
-* snapshot — ``snapshot()`` + ``release()``; fork — ``fork()`` of the current state + ``close()``;
+* snapshot — ``snapshot()`` + ``release()``; fork — ``fork()`` of the current state + ``close()``
+  (the fork takes the browser host's spare context and loads only each tab's current page);
 * fork vs. replay at turn 10 — ``fork()`` after 10 steps against what a fork costs without
   snapshots: a fresh env's ``reset()`` plus the same 10 steps (the ratio is replay / fork);
 * throughput — steps/s over all envs, with 1, 4 and 8 envs sharing the process's one browser
-  and stepping concurrently through the async twins;
+  and stepping concurrently through the async twins, and the CPU time per step of each process
+  group (this Python process, Playwright's driver, Chromium's browser, renderer and GPU processes);
+* MiniWoB++ fork — ``fork()`` of a ``login-user`` episode after two fills: by state (the same
+  instance started, its fields put back) against by replay, interleaved;
 * memory per env — the growth in proportional set size (PSS) of Chromium's processes and of
   this process between 1 and 8 open envs, divided by 7;
 * leaks — browser contexts and Chromium processes before and after ``--episodes`` episodes
   (reset, two steps, every tenth episode a fork).
 
-    .venv/bin/python benchmarks/web.py [--app shop] [--repeats 30] [--episodes 1000]
+    .venv/bin/python benchmarks/web.py [--app shop] [--repeats 30] [--episodes 1000] [--parts latency,fork,...]
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from timing import percentiles, timed  # noqa: E402
 
 from agentgym.envs.web.app_env import WebAppEnv  # noqa: E402
-from agentgym.envs.web.observation import elements  # noqa: E402
+from agentgym.envs.web.observation import element_id, elements  # noqa: E402
 from agentgym.sandbox.browser import BrowserHost  # noqa: E402
 
 
@@ -98,23 +102,87 @@ def fork_vs_replay(app: str, repeats: int, turns: int = 10) -> dict:
     }
 
 
-def throughput(app: str, concurrency: int, steps_per_env: int) -> float:
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds_by_group() -> dict[str, float]:
+    """CPU seconds used so far by this process and its descendants (Playwright's driver, Chromium's processes), by kind."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    groups: dict[str, float] = {}
+    todo = [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if pid == os.getpid():
+            group = "python (env, gate, app servers)"
+        elif "--type=" in command:
+            group = "chromium " + command.split("--type=", 1)[1].split(" ", 1)[0]
+        elif "chrom" in command.split(" ", 1)[0]:
+            group = "chromium browser"
+        elif "playwright" in command:
+            group = "playwright driver (node)"
+        else:
+            continue
+        groups[group] = groups.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    return groups
+
+
+def throughput(app: str, concurrency: int, steps_per_env: int) -> tuple[float, dict[str, float]]:
+    """Steps/s of ``concurrency`` envs stepping at once, and CPU ms per step by process group."""
+
     async def run(env: WebAppEnv) -> int:
         observation, _ = await env.areset(options={"task_id": env.task_ids()[0]})
         for turn in range(steps_per_env):
             observation, *_ = await env.astep(browse(observation["text"], turn))
         return steps_per_env
 
-    async def main() -> float:
+    async def main() -> tuple[float, dict[str, float]]:
         envs = [WebAppEnv(app, max_turns=10**6) for _ in range(concurrency)]
         await asyncio.gather(*(env.areset(options={"task_id": env.task_ids()[0]}) for env in envs))
-        started = time.perf_counter()
+        cpu_before, started = cpu_seconds_by_group(), time.perf_counter()
         steps = sum(await asyncio.gather(*(run(env) for env in envs)))
-        elapsed = time.perf_counter() - started
+        elapsed, cpu_after = time.perf_counter() - started, cpu_seconds_by_group()
         await asyncio.gather(*(env.aclose() for env in envs))
-        return steps / elapsed
+        cpu = {group: 1000 * (used - cpu_before.get(group, 0.0)) / steps for group, used in cpu_after.items()}
+        return steps / elapsed, cpu
 
     return asyncio.run(main())
+
+
+def miniwob_forks(repeats: int) -> dict:
+    """Fork p50 of a MiniWoB++ login-user episode at turn 2: by state against by replay (interleaved)."""
+    from agentgym.envs.web.miniwob import MiniWoBEnv
+
+    env = MiniWoBEnv("login-user")
+    state_tasks = MiniWoBEnv.state_fork_tasks
+    samples: dict[str, list[float]] = {"restore": [], "replay": []}
+    try:
+        for seed in range(repeats):
+            for mode in samples:
+                observation, _ = env.reset(seed=seed)
+                env.step(f'fill({element_id(observation["text"], "textbox", nth=0)}, "someone")')
+                env.step(f'fill({element_id(observation["text"], "textbox", nth=1)}, "secret")')
+                MiniWoBEnv.state_fork_tasks = state_tasks if mode == "restore" else frozenset()
+                elapsed, child = timed(env.fork)
+                assert child.fork_mode == mode, child.fork_mode
+                child.close()
+                samples[mode].append(elapsed)
+    finally:
+        MiniWoBEnv.state_fork_tasks = state_tasks
+        env.close()
+    return {mode: percentiles(values) for mode, values in samples.items()}
 
 
 def pss_mb(pids: list[int]) -> float:
@@ -179,7 +247,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30, help="steps per env in the throughput runs")
     parser.add_argument(
         "--parts",
-        default="latency,fork,throughput,memory,leaks",
+        default="latency,fork,throughput,miniwob,memory,leaks",
         help="comma-separated subset of the measurements to run",
     )
     args = parser.parse_args()
@@ -202,10 +270,20 @@ def main() -> None:
             f"replay from reset: {fvr['replay_p50_ms']:.0f} ms; replay/fork = {fvr['ratio']:.1f}x"
         )
     if "throughput" in parts:
-        rates = results["steps_per_s"] = {n: throughput(args.app, n, args.steps) for n in (1, 4, 8)}
-        print("\n| concurrent envs | steps/s | vs 1 env |\n|---:|---:|---:|")
+        runs = {n: throughput(args.app, n, args.steps) for n in (1, 4, 8)}
+        rates = results["steps_per_s"] = {n: rate for n, (rate, _) in runs.items()}
+        results["cpu_ms_per_step"] = {n: cpu for n, (_, cpu) in runs.items()}
+        print("\n| concurrent envs | steps/s | vs 1 env | CPU ms per step (all processes) |\n|---:|---:|---:|---:|")
         for n, rate in rates.items():
-            print(f"| {n} | {rate:.1f} | {rate / rates[1]:.2f}x |")
+            print(f"| {n} | {rate:.1f} | {rate / rates[1]:.2f}x | {sum(runs[n][1].values()):.0f} |")
+        print("\n| CPU ms per step | " + " | ".join(f"{n} env(s)" for n in runs) + " |\n|---|" + "---:|" * len(runs))
+        for group in sorted(runs[1][1], key=lambda g: -runs[1][1][g]):
+            print(f"| {group} | " + " | ".join(f"{runs[n][1].get(group, 0.0):.1f}" for n in runs) + " |")
+    if "miniwob" in parts:
+        forks = results["miniwob_fork_ms"] = miniwob_forks(max(5, args.repeats // 2))
+        print("\n| MiniWoB++ login-user fork at turn 2 | p50 ms | p95 ms |\n|---|---:|---:|")
+        for mode, (p50, p95) in forks.items():
+            print(f"| by {'state' if mode == 'restore' else 'replay'} | {p50:.1f} | {p95:.1f} |")
     if "memory" in parts:
         memory = results["memory_per_env_mb"] = memory_per_env(args.app)
         print(f"\nmemory per env: Chromium {memory['chromium_mb']:.1f} MB PSS, Python {memory['python_mb']:.1f} MB")

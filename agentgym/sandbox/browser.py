@@ -719,8 +719,9 @@ class BrowserHost:
     #: moment after a spare was taken (not while the fork that took it still loads its pages). None
     #: are kept once the last session closes.
     spare_contexts: int = 1
-    #: Seconds between taking a spare and starting to make the next.
-    refill_delay: float = 0.5
+    #: Seconds between taking a spare and starting to make the next (a fork closed sooner gives its
+    #: context back instead: nothing is made for nothing).
+    refill_delay: float = 2.0
 
     def __init__(
         self, executable: str | os.PathLike | None = None, *, headless: bool = True, sandbox: bool | None = None

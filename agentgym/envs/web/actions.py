@@ -136,10 +136,12 @@ async def perform(session: Any, name: str, arguments: dict, *, timeout_ms: float
 async def _element_action(page: Any, name: str, arguments: dict, timeout_ms: float) -> None:
     element_id = arguments["id"]
     locator = page.locator(f'[data-agentgym-id="{int(element_id)}"]')
-    if await locator.count() == 0:
+    # One round trip to the page for both questions (whether it exists, whether a click opens a tab).
+    opens_tab = await locator.evaluate_all(_OPENS_TAB_JS)
+    if opens_tab is None:
         raise ActionError(f"there is no element [{element_id}] on this page; use an id shown in brackets")
     locator = locator.first
-    if name == "click" and await locator.evaluate(_OPENS_TAB_JS):
+    if name == "click" and opens_tab:
         # The new tab's "page" event can arrive after click() returns; wait for it, so the
         # observation already shows the tab (focused, as a browser would).
         async with page.context.expect_page(timeout=timeout_ms):
@@ -174,9 +176,11 @@ async def _element_action(page: Any, name: str, arguments: dict, timeout_ms: flo
         await (locator.check if name == "check" else locator.uncheck)(timeout=timeout_ms)
 
 
-_OPENS_TAB_JS = """el => {
+# null when no element matches; else whether clicking the first one opens a new tab.
+_OPENS_TAB_JS = """els => {
+  if (els.length === 0) return null;
   // getAttribute, not .target: a form control named "target" shadows form.target.
-  const owner = el.closest('a[href], area[href]') || el.form;
+  const owner = els[0].closest('a[href], area[href]') || els[0].form;
   const target = (owner && owner.getAttribute('target')) || '';
   return target !== '' && !['_self', '_parent', '_top'].includes(target.toLowerCase());
 }"""

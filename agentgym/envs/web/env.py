@@ -356,7 +356,7 @@ class WebEnv(AgentEnv):
         self._last_view = view
         tabs = []
         for index, page in enumerate(session.pages):
-            title = await page.title()
+            title = view.title if index == session.active else await page.title()
             marker = " (focused)" if index == session.active else ""
             tabs.append(f"[{index}] {json.dumps(title)} {page.url}{marker}")
         header = [

@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentgym.actions import ToolCall, ToolSpec
+from agentgym.extras import requires
 from agentgym.registration import make_env_factory
 from agentgym.task import Task
 
@@ -197,7 +198,8 @@ def task_dataset(env_id: str, **env_kwargs: Any) -> Any:
     ``prompt`` is an empty user message: ``reset`` returns the task's first observation, which TRL
     appends to it. Rows follow ``env.tasks()`` order.
     """
-    from datasets import Dataset
+    with requires("train"):
+        from datasets import Dataset
 
     catalog = _catalog(env_id, env_kwargs)
     columns: dict[str, list] = {

@@ -34,6 +34,7 @@ import threading
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -128,7 +129,7 @@ class AnnIndex:
         self.path, self.model, self.dim = Path(path), model, dim
         self.threads = threads or os.cpu_count() or 1
         self.lock = threading.Lock()
-        self.index = None
+        self.index: Any = None  # a usearch Index (imported only where the memory extra is installed)
         self.stamp: Stamp | None = None
         self.changes_since_save = 0
         self.rebuilds = 0  # how often the store had to be read whole (tests and benchmarks look)
@@ -175,7 +176,9 @@ class AnnIndex:
             index = Index.restore(body)
             if index is None or len(index) != stamp.count or index.ndim != self.dim:
                 raise CorruptIndex("index body disagrees with its header")
-            index.expansion_search = EXPANSION_SEARCH
+            # a restored index forgets its search expansion; usearch's setter is declared after its
+            # getter's sibling, which hides it from type checkers
+            index.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]
             self.index, self.stamp, self.changes_since_save = index, stamp, 0
             self._catch_up(conn)
             if not _count_matches(conn, self.model, len(self.index)):

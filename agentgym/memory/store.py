@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, TypeVar, cast
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -431,7 +431,7 @@ class _Background(Generic[T]):
         self._thread.join()
         if self._error is not None:
             raise self._error
-        return cast(T, self._value)
+        return self._value  # set whenever no error was
 
 
 class MemoryStore:

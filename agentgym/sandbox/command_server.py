@@ -117,7 +117,7 @@ class CommandServer:
         if self._closed:
             return False
         try:
-            readable = select.select([self._sock], [], [], 0)[0]
+            readable = bool(select.select([self._sock], [], [], 0)[0])
         except (OSError, ValueError):
             readable = True
         if readable or self._stdout:
@@ -134,7 +134,6 @@ class CommandServer:
         """Run ``spec.program`` under the server's ``timeout``: its captured output and the records a trailer
         would carry (exit status, note, then for shell commands the state file's records)."""
         stdout, stderr = capture(), capture()
-        bounded = isinstance(stdout, shell.BoundedBuffer)
         request = {
             "op": "run",
             "argv": spec.program,
@@ -144,16 +143,16 @@ class CommandServer:
             "state_file": spec.state_file,
             "state_limit": shell.MAX_TRAILER,
             "path": "" if spec.state_file else shell.SYSTEM_PATH,
-            "limit": stdout.limit if bounded else stdout.head_limit + stdout.tail_limit,
-            "bounded": bounded,
+            "limit": stdout.limit if isinstance(stdout, shell.BoundedBuffer) else stdout.head_limit + stdout.tail_limit,
+            "bounded": isinstance(stdout, shell.BoundedBuffer),
             "stdin": stdin is not None,
         }
         payload = stdin.encode() if isinstance(stdin, str) else stdin or b""
         reply, data = self._request(request, payload, deadline)
         at = _put_parts(stdout, reply["out"], data, 0)
         at = _put_parts(stderr, reply["err"], data, at)
-        state = data[at : at + reply.get("state", 0)]
-        records = [str(reply["rc"]).encode(), reply["note"].encode(), *state.split(b"\0")[:-1]]
+        state_records: bytes = data[at : at + reply.get("state", 0)]
+        records = [str(reply["rc"]).encode(), reply["note"].encode(), *state_records.split(b"\0")[:-1]]
         return shell.StreamResult(stdout, stderr, records)
 
     def stop(self, deadline: float) -> bool:
@@ -235,7 +234,7 @@ def _put_parts(capture: shell.OutputCapture | shell.BoundedBuffer, parts: list[i
     """Put one stream's head, dropped count and tail, as the server kept them, into ``capture``; the offset after."""
     head, tail, dropped = parts
     capture.write(data[at : at + head])
-    if dropped:
+    if dropped and isinstance(capture, shell.OutputCapture):  # a BoundedBuffer's server side never drops
         capture.dropped += dropped
     capture.write(data[at + head : at + head + tail])
     return at + head + tail

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -72,3 +75,20 @@ def test_bad_backend_or_device_is_a_clear_error():
         default_embedder(backend="tensorrt")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="CPU only"):
         default_embedder(device="cuda", backend="onnx")
+
+
+def test_torch_and_onnxruntime_work_in_a_process_that_loaded_the_ann_index_first(tmp_path):
+    """usearch 2.26.2+ breaks C++ exception unwinding for the whole process (hence the version cap in
+    pyproject.toml): torch.jit.script, which the ONNX export runs, hung, and onnxruntime >= 1.23 segfaulted
+    on import, whenever a store had searched its index before making the default embedder."""
+    probe = (
+        "import usearch.index, torch\n"
+        "@torch.jit.script\n"
+        "def f(x: torch.Tensor, y: int) -> torch.Tensor:\n"
+        "    return x[:, y : y + 3] + 1\n"
+        "import onnxruntime\n"
+        "print('ok')\n"
+    )
+    (tmp_path / "probe.py").write_text(probe)  # TorchScript reads the function's source file
+    result = subprocess.run([sys.executable, tmp_path / "probe.py"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", f"exit {result.returncode}: {result.stderr[-500:]}"

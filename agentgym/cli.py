@@ -7,10 +7,12 @@ What cannot run as asked (a missing file, a malformed config, an unknown env, a 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -135,7 +137,7 @@ def _serve(args: argparse.Namespace) -> int:
     from agentgym.rollout.server import serve
 
     _model_dir(args.model, "--model")
-    try:
+    with _listening(args.host, args.port):
         serve(
             args.model,
             host=args.host,
@@ -145,11 +147,18 @@ def _serve(args: argparse.Namespace) -> int:
             device=args.device,
             allow_weight_updates=args.allow_weight_updates,
         )
+    return 0
+
+
+@contextlib.contextmanager
+def _listening(host: str, port: int) -> Iterator[None]:
+    """A server's socket that cannot be bound (in use, not allowed, not this machine's) is a usage error."""
+    try:
+        yield
     except OSError as exc:
         if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
-            raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
+            raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
         raise
-    return 0
 
 
 def _openenv_serve(args: argparse.Namespace) -> int:
@@ -167,7 +176,7 @@ def _openenv_serve(args: argparse.Namespace) -> int:
         check_env_builds(env_id)
     except Exception as exc:  # an env that needs what this machine lacks: say so in one line
         raise UsageError(f"cannot build {env_id}: {type(exc).__name__}: {exc}") from None
-    try:
+    with _listening(args.host, args.port):
         serve(
             env_id,
             host=args.host,
@@ -177,10 +186,6 @@ def _openenv_serve(args: argparse.Namespace) -> int:
             fork_ttl=args.fork_ttl,
             idle_timeout=args.idle_timeout,
         )
-    except OSError as exc:
-        if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
-            raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
-        raise
     return 0
 
 

@@ -273,15 +273,20 @@ async def test_a_web_env_sends_its_screenshot_and_a_disconnect_frees_the_browser
             first = await reset(client, task_id=task_id)
             image = first.observation.image_array()
             assert image.ndim == 3 and image.shape[2] == 3 and image.dtype == np.uint8 and image.std() > 0
-            contexts = host.run(host.context_count())
-            assert contexts >= 1
             results = await play(client, steps)
             assert results[-1][1:3] == (1.0, True)
+            # the host keeps a spare context beside the sessions' (a new session takes it, a closed
+            # one gives its context back as the spare): count sessions, then contexts once settled
+            host.run(host.spares_ready())
+            sessions, contexts = host.live_sessions, host.run(host.context_count())
+            assert sessions == 1 and contexts >= 1
             async with GenericEnvClient(base_url=url) as leaver:
                 await leaver.reset(task_id=task_id)
-                assert host.run(host.context_count()) == contexts + 1
+                assert host.live_sessions == sessions + 1
                 abort(leaver)
                 await wait_until(lambda: len(state.sessions) == 1)
+                await wait_until(lambda: host.live_sessions == sessions)
+                host.run(host.spares_ready())
                 await wait_until(lambda: host.run(host.context_count()) == contexts)
     assert host.live_sessions == 0
 

@@ -19,6 +19,15 @@ from agentgym.sandbox.browser import BROWSER_USER, BrowserHost, BrowserUnavailab
 ROOT = Path(__file__).resolve().parents[3]
 
 
+def proc_file(pid: int, name: str) -> bytes:
+    """``/proc/<pid>/<name>``, or nothing for a process that exited since it was listed (renderers of
+    closed contexts, spare contexts being replaced, come and go while the host runs)."""
+    try:
+        return Path(f"/proc/{pid}/{name}").read_bytes()
+    except (ProcessLookupError, FileNotFoundError):
+        return b""
+
+
 def renderers(host):
     """Pids of the host's renderer processes."""
     return [pid for pid in host.chromium_pids() if b"--type=renderer" in Path(f"/proc/{pid}/cmdline").read_bytes()]
@@ -58,8 +67,8 @@ def test_chromium_runs_unprivileged_with_its_sandbox_and_leaves_no_files(notes_a
         [browser] = [
             pid
             for pid in host.chromium_pids()
-            if b"--type=" not in Path(f"/proc/{pid}/cmdline").read_bytes()
-            and f"HOME={home}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            if b"--type=" not in proc_file(pid, "cmdline")
+            and f"HOME={home}".encode() in proc_file(pid, "environ").split(b"\0")
         ]
         argv = Path(f"/proc/{browser}/cmdline").read_bytes().split(b"\0")
         assert b"--no-sandbox" not in argv

@@ -308,11 +308,14 @@ def test_no_context_or_process_leak_over_many_episodes(notes_app):
         env.fork().close()
     host.run(host.spares_ready())
     assert host.run(host.context_count()) == contexts and host.spare_count == 1
-    for _ in range(150):  # renderers of closed contexts exit asynchronously (slowly on a loaded machine)
+    # Renderers of closed contexts exit asynchronously (slowly on a loaded machine), and Chromium keeps a
+    # spare renderer process of its own for the next navigation, which comes and goes: one over the
+    # start is that, a leak would be one or more per episode (8 here).
+    for _ in range(150):
         if len(host.chromium_pids()) <= processes:
             break
         time.sleep(0.2)
-    assert len(host.chromium_pids()) <= processes, (processes, host.chromium_pids())
+    assert len(host.chromium_pids()) <= processes + 1, (processes, host.chromium_pids())
     env.close()
 
 

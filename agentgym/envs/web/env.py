@@ -490,10 +490,17 @@ class WebEnv(AgentEnv):
         """
         session = self._session
         page = session.page
+        from playwright.async_api import Error as PlaywrightError
+
         if not await session.needs_history(page, step):
             return
-        if await session.rebuild_history(page):
-            return
+        try:
+            if await session.rebuild_history(page):
+                return
+        except PlaywrightError:
+            # Chromium can swap the tab's renderer under a history call ("Not attached to an active
+            # page", seen under load): the replay below is exact whatever state the tab was left in
+            pass
         goal, prefix, last_error = self._goal, [list(turn) for turn in self._prefix], self._last_error
         await self._replay(self._episode.task_id, prefix, unobserved=done)
         self._goal, self._prefix, self._last_error = goal, prefix, last_error

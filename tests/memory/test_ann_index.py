@@ -317,3 +317,14 @@ def test_bm25_scores_only_the_newest_entries_for_a_common_term_and_widens_to_k(t
         hits = s.search("common", k=8, mode="bm25")
         assert len(hits) == 8 and min(h.entry.id for h in hits) > 20
         assert len(s.search("common", k=40, mode="bm25")) == 40  # widened to the whole store
+
+
+def test_every_stored_vector_finds_itself_in_every_build(tmp_path, ann_always):
+    """usearch's threaded add now and then builds a graph that misses a stored vector even as its own
+    query (2 of 300 builds on 2 threads); the index adds with one thread unless told otherwise."""
+    vectors = clustered(300, seed=11)
+    for build in range(40):
+        with MemoryStore(tmp_path / f"m{build}.db", embedder=NamedVectors()) as s:
+            ids = add(s, vectors)
+            missed = [i for i, v in zip(ids, vectors) if vector_search(s, v)[0] != i]
+            assert s._ann.threads == 1 and missed == [], f"build {build} missed {missed}"

@@ -28,7 +28,7 @@ import agentgym  # noqa: F401  (registers agentgym/OpenEnv-v0)
 from agentgym.integrations.openenv.client_env import OpenEnvEnv, OpenEnvError
 from agentgym.integrations.openenv.container import KIND, ServerError, ServerSpec, acquire
 from agentgym.sandbox import engine, images, labels
-from tests.integrations.test_openenv_env import solve_counter
+from tests.integrations.test_openenv_env import play_counter, solve_counter
 from tests.tool_calls import call
 
 ROOT = Path(__file__).parents[2]
@@ -146,11 +146,7 @@ def test_an_episode_on_an_image_started_server_reaches_success_in_a_container_wi
 
         observation, info = env.reset(seed=11)
         assert env.unwrapped.action_field == "message" and observation["text"].startswith("Reach ")
-        history = [observation["text"]]
-        terminated = truncated = False
-        while not (terminated or truncated):
-            observation, reward, terminated, truncated, info = env.step(solve_counter("\n".join(history)))
-            history.append(observation["text"])
+        observation, reward, terminated, truncated, info = play_counter(env, observation["text"])
         assert terminated and reward == 1.0 and info["success"] and "success" in observation["text"]
         env.reset(seed=11)
         assert env.step("submit")[1:3] == (0.0, True)  # a wrong submission: the server's reward is the evidence

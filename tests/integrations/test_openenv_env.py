@@ -111,6 +111,16 @@ def solve_counter(text: str, reply_as_tool: bool = False) -> str:
     return "submit" if counter >= target else f"add {min(10, target - counter)}"
 
 
+def play_counter(env, first_text: str, reply_as_tool: bool = False) -> tuple:
+    """Play a counter episode to its end with :func:`solve_counter`; the last step's five values."""
+    history = [first_text]
+    while True:
+        step = env.step(solve_counter("\n".join(history), reply_as_tool))
+        history.append(step[0]["text"])
+        if step[2] or step[3]:
+            return step
+
+
 @pytest.mark.slow  # an OpenEnv server process starts (seconds; tens under load)
 def test_an_openenv_env_is_an_agentgym_env_that_passes_check_env_and_plays_to_success(counter_url):
     env = gymnasium.make("agentgym/OpenEnv-v0", url=counter_url)
@@ -118,11 +128,7 @@ def test_an_openenv_env_is_an_agentgym_env_that_passes_check_env_and_plays_to_su
         check_env(env, skip_render_check=True, skip_close_check=True)
         observation, info = env.reset(seed=11)
         assert info["tools"] == [] and env.unwrapped.action_field == "message"
-        history = [observation["text"]]
-        terminated = truncated = False
-        while not (terminated or truncated):
-            observation, reward, terminated, truncated, info = env.step(solve_counter("\n".join(history)))
-            history.append(observation["text"])
+        observation, reward, terminated, truncated, info = play_counter(env, observation["text"])
         assert terminated and reward == 1.0 and info["success"] and "success" in observation["text"]
         # A wrong submission is a failure, with reward 0: the reward is the server's evidence.
         env.reset(seed=11)
@@ -165,13 +171,10 @@ def test_structured_actions_are_one_tool_and_a_rejected_action_is_the_models_err
         assert "rejected" in observation["text"] and "less than or equal to 10" in info["error"]
         assert not (terminated or truncated) and "env_error" not in info
         assert "no tool call" in env.step("add 3")[4]["error"]
-        history = ["Reach", env.unwrapped.reset(seed=2)[0]["text"]]
-        while True:
-            observation, reward, terminated, truncated, info = env.step(solve_counter("\n".join(history), True))
-            history.append(observation["text"])
-            if terminated:
-                break
-        assert reward == 1.0 and info["success"]
+        observation, reward, terminated, truncated, info = play_counter(
+            env, env.unwrapped.reset(seed=2)[0]["text"], True
+        )
+        assert terminated and reward == 1.0 and info["success"]
     finally:
         env.close()
 

@@ -13,16 +13,20 @@ everything, one machine's way). Tool envs need neither.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import tempfile
+import time
 from pathlib import Path
 
 import gymnasium
 
 from agentgym.extras import requires
 
-__all__ = ["RESOURCES", "ClusterUnavailableError", "connect", "env_resource", "worker_resources"]
+__all__ = ["RESOURCES", "ClusterUnavailableError", "connect", "env_resource", "kill_actors", "worker_resources"]
+
+log = logging.getLogger(__name__)
 
 # Env family (the package of its entry point) -> the custom resource its workers need.
 RESOURCES = {
@@ -99,3 +103,30 @@ def worker_resources(env_id: str) -> dict[str, float]:
     if resource is None or ray.cluster_resources().get(resource, 0) <= 0:
         return {}
     return {resource: 1.0}
+
+
+def kill_actors(actors: list, timeout: float = 30.0) -> None:
+    """Kill ``actors`` without restarts and wait (up to ``timeout`` s) until each is dead.
+
+    ``ray.kill`` only asks the cluster to kill: a call queued before the kill lands still runs,
+    so an actor can answer for a moment after it. Waiting here means that when a pool or replica
+    set says it is closed, its CPUs and custom resources are free for whatever is placed next.
+    """
+    import ray
+
+    for actor in actors:
+        ray.kill(actor, no_restart=True)
+    deadline = time.monotonic() + timeout
+    pending = {actor.__ray_ready__.remote(): actor for actor in actors}
+    while pending and time.monotonic() < deadline:
+        answered, _ = ray.wait(list(pending), num_returns=len(pending), timeout=min(1.0, deadline - time.monotonic()))
+        for ref in answered:
+            actor = pending.pop(ref)
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError:
+                continue  # dead
+            time.sleep(0.05)  # answered from before the kill landed: ask again
+            pending[actor.__ray_ready__.remote()] = actor
+    if pending:
+        log.warning("%d Ray actors not known dead %g s after they were killed", len(pending), timeout)

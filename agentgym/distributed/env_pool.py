@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from agentgym.distributed.cluster import connect, worker_resources
+from agentgym.distributed.cluster import connect, kill_actors, worker_resources
 from agentgym.distributed.env_worker import EnvWorker
 from agentgym.distributed.remote_env import _LOST, RemoteEnv
 from agentgym.extras import requires
@@ -166,8 +166,7 @@ class EnvPool:
         # A worker Ray is still restarting (its node gone) may never answer: its envs died with it anyway.
         shutdowns = [slot.actor.shutdown.remote() for slot in self.slots]
         ray.wait(shutdowns, num_returns=len(shutdowns), timeout=SHUTDOWN_TIMEOUT)
-        for slot in self.slots:
-            ray.kill(slot.actor, no_restart=True)
+        kill_actors([slot.actor for slot in self.slots], timeout=SHUTDOWN_TIMEOUT)
 
     def __enter__(self) -> EnvPool:
         return self

@@ -35,7 +35,7 @@ with requires("distributed"):
     import ray
     from ray.exceptions import RayActorError, RayTaskError
 
-from agentgym.distributed.cluster import connect
+from agentgym.distributed.cluster import connect, kill_actors
 from agentgym.rollout.openai_policy import OpenAIPolicy
 
 __all__ = ["PolicyReplicas", "ReplicaError", "ReplicaPolicy"]
@@ -237,8 +237,7 @@ class PolicyReplicas:
         replicas, self._replicas = self._replicas, []
         closing = [replica.actor.close.remote() for replica in replicas]
         ray.wait(closing, num_returns=len(closing), timeout=timeout)
-        for replica in replicas:
-            ray.kill(replica.actor)
+        kill_actors([replica.actor for replica in replicas], timeout=timeout)
 
     def __enter__(self) -> PolicyReplicas:
         return self

@@ -10,6 +10,7 @@ on the page, an element that cannot be clicked, a navigation outside the env's s
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 from urllib.parse import urljoin
@@ -136,16 +137,27 @@ async def perform(session: Any, name: str, arguments: dict, *, timeout_ms: float
 async def _element_action(page: Any, name: str, arguments: dict, timeout_ms: float) -> None:
     element_id = arguments["id"]
     locator = page.locator(f'[data-agentgym-id="{int(element_id)}"]')
-    # One round trip to the page for both questions (whether it exists, whether a click opens a tab).
-    opens_tab = await locator.evaluate_all(_OPENS_TAB_JS)
-    if opens_tab is None:
+    # One round trip to the page for both questions (whether it exists, what a click on it opens).
+    opens = await locator.evaluate_all(_CLICK_OPENS_JS)
+    if opens is None:
         raise ActionError(f"there is no element [{element_id}] on this page; use an id shown in brackets")
     locator = locator.first
-    if name == "click" and opens_tab:
+    if name == "click" and opens == "tab":
         # The new tab's "page" event can arrive after click() returns; wait for it, so the
         # observation already shows the tab (focused, as a browser would).
         async with page.context.expect_page(timeout=timeout_ms):
             await locator.click(timeout=timeout_ms)
+    elif name == "click" and opens == "download":
+        # A download link starts no navigation for click() to wait for, and the browser refuses
+        # the file only once the server answers: wait for that, so this step's observation
+        # reports it. A server that never answers leaves the click done and nothing reported.
+        refused = asyncio.ensure_future(page.wait_for_event("download", timeout=timeout_ms))
+        refused.add_done_callback(lambda done: done.cancelled() or done.exception())  # a timeout is no error
+        try:
+            await locator.click(timeout=timeout_ms)
+            await asyncio.wait([refused])
+        finally:
+            refused.cancel()
     elif name == "click":
         await locator.click(timeout=timeout_ms)
     elif name == "dblclick":
@@ -176,13 +188,17 @@ async def _element_action(page: Any, name: str, arguments: dict, timeout_ms: flo
         await (locator.check if name == "check" else locator.uncheck)(timeout=timeout_ms)
 
 
-# null when no element matches; else whether clicking the first one opens a new tab.
-_OPENS_TAB_JS = """els => {
+# null when no element matches; else what clicking the first one opens: "tab", "download" or "".
+_CLICK_OPENS_JS = """els => {
   if (els.length === 0) return null;
   // getAttribute, not .target: a form control named "target" shadows form.target.
   const owner = els[0].closest('a[href], area[href]') || els[0].form;
   const target = (owner && owner.getAttribute('target')) || '';
-  return target !== '' && !['_self', '_parent', '_top'].includes(target.toLowerCase());
+  if (target !== '' && !['_self', '_parent', '_top'].includes(target.toLowerCase())) return 'tab';
+  // The download attribute counts on same-origin, blob: and data: links only (a browser navigates to others).
+  const link = els[0].closest('a[href][download], area[href][download]');
+  if (link && (link.origin === location.origin || ['blob:', 'data:'].includes(link.protocol))) return 'download';
+  return '';
 }"""
 
 

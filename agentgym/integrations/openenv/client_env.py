@@ -101,6 +101,10 @@ class OpenEnvServerError(OpenEnvError):
         self.details = details
 
 
+# Seconds a dropped session waits for the server's side of the WebSocket closing handshake.
+_DROP_CLOSE_TIMEOUT = 0.5
+
+
 class _Client(AgentGymEnvClient):
     """OpenEnv's client with the branching extension's calls, plus raw requests that raise :class:`OpenEnvServerError` on an error frame.
 
@@ -316,6 +320,10 @@ class OpenEnvEnv(AgentEnv):
         # The server-side env of a broken session is gone (or out of step); the next reset opens a new session.
         client, self._client, self._session = self._client, None, ""
         if client is not None:
+            socket = client.async_client._ws
+            if socket is not None:
+                # A server stuck in a step reads no closing handshake: do not wait the 10 s default for it.
+                socket.close_timeout = _DROP_CLOSE_TIMEOUT
             try:
                 client.close()
             except Exception:

@@ -1,5 +1,7 @@
 """A small notes app for testing WebEnv itself: a list of notes, a form that adds one, a page that blocks a remote image, a visit counter kept in local storage by script, one kept by the server, frames and downloads the browser must refuse."""
 
+import asyncio
+
 from aiohttp import web
 
 from agentgym.envs.web.site import WebApp, esc, form_value
@@ -88,6 +90,7 @@ class App(WebApp):
         )
 
     async def export(self, request):
+        await asyncio.sleep(0.3)  # a slow server: the refusal comes well after the click returned
         headers = {} if request.query.get("inline") else {"Content-Disposition": "attachment; filename=notes.txt"}
         return web.Response(text="notes-secret-export", content_type="text/plain", headers=headers)
 

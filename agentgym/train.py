@@ -18,7 +18,8 @@ examples/accelerate_configs/cpu_ddp.yaml -m agentgym.train --config X.yaml use_c
 MPI is set up). ``warm_start: true`` (or a mapping of ``tasks``, ``epochs``, ``learning_rate``)
 first fine-tunes ``model`` on scripted KeyChain demonstrations into ``output_dir/warm_start``
 and trains from there; after a few logged steps without learning signal (every group's rewards
-equal) the run says so and points to it.
+equal) the run says so and points to it. With a ``peft:`` section the run trains a LoRA adapter:
+``output_dir`` then holds the adapter and ``output_dir/merged`` the policy with it folded in.
 
 A checkpoint counts as complete when every process wrote its rollout state into it (the last
 file written), so a run killed mid-save resumes from the one before. A resumed run must keep
@@ -43,6 +44,7 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import yaml
 
@@ -326,16 +328,34 @@ def _run(config: dict) -> int:
         result = trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_model(output_dir)
         trainer.save_state()  # trainer_state.json (the log history) next to the model
+        merged = _save_merged(trainer, Path(output_dir) / "merged") if trainer.accelerator.is_main_process else None
     finally:
         if lock is not None:
             lock.close()
     if trainer.accelerator.is_main_process:
         start = f"resumed from {checkpoint}" if checkpoint else "started from scratch"
+        where = f"adapter in {output_dir}, merged model in {merged}" if merged else f"model in {output_dir}"
         print(
             f"agentgym train: {trainer.state.global_step} steps on {trainer.accelerator.num_processes} process(es), "
-            f"loss {result.training_loss:.4f}, {start}; model in {output_dir}"
+            f"loss {result.training_loss:.4f}, {start}; {where}"
         )
     return 0
+
+
+def _save_merged(trainer, directory: Path) -> Path | None:
+    """With a LoRA adapter, the trained policy as a plain model too (what ``agentgym serve`` and eval load); else None."""
+    from agentgym.trainers.lora import is_adapted
+    from agentgym.trainers.rollouts import policy_copy
+
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if not is_adapted(model):
+        return None
+    merged = cast(Any, policy_copy(model))
+    if hasattr(merged, "value_model"):  # SAO's critic is not part of the policy
+        del merged.value_model
+    merged.save_pretrained(directory)
+    trainer.processing_class.save_pretrained(directory)
+    return directory
 
 
 _MULTI_CPU = "accelerate launch --multi_gpu --num_processes N -m agentgym.train --config X.yaml use_cpu=true"

@@ -49,7 +49,8 @@ from agentgym.rollout.hf_policy import HFPolicy
 from agentgym.rollout.runner import Runner
 from agentgym.rollout.store import TrajectoryStore
 from agentgym.trainers.base_config import AgentgymConfig
-from agentgym.trainers.rollouts import TimeBudget, make_env_factory, rollout_weights
+from agentgym.trainers.lora import adapter_config, is_adapted
+from agentgym.trainers.rollouts import TimeBudget, make_env_factory, policy_copy, rollout_weights
 
 __all__ = [
     "STATE_FILE",
@@ -117,7 +118,8 @@ class AgentgymTrainer(GRPOTrainer):
         train_dataset: one row per task, ``prompt`` = task id (:func:`task_dataset`); by default the
             config's ``train_tasks`` or every task the env lists.
         processing_class: the tokenizer (its chat template must be prefix-preserving).
-        callbacks, optimizers, peft_config: as for GRPOTrainer.
+        callbacks, optimizers: as for GRPOTrainer.
+        peft_config: a ``peft.PeftConfig`` to train an adapter (or the config's ``peft`` section; not both).
     """
 
     _tag_names = ["trl", "agentgym"]
@@ -143,9 +145,13 @@ class AgentgymTrainer(GRPOTrainer):
             processing_class=processing_class if processing_class is not None else vision_processor(model),
             callbacks=callbacks,
             optimizers=optimizers,
-            peft_config=peft_config,
+            peft_config=self._adapter_config(args, peft_config),
         )
         self._setup_rollouts()
+
+    def _adapter_config(self, args: AgentgymConfig, peft_config):
+        """The adapter to train (None: every weight); subclasses add the modules they attach to the model."""
+        return adapter_config(args.peft, peft_config)
 
     def _setup_rollouts(self) -> None:
         """The store (one file per process), the unwrapped model rollouts sample from, the time budget."""
@@ -197,7 +203,7 @@ class AgentgymTrainer(GRPOTrainer):
                 raise ValueError("vision-language models train with rollout_backend: local only (for now)")
 
             self.replicas = PolicyReplicas(
-                model,
+                policy_copy(model) if is_adapted(model) else model,  # replicas hold plain models, given merged weights
                 tokenizer=self.processing_class,
                 replicas=self.ray_config.policy_replicas,
                 max_batch_size=self.ray_config.replica_max_batch_size,

@@ -5,7 +5,8 @@
 ``AgentgymTrainer`` in :mod:`agentgym.trainers.base` is the trainer side). Its fields are
 :class:`RolloutArguments` (the env, the agent loop, concurrency, the trajectory store, memory, screenshots)
 and four defaults that differ from TrainingArguments': ``bf16`` on only where CUDA is available,
-no activation checkpointing, a log line per step, TensorBoard reports.
+no activation checkpointing, a log line per step, TensorBoard reports; and the ``peft`` section
+(a LoRA adapter, :mod:`agentgym.trainers.lora`).
 """
 
 from __future__ import annotations
@@ -147,11 +148,21 @@ class AgentgymConfig(GRPOConfig, RolloutArguments):
     activation_checkpointing: bool | None = field(default=False, metadata={"help": "Trade compute for memory."})
     logging_steps: float = field(default=1, metadata={"help": "Log every X update steps."})
     report_to: str | list[str] = field(default="tensorboard", metadata={"help": "Where to report metrics."})
+    peft: dict | None = field(
+        default=None,
+        metadata={
+            "help": "Train a LoRA adapter instead of every weight: {r, alpha, dropout, target_modules, modules_to_save} "
+            "(see agentgym.trainers.lora). None: full fine-tuning."
+        },
+    )
 
     def __post_init__(self):
         import torch
 
+        from agentgym.trainers.lora import lora_section
+
         self.check_memory()
+        lora_section(self.peft)  # a bad peft section fails here, not after the model loaded
         self.image_config()  # a bad images section fails here, not at the first rollout
         self.check_rollout_backend()
         if self.bf16 is None:

@@ -19,10 +19,12 @@ recomputed with the pixels the policy saw.
 from __future__ import annotations
 
 import asyncio
+import copy
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import torch
 from transformers import TrainerCallback
@@ -36,6 +38,7 @@ from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig
 from agentgym.rollout.store import Record, TrajectoryStore
 from agentgym.rollout.trajectory import RolloutTree, Trajectory
 from agentgym.rollout.vision import VisionChatFormat
+from agentgym.trainers.lora import is_adapted, merged_weights
 
 __all__ = [
     "Row",
@@ -43,6 +46,7 @@ __all__ = [
     "collate",
     "image_inputs",
     "make_env_factory",
+    "policy_copy",
     "record_metrics",
     "rollout_weights",
     "trajectory_rows",
@@ -67,8 +71,27 @@ def make_agent(policy: HFPolicy, args) -> Agent:
 
 
 def rollout_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """A detached copy of ``model``'s policy weights for a sampler (a value model attached to it left out)."""
+    """A detached copy of ``model``'s policy weights for a sampler (a value model attached to it left out).
+
+    A peft model gives its merged weights under the plain model's names: samplers hold plain models.
+    """
+    if is_adapted(model):
+        return merged_weights(model, skip_prefix="value_model.")
     return {k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith("value_model.")}
+
+
+def policy_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """An independent plain copy of the policy with its class's own forward (an adapter merged into its weights).
+
+    TRL patches ``model.forward`` with a fused LM head whose closure holds the *original* model's
+    forward, so a plain deep copy would still run the original's weights.
+    """
+    clone = copy.deepcopy(model)
+    if is_adapted(clone):
+        clone = cast(Any, clone).merge_and_unload()
+    if "forward" in vars(clone):
+        del clone.forward
+    return clone
 
 
 def make_runner(

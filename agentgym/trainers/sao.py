@@ -39,6 +39,7 @@ import copy
 import math
 import queue
 import random
+import re
 import threading
 import time
 from collections import Counter, deque
@@ -53,12 +54,14 @@ from agentgym.rollout.runner import EpisodeRequest
 from agentgym.rollout.trajectory import Trajectory
 from agentgym.trainers.advantages import explained_variance, strict_clip_policy_loss, turn_gae
 from agentgym.trainers.base import AgentgymTrainer, default_tasks, task_dataset
+from agentgym.trainers.lora import plain_model
 from agentgym.trainers.rollouts import (
     collate,
     image_inputs,
     make_agent,
     make_runner,
     pad_rows,
+    policy_copy,
     record_metrics,
     rollout_weights,
     trajectory_rows,
@@ -66,6 +69,10 @@ from agentgym.trainers.rollouts import (
 from agentgym.trainers.sao_config import SAOConfig
 
 __all__ = ["SAOTrainer", "SeparateValueModel", "ValueHead"]
+
+# The value model and every module in it (a head's layer, a separate value model's linears), as a regex
+# peft's exclude_modules matches against whole module names.
+_VALUE_MODEL_MODULES = r"(.*\.)?value_model(\..*)?"
 
 
 class ValueHead(nn.Module):
@@ -122,14 +129,14 @@ class SAOTrainer(AgentgymTrainer):
         if train_dataset is None:
             train_dataset = task_dataset(self.tasks)
         super().__init__(model, args, train_dataset, processing_class, callbacks, optimizers, peft_config)
-        learner = self.rollout_model
+        learner = plain_model(self.rollout_model)  # with an adapter, the model it wraps holds the value model
         value_model = learner.value_model
         del learner.value_model  # the copies below are policies only
         try:
-            self.producer_model = _unpatched_copy(learner).eval()
+            self.producer_model = policy_copy(self.rollout_model).eval()
             self.start_model = None
             if args.log_kl_to_start:
-                self.start_model = _unpatched_copy(learner).eval().requires_grad_(False)
+                self.start_model = policy_copy(self.rollout_model).eval().requires_grad_(False)
                 # a copy of the causal LM being trained
                 add_fused_lm_head(cast(PreTrainedModel, self.start_model), temperature=self.temperature)
         finally:
@@ -150,6 +157,22 @@ class SAOTrainer(AgentgymTrainer):
         self._stop = threading.Event()
         self._producer: threading.Thread | None = None
         self._producer_error: BaseException | None = None
+
+    def _adapter_config(self, args, peft_config):
+        adapter = super()._adapter_config(args, peft_config)
+        if adapter is None:
+            return None
+        # The value model trains whole beside the adapter, and checkpoints with it: a module to save,
+        # never a LoRA target (an "all-linear" adapter would otherwise reach into it).
+        adapter = copy.deepcopy(adapter)
+        adapter.modules_to_save = [*(adapter.modules_to_save or []), "value_model"]
+        excluded = adapter.exclude_modules
+        if isinstance(excluded, str):
+            patterns = [excluded]
+        else:  # a list matches each name as a module's last name components
+            patterns = [rf"(.*\.)?{re.escape(name)}" for name in excluded or []]
+        adapter.exclude_modules = "|".join([_VALUE_MODEL_MODULES, *patterns])
+        return adapter
 
     # ------------------------------------------------------------------ producer
     def _next_task(self) -> str:
@@ -268,7 +291,16 @@ class SAOTrainer(AgentgymTrainer):
 
     # ------------------------------------------------------------------ values and advantages
     def _value_model(self, model=None):
-        return self.accelerator.unwrap_model(model if model is not None else self.model).value_model
+        value_model = plain_model(self.accelerator.unwrap_model(model if model is not None else self.model)).value_model
+        if hasattr(value_model, "modules_to_save"):  # an adapter's run trains a copy of it (peft's wrapper)
+            return value_model.modules_to_save[value_model.active_adapter]
+        return value_model
+
+    def _trunk(self, model=None) -> nn.Module:
+        """The policy's transformer without its LM head (what a value head reads), an adapter's layers in it."""
+        return cast(
+            nn.Module, plain_model(self.accelerator.unwrap_model(model if model is not None else self.model)).base_model
+        )
 
     def _values(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, images: dict | None = None
@@ -278,9 +310,7 @@ class SAOTrainer(AgentgymTrainer):
         pixels = {k: v for k, v in (images or {}).items() if k != "num_images"}  # the trunk takes them flat
         with torch.no_grad():
             if isinstance(value_model, ValueHead):
-                hidden = self.rollout_model.base_model(
-                    input_ids=input_ids, attention_mask=attention_mask, **pixels
-                ).last_hidden_state
+                hidden = self._trunk()(input_ids=input_ids, attention_mask=attention_mask, **pixels).last_hidden_state
                 return value_model(hidden)
             return value_model(input_ids, attention_mask)
 
@@ -393,8 +423,7 @@ class SAOTrainer(AgentgymTrainer):
         captured = {}
         hook = None
         if isinstance(value_model, ValueHead):  # read the trunk's output from the policy's own forward
-            trunk = self.accelerator.unwrap_model(model).base_model
-            hook = trunk.register_forward_hook(
+            hook = self._trunk(model).register_forward_hook(
                 lambda module, args, output: captured.update(hidden=output.last_hidden_state)
             )
         try:
@@ -468,15 +497,3 @@ def _load_policy(path: str) -> PreTrainedModel:
     if hasattr(AutoConfig.from_pretrained(path), "vision_config"):
         return AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32)
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-
-
-def _unpatched_copy(model: nn.Module) -> nn.Module:
-    """An independent copy of the policy with its class's own forward.
-
-    TRL patches ``model.forward`` with a fused LM head whose closure holds the *original* model's
-    forward, so a plain deep copy would still run the original's weights.
-    """
-    clone = copy.deepcopy(model)
-    if "forward" in vars(clone):
-        del clone.forward
-    return clone

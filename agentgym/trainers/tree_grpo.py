@@ -21,12 +21,14 @@ it is, so every loss type and clipping option of GRPOConfig applies unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from typing import Any, cast
 
 import torch
 from trl.models import unwrap_model_for_generation
+from trl.trainer.utils import use_adapter
 
 from agentgym._lazy import lazy_exports
 from agentgym.rollout.runner import EpisodeRequest
@@ -35,6 +37,7 @@ from agentgym.rollout.tree import SuccessPredictor, TreeConfig, TreeRollout
 from agentgym.rollout.tree_values import node_values, turn_advantages, usable_returns
 from agentgym.trainers.advantages import group_advantages
 from agentgym.trainers.base import AgentgymTrainer
+from agentgym.trainers.lora import is_adapted
 from agentgym.trainers.rollouts import (
     Row,
     collate,
@@ -247,10 +250,16 @@ class TreeGRPOTrainer(AgentgymTrainer):
                     self.model, input_ids, attention_mask, keep, batch_size=size, **images
                 )[0]
             if self.beta != 0.0:
+                # An adapter's reference is its base model, the adapter switched off (or the "ref" copy
+                # TRL makes of an adapter it was given trained): TRL's way.
                 reference = self.ref_model if self.ref_model is not None else self.model
-                batch["ref_per_token_logps"] = self._get_per_token_logps_and_entropies(
-                    reference, input_ids, attention_mask, keep, batch_size=size, **images
-                )[0]
+                learner = self.rollout_model
+                adapted = self.ref_model is None and is_adapted(learner)
+                ref_adapter = "ref" if adapted and "ref" in learner.peft_config else None
+                with use_adapter(learner, ref_adapter) if adapted else contextlib.nullcontext():
+                    batch["ref_per_token_logps"] = self._get_per_token_logps_and_entropies(
+                        reference, input_ids, attention_mask, keep, batch_size=size, **images
+                    )[0]
 
     def _rollout_state(self) -> dict:
         state = {**super()._rollout_state(), "env_steps": self.env_steps}

@@ -63,16 +63,19 @@ def _replicas_used(path) -> set[str]:
 
 
 @pytest.mark.slow
-def test_tree_grpo_two_steps_on_the_cluster(ray_cluster, tmp_path):
+@pytest.mark.parametrize("adapter", [None, {"r": 4, "alpha": 8}], ids=["full", "lora"])
+def test_tree_grpo_two_steps_on_the_cluster(ray_cluster, tmp_path, adapter):
     from agentgym.trainers.tree_grpo import TreeGRPOTrainer
     from agentgym.trainers.tree_grpo_config import TreeGRPOConfig
 
+    # With a LoRA adapter the replicas hold plain models and get the merged weights at each push.
     args = TreeGRPOConfig(
         output_dir=str(tmp_path),
         num_generations=2,
         tree_max_leaves=4,
         rollout_concurrency=4,
         ray=RAY,
+        peft=adapter,
         **COMMON,
     )
     trainer = TreeGRPOTrainer(str(tiny_model_path()), args)

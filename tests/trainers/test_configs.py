@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentgym.train import TRAINERS, _load, last_complete_checkpoint, load_config
+from agentgym.train import OWN_KEYS, TRAINERS, _load, last_complete_checkpoint, load_config
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "examples" / "configs").glob("*.yaml"))
 ACCELERATE = sorted((Path(__file__).resolve().parents[2] / "examples" / "accelerate_configs").glob("*.yaml"))
@@ -18,9 +18,8 @@ ACCELERATE = sorted((Path(__file__).resolve().parents[2] / "examples" / "acceler
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_example_config_builds_its_config_class(path, tmp_path):
     config = load_config(path, [f"output_dir={tmp_path}"])
-    config_cls = _load(TRAINERS[config.pop("trainer")][1])
-    config.pop("model"), config.pop("resume")
-    args = config_cls(**config)
+    config_cls = _load(TRAINERS[config["trainer"]][1])
+    args = config_cls(**{k: v for k, v in config.items() if k not in OWN_KEYS})  # the launcher's own keys aside
     assert args.report_to == ["tensorboard"]
 
 

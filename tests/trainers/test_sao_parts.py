@@ -7,7 +7,8 @@ from transformers import AutoModelForCausalLM
 from trl.trainer.utils import add_fused_lm_head
 
 from agentgym.models import tiny_model_path
-from agentgym.trainers.sao import SeparateValueModel, ValueHead, _unpatched_copy
+from agentgym.trainers.rollouts import policy_copy
+from agentgym.trainers.sao import SeparateValueModel, ValueHead
 
 
 def test_value_models_give_a_value_per_position():
@@ -21,7 +22,7 @@ def test_value_models_give_a_value_per_position():
 def test_producer_copy_does_not_run_the_learners_weights():
     learner = AutoModelForCausalLM.from_pretrained(tiny_model_path(), dtype=torch.float32)
     add_fused_lm_head(learner)  # what GRPOTrainer does to the model it trains
-    copy = _unpatched_copy(learner)
+    copy = policy_copy(learner)
     ids = torch.tensor([[5, 6, 7, 8]])
     with torch.no_grad():
         before = copy(input_ids=ids).logits

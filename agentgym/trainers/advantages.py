@@ -6,9 +6,12 @@ unbiased and when); this module uses its baselines.
 
 **Group advantages** (:func:`group_advantages`): the plain GRPO baseline (``tree: false``):
 ``r − mean(group)`` (or median), optionally divided by the group or batch std, as in TRL.
+**Anchor-state step advantages** (:func:`anchor_step_advantages`): GiGPO's second level for
+linear episodes, turns compared with the other turns taken from the same state.
 
-**Per-turn GAE** (:func:`turn_gae`) for SAO's value baseline, and **strict double-sided token
-clipping** (:func:`strict_clip_policy_loss`).
+**Per-turn GAE** (:func:`turn_gae`) for SAO's value baseline, **strict double-sided token
+clipping** (:func:`strict_clip_policy_loss`), and its **decoupled** form for stale samples
+(:func:`decoupled_policy_loss`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from agentgym._lazy import lazy_exports
 from agentgym.rollout.tree_values import BASELINES
 
 __all__ = [
+    "anchor_step_advantages",
+    "decoupled_policy_loss",
     "explained_variance",
     "group_advantages",
     "strict_clip_policy_loss",
@@ -61,6 +66,34 @@ def group_advantages(
     if scale == "batch":
         std = statistics.stdev(rewards) if len(rewards) > 1 else 0.0
         advantages = [a / (std + eps) for a in advantages]
+    return advantages
+
+
+def anchor_step_advantages(
+    returns: Sequence[float], anchors: Sequence[object], scale: bool = True, eps: float = 1e-4
+) -> list[float]:
+    """GiGPO's step-level advantages: each turn's return minus the mean return of the turns taken from the same state.
+
+    ``anchors[i]`` names the state turn ``i`` acted from (in GiGPO, the env observation, within one
+    task's group of episodes): turns from an identical state form a group, and a turn's advantage
+    is its (discounted) return from that state minus the group's mean, divided by the group's std
+    when ``scale``. A state visited once has no comparison: its turns get 0. The trainer adds these,
+    weighted, to the episode-level group advantage (GiGPO's A = A_episode + ω · A_step).
+    """
+    if len(returns) != len(anchors):
+        raise ValueError(f"{len(returns)} returns for {len(anchors)} anchors")
+    members: dict[object, list[int]] = {}
+    for i, anchor in enumerate(anchors):
+        members.setdefault(anchor, []).append(i)
+    advantages = [0.0] * len(returns)
+    for indices in members.values():
+        if len(indices) < 2:
+            continue
+        values = [returns[i] for i in indices]
+        center = math.fsum(values) / len(values)
+        std = statistics.stdev(values)
+        for i in indices:
+            advantages[i] = (returns[i] - center) / (std + eps) if scale else returns[i] - center
     return advantages
 
 
@@ -109,3 +142,34 @@ def strict_clip_policy_loss(logps, behaviour_logps, advantages, mask, epsilon_lo
     inside = (ratio >= 1.0 - epsilon_low) & (ratio <= 1.0 + epsilon_high)
     kept = mask * inside.detach().to(mask.dtype)
     return -ratio * advantages * kept, kept
+
+
+def decoupled_policy_loss(
+    logps,
+    proximal_logps,
+    behaviour_logps,
+    advantages,
+    mask,
+    epsilon_low: float,
+    epsilon_high: float,
+    weight_cap: float | None = None,
+):
+    """The decoupled objective for stale samples (AReaL's): ``(per-token loss, kept mask, importance weights)``, shape (B, T).
+
+    A sample drawn by an older policy (the behaviour, ``behaviour_logps``) is clipped around a
+    *proximal* policy instead, the learner's own weights when the batch was taken
+    (``proximal_logps``): ``ratio = exp(logps − proximal_logps)`` goes through
+    :func:`strict_clip_policy_loss`, and the token's loss is weighted by ``w = exp(proximal_logps −
+    behaviour_logps)`` (no gradient), which corrects for the behaviour policy having drawn it.
+    Clipping around the behaviour instead (what :func:`strict_clip_policy_loss` alone does) drops
+    ever more tokens as samples age, since the learner has moved away from the behaviour by several
+    versions before the first gradient. ``weight_cap`` truncates ``w`` (truncated importance
+    sampling), bounding a rare token's variance at the cost of a little bias.
+    """
+    import torch
+
+    per_token, kept = strict_clip_policy_loss(logps, proximal_logps, advantages, mask, epsilon_low, epsilon_high)
+    weights = torch.exp(proximal_logps - behaviour_logps).detach()
+    if weight_cap is not None:
+        weights = weights.clamp(max=weight_cap)
+    return per_token * weights, kept, weights

@@ -52,7 +52,12 @@ from trl.trainer.utils import add_fused_lm_head
 
 from agentgym.rollout.runner import EpisodeRequest
 from agentgym.rollout.trajectory import Trajectory
-from agentgym.trainers.advantages import explained_variance, strict_clip_policy_loss, turn_gae
+from agentgym.trainers.advantages import (
+    decoupled_policy_loss,
+    explained_variance,
+    strict_clip_policy_loss,
+    turn_gae,
+)
 from agentgym.trainers.base import AgentgymTrainer, default_tasks, task_dataset
 from agentgym.trainers.lora import plain_model
 from agentgym.trainers.rollouts import (
@@ -302,6 +307,21 @@ class SAOTrainer(AgentgymTrainer):
             nn.Module, plain_model(self.accelerator.unwrap_model(model if model is not None else self.model)).base_model
         )
 
+    def _proximal_logps(self, batch: dict) -> torch.Tensor:
+        """The learner's own log-probabilities of the batch's tokens before it trains on them (the decoupled objective's proximal policy)."""
+        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        keep = batch["completion_ids"].size(1)
+        with torch.no_grad():
+            return self._get_per_token_logps_and_entropies(
+                self.model,
+                input_ids,
+                attention_mask,
+                keep,
+                batch_size=self.args.per_device_train_batch_size,
+                **image_inputs(batch),
+            )[0]
+
     def _values(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, images: dict | None = None
     ) -> torch.Tensor:
@@ -390,6 +410,8 @@ class SAOTrainer(AgentgymTrainer):
         waited = self.learner_wait_s
         fresh, seen, staleness = self._take(len(inputs))
         batch, stats = self._advantages(fresh)
+        if self.args.off_policy_correction == "decoupled":
+            batch["proximal_per_token_logps"] = self._proximal_logps(batch)
         mask = batch["completion_mask"] * batch["tool_mask"]
         batch["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
         metrics = {
@@ -439,14 +461,27 @@ class SAOTrainer(AgentgymTrainer):
             value_model(captured["hidden"].detach()) if hook is not None else value_model(input_ids, attention_mask)
         )
         mask = (inputs["completion_mask"] * inputs["tool_mask"]).float()
-        per_token, kept = strict_clip_policy_loss(
-            logps,
-            inputs["sampling_per_token_logps"],
-            inputs["advantages"],
-            mask,
-            self.args.epsilon,
-            self.args.epsilon_high,
-        )
+        weights = None
+        if "proximal_per_token_logps" in inputs:
+            per_token, kept, weights = decoupled_policy_loss(
+                logps,
+                inputs["proximal_per_token_logps"],
+                inputs["sampling_per_token_logps"],
+                inputs["advantages"],
+                mask,
+                self.args.epsilon,
+                self.args.epsilon_high,
+                self.args.importance_weight_cap,
+            )
+        else:
+            per_token, kept = strict_clip_policy_loss(
+                logps,
+                inputs["sampling_per_token_logps"],
+                inputs["advantages"],
+                mask,
+                self.args.epsilon,
+                self.args.epsilon_high,
+            )
         tokens = mask.sum().clamp(min=1.0)
         policy_loss = per_token.sum() / tokens
         predicted = values.gather(1, inputs["value_positions"])
@@ -459,6 +494,11 @@ class SAOTrainer(AgentgymTrainer):
             "clip/strict_frac": 1.0 - (kept.sum() / tokens).item(),
             "entropy": ((entropies * mask).sum() / tokens).item(),
         }
+        if weights is not None:
+            metrics["off_policy/weight_mean"] = ((weights * mask).sum() / tokens).item()
+            cap = self.args.importance_weight_cap
+            if cap is not None:
+                metrics["off_policy/capped_frac"] = (((weights >= cap).float() * mask).sum() / tokens).item()
         if self.start_model is not None:
             with torch.no_grad():
                 start = self._get_per_token_logps_and_entropies(

@@ -9,6 +9,7 @@ from agentgym.trainers.base_config import AgentgymConfig
 __all__ = ["SAOConfig"]
 
 VALUE_BASELINES = ("trajectory", "gae")
+OFF_POLICY_CORRECTIONS = ("none", "decoupled")
 
 
 @dataclass
@@ -53,6 +54,18 @@ class SAOConfig(AgentgymConfig):
             "help": "Samples whose oldest turn is more than this many policy versions behind the learner are dropped."
         },
     )
+    off_policy_correction: str = field(
+        default="none",
+        metadata={
+            "help": f"One of {OFF_POLICY_CORRECTIONS}: 'none' clips the ratio to the policy that sampled a turn; "
+            "'decoupled' (AReaL's objective) clips it to the learner's weights when the batch was taken and weights "
+            "each token by their ratio to the sampling policy (one extra forward pass per batch)."
+        },
+    )
+    importance_weight_cap: float | None = field(
+        default=5.0,
+        metadata={"help": "With off_policy_correction: decoupled, the importance weights' upper bound (None: none)."},
+    )
     sync_every: int = field(default=1, metadata={"help": "Copy the learner's weights to the producer every k steps."})
     producer_queue_size: int = field(
         default=64,
@@ -74,6 +87,12 @@ class SAOConfig(AgentgymConfig):
     def __post_init__(self):
         if self.value_baseline not in VALUE_BASELINES:
             raise ValueError(f"value_baseline must be one of {VALUE_BASELINES}, got {self.value_baseline!r}")
+        if self.off_policy_correction not in OFF_POLICY_CORRECTIONS:
+            raise ValueError(
+                f"off_policy_correction must be one of {OFF_POLICY_CORRECTIONS}, got {self.off_policy_correction!r}"
+            )
+        if self.importance_weight_cap is not None and self.importance_weight_cap < 1:
+            raise ValueError(f"importance_weight_cap must be at least 1 (or None), got {self.importance_weight_cap}")
         if self.value_learning_rate is not None and self.value_learning_rate <= 0:
             raise ValueError(f"value_learning_rate must be positive, got {self.value_learning_rate}")
         if self.max_staleness < 0 or self.sync_every < 1 or self.producer_queue_size < 1:

@@ -35,7 +35,7 @@ from agentgym.rollout.runner import EpisodeRequest
 from agentgym.rollout.trajectory import RolloutTree, Trajectory
 from agentgym.rollout.tree import SuccessPredictor, TreeConfig, TreeRollout
 from agentgym.rollout.tree_values import node_values, turn_advantages, usable_returns
-from agentgym.trainers.advantages import group_advantages
+from agentgym.trainers.advantages import anchor_step_advantages, group_advantages, turn_gae
 from agentgym.trainers.base import AgentgymTrainer
 from agentgym.trainers.lora import is_adapted
 from agentgym.trainers.rollouts import (
@@ -179,10 +179,11 @@ class TreeGRPOTrainer(AgentgymTrainer):
                 it = iter(advantages)
                 for trajectories in by_group.values():
                     adv = [next(it) for _ in trajectories]
+                    steps = self._step_advantages(trajectories)
                     groups.append(
                         (
                             trajectories,
-                            [[a] * len(t.turns) for a, t in zip(adv, trajectories)],
+                            [[a + s for s in step] for a, step in zip(adv, steps)],
                             [[True] * len(t.turns) for t in trajectories],
                             [t.reward for t in trajectories],
                         )
@@ -208,6 +209,21 @@ class TreeGRPOTrainer(AgentgymTrainer):
             "advantage/abs_mean": sum(abs(a) for a in token_advantages) / max(1, len(token_advantages)),
         }
         return rows, stats
+
+    def _step_advantages(self, trajectories: list[Trajectory]) -> list[list[float]]:
+        """Per turn, ω × GiGPO's anchor-state step advantage within one task's episodes (zeros when ω is 0)."""
+        weight = self.args.step_advantage_weight
+        if not weight:
+            return [[0.0] * len(t.turns) for t in trajectories]
+        returns, anchors = [], []
+        for trajectory in trajectories:
+            rewards = [turn.reward for turn in trajectory.turns]
+            returns.append(turn_gae(rewards, [0.0] * len(rewards), gamma=self.args.step_gamma, lam=1.0)[1])
+            # The state a turn acts from: the env's previous answer (the first turn's: the episode's first observation).
+            anchors.append([trajectory.initial_observation] + [turn.observation for turn in trajectory.turns[:-1]])
+        flat = anchor_step_advantages([r for rs in returns for r in rs], [a for a_s in anchors for a in a_s])
+        it = iter(flat)
+        return [[weight * next(it) for _ in t.turns] for t in trajectories]
 
     # ------------------------------------------------------------------ TRL's hook
     def _generate_and_score_completions(self, inputs):

@@ -53,6 +53,15 @@ class TreeGRPOConfig(AgentgymConfig):
             "'none' for trees (a per-group std biases per-turn advantages; 'batch' only rescales)."
         },
     )
+    step_advantage_weight: float = field(
+        default=0.0,
+        metadata={
+            "help": "tree=False only: GiGPO's anchor-state step advantages, added with this weight (ω; GiGPO uses 1) "
+            "to the episode advantage: turns taken from an identical observation within a task's group are "
+            "compared by their discounted return (step_gamma). 0: off."
+        },
+    )
+    step_gamma: float = field(default=0.95, metadata={"help": "Discount of the returns the step advantages compare."})
     drop_zero_variance_groups: bool = field(
         default=False,
         metadata={
@@ -69,6 +78,13 @@ class TreeGRPOConfig(AgentgymConfig):
             self.advantage_scale = "none" if self.tree else "group"
         if self.advantage_scale not in SCALES:
             raise ValueError(f"advantage_scale must be one of {SCALES}, got {self.advantage_scale!r}")
+        if self.step_advantage_weight < 0 or not 0 <= self.step_gamma <= 1:
+            raise ValueError("step_advantage_weight must be >= 0 and step_gamma in [0, 1]")
+        if self.tree and self.step_advantage_weight:
+            raise ValueError(
+                "step_advantage_weight (GiGPO's anchor-state grouping) is for tree=False: a tree's siblings already "
+                "share their state, and its per-turn advantages compare them"
+            )
         if self.tree and self.advantage_scale == "group":
             raise ValueError(
                 "advantage_scale='group' is the biased per-turn normalisation; use 'none' or 'batch' "

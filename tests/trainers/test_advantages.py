@@ -9,7 +9,13 @@ import pytest
 import torch
 
 from agentgym.rollout.tree_values import hierarchical_values, tree_turn_advantages
-from agentgym.trainers.advantages import explained_variance, group_advantages, strict_clip_policy_loss, turn_gae
+from agentgym.trainers.advantages import (
+    decoupled_policy_loss,
+    explained_variance,
+    group_advantages,
+    strict_clip_policy_loss,
+    turn_gae,
+)
 
 # A tree of 6 nodes: two roots; root 1 ends at once (R = 0); root 0 has children 2 and 3;
 # node 2 has leaves 4 (R = 1) and 5 (R = 0); leaf 3 has R = 1.
@@ -155,3 +161,65 @@ def test_monte_carlo_tree_advantages_are_unbiased():
         worst_naive = max(worst_naive, abs(naive[label] / n - true))
     # The naive per-turn normalisation misses by far more than the sampling error.
     assert worst_naive > 0.1
+
+
+def test_decoupled_policy_loss_on_hand_computed_numbers():
+    # Three tokens, ε = 0.2 both sides, weights capped at 2.
+    #   token 0: π_θ = π_prox            → ratio 1 (kept); w = π_prox/π_behav = e^0.5 ≈ 1.6487
+    #   token 1: π_θ/π_prox = e^0.3      → ratio 1.3499 > 1.2: dropped (loss 0); w = e^-1
+    #   token 2: π_θ/π_prox = e^-0.1     → ratio 0.9048 (kept); w = e^1.5 ≈ 4.48, capped to 2
+    logps = torch.tensor([[-1.0, -0.7, -2.1]])
+    proximal = torch.tensor([[-1.0, -1.0, -2.0]])
+    behaviour = torch.tensor([[-1.5, 0.0, -3.5]])
+    advantages = torch.tensor([[2.0, 1.0, -1.0]])
+    mask = torch.ones(1, 3)
+    loss, kept, weights = decoupled_policy_loss(logps, proximal, behaviour, advantages, mask, 0.2, 0.2, weight_cap=2.0)
+    assert kept.tolist() == [[1.0, 0.0, 1.0]]
+    assert weights[0].tolist() == pytest.approx([math.exp(0.5), math.exp(-1.0), 2.0])
+    # −w · ratio · A: −1.6487 · 1 · 2 = −3.2974; 0; −2 · 0.9048 · (−1) = 1.8097
+    assert loss[0].tolist() == pytest.approx([-2 * math.exp(0.5), 0.0, 2 * math.exp(-0.1)])
+    # Uncapped, token 2 weighs e^1.5; the gradient reaches logps only (the weights carry none).
+    logps.requires_grad_(True)
+    loss, _, weights = decoupled_policy_loss(logps, proximal, behaviour, advantages, mask, 0.2, 0.2)
+    assert weights[0, 2].item() == pytest.approx(math.exp(1.5))
+    loss.sum().backward()
+    # d/dlogp (−w · e^(logp − prox) · A) = −w · ratio · A on kept tokens
+    assert logps.grad[0].tolist() == pytest.approx([-2 * math.exp(0.5), 0.0, math.exp(1.5) * math.exp(-0.1)])
+
+
+def test_anchor_step_advantages_on_hand_computed_numbers():
+    from agentgym.trainers.advantages import anchor_step_advantages
+
+    # States s (twice), t (once), u (twice): s's returns 1 and 0 (mean 0.5), u's 2 and 4 (mean 3).
+    returns, anchors = [1.0, 0.0, 0.5, 2.0, 4.0], ["s", "s", "t", "u", "u"]
+    assert anchor_step_advantages(returns, anchors, scale=False) == [0.5, -0.5, 0.0, -1.0, 1.0]
+    # Scaled by each group's sample std: s's is √0.5 ≈ 0.70711, u's √2 ≈ 1.41421.
+    scaled = anchor_step_advantages(returns, anchors, eps=0.0)
+    assert scaled == pytest.approx([0.70711, -0.70711, 0.0, -0.70711, 0.70711], abs=1e-5)
+    with pytest.raises(ValueError, match="anchors"):
+        anchor_step_advantages([1.0], ["s", "t"])
+
+
+def test_gigpo_step_advantages_compare_turns_taken_from_the_same_observation():
+    from types import SimpleNamespace
+
+    from agentgym.rollout.trajectory import Trajectory, Turn
+    from agentgym.trainers.tree_grpo import TreeGRPOTrainer
+
+    def episode(*steps):
+        turns = [
+            Turn(prompt_ids=[1], completion_ids=[2], logprobs=[-0.1], prompt_mask=[0], observation=obs, reward=r)
+            for obs, r in steps
+        ]
+        return Trajectory(task_id="t", env_id="e", turns=turns, initial_observation="start")
+
+    # Both episodes act from "start"; both then see "door" and act from it (returns 1 and 0 there).
+    a = episode(("door", 0.0), ("open", 1.0))
+    b = episode(("door", 0.0), ("wall", 0.0))
+    trainer = SimpleNamespace(args=SimpleNamespace(step_advantage_weight=2.0, step_gamma=0.5))
+    steps = TreeGRPOTrainer._step_advantages(trainer, [a, b])
+    # Returns with γ = 0.5: a (0.5, 1), b (0, 0). "start": 0.5 vs 0 → ±0.25 / std 0.35355 = ±0.7071;
+    # "door": 1 vs 0 → ±0.5 / 0.70711 = ±0.7071; times ω = 2.
+    assert [[round(x, 3) for x in s] for s in steps] == [[1.414, 1.414], [-1.414, -1.414]]
+    trainer.args.step_advantage_weight = 0.0
+    assert TreeGRPOTrainer._step_advantages(trainer, [a, b]) == [[0.0, 0.0], [0.0, 0.0]]

@@ -170,3 +170,14 @@ def test_both_trainers_and_configs_build_on_one_shared_base(tmp_path):
             assert fields[name].default == shared[name].default and fields[name].metadata["help"]
         args = config_cls(output_dir=str(tmp_path), report_to="none")
         assert args.bf16 == torch.cuda.is_available()  # resolved once, by the shared base
+
+
+def test_gigpo_step_advantages_are_for_linear_episodes_only(tmp_path):
+    from agentgym.trainers.tree_grpo_config import TreeGRPOConfig
+
+    common = dict(output_dir=str(tmp_path), use_cpu=True, report_to="none")
+    assert TreeGRPOConfig(tree=False, step_advantage_weight=1.0, **common).step_gamma == 0.95
+    with pytest.raises(ValueError, match="for tree=False"):
+        TreeGRPOConfig(tree=True, step_advantage_weight=1.0, **common)
+    with pytest.raises(ValueError, match="step_gamma"):
+        TreeGRPOConfig(tree=False, step_advantage_weight=1.0, step_gamma=1.5, **common)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 from trl.trainer.utils import add_fused_lm_head
@@ -36,11 +37,11 @@ def _sao_trainer(tmp_path, **settings):
     from agentgym.trainers.sao import SAOTrainer
     from agentgym.trainers.sao_config import SAOConfig
 
+    settings = {"max_steps": 1, **settings}
     args = SAOConfig(
         output_dir=str(tmp_path),
         env_id="agentgym.envs.tool.keychain:KeyChainEnv",
         per_device_train_batch_size=2,
-        max_steps=1,
         save_strategy="no",
         report_to="none",
         use_cpu=True,
@@ -70,3 +71,25 @@ def test_producer_stays_at_most_max_staleness_batches_ahead(tmp_path):
     assert [trainer._admit() for _ in range(3)] == [True, True, False]
     on_policy = _sao_trainer(tmp_path / "on-policy", max_staleness=0)  # still one batch, or nothing would run
     assert [on_policy._admit() for _ in range(3)] == [True, True, False]
+
+
+def test_the_decoupled_objective_clips_to_the_learner_and_weights_by_the_sampler(tmp_path):
+    trainer = _sao_trainer(tmp_path, off_policy_correction="decoupled", max_steps=2, max_staleness=1, max_turns=2)
+    generate, batches = trainer._generate_and_score_completions, []
+
+    def keeping(inputs):
+        batches.append(generate(inputs))
+        return batches[-1]
+
+    trainer._generate_and_score_completions = keeping
+    trainer.train()
+    first = batches[0]
+    mask = (first["completion_mask"] * first["tool_mask"]).bool()
+    # Step 0's samples came from the producer holding the learner's own weights: proximal = behaviour.
+    proximal, behaviour = first["proximal_per_token_logps"], first["sampling_per_token_logps"]
+    assert proximal.shape == behaviour.shape
+    assert torch.allclose(proximal[mask], behaviour[mask], atol=1e-4)
+    logged = trainer.state.log_history[0]
+    assert logged["off_policy/weight_mean"] == pytest.approx(1.0, abs=1e-3)
+    with pytest.raises(ValueError, match="off_policy_correction must be one of"):
+        _sao_trainer(tmp_path / "bad", off_policy_correction="aReaL")

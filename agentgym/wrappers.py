@@ -60,6 +60,7 @@ __all__ = [
     "BranchingWrapper",
     "RecordScreenshots",
     "WrapperNotBranchingError",
+    "encode_png",
     "export_snapshot",
     "fork",
     "import_snapshot",
@@ -344,13 +345,13 @@ class RecordScreenshots(BranchingWrapper):
             try:
                 frame = self.env.render()
                 if frame is not None:
-                    info[self.key] = base64.b64encode(_encode_png(np.asarray(frame))).decode()
+                    info[self.key] = base64.b64encode(encode_png(np.asarray(frame))).decode()
             except Exception as exc:
                 info[f"{self.key}_error"] = f"{type(exc).__name__}: {exc}"
         return observation, reward, terminated, truncated, info
 
 
-def _encode_png(frame: np.ndarray) -> bytes:
+def encode_png(frame: np.ndarray) -> bytes:
     """An H×W×3 (RGB), H×W×4 (RGBA) or H×W (grey) uint8 array as PNG bytes (no filtering; zlib only, no Pillow)."""
     frame = np.ascontiguousarray(frame, dtype=np.uint8)
     if frame.ndim == 2:

@@ -66,7 +66,7 @@ from agentgym.rollout.images import (
 from agentgym.rollout.policy import Completion, Policy, SamplingParams
 from agentgym.rollout.trajectory import Trajectory, Turn
 
-__all__ = ["Agent", "AgentConfig", "Episode", "EpisodeCheckpoint", "FoldPolicy", "DEFAULT_SYSTEM_PROMPT"]
+__all__ = ["Agent", "AgentConfig", "Episode", "EpisodeCheckpoint", "FoldPolicy", "DEFAULT_SYSTEM_PROMPT", "json_safe"]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are an agent working in an environment through tools. Think briefly, then call tools; "
@@ -338,7 +338,7 @@ class Agent:
             reward=float(reward),
             terminated=bool(terminated),
             truncated=bool(truncated),
-            info=_json_safe({k: v for k, v in info.items() if k != "tools"}),
+            info=json_safe({k: v for k, v in info.items() if k != "tools"}),
             entropy=completion.entropy,
             finish_reason=completion.finish_reason,
             folded=episode.folded,
@@ -600,12 +600,12 @@ def _action_text(completion: Completion) -> str:
     return "\n".join(parts)
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """Info values as JSON-ready data (trajectories are stored as JSONL)."""
     if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, np.ndarray):

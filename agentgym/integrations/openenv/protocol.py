@@ -123,9 +123,9 @@ class BranchingError(RuntimeError):
 
 def encode_image(image: np.ndarray) -> str:
     """An H×W×3 uint8 array as a base64 PNG string."""
-    from agentgym.wrappers import _encode_png  # the one PNG encoder (zlib only, no Pillow)
+    from agentgym.wrappers import encode_png
 
-    return base64.b64encode(_encode_png(np.asarray(image))).decode("ascii")
+    return base64.b64encode(encode_png(np.asarray(image))).decode("ascii")
 
 
 def decode_image(data: str) -> np.ndarray:

@@ -53,7 +53,7 @@ from agentgym.integrations.openenv.protocol import (
     AgentGymState,
     encode_image,
 )
-from agentgym.rollout.agent import _json_safe
+from agentgym.rollout.agent import json_safe
 
 with requires("openenv"):
     from fastmcp import FastMCP
@@ -372,7 +372,7 @@ class AgentGymEnvironment(Environment[AgentGymAction, AgentGymObservation, Agent
         observation = AgentGymObservation(
             text=str(obs.get("text", "")) if isinstance(obs, dict) else str(obs),
             image=encode_image(image) if image is not None and self._served.images else None,
-            info=_json_safe(info),
+            info=json_safe(info),
             terminated=bool(terminated),
             truncated=bool(truncated),
             reward=None if reward is None else float(reward),

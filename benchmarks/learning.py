@@ -25,6 +25,7 @@ Everything goes to ``--out``: results.json, learning_curve.svg, and each run's d
 trainers and the task order; sampling during rollouts is not seeded (HFPolicy draws fresh seeds).
 
     .venv/bin/python benchmarks/learning.py                      # everything, about 1.5 h on 2 cores
+    .venv/bin/python benchmarks/learning.py --part learning --seeds 0,1,2   # means and 95% intervals, ~3 h
     .venv/bin/python benchmarks/learning.py --part throughput --steps 20
 """
 
@@ -39,7 +40,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))  # the demo's helpers, so both measure the same way
 
-from training_runs import log_series, smooth, train_run, training_curve, write_learning_curve  # noqa: E402
+from training_runs import (  # noqa: E402
+    log_series,
+    mean_interval,
+    smooth,
+    train_run,
+    training_curve,
+    write_learning_curve,
+)
 
 from agentgym.train import load_config  # noqa: E402
 from agentgym.trainers.warm_start import held_out_success, keychain_warm_start  # noqa: E402
@@ -89,6 +97,7 @@ def learning(args, out: Path) -> dict:
             f"time_budget_s={args.minutes * 60}",
             "max_steps=100000",
             "save_steps=100000",
+            *[setting for run_name, setting in args.set if run_name == name],
         ]
         run = train_run(CONFIGS / config_name, overrides)
         run_config = load_config(CONFIGS / config_name)
@@ -209,6 +218,37 @@ def throughput(args, out: Path) -> dict:
     return result
 
 
+def over_seeds(args, out: Path) -> dict:
+    """:func:`learning` once per seed (each with its own SFT start, shared by its runs), then each figure's mean and 95% interval."""
+    per_seed = {}
+    for seed in args.seeds:
+        print(f"--- seed {seed}", flush=True)
+        per_seed[seed] = learning(argparse.Namespace(**{**vars(args), "seed": seed}), out / f"seed-{seed}")
+    figures: dict[str, list[float]] = {"sft_heldout_success": [r["sft"]["heldout_success"] for r in per_seed.values()]}
+    for name in args.runs:
+        figures[f"{name}_heldout_success"] = [r[name]["heldout_success"] for r in per_seed.values()]
+        figures[f"{name}_gain_points"] = [r[name]["gain_points"] for r in per_seed.values()]
+        figures[f"{name}_gain_points_sampled"] = [r[name]["gain_points_sampled"] for r in per_seed.values()]
+    fractions = [r["tree_vs_linear"]["fraction"] for r in per_seed.values() if "tree_vs_linear" in r]
+    if fractions:
+        # A seed where tree never reached linear's final success counts as 1 (no saving), not as missing.
+        figures["tree_env_steps_fraction_of_linear"] = [1.0 if f is None else min(f, 1.0) for f in fractions]
+    summary = {}
+    for figure, values in figures.items():
+        mean, low, high = mean_interval(values)
+        summary[figure] = {"values": values, "mean": mean, "ci95": [low, high]}
+        print(f"{figure}: {mean:.3g} (95% interval {low:.3g} to {high:.3g}; {len(values)} seeds)", flush=True)
+    return {"seeds": per_seed, "summary": summary}
+
+
+def run_setting(text: str) -> tuple[str, str]:
+    """``RUN.key=value`` → (RUN, ``key=value``): a config override for one run."""
+    name, dot, setting = text.partition(".")
+    if not dot or "=" not in setting or name not in RUNS:
+        raise argparse.ArgumentTypeError(f"expected RUN.key=value with RUN one of {', '.join(RUNS)}, got {text!r}")
+    return name, setting
+
+
 def run_names(text: str) -> list[str]:
     names = text.split(",")
     if unknown := [n for n in names if n not in RUNS]:
@@ -237,13 +277,27 @@ def main() -> None:
         help="throughput: episodes in flight in both pipelines (default: one per trajectory of a batch)",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seeds",
+        type=lambda text: [int(s) for s in text.split(",")],
+        default=None,
+        help="learning: repeat over these seeds (e.g. 0,1,2) and report means with 95%% intervals",
+    )
+    parser.add_argument(
+        "--set",
+        type=run_setting,
+        action="append",
+        default=[],
+        help="learning: a config override for one run, e.g. sao.off_policy_correction=decoupled or "
+        "linear_grpo.step_advantage_weight=1 (repeatable)",
+    )
     parser.add_argument("--out", default="runs/learning")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = {}
     if args.part in ("all", "learning"):
-        results["learning"] = learning(args, out)
+        results["learning"] = over_seeds(args, out) if args.seeds else learning(args, out)
     if args.part in ("all", "throughput"):
         results["throughput"] = throughput(args, out)
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str))

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["log_series", "smooth", "train_run", "training_curve", "write_learning_curve"]
+__all__ = ["log_series", "mean_interval", "smooth", "train_run", "training_curve", "write_learning_curve"]
 
 
 def train_run(config_path: str | Path, overrides: Sequence[str] = ()) -> dict:
@@ -36,6 +36,24 @@ def train_run(config_path: str | Path, overrides: Sequence[str] = ()) -> dict:
 def log_series(log: list[dict], key: str) -> list[float]:
     """The logged values of ``key``, in order, without gaps or NaNs."""
     return [h[key] for h in log if key in h and h[key] is not None and not math.isnan(h[key])]
+
+
+def mean_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """``(mean, low, high)``: the mean of ``values`` (one per seed) and its Student-t confidence interval.
+
+    With one value the interval is unknown: ``(x, nan, nan)``.
+    """
+    from scipy import stats
+
+    n = len(values)
+    if n == 0:
+        raise ValueError("no values")
+    mean = math.fsum(values) / n
+    if n == 1:
+        return mean, math.nan, math.nan
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
 
 
 def smooth(values: Sequence[float], window: int = 5) -> list[float]:

@@ -22,18 +22,19 @@ MINIWOB = ("agentgym/web.miniwob.click-button-v0", {"set_of_marks": True})
 DESKTOP = ("agentgym/gui.desktop-v0", {})
 
 
-class OddActionsPay(BranchingWrapper):
-    """A stand-in reward on top of the env's: 0.5 for an action of odd length. The tiny random-weight VLM never solves
-    a task, so every reward would be 0 and every advantage too; this one differs between its samples, so the
-    policy gets a gradient. The env, its screenshots and its forks are the real ones."""
+class LongerActionsPay(BranchingWrapper):
+    """A stand-in reward on top of the env's: 0.05 per character of the action. The tiny random-weight VLM never
+    solves a task, so every reward would be 0 and every advantage too; its random actions' lengths differ between
+    samples (a parity reward tied a whole group now and then, and the step had no gradient), so the policy gets one.
+    The env, its screenshots and its forks are the real ones."""
 
     def step(self, action):
         observation, reward, terminated, truncated, info = self.env.step(action)
-        return observation, reward + 0.5 * (len(str(action)) % 2), terminated, truncated, info
+        return observation, reward + 0.05 * len(str(action)), terminated, truncated, info
 
 
 def shaped_env(env_id: str, **kwargs):
-    return OddActionsPay(gymnasium.make(env_id, **kwargs))
+    return LongerActionsPay(gymnasium.make(env_id, **kwargs))
 
 
 def _trainer(kind: str, env: tuple[str, dict], tmp_path, task: str | None):

@@ -93,8 +93,22 @@ def test_an_unprivileged_process_runs_chromium_sandboxed_as_itself(tmp_path):
         "from agentgym.sandbox.browser import BrowserHost\n"
         "host = BrowserHost(); assert host.account is None\n"
         "session = host.run(host.open_session([]), timeout=60); host.run(session.new_page('about:blank'))\n"
-        "pids = [p for p in host.chromium_pids() if b'--type=renderer' in Path(f'/proc/{p}/cmdline').read_bytes()]\n"
-        "print('seccomp', {Path(f'/proc/{p}/status').read_text().split('Seccomp:')[1].split()[0] for p in pids})\n"
+        "import time\n"
+        "def modes():\n"
+        "    modes = set()\n"
+        "    for p in host.chromium_pids():\n"
+        "        try:\n"
+        "            if b'--type=renderer' in Path(f'/proc/{p}/cmdline').read_bytes():\n"
+        "                modes.add(Path(f'/proc/{p}/status').read_text().split('Seccomp:')[1].split()[0])\n"
+        "        except OSError:\n"
+        "            pass  # exited meanwhile\n"
+        "    return modes\n"
+        # A renderer installs its seccomp filter early in its start: one a spare context is starting right now
+        # may not have it yet. Every renderer must have it within seconds; one without it for good fails.
+        "deadline = time.monotonic() + 10\n"
+        "while modes() != {'2'} and time.monotonic() < deadline:\n"
+        "    time.sleep(0.1)\n"
+        "print('seccomp', modes())\n"
         "host.run(session.close()); host.close()\n"
     )
     try:

@@ -40,14 +40,24 @@ import numpy as np
 from agentgym.extras import requires
 
 MAGIC = b"AGENTGYM-ANN\x00\x01\n"
-# HNSW parameters: 16 links per node and 64 candidates while inserting keep a 1M-vector build
-# within minutes on 2 cores. 96 candidates on search gave recall@10 0.98 at 100k real MiniLM
-# vectors (benchmarks/memory.py reports it; 1M not measured yet) but only 0.94-0.97 on the
-# harder low-dimensional clusters of tests/memory/test_ann_index.py, varying with the
-# multi-threaded build's insertion order; 128 keeps those at 0.97-0.99 for ~25% more search time.
-CONNECTIVITY = 16
-EXPANSION_ADD = 64
+# HNSW parameters, measured by benchmarks/memory.py (recall@10 against exact search, real MiniLM
+# vectors, near-duplicates beyond 18.7k: ~53 noisy copies of each at 1M, as a bank of repeated
+# tasks holds). 16 links and 64 insertion candidates gave 0.98 at 100k but 0.41 at 1M (0.63 with
+# 512 search candidates): the clusters of near-duplicates trap the greedy search. 32 links and 128
+# insertion candidates give 0.86 at 1M with 128 search candidates and 0.965 with 512, for a build of
+# ~3 min per 1M vectors on one core (1.5 min on two). Search candidates grow with the index
+# (search_expansion): 128 up to 256k vectors keeps small stores' queries fast (hybrid p50 is
+# within 10 ms at 100k), 512 from 1M. 128 also keeps the harder low-dimensional clusters of
+# tests/memory/test_ann_index.py at 0.97-0.99.
+CONNECTIVITY = 32
+EXPANSION_ADD = 128
 EXPANSION_SEARCH = 128
+EXPANSION_SEARCH_MAX = 512
+
+
+def search_expansion(size: int) -> int:
+    """HNSW search candidates for an index of ``size`` vectors: 128 up to 256k, then one per 2,000 vectors, at most 512."""
+    return max(EXPANSION_SEARCH, min(EXPANSION_SEARCH_MAX, size // 2000))
 # Save the in-memory index again once this share of its size changed since the file was written
 # (and at least SAVE_MIN_CHANGES), so that a new process catches up from a recent file.
 SAVE_CHANGED_SHARE = 0.1
@@ -155,6 +165,9 @@ class AnnIndex:
         with self.lock:
             if not len(self.index) or k <= 0:
                 return np.empty(0, dtype=np.int64)
+            expansion = search_expansion(len(self.index))
+            if self.index.expansion_search != expansion:
+                self.index.expansion_search = expansion  # type: ignore[misc]
             matches = self.index.search(np.asarray(query, dtype=np.float32), min(k, len(self.index)), threads=1)
             return matches.keys.astype(np.int64)
 

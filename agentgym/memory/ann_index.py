@@ -44,20 +44,20 @@ MAGIC = b"AGENTGYM-ANN\x00\x01\n"
 # vectors, near-duplicates beyond 18.7k: ~53 noisy copies of each at 1M, as a bank of repeated
 # tasks holds). 16 links and 64 insertion candidates gave 0.98 at 100k but 0.41 at 1M (0.63 with
 # 512 search candidates): the clusters of near-duplicates trap the greedy search. 32 links and 128
-# insertion candidates give 0.86 at 1M with 128 search candidates and 0.965 with 512, for a build of
-# ~3 min per 1M vectors on one core (1.5 min on two). Search candidates grow with the index
-# (search_expansion): 128 up to 256k vectors keeps small stores' queries fast (hybrid p50 is
-# within 10 ms at 100k), 512 from 1M. 128 also keeps the harder low-dimensional clusters of
-# tests/memory/test_ann_index.py at 0.97-0.99.
+# insertion candidates give 0.86 at 1M with 128 search candidates and 0.947-0.965 with 500-512,
+# for a build of ~3.5 min per 1M vectors on one core. Search candidates grow with the index
+# (search_expansion): 128 up to 128k vectors keeps small stores' queries fast (hybrid p50 is
+# about 10 ms at 100k), one per 1,000 vectors beyond (1,000 at 1M: ~2 ms a search). 128 also
+# keeps the harder low-dimensional clusters of tests/memory/test_ann_index.py at 0.97-0.99.
 CONNECTIVITY = 32
 EXPANSION_ADD = 128
 EXPANSION_SEARCH = 128
-EXPANSION_SEARCH_MAX = 512
+EXPANSION_SEARCH_MAX = 1024
 
 
 def search_expansion(size: int) -> int:
-    """HNSW search candidates for an index of ``size`` vectors: 128 up to 256k, then one per 2,000 vectors, at most 512."""
-    return max(EXPANSION_SEARCH, min(EXPANSION_SEARCH_MAX, size // 2000))
+    """HNSW search candidates for an index of ``size`` vectors: 128 up to 128k, then one per 1,000 vectors, at most 1,024."""
+    return max(EXPANSION_SEARCH, min(EXPANSION_SEARCH_MAX, size // 1000))
 # Save the in-memory index again once this share of its size changed since the file was written
 # (and at least SAVE_MIN_CHANGES), so that a new process catches up from a recent file.
 SAVE_CHANGED_SHARE = 0.1

@@ -333,12 +333,12 @@ def test_every_stored_vector_finds_itself_in_every_build(tmp_path, ann_always):
 def test_search_candidates_grow_with_the_index():
     from agentgym.memory.ann_index import search_expansion
 
-    # 128 up to 256k vectors, then one per 2,000 (1M: 500), never above 512.
-    assert [search_expansion(n) for n in (0, 100_000, 256_000, 300_000, 1_000_000, 10_000_000)] == [
+    # 128 up to 128k vectors, then one per 1,000 (1M: 1,000), never above 1,024.
+    assert [search_expansion(n) for n in (0, 100_000, 128_000, 300_000, 1_000_000, 10_000_000)] == [
         128,
         128,
         128,
-        150,
-        500,
-        512,
+        300,
+        1000,
+        1024,
     ]

@@ -58,6 +58,8 @@ EXPANSION_SEARCH_MAX = 1024
 def search_expansion(size: int) -> int:
     """HNSW search candidates for an index of ``size`` vectors: 128 up to 128k, then one per 1,000 vectors, at most 1,024."""
     return max(EXPANSION_SEARCH, min(EXPANSION_SEARCH_MAX, size // 1000))
+
+
 # Save the in-memory index again once this share of its size changed since the file was written
 # (and at least SAVE_MIN_CHANGES), so that a new process catches up from a recent file.
 SAVE_CHANGED_SHARE = 0.1
@@ -167,7 +169,7 @@ class AnnIndex:
                 return np.empty(0, dtype=np.int64)
             expansion = search_expansion(len(self.index))
             if self.index.expansion_search != expansion:
-                self.index.expansion_search = expansion  # type: ignore[misc]
+                self.index.expansion_search = expansion
             matches = self.index.search(np.asarray(query, dtype=np.float32), min(k, len(self.index)), threads=1)
             return matches.keys.astype(np.int64)
 

@@ -16,8 +16,8 @@ hybrid queries embed the BM25 query text for real. Recall@10 compares the index 
 scan of the same vectors.
 
 Built stores are cached in ``--workdir`` (default /tmp/agentgym-memory-bench) and reused by later
-runs with the same size, seed and vectors, as are the real vectors. A first 1M run takes ~20 min
-on 2 cores (writing the store, building the index); the default sizes take a few minutes.
+runs with the same size, seed and vectors, as are the real vectors. A first 1M run takes ~8 min
+on 2 cores (writing the store ~4, building the index ~3.5); the default sizes take a few minutes.
 
     .venv/bin/python benchmarks/memory.py --sizes 1000,100000,1000000 --queries 200 --writers 8
 """
@@ -180,7 +180,8 @@ def real_vectors(embedder, n: int, cache_dir: Path) -> tuple[list[str], np.ndarr
 
 def entry_vectors(real: np.ndarray, start: int, stop: int, noise: float, seed: int) -> np.ndarray:
     """Vectors of entries start..stop-1: the real vector i mod pool, plus noise of norm ``noise``
-    (unit-normalised) once the pool is used up; entry i's vector is the same whatever the chunking."""
+    (unit-normalised) once the pool is used up; the noise is drawn per chunk (seeded by its start),
+    so entry i's vector is the same in every build that writes chunks of the same size."""
     index = np.arange(start, stop)
     vectors = real[index % len(real)].copy()
     reused = index >= len(real)

@@ -339,20 +339,6 @@ class HFPolicy(Policy):
         missing = sorted(k for k in set(params) - set(state_dict) if params[k].data_ptr() not in given)
         if missing or unexpected:
             raise ValueError(f"state dict does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
-        # A tied pair (one tensor under two names) given two values: whichever loaded last would win, silently.
-        # (A LoRA run that trains a copy of lm_head unties it; a model built with tied weights cannot hold that.)
-        names_of: dict[int, list[str]] = {}
-        for name in state_dict:
-            names_of.setdefault(params[name].data_ptr(), []).append(name)
-        for names in names_of.values():
-            first, *others = names
-            for other in others:
-                if state_dict[first].shape == state_dict[other].shape and not torch.equal(
-                    state_dict[first], state_dict[other]
-                ):
-                    raise ValueError(
-                        f"state dict gives {first} and {other} different values, but this model ties them (one tensor)"
-                    )
         # Checked before loading: load_state_dict copies the tensors that fit before it raises for the rest.
         reshaped = sorted(k for k, v in state_dict.items() if tuple(v.shape) != tuple(params[k].shape))
         if reshaped:

@@ -96,10 +96,13 @@ def test_after_new_navigations_in_a_fork_going_back_reaches_the_recorded_entries
         act(env, "go_back()")  # /, /external, / at index 1: one entry back, one forward
         fork = env.fork()
         try:
+            assert fork.fork_mode == "restore"
             # A new page drops the forward entry in both; going back then passes the restored entry.
+            # (Its entries are put into Chromium lazily, unless Chromium swaps the tab's renderer under
+            # the history call, as seen under CI's load: the env then replays the episode, which is
+            # exact, so the equality holds either way; the fallback's own test forces it.)
             actions = ['goto("http://notes.local/visits")', "go_back()", "go_back()", "go_forward()", "go_forward()"]
             same_after(env, fork, actions)
-            assert fork.fork_mode == "restore"
         finally:
             fork.close()
     finally:

@@ -297,7 +297,7 @@ class OpenEnvEnv(AgentEnv):
         except BranchingError:
             raise
         except TimeoutError as exc:
-            self._drop_session()
+            self._drop_session(hung=True)
             raise OpenEnvError(
                 f"the OpenEnv server at {self.base_url} did not answer {what!r} within {self.message_timeout:g} s"
             ) from exc
@@ -316,13 +316,14 @@ class OpenEnvEnv(AgentEnv):
         failure = self._server.failure() if self._server is not None else None
         return f" ({failure})" if failure else ""
 
-    def _drop_session(self) -> None:
+    def _drop_session(self, hung: bool = False) -> None:
         # The server-side env of a broken session is gone (or out of step); the next reset opens a new session.
         client, self._client, self._session = self._client, None, ""
         if client is not None:
             socket = client.async_client._ws
-            if socket is not None:
-                # A server stuck in a step reads no closing handshake: do not wait the 10 s default for it.
+            if hung and socket is not None:
+                # A server stuck in a step reads no closing handshake: do not wait the 10 s default for it
+                # (a server that answers gets the whole handshake, however loaded it is).
                 socket.close_timeout = _DROP_CLOSE_TIMEOUT
             try:
                 client.close()

@@ -48,6 +48,7 @@ __all__ = [
     "make_env_factory",
     "policy_copy",
     "record_metrics",
+    "sequences",
     "rollout_weights",
     "trajectory_rows",
 ]
@@ -78,6 +79,13 @@ def rollout_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     if is_adapted(model):
         return merged_weights(model, skip_prefix="value_model.")
     return {k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith("value_model.")}
+
+
+def sequences(batch: dict) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """A TRL batch's whole sequences: ``(input_ids, attention_mask, completion width)`` (the logits to keep)."""
+    input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    return input_ids, attention_mask, batch["completion_ids"].size(1)
 
 
 def policy_copy(model: torch.nn.Module) -> torch.nn.Module:

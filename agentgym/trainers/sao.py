@@ -69,6 +69,7 @@ from agentgym.trainers.rollouts import (
     policy_copy,
     record_metrics,
     rollout_weights,
+    sequences,
     trajectory_rows,
 )
 from agentgym.trainers.sao_config import SAOConfig
@@ -296,22 +297,22 @@ class SAOTrainer(AgentgymTrainer):
 
     # ------------------------------------------------------------------ values and advantages
     def _value_model(self, model=None):
-        value_model = plain_model(self.accelerator.unwrap_model(model if model is not None else self.model)).value_model
+        value_model = self._policy_module(model).value_model
         if hasattr(value_model, "modules_to_save"):  # an adapter's run trains a copy of it (peft's wrapper)
             return value_model.modules_to_save[value_model.active_adapter]
         return value_model
 
     def _trunk(self, model=None) -> nn.Module:
         """The policy's transformer without its LM head (what a value head reads), an adapter's layers in it."""
-        return cast(
-            nn.Module, plain_model(self.accelerator.unwrap_model(model if model is not None else self.model)).base_model
-        )
+        return cast(nn.Module, self._policy_module(model).base_model)
+
+    def _policy_module(self, model=None):
+        """The policy module itself: unwrapped from DDP and the like, and from an adapter's peft model."""
+        return plain_model(self.accelerator.unwrap_model(model if model is not None else self.model))
 
     def _proximal_logps(self, batch: dict) -> torch.Tensor:
         """The learner's own log-probabilities of the batch's tokens before it trains on them (the decoupled objective's proximal policy)."""
-        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
-        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        keep = batch["completion_ids"].size(1)
+        input_ids, attention_mask, keep = sequences(batch)
         with torch.no_grad():
             return self._get_per_token_logps_and_entropies(
                 self.model,
@@ -437,9 +438,7 @@ class SAOTrainer(AgentgymTrainer):
 
     def _compute_loss(self, model, inputs):
         mode = "train" if self.model.training else "eval"
-        input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
-        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-        keep = inputs["completion_ids"].size(1)
+        input_ids, attention_mask, keep = sequences(inputs)
         images = image_inputs(inputs)  # a VLM's pixels: the logprobs are recomputed with what the policy saw
         value_model = self._value_model(model)
         captured = {}

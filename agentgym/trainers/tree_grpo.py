@@ -47,6 +47,7 @@ from agentgym.trainers.rollouts import (
     pad_rows,
     record_metrics,
     run_tasks,
+    sequences,
     trajectory_rows,
 )
 from agentgym.trainers.tree_grpo_config import TreeGRPOConfig
@@ -255,9 +256,7 @@ class TreeGRPOTrainer(AgentgymTrainer):
         need_old = self.args.gradient_accumulation_steps % generate_every != 0
         if not need_old and self.beta == 0.0:
             return
-        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
-        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        keep = batch["completion_ids"].size(1)
+        input_ids, attention_mask, keep = sequences(batch)
         size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
         images = image_inputs(batch)  # a VLM's pixels, as the loss's forward gets them
         with torch.no_grad():

@@ -1,18 +1,20 @@
-"""``agentgym serve`` as a child process for tests: a free loopback port and a launcher that waits for ``/health``."""
+"""Child servers for tests: a free loopback port, a child process that logs to a file, and ``agentgym serve`` waited on until ``/health``."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["ServerProcess", "free_port"]
+__all__ = ["LoggedProcess", "ServerProcess", "free_port"]
 
 
 def free_port() -> int:
@@ -20,6 +22,40 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+class LoggedProcess(subprocess.Popen):
+    """A child process whose stdout and stderr go to an unlinked temporary file, not to a pipe.
+
+    Nobody reads a long-lived server's pipe while tests run; once its 64 KiB buffer fills, the
+    child's next write blocks and the whole server stalls. OpenEnv's own server logs a ~4 KiB
+    traceback for every session its client closes, so it stalled after ~15 sessions.
+    """
+
+    def __init__(self, args: Sequence[str], **kwargs):
+        with tempfile.NamedTemporaryFile(prefix="agentgym-test-", suffix=".log") as log:
+            # A reader of its own (its own offset) outlives the unlinked name; the child appends.
+            self._reader = open(log.name, "rb")  # noqa: SIM115 - closed in stop()
+            with open(log.name, "ab") as writer:
+                super().__init__(args, stdout=writer, stderr=subprocess.STDOUT, **kwargs)
+
+    def output(self) -> str:
+        """Everything the process has written so far."""
+        self._reader.seek(0)
+        return self._reader.read().decode(errors="replace")
+
+    def stop(self, grace: float = 10.0, signal_number: int = signal.SIGTERM) -> str:
+        """Send ``signal_number``, kill the process if it is still running after ``grace`` s, reap it; its whole output."""
+        if self.poll() is None:
+            self.send_signal(signal_number)
+            try:
+                self.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                self.wait()
+        output = self.output()
+        self._reader.close()
+        return output
 
 
 class ServerProcess:
@@ -52,19 +88,17 @@ class ServerProcess:
             *options,
         ]
         self.timeout = timeout
-        self.process: subprocess.Popen | None = None
+        self.process: LoggedProcess | None = None
         self.base_url = ""
 
     def __enter__(self) -> ServerProcess:
         port = free_port()
-        self.process = subprocess.Popen(
-            [*self.command, "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
+        self.process = LoggedProcess([*self.command, "--port", str(port)])
         deadline = time.monotonic() + self.timeout
         try:
             while True:
                 if self.process.poll() is not None:
-                    raise RuntimeError(f"agentgym serve exited: {self.process.stdout.read()}")
+                    raise RuntimeError(f"agentgym serve exited: {self.process.output()}")
                 try:
                     with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as health:
                         if json.load(health)["status"] == "ok":
@@ -83,10 +117,4 @@ class ServerProcess:
         process, self.process = self.process, None
         if process is None:
             return
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        process.stdout.close()
+        process.stop(grace=15)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -32,31 +31,25 @@ from agentgym.rollout.policy import Completion, Policy
 from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig
 from agentgym.rollout.trajectory import RolloutTree
 from agentgym.rollout.tree import TreeConfig, TreeRollout
-from tests.serving import free_port
+from tests.serving import LoggedProcess, free_port
 from tests.tool_calls import call
 
 ROOT = Path(__file__).parents[2]
 
 
 @contextlib.contextmanager
-def server_process(*command: str) -> Iterator[tuple[str, subprocess.Popen]]:
+def server_process(*command: str) -> Iterator[tuple[str, LoggedProcess]]:
     """``command`` (given ``{port}``) as a child process serving OpenEnv on a free loopback port: (base URL, process).
 
     Waits for ``/health``; on exit the process is terminated by its pid (killed after 10 s).
     """
     port = free_port()
-    process = subprocess.Popen(
-        [part.format(port=port) for part in command],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    process = LoggedProcess([part.format(port=port) for part in command], cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
         while True:
-            assert process.poll() is None, f"the server exited: {process.stdout.read()}"
+            assert process.poll() is None, f"the server exited: {process.output()}"
             assert time.monotonic() < deadline, "the server did not answer /health within 60 s"
             try:
                 with urllib.request.urlopen(url + "/health", timeout=2):
@@ -65,13 +58,7 @@ def server_process(*command: str) -> Iterator[tuple[str, subprocess.Popen]]:
                 time.sleep(0.2)
         yield url, process
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        process.stdout.close()
+        process.stop()
 
 
 def openenv_app(name: str):

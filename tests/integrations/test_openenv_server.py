@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -31,7 +31,7 @@ from agentgym.cli import UsageError, main
 from agentgym.integrations.openenv.protocol import AgentGymEnvClient, BranchingError
 from agentgym.integrations.openenv.server import AgentGymEnvironment, create_openenv_app
 from agentgym.task import resolve_step
-from tests.serving import free_port
+from tests.serving import LoggedProcess, free_port
 
 KEYCHAIN = "agentgym/tool.keychain-v0"
 BFCL = "agentgym/tool.bfcl-multi-turn-base-v0"
@@ -345,11 +345,8 @@ def test_cli_init_writes_a_directory_openenv_accepts_and_whose_app_serves(tmp_pa
 @pytest.mark.slow
 def test_cli_serve_runs_until_interrupted():
     port = free_port()
-    process = subprocess.Popen(
-        [str(Path(sys.executable).with_name("agentgym")), "openenv", "serve", "tool.keychain-v0", "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    process = LoggedProcess(
+        [str(Path(sys.executable).with_name("agentgym")), "openenv", "serve", "tool.keychain-v0", "--port", str(port)]
     )
     try:
 
@@ -360,12 +357,11 @@ def test_cli_serve_runs_until_interrupted():
                     async with AgentGymEnvClient(base_url=f"http://127.0.0.1:{port}") as client:
                         return (await client.reset(task_id="train-0")).observation.info["task_id"]
                 except ConnectionError:
-                    assert process.poll() is None and time.monotonic() < deadline, process.stdout.read()
+                    assert process.poll() is None and time.monotonic() < deadline, process.output()
                     await asyncio.sleep(0.25)
 
         assert asyncio.run(episode()) == "train-0"
     finally:
-        process.send_signal(2)
-        output = process.communicate(timeout=30)[0]
+        output = process.stop(grace=30, signal_number=signal.SIGINT)
     assert process.returncode == 0, output
     assert f"over OpenEnv on ws://127.0.0.1:{port}/ws" in output

@@ -21,6 +21,7 @@ import pytest
 
 from agentgym.models import tiny_model_path
 from agentgym.rollout.store import TrajectoryStore
+from tests.serving import LoggedProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "examples" / "configs"
@@ -135,16 +136,15 @@ def test_sao_resumes_after_sigkill_without_losing_trajectories(tmp_path):
         *SMALL,
         *PER_TRAINER["keychain-sao.yaml"],
     ]
-    process = subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    process = LoggedProcess(command, cwd=ROOT, env=_env())
     deadline = time.monotonic() + 600
     try:
         while not (out / "checkpoint-2" / "agentgym_state-rank0.json").exists():
-            assert process.poll() is None, process.stdout.read().decode()[-3000:]
+            assert process.poll() is None, process.output()[-3000:]
             assert time.monotonic() < deadline, "no checkpoint-2 within 10 minutes"
             time.sleep(0.2)
     finally:
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait()
+        process.stop(grace=0, signal_number=signal.SIGKILL)
     store = out / "trajectories.jsonl"
     with pytest.warns(RuntimeWarning) if not store.read_bytes().endswith(b"\n") else _nothing():
         before = TrajectoryStore(store).read()

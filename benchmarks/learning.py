@@ -68,7 +68,13 @@ def steps_to_reach(log: list[dict], target: float) -> float | None:
 def learning(args, out: Path) -> dict:
     config = load_config(CONFIGS / RUNS["tree_grpo"])
     sft = keychain_warm_start(
-        out / "sft", config, tasks=args.sft_tasks, epochs=args.sft_epochs, learning_rate=args.sft_lr, seed=args.seed
+        out / "sft",
+        config,
+        tasks=args.sft_tasks,
+        epochs=args.sft_epochs,
+        learning_rate=args.sft_lr,
+        seed=args.seed,
+        guess_rate=args.sft_guess_rate,
     )
     results = {
         "seed": args.seed,
@@ -80,6 +86,7 @@ def learning(args, out: Path) -> dict:
             "tasks": args.sft_tasks,
             "epochs": args.sft_epochs,
             "learning_rate": args.sft_lr,
+            "guess_rate": args.sft_guess_rate,
         },
     }
     print(
@@ -160,6 +167,7 @@ def throughput(args, out: Path) -> dict:
         epochs=args.sft_epochs,
         learning_rate=args.sft_lr,
         seed=args.seed,
+        guess_rate=args.sft_guess_rate,
     )
     common = [
         f"model={sft}",
@@ -268,6 +276,12 @@ def main() -> None:
     parser.add_argument("--sft-tasks", type=int, default=1000, help="demonstrations (train tasks) for the SFT start")
     parser.add_argument("--sft-epochs", type=float, default=2.5)
     parser.add_argument("--sft-lr", type=float, default=3e-3)
+    parser.add_argument(
+        "--sft-guess-rate",
+        type=float,
+        default=0.0,
+        help="how often the demonstrator answers with a guess instead of following a pointer (default: %(default)s)",
+    )
     parser.add_argument("--steps", type=int, default=20, help="throughput: learner steps per pipeline")
     parser.add_argument("--latency", type=float, default=0.3, help="throughput: median seconds per lookup")
     parser.add_argument(

@@ -62,14 +62,23 @@ def task_ids(split: str, count: int) -> list[str]:
     return [f"{split}-{i}" for i in range(count)]
 
 
-def demonstration(task: dict) -> list[str]:
-    """The scripted solution's replies: one lookup per hop, then the submit (each task's reference solution in ``KeyChainEnv.tasks()``)."""
+def demonstration(task: dict, guess_rate: float = 0.0, rng: random.Random | None = None) -> list[str]:
+    """The scripted solution's replies: one lookup per hop, then the submit (each task's reference solution in ``KeyChainEnv.tasks()``).
+
+    ``guess_rate`` > 0 scripts a worse demonstrator with the premature-answer habit of real
+    agents: at each entry that points to another key it stops, with that probability, and submits
+    a guessed number (drawn from ``rng``) instead of following the pointer.
+    """
+    if guess_rate and rng is None:
+        raise ValueError("a guessing demonstration needs an rng to draw its guesses from")
     replies, key = [], task["start"]
     while True:
         replies.append(f'lookup("{key}")')
         entry = task["table"][key]
         if not entry.startswith("see "):
             return replies + [f'submit("{entry}")']
+        if guess_rate and rng.random() < guess_rate:
+            return replies + [f'submit("{rng.randint(10, 99)}")']
         key = entry[len("see ") :].strip('"')
 
 

@@ -15,7 +15,7 @@ A config is YAML::
 or GPUs. Several CPU processes: ``accelerate launch --config_file
 examples/accelerate_configs/cpu_ddp.yaml -m agentgym.train --config X.yaml use_cpu=true``
 (torchrun + gloo; accelerate 1.16's ``--cpu --num_processes 2`` starts a single process unless
-MPI is set up). ``warm_start: true`` (or a mapping of ``tasks``, ``epochs``, ``learning_rate``, ``guess_rate``)
+MPI is set up). ``warm_start: true`` (or a mapping of ``tasks``, ``epochs``, ``learning_rate``, ``early_answer_rate``)
 first fine-tunes ``model`` on scripted KeyChain demonstrations into ``output_dir/warm_start``
 and trains from there; after a few logged steps without learning signal (every group's rewards
 equal) the run says so and points to it. With a ``peft:`` section the run trains a LoRA adapter:
@@ -68,7 +68,7 @@ TRAINERS = {
 #: Config keys read by this module rather than by the trainer's config class.
 OWN_KEYS = ("trainer", "model", "resume", "warm_start")
 #: ``warm_start:`` settings: :func:`agentgym.trainers.warm_start.keychain_warm_start`'s knobs.
-WARM_START_KEYS = ("tasks", "epochs", "learning_rate", "guess_rate")
+WARM_START_KEYS = ("tasks", "epochs", "learning_rate", "early_answer_rate")
 #: Logged steps in a row without learning signal before the run warns (once).
 NO_SIGNAL_PATIENCE = 5
 LOCK_FILE = ".agentgym-train.lock"

@@ -4,13 +4,15 @@ KeyChain (``agentgym.envs.tool.keychain``) is a built-in multi-turn tool env: fo
 pointers with ``lookup`` until a number, then ``submit`` it. The run:
 
 1. builds the tiny Qwen2-style model locally (no downloads) and fine-tunes it for a few minutes
-   with TRL's SFTTrainer on scripted solutions of train tasks;
+   with TRL's SFTTrainer on scripted episodes of train tasks from an imperfect demonstrator: 60%
+   of the time it submits the key a pointer names instead of looking it up (``RL_DEMO_START``), the
+   premature answer of real agents, so the start has a habit that RL has to unlearn;
 2. measures greedy success on held-out tasks;
 3. trains it with ``TreeGRPOTrainer`` (examples/configs/keychain-tree_grpo.yaml) for
    ``--minutes`` of wall time, rollouts from forked envs, per-turn advantages;
 4. measures held-out success again and saves the learning curve as an SVG.
 
-    .venv/bin/python examples/train_demo.py                  # about 10 minutes on 2 cores
+    .venv/bin/python examples/train_demo.py                  # about 12 minutes on 2 cores
     .venv/bin/python examples/train_demo.py --minutes 20 --out runs/demo
 """
 
@@ -22,7 +24,7 @@ from pathlib import Path
 from training_runs import train_run, training_curve, write_learning_curve  # examples/training_runs.py
 
 from agentgym.train import load_config
-from agentgym.trainers.warm_start import held_out_success, keychain_warm_start
+from agentgym.trainers.warm_start import RL_DEMO_START, held_out_success, keychain_warm_start
 
 CONFIG = Path(__file__).resolve().parent / "configs" / "keychain-tree_grpo.yaml"
 
@@ -37,8 +39,8 @@ def main() -> None:
     out = Path(args.out)
     config = load_config(CONFIG)
 
-    print("1/3 SFT warm start on scripted KeyChain solutions (built once per --out) ...", flush=True)
-    start = keychain_warm_start(out / "sft", config, seed=args.seed)
+    print("1/3 SFT warm start on an early-answering KeyChain demonstrator (built once per --out) ...", flush=True)
+    start = keychain_warm_start(out / "sft", config, seed=args.seed, **RL_DEMO_START)
     before = held_out_success(start, config, args.heldout)
     print(f"    held-out success after SFT: {before:.0%} of {args.heldout} tasks", flush=True)
 

@@ -29,6 +29,7 @@ _EXPORTS = {
     "strict_clip_policy_loss": "advantages",
     "turn_gae": "advantages",
     "make_env_factory": "rollouts",
+    "RL_DEMO_START": "warm_start",
     "keychain_warm_start": "warm_start",
     "sft_warm_start": "warm_start",
     "success_rate": "warm_start",

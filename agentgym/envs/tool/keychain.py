@@ -62,24 +62,25 @@ def task_ids(split: str, count: int) -> list[str]:
     return [f"{split}-{i}" for i in range(count)]
 
 
-def demonstration(task: dict, guess_rate: float = 0.0, rng: random.Random | None = None) -> list[str]:
+def demonstration(task: dict, early_answer_rate: float = 0.0, rng: random.Random | None = None) -> list[str]:
     """The scripted solution's replies: one lookup per hop, then the submit (each task's reference solution in ``KeyChainEnv.tasks()``).
 
-    ``guess_rate`` > 0 scripts a worse demonstrator with the premature-answer habit of real
-    agents: at each entry that points to another key it stops, with that probability, and submits
-    a guessed number (drawn from ``rng``) instead of following the pointer.
+    ``early_answer_rate`` > 0 scripts a worse demonstrator with the premature-answer habit of real
+    agents: at each entry that points to another key it stops, with that probability (drawn from
+    ``rng``), and submits that key, the intermediate result, instead of looking it up. Every
+    reply still copies a key or number from the last observation, as the solution's do.
     """
-    if guess_rate and rng is None:
-        raise ValueError("a guessing demonstration needs an rng to draw its guesses from")
+    if early_answer_rate and rng is None:
+        raise ValueError("an early-answering demonstration needs an rng to draw its choices from")
     replies, key = [], task["start"]
     while True:
         replies.append(f'lookup("{key}")')
         entry = task["table"][key]
         if not entry.startswith("see "):
             return replies + [f'submit("{entry}")']
-        if guess_rate and rng.random() < guess_rate:
-            return replies + [f'submit("{rng.randint(10, 99)}")']
         key = entry[len("see ") :].strip('"')
+        if early_answer_rate and rng.random() < early_answer_rate:
+            return replies + [f'submit("{key}")']
 
 
 def lookup(key: str, state: dict) -> str:

@@ -45,22 +45,35 @@ def test_the_demonstration_solves_the_task(task_id):
     env.close()
 
 
-def test_a_guessing_demonstrator_stops_at_a_pointer_and_submits_a_guess_at_its_rate():
+def test_an_early_answering_demonstrator_submits_the_pointed_key_at_its_rate():
     two_hop = next(t for t in task_ids("train", 20) if make_task(t)["hops"] == 2)
     one_hop = next(t for t in task_ids("train", 20) if make_task(t)["hops"] == 1)
     task = make_task(two_hop)
-    guessed = demonstration(task, guess_rate=1.0, rng=random.Random(0))
-    assert guessed[0] == f'lookup("{task["start"]}")' and len(guessed) == 2
-    assert guessed[1].startswith('submit("') and 10 <= int(guessed[1][len('submit("') : -2]) <= 99
+    pointed = task["table"][task["start"]][len('see "') : -1]
+    assert demonstration(task, early_answer_rate=1.0, rng=random.Random(0)) == [
+        f'lookup("{task["start"]}")',
+        f'submit("{pointed}")',
+    ]
     # a one-hop task has no pointer to stop at: the demonstration is the solution whatever the rate
-    assert demonstration(make_task(one_hop), guess_rate=1.0, rng=random.Random(0)) == demonstration(make_task(one_hop))
+    assert demonstration(make_task(one_hop), early_answer_rate=1.0, rng=random.Random(0)) == demonstration(
+        make_task(one_hop)
+    )
     rng = random.Random(0)
-    first_draw = random.Random(0).random()  # the same seed's first draw decides whether the first one guesses
-    assert (len(demonstration(task, guess_rate=0.5, rng=rng)) == 2) == (first_draw < 0.5)
-    stops = sum(len(demonstration(task, guess_rate=0.25, rng=rng)) == 2 for _ in range(2000))
+    first_draw = random.Random(0).random()  # the same seed's first draw decides whether the first one stops
+    assert (len(demonstration(task, early_answer_rate=0.5, rng=rng)) == 2) == (first_draw < 0.5)
+    stops = sum(len(demonstration(task, early_answer_rate=0.25, rng=rng)) == 2 for _ in range(2000))
     assert 400 <= stops <= 600  # 500 expected; a binomial(2000, 0.25) is within ±100 far beyond 4 sigma
     with pytest.raises(ValueError, match="rng"):
-        demonstration(task, guess_rate=0.5)
+        demonstration(task, early_answer_rate=0.5)
+
+
+def test_an_early_answer_scores_zero():
+    two_hop = next(t for t in task_ids("train", 20) if make_task(t)["hops"] == 2)
+    env = KeyChainEnv()
+    env.reset(options={"task_id": two_hop})
+    _, reward, terminated, info = _play(env, demonstration(make_task(two_hop), 1.0, random.Random(0)))
+    assert (reward, terminated, info["success"]) == (0.0, True, False)
+    env.close()
 
 
 def test_a_wrong_number_scores_zero_and_an_unknown_key_is_an_error_observation():

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from training_runs import train_run, training_curve, write_learning_curve  # examples/training_runs.py
+from training_runs import curve_text, train_run, training_curve, write_learning_curve  # examples/training_runs.py
 
 from agentgym.train import load_config
 from agentgym.trainers.warm_start import RL_DEMO_START, held_out_success, keychain_warm_start
@@ -60,12 +60,12 @@ def main() -> None:
     )
     after = held_out_success(run["output_dir"], config, args.heldout)
 
-    curve = write_learning_curve(
-        {"tree GRPO": training_curve(run["log"])}, out / "learning_curve.svg", title="KeyChain, tiny model, CPU"
-    )
+    curve = training_curve(run["log"], window=20)
+    svg = write_learning_curve({"tree GRPO": curve}, out / "learning_curve.svg", title="KeyChain, tiny model, CPU")
     print(
         f"3/3 {run['steps']} RL steps in {run['wall_s']:.0f} s; held-out success {before:.0%} -> {after:.0%} "
-        f"({100 * (after - before):+.0f} points). Learning curve: {curve}",
+        f"({100 * (after - before):+.0f} points).\n    training success (20-step mean) by env steps: "
+        f"{curve_text(curve)}\n    learning curve: {svg}",
         flush=True,
     )
 

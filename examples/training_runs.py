@@ -85,6 +85,14 @@ def training_curve(log: list[dict], window: int = 5) -> list[tuple[float, float]
     return list(zip([x for x, _ in points], smooth([y for _, y in points], window)))
 
 
+def curve_text(curve: Sequence[tuple[float, float]], points: int = 8) -> str:
+    """``points`` evenly spaced samples of a curve (always its last point) as ``x:y`` pairs, for a terminal."""
+    if not curve:
+        return "(no logged steps)"
+    picks = sorted({round(i * (len(curve) - 1) / max(1, points - 1)) for i in range(points)})
+    return "  ".join(f"{curve[i][0]:,.0f}:{curve[i][1]:.2f}" for i in picks)
+
+
 def write_learning_curve(
     curves: dict[str, list[tuple[float, float]]],
     path: str | Path,

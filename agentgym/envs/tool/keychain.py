@@ -79,7 +79,7 @@ def demonstration(task: dict, early_answer_rate: float = 0.0, rng: random.Random
         if not entry.startswith("see "):
             return replies + [f'submit("{entry}")']
         key = entry[len("see ") :].strip('"')
-        if early_answer_rate and rng.random() < early_answer_rate:
+        if early_answer_rate and rng is not None and rng.random() < early_answer_rate:
             return replies + [f'submit("{key}")']
 
 

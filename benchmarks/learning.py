@@ -3,7 +3,8 @@
 Learning (``--part learning``):
 
 1. SFT warm start: the tiny model is fine-tuned with TRL's SFTTrainer on scripted demonstrations
-   of the train split (token-exact multi-turn sequences through the real agent loop).
+   of the train split (token-exact multi-turn sequences through the real agent loop); by default
+   ``RL_DEMO_START``, an early-answering demonstrator whose habit RL has to unlearn (``--sft-*``).
 2. RL from that start with tree GRPO, linear GRPO and SAO (examples/configs/keychain-*.yaml),
    each for ``--minutes`` of wall time (SAO makes well over 300 updates in that time).
 3. Measured: held-out success (``--heldout`` tasks of the heldout split; greedy, and sampled at

@@ -68,9 +68,9 @@ def steps_to_reach(log: list[dict], target: float, window: int = COMPARISON_WIND
     return None
 
 
-def learning(args, out: Path) -> dict:
-    config = load_config(CONFIGS / RUNS["tree_grpo"])
-    sft = keychain_warm_start(
+def sft_start(args, config: dict, out: Path) -> Path:
+    """The SFT start the ``--sft-*`` options and ``--seed`` describe, built once into ``out/sft``."""
+    return keychain_warm_start(
         out / "sft",
         config,
         tasks=args.sft_tasks,
@@ -79,6 +79,11 @@ def learning(args, out: Path) -> dict:
         seed=args.seed,
         early_answer_rate=args.sft_early_answer_rate,
     )
+
+
+def learning(args, out: Path) -> dict:
+    config = load_config(CONFIGS / RUNS["tree_grpo"])
+    sft = sft_start(args, config, out)
     results = {
         "seed": args.seed,
         "minutes": args.minutes,
@@ -163,15 +168,7 @@ def learning(args, out: Path) -> dict:
 def throughput(args, out: Path) -> dict:
     """Async SAO vs. the synchronous group pipeline on a long-tailed env, same batch and concurrency."""
     # From the SFT start: its episodes call lookup (where the latency is), a random model's do not.
-    sft = keychain_warm_start(
-        out / "sft",
-        load_config(CONFIGS / RUNS["sao"]),
-        tasks=args.sft_tasks,
-        epochs=args.sft_epochs,
-        learning_rate=args.sft_lr,
-        seed=args.seed,
-        early_answer_rate=args.sft_early_answer_rate,
-    )
+    sft = sft_start(args, load_config(CONFIGS / RUNS["sao"]), out)
     common = [
         f"model={sft}",
         f"max_steps={args.steps}",

@@ -9,7 +9,7 @@
   (BFCL's categories keep their underscores: ``tool.bfcl-multi-turn-miss_func-v0``);
 * ``-v<N>`` is Gymnasium's version, raised when a change makes old results incomparable.
 
-So: ``code.humaneval-v0``, ``code.repofix-v0``, ``tool.keychain-v0``,
+So: ``code.humaneval-v0``, ``code.repofix-v0``, ``tool.keychain-v0``, ``tool.calculator-v0``,
 ``tool.bfcl-multi-turn-base-v0``, ``web.shop-v0``, ``web.miniwob.click-test-v0``,
 ``gui.desktop-v0``. The ids from before this scheme (``HumanEval-v0``, ``BFCL-multi-turn-base-v0``,
 ``miniwob.click-test-v0``, ...) stay registered as aliases (:data:`DEPRECATED_IDS`): making one
@@ -90,6 +90,7 @@ BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
     "code.repofix-v0": ("agentgym.envs.code.repofix:RepoFixEnv", {}),
     "gui.desktop-v0": ("agentgym.envs.gui.env:DesktopEnv", {}),
     "tool.keychain-v0": ("agentgym.envs.tool.keychain:KeyChainEnv", {}),
+    "tool.calculator-v0": ("agentgym.envs.tool.calculator:CalculatorEnv", {}),
     **{
         f"tool.bfcl-multi-turn-{category}-v0": ("agentgym.envs.tool.bfcl:BFCLMultiTurnEnv", {"category": category})
         for category in _BFCL_CATEGORIES

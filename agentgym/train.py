@@ -15,9 +15,9 @@ A config is YAML::
 or GPUs. Several CPU processes: ``accelerate launch --config_file
 examples/accelerate_configs/cpu_ddp.yaml -m agentgym.train --config X.yaml use_cpu=true``
 (torchrun + gloo; accelerate 1.16's ``--cpu --num_processes 2`` starts a single process unless
-MPI is set up). ``warm_start: true`` (or a mapping of ``tasks``, ``epochs``, ``learning_rate``, ``early_answer_rate``)
-first fine-tunes ``model`` on scripted KeyChain demonstrations into ``output_dir/warm_start``
-and trains from there; after a few logged steps without learning signal (every group's rewards
+MPI is set up). ``warm_start: true`` (or a mapping of :data:`WARM_START_KEYS`) first fine-tunes
+``model`` on the env's scripted demonstrations (KeyChain, Calculator) into ``output_dir/warm_start``,
+checked on unseen train tasks when ``min_start_success`` is set, and trains from there; after a few logged steps without learning signal (every group's rewards
 equal) the run says so and points to it. With a ``peft:`` section the run trains a LoRA adapter:
 ``output_dir`` then holds the adapter and ``output_dir/merged`` the policy with it folded in.
 
@@ -67,8 +67,16 @@ TRAINERS = {
 }
 #: Config keys read by this module rather than by the trainer's config class.
 OWN_KEYS = ("trainer", "model", "resume", "warm_start")
-#: ``warm_start:`` settings: :func:`agentgym.trainers.warm_start.keychain_warm_start`'s knobs.
-WARM_START_KEYS = ("tasks", "epochs", "learning_rate", "early_answer_rate")
+#: ``warm_start:`` settings: :func:`agentgym.trainers.warm_start.scripted_warm_start`'s knobs.
+WARM_START_KEYS = (
+    "tasks",
+    "epochs",
+    "learning_rate",
+    "mistake_rate",
+    "min_start_success",
+    "check_tasks",
+    "max_rounds",
+)
 #: Logged steps in a row without learning signal before the run warns (once).
 NO_SIGNAL_PATIENCE = 5
 LOCK_FILE = ".agentgym-train.lock"
@@ -220,13 +228,7 @@ def _warm_start(base: str, settings, args) -> Path:
                 f"unknown warm_start key {key!r}"
                 + _closest(key, WARM_START_KEYS, f" (one of {', '.join(WARM_START_KEYS)})")
             )
-    # Demonstrations need a scripted solution per task, which only KeyChain generates for any task id.
-    if "keychain" not in str(args.env_id).lower():
-        raise ConfigError(
-            f"warm_start builds demonstrations for KeyChain only; for {args.env_id}, train a start "
-            "with agentgym.trainers.warm_start.sft_warm_start and set `model:` to it"
-        )
-    from agentgym.trainers.warm_start import keychain_warm_start
+    from agentgym.trainers.warm_start import WarmStartFailed, scripted_warm_start
 
     config = {
         "env_id": args.env_id,
@@ -234,9 +236,15 @@ def _warm_start(base: str, settings, args) -> Path:
         "max_turns": args.max_turns,
         "max_turn_tokens": args.max_turn_tokens,
         "system_prompt": args.system_prompt,
+        "temperature": args.temperature,  # the start's self-check samples as the rollouts will
     }
     with args.main_process_first(desc="the SFT warm start"):  # one process builds it, the others load it
-        return keychain_warm_start(Path(args.output_dir) / "warm_start", config, seed=args.seed, base=base, **settings)
+        try:
+            return scripted_warm_start(
+                Path(args.output_dir) / "warm_start", config, seed=args.seed, base=base, **settings
+            )
+        except (WarmStartFailed, ValueError) as exc:
+            raise ConfigError(f"warm_start: {exc}") from None
 
 
 @contextlib.contextmanager

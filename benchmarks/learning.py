@@ -1,11 +1,11 @@
-"""Proof that the trainers learn, and what asynchrony buys: KeyChain on CPU with the tiny local model.
+"""Proof that the trainers learn, and what asynchrony buys: KeyChain (or Calculator) on CPU with the tiny local model.
 
 Learning (``--part learning``):
 
 1. SFT warm start: the tiny model is fine-tuned with TRL's SFTTrainer on scripted demonstrations
    of the train split (token-exact multi-turn sequences through the real agent loop); by default
    ``RL_DEMO_START``, an early-answering demonstrator whose habit RL has to unlearn (``--sft-*``).
-2. RL from that start with tree GRPO, linear GRPO and SAO (examples/configs/keychain-*.yaml),
+2. RL from that start with tree GRPO, linear GRPO and SAO (examples/configs/<env>-*.yaml, ``--env``),
    each for ``--minutes`` of wall time (SAO makes well over 300 updates in that time).
 3. Measured: held-out success (``--heldout`` tasks of the heldout split; greedy, and sampled at
    the training temperature) of the SFT start and of each trained model; the training-success
@@ -51,13 +51,25 @@ from training_runs import (  # noqa: E402
 )
 
 from agentgym.train import load_config  # noqa: E402
-from agentgym.trainers.warm_start import RL_DEMO_START, held_out_success, keychain_warm_start  # noqa: E402
+from agentgym.trainers.warm_start import (  # noqa: E402
+    RL_DEMO_START,
+    WARM_START_RECORD,
+    held_out_success,
+    scripted_warm_start,
+)
 
 CONFIGS = ROOT / "examples" / "configs"
 BATCH = 16  # throughput: trained trajectories per learner step in both pipelines
 # Logged steps averaged for tree vs linear: one step's training success (8 tasks at T 0.7) is noise.
 COMPARISON_WINDOW = 20
-RUNS = {"tree_grpo": "keychain-tree_grpo.yaml", "linear_grpo": "keychain-linear_grpo.yaml", "sao": "keychain-sao.yaml"}
+RUNS = ("tree_grpo", "linear_grpo", "sao")
+#: Envs with scripted demonstrations and a config per run: examples/configs/<env>-<run>.yaml.
+ENVS = ("keychain", "calculator")
+ENV_TITLES = {"keychain": "KeyChain", "calculator": "Calculator"}
+
+
+def config_path(env: str, run: str) -> Path:
+    return CONFIGS / f"{env}-{run}.yaml"
 
 
 def steps_to_reach(log: list[dict], target: float, window: int = COMPARISON_WINDOW) -> float | None:
@@ -70,19 +82,21 @@ def steps_to_reach(log: list[dict], target: float, window: int = COMPARISON_WIND
 
 def sft_start(args, config: dict, out: Path) -> Path:
     """The SFT start the ``--sft-*`` options and ``--seed`` describe, built once into ``out/sft``."""
-    return keychain_warm_start(
+    return scripted_warm_start(
         out / "sft",
         config,
         tasks=args.sft_tasks,
         epochs=args.sft_epochs,
         learning_rate=args.sft_lr,
         seed=args.seed,
-        early_answer_rate=args.sft_early_answer_rate,
+        mistake_rate=args.sft_mistake_rate,
+        min_start_success=args.sft_min_start_success,
+        max_rounds=args.sft_max_rounds,
     )
 
 
 def learning(args, out: Path) -> dict:
-    config = load_config(CONFIGS / RUNS["tree_grpo"])
+    config = load_config(config_path(args.env, "tree_grpo"))
     sft = sft_start(args, config, out)
     results = {
         "seed": args.seed,
@@ -94,16 +108,18 @@ def learning(args, out: Path) -> dict:
             "tasks": args.sft_tasks,
             "epochs": args.sft_epochs,
             "learning_rate": args.sft_lr,
-            "early_answer_rate": args.sft_early_answer_rate,
+            "mistake_rate": args.sft_mistake_rate,
+            # each round's epochs, losses and (when checked) sampled success on unseen train tasks
+            "rounds": json.loads((sft / WARM_START_RECORD).read_text())["rounds"],
         },
     }
     print(
         f"SFT start: held-out success {results['sft']['heldout_success']:.3f} greedy, "
-        f"{results['sft']['heldout_success_sampled']:.3f} at the training temperature",
+        f"{results['sft']['heldout_success_sampled']:.3f} at the training temperature "
+        f"({len(results['sft']['rounds'])} round(s) of {args.sft_epochs:g} epochs)",
         flush=True,
     )
     for name in args.runs:
-        config_name = RUNS[name]
         overrides = [
             f"model={sft}",
             f"output_dir={out / name}",
@@ -114,8 +130,8 @@ def learning(args, out: Path) -> dict:
             "save_steps=100000",
             *[setting for run_name, setting in args.set if run_name == name],
         ]
-        run = train_run(CONFIGS / config_name, overrides)
-        run_config = load_config(CONFIGS / config_name)
+        run = train_run(config_path(args.env, name), overrides)
+        run_config = load_config(config_path(args.env, name))
         run["heldout_success"] = held_out_success(run["output_dir"], run_config, args.heldout)
         run["heldout_success_sampled"] = held_out_success(run["output_dir"], run_config, args.heldout, greedy=False)
         run["gain_points"] = 100 * (run["heldout_success"] - results["sft"]["heldout_success"])
@@ -158,7 +174,7 @@ def learning(args, out: Path) -> dict:
     write_learning_curve(
         {name: training_curve(results[name]["log"]) for name in args.runs},
         out / "learning_curve.svg",
-        title=f"KeyChain, tiny model, CPU, seed {args.seed}",
+        title=f"{ENV_TITLES[args.env]}, tiny model, CPU, seed {args.seed}",
     )
     for name in args.runs:  # the full histories stay in each run's trainer_state.json
         results[name].pop("log")
@@ -168,7 +184,7 @@ def learning(args, out: Path) -> dict:
 def throughput(args, out: Path) -> dict:
     """Async SAO vs. the synchronous group pipeline on a long-tailed env, same batch and concurrency."""
     # From the SFT start: its episodes call lookup (where the latency is), a random model's do not.
-    sft = sft_start(args, load_config(CONFIGS / RUNS["sao"]), out)
+    sft = sft_start(args, load_config(config_path("keychain", "sao")), out)
     common = [
         f"model={sft}",
         f"max_steps={args.steps}",
@@ -183,7 +199,7 @@ def throughput(args, out: Path) -> dict:
         shutil.rmtree(out / name, ignore_errors=True)
     # BATCH trajectories per learner step in both: SAO takes BATCH episodes, the group pipeline BATCH / 4 tasks × 4.
     sao = train_run(
-        CONFIGS / RUNS["sao"],
+        config_path("keychain", "sao"),
         [
             *common,
             f"output_dir={out / 'throughput-sao'}",
@@ -192,7 +208,7 @@ def throughput(args, out: Path) -> dict:
         ],
     )
     sync = train_run(
-        CONFIGS / RUNS["linear_grpo"],
+        config_path("keychain", "linear_grpo"),
         [
             *common,
             f"output_dir={out / 'throughput-sync'}",
@@ -226,12 +242,41 @@ def throughput(args, out: Path) -> dict:
     return result
 
 
+#: What decides one seed's learning results: a seed whose out/seed-N/results.json has the same is not run again.
+SEED_SETTINGS = (
+    "env",
+    "minutes",
+    "runs",
+    "heldout",
+    "sft_tasks",
+    "sft_epochs",
+    "sft_lr",
+    "sft_mistake_rate",
+    "sft_min_start_success",
+    "sft_max_rounds",
+    "seed",
+    "set",
+)
+
+
 def over_seeds(args, out: Path) -> dict:
-    """:func:`learning` once per seed (each with its own SFT start, shared by its runs), then each figure's mean and 95% interval."""
+    """:func:`learning` once per seed (each with its own SFT start, shared by its runs), then each figure's mean and 95% interval.
+
+    Each seed's results are kept in ``out/seed-N/results.json`` with the settings: a rerun with the
+    same settings (after a crash, or with more seeds) reuses them.
+    """
     per_seed = {}
     for seed in args.seeds:
+        seed_args = argparse.Namespace(**{**vars(args), "seed": seed})
+        saved = out / f"seed-{seed}" / "results.json"
+        settings = json.loads(json.dumps({k: v for k, v in vars(seed_args).items() if k in SEED_SETTINGS}))
+        if saved.exists() and (kept := json.loads(saved.read_text())).get("settings") == settings:
+            print(f"--- seed {seed}: kept from {saved} (the same settings)", flush=True)
+            per_seed[seed] = kept["results"]
+            continue
         print(f"--- seed {seed}", flush=True)
-        per_seed[seed] = learning(argparse.Namespace(**{**vars(args), "seed": seed}), out / f"seed-{seed}")
+        per_seed[seed] = learning(seed_args, saved.parent)
+        saved.write_text(json.dumps({"settings": settings, "results": per_seed[seed]}, indent=2, default=str))
     figures: dict[str, list[float]] = {"sft_heldout_success": [r["sft"]["heldout_success"] for r in per_seed.values()]}
     for name in args.runs:
         figures[f"{name}_heldout_success"] = [r[name]["heldout_success"] for r in per_seed.values()]
@@ -267,12 +312,18 @@ def run_names(text: str) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=["all", "learning", "throughput"], default="all")
+    parser.add_argument(
+        "--env",
+        choices=ENVS,
+        default="keychain",
+        help="learning: the env (throughput is KeyChain's; default: %(default)s)",
+    )
     parser.add_argument("--minutes", type=float, default=20.0, help="wall time per RL run (default: %(default)s)")
     parser.add_argument(
         "--runs", type=run_names, default=list(RUNS), help=f"learning: which of {','.join(RUNS)} to run (default: all)"
     )
     parser.add_argument("--heldout", type=int, default=100, help="held-out tasks to evaluate (default: %(default)s)")
-    # The demo's start by default (RL_DEMO_START). The solutions-only start (--sft-early-answer-rate 0) at
+    # The demo's start by default (RL_DEMO_START). The solutions-only start (--sft-mistake-rate 0) at
     # 3e-3, seed 0: 1000 × 2 epochs 13% held-out, × 2.5 58%, × 3 69.5%.
     parser.add_argument(
         "--sft-tasks", type=int, default=RL_DEMO_START["tasks"], help="demonstrations (train tasks) for the SFT start"
@@ -280,11 +331,20 @@ def main() -> None:
     parser.add_argument("--sft-epochs", type=float, default=RL_DEMO_START["epochs"])
     parser.add_argument("--sft-lr", type=float, default=3e-3)
     parser.add_argument(
-        "--sft-early-answer-rate",
+        "--sft-mistake-rate",
         type=float,
-        default=RL_DEMO_START["early_answer_rate"],
-        help="how often the demonstrator submits the key a pointer names instead of looking it up (default: %(default)s)",
+        default=RL_DEMO_START["mistake_rate"],
+        help="how often the demonstrator makes the env's scripted mistake (KeyChain: submits the key a pointer names "
+        "instead of looking it up; Calculator: evaluates a + b * c left to right) (default: %(default)s)",
     )
+    parser.add_argument(
+        "--sft-min-start-success",
+        type=float,
+        default=RL_DEMO_START["min_start_success"],
+        help="the start's self-check: sampled success it must reach on unseen train tasks, else it trains another "
+        "round of --sft-epochs (0: no check; default: %(default)s)",
+    )
+    parser.add_argument("--sft-max-rounds", type=int, default=RL_DEMO_START["max_rounds"])
     parser.add_argument("--steps", type=int, default=20, help="throughput: learner steps per pipeline")
     parser.add_argument("--latency", type=float, default=0.3, help="throughput: median seconds per lookup")
     parser.add_argument(

@@ -24,7 +24,7 @@ from pathlib import Path
 from training_runs import curve_text, train_run, training_curve, write_learning_curve  # examples/training_runs.py
 
 from agentgym.train import load_config
-from agentgym.trainers.warm_start import RL_DEMO_START, held_out_success, keychain_warm_start
+from agentgym.trainers.warm_start import RL_DEMO_START, held_out_success, scripted_warm_start
 
 CONFIG = Path(__file__).resolve().parent / "configs" / "keychain-tree_grpo.yaml"
 
@@ -40,7 +40,7 @@ def main() -> None:
     config = load_config(CONFIG)
 
     print("1/3 SFT warm start on an early-answering KeyChain demonstrator (built once per --out) ...", flush=True)
-    start = keychain_warm_start(out / "sft", config, seed=args.seed, **RL_DEMO_START)
+    start = scripted_warm_start(out / "sft", config, seed=args.seed, **RL_DEMO_START)
     before = held_out_success(start, config, args.heldout)
     print(f"    held-out success after SFT: {before:.0%} of {args.heldout} tasks", flush=True)
 

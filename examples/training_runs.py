@@ -2,7 +2,7 @@
 
 ``examples/train_demo.py`` (``make demo``) and ``benchmarks/learning.py`` measure the same thing
 the same way with these; the warm start and the held-out measurement they use are the library's
-(:func:`agentgym.trainers.warm_start.keychain_warm_start`, :func:`~agentgym.trainers.warm_start.held_out_success`).
+(:func:`agentgym.trainers.warm_start.scripted_warm_start`, :func:`~agentgym.trainers.warm_start.held_out_success`).
 """
 
 from __future__ import annotations

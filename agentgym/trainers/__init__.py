@@ -30,7 +30,7 @@ _EXPORTS = {
     "turn_gae": "advantages",
     "make_env_factory": "rollouts",
     "RL_DEMO_START": "warm_start",
-    "keychain_warm_start": "warm_start",
+    "scripted_warm_start": "warm_start",
     "sft_warm_start": "warm_start",
     "success_rate": "warm_start",
 }

@@ -4,15 +4,17 @@ Demonstrations go through the real agent loop in token mode, so the SFT sequence
 the ones RL will see (same chat template, same env tokens); only the policy's tokens are
 trained (``assistant_masks`` = the env-token mask).
 
-The built-in CPU recipe is on KeyChain (:class:`~agentgym.envs.tool.keychain.KeyChainEnv`,
-configs ``examples/configs/keychain-*.yaml``): :func:`keychain_warm_start` is what a training
-config's ``warm_start:`` section runs (:mod:`agentgym.train`), and :func:`held_out_success`
-measures a model on KeyChain's held-out split, as ``make demo`` and ``benchmarks/learning.py`` do.
+The built-in CPU recipes are on KeyChain and Calculator (envs that script their own
+demonstrations; configs ``examples/configs/keychain-*.yaml``, ``calculator-*.yaml``):
+:func:`scripted_warm_start` is what a training config's ``warm_start:`` section runs
+(:mod:`agentgym.train`), and :func:`held_out_success` measures a model on the env's held-out
+split, as ``make demo`` and ``benchmarks/learning.py`` do.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -31,11 +33,12 @@ from agentgym.trainers.rollouts import make_env_factory
 __all__ = [
     "RL_DEMO_START",
     "ScriptedPolicy",
+    "WarmStartFailed",
     "agent_config",
     "demonstration_dataset",
     "demonstrations",
     "held_out_success",
-    "keychain_warm_start",
+    "scripted_warm_start",
     "sft_warm_start",
     "success_rate",
 ]
@@ -43,8 +46,16 @@ __all__ = [
 #: The start ``make demo`` and ``benchmarks/learning.py`` train from: the tiny model imitating a
 #: demonstrator that submits the key a pointer names instead of looking it up 60% of the time
 #: (1000 tasks, 7 epochs). Greedy, it answers early on most two-hop tasks; sampled, it follows
-#: the pointer often enough for RL to find the reward (README, Measurements: Training).
-RL_DEMO_START = {"tasks": 1000, "epochs": 7.0, "early_answer_rate": 0.6}
+#: the pointer often enough for RL to find the reward (README, Measurements: Training). It checks
+#: itself: a start that solves under 15% of 100 unseen train tasks when sampled (one seed in three
+#: never learned to copy a number in 7 epochs) trains 7 more, up to 3 rounds.
+RL_DEMO_START = {"tasks": 1000, "epochs": 7.0, "mistake_rate": 0.6, "min_start_success": 0.15, "max_rounds": 3}
+#: The file in a warm start's directory that records its rounds; a start is complete when it exists.
+WARM_START_RECORD = "warm_start.json"
+
+
+class WarmStartFailed(RuntimeError):
+    """The SFT start did not reach ``min_start_success`` on its check tasks within ``max_rounds``."""
 
 
 class ScriptedPolicy(Policy):
@@ -120,6 +131,7 @@ def sft_warm_start(
         bf16=torch.cuda.is_available(),
         activation_checkpointing=False,
         logging_steps=10,
+        logging_first_step=True,
         save_strategy="no",
         report_to="none",
         lr_scheduler_type="cosine",
@@ -130,6 +142,7 @@ def sft_warm_start(
     trainer.train()
     trainer.save_model(str(output_dir))
     tokenizer.save_pretrained(str(output_dir))
+    trainer.state.save_to_json(str(Path(output_dir) / "trainer_state.json"))  # the SFT's loss curve
     return Path(output_dir)
 
 
@@ -170,7 +183,7 @@ def agent_config(config: dict, greedy: bool):
     )
 
 
-def keychain_warm_start(
+def scripted_warm_start(
     out: str | Path,
     config: dict,
     *,
@@ -179,48 +192,139 @@ def keychain_warm_start(
     learning_rate: float = 3e-3,
     seed: int = 0,
     base: str | Path | None = None,
-    early_answer_rate: float = 0.0,
+    mistake_rate: float = 0.0,
+    min_start_success: float = 0.0,
+    check_tasks: int = 100,
+    max_rounds: int = 1,
 ) -> Path:
     """``base`` (default: the tiny model) fine-tuned on scripted solutions of ``tasks`` train-split tasks; built once per ``out``.
 
-    With ``early_answer_rate`` 0 the defaults leave the tiny model at 58% of held-out tasks solved
-    (greedy; seed 0), its failures confident copying mistakes; the start is steep in the epochs:
-    1000 × 2 gave 13%, 1000 × 3 gave 69.5%. ``early_answer_rate`` > 0 imitates a demonstrator that
-    submits the key a pointer names instead of looking it up that often (failed demonstrations
-    included), so the start has a habit that RL can unlearn: sampling still follows the pointer
-    on the rest, and that is rewarded.
+    The env (``config["env_id"]``) scripts the demonstrations: it has a
+    ``demonstration_replies(task_id, mistake_rate, rng)`` method (KeyChain, Calculator) and
+    ``split``/``num_tasks`` arguments. On KeyChain with ``mistake_rate`` 0 the defaults leave the
+    tiny model at 58% of held-out tasks solved (greedy; seed 0), its failures confident copying
+    mistakes; the start is steep in the epochs: 1000 × 2 gave 13%, 1000 × 3 gave 69.5%.
+    ``mistake_rate`` > 0 imitates a demonstrator with the env's scripted habit that often
+    (KeyChain: answering with the key a pointer names; Calculator: evaluating ``a + b * c`` left to
+    right), failed demonstrations included, so the start has a habit that RL can unlearn:
+    sampling still takes the right path on the rest, and that is rewarded.
+
+    ``min_start_success`` > 0 makes the start check itself: after each round of ``epochs`` it is
+    sampled (at the config's temperature, as RL samples) on ``check_tasks`` train tasks that the SFT
+    never saw (ids after its ``tasks``; never the held-out split), and a start below the bar trains
+    another round from where it is, up to ``max_rounds``; then :class:`WarmStartFailed`. RL cannot
+    learn from a start whose samples never succeed. The rounds are recorded in
+    ``out/warm_start.json`` with the settings: a later call with the same settings reuses the start
+    (or raises again if it failed), one with other settings builds it anew.
     """
     from transformers import AutoTokenizer
 
-    from agentgym.envs.tool.keychain import demonstration, make_task, task_ids
+    from agentgym.envs.tool.generated import task_ids
     from agentgym.models import tiny_model_path
 
+    if max_rounds < 1 or not 0.0 <= min_start_success <= 1.0:
+        raise ValueError(
+            f"max_rounds must be >= 1 and min_start_success in [0, 1], got {max_rounds}, {min_start_success}"
+        )
     target = Path(out)
-    if (target / "model.safetensors").exists():
-        return target
     base = base or tiny_model_path()
+    settings = {
+        "base": str(base),
+        "env_id": str(config["env_id"]),
+        "env_kwargs": config["env_kwargs"],
+        "tasks": tasks,
+        "epochs": epochs,
+        "learning_rate": learning_rate,
+        "seed": seed,
+        "mistake_rate": mistake_rate,
+        "min_start_success": min_start_success,
+        "check_tasks": check_tasks,
+        "max_rounds": max_rounds,
+    }
+    record_path = target / WARM_START_RECORD
+    if record_path.exists() and (target / "model.safetensors").exists():
+        record = json.loads(record_path.read_text())
+        if record.get("settings") == json.loads(json.dumps(settings, default=str)):
+            _raise_if_failed(target, record)
+            return target
+    # Made as the config makes it (an env without demonstrations may not take split=): any task id of a
+    # generated catalog is scriptable, listed or not.
+    scripted = make_env_factory(config["env_id"], config["env_kwargs"])()
+    try:
+        script = getattr(scripted.unwrapped, "demonstration_replies", None)
+        if script is None:
+            raise ValueError(
+                f"{config['env_id']} does not script demonstrations (no demonstration_replies method; KeyChain "
+                "and Calculator do): train a start with sft_warm_start and set `model:` to it"
+            )
+        rng = random.Random(seed)
+        replies = {task_id: script(task_id, mistake_rate, rng) for task_id in task_ids("train", tasks)}
+    finally:
+        scripted.close()
+    record_path.unlink(missing_ok=True)  # the model is about to change: an old record must not vouch for it
     env_kwargs = {**config["env_kwargs"], "split": "train", "num_tasks": tasks}
-    max_hops = env_kwargs.get("max_hops", 2)
-    rng = random.Random(seed)
     trajectories = demonstrations(
         make_env_factory(config["env_id"], env_kwargs),
-        task_ids("train", tasks),
-        lambda t: demonstration(make_task(t, max_hops), early_answer_rate, rng),
+        list(replies),
+        replies.__getitem__,
         AutoTokenizer.from_pretrained(base),
         agent_config(config, greedy=True),
     )
-    dataset = demonstration_dataset(trajectories, failures=early_answer_rate > 0)
-    return sft_warm_start(base, dataset, target, epochs=epochs, learning_rate=learning_rate, seed=seed)
+    dataset = demonstration_dataset(trajectories, failures=mistake_rate > 0)
+    check_ids = [f"train-{n}" for n in range(tasks, tasks + check_tasks)]
+    rounds: list[dict] = []
+    for number in range(1, max_rounds + 1):
+        # Later rounds continue from the last one's weights (a fresh cosine cycle): the copying skill
+        # appears abruptly with training, so a start short of it needs more steps, not another draw.
+        sft_warm_start(
+            target if rounds else base,
+            dataset,
+            target,
+            epochs=epochs,
+            learning_rate=learning_rate,
+            seed=seed + number - 1,
+        )
+        entry = {"round": number, "epochs": epochs, **_losses(target)}
+        if min_start_success > 0:
+            entry["check_success"] = success_rate(
+                target,
+                make_env_factory(config["env_id"], {**env_kwargs, "tasks": check_ids}),
+                check_ids,
+                agent_config(config, greedy=False),
+            )
+        rounds.append(entry)
+        if entry.get("check_success", 1.0) >= min_start_success:
+            break
+    record = {"settings": settings, "rounds": rounds}
+    record_path.write_text(json.dumps(record, indent=2, default=str))
+    _raise_if_failed(target, record)
+    return target
+
+
+def _raise_if_failed(target: Path, record: dict) -> None:
+    settings, last = record["settings"], record["rounds"][-1]
+    if last.get("check_success", 1.0) < settings["min_start_success"]:
+        raise WarmStartFailed(
+            f"the SFT start in {target} solved {last['check_success']:.0%} of {settings['check_tasks']} unseen train "
+            f"tasks when sampled after {len(record['rounds'])} round(s) of {settings['epochs']:g} epochs (needs "
+            f"{settings['min_start_success']:.0%}): raise epochs, tasks or max_rounds"
+        )
+
+
+def _losses(model_dir: Path) -> dict:
+    """The first and last logged training losses of the SFT run saved in ``model_dir``."""
+    history = json.loads((model_dir / "trainer_state.json").read_text())["log_history"]
+    losses = [entry["loss"] for entry in history if "loss" in entry]
+    return {"first_loss": losses[0], "final_loss": losses[-1]}
 
 
 def held_out_success(model: str | Path, config: dict, count: int = 100, greedy: bool = True) -> float:
-    """Success of ``model`` on the first ``count`` tasks of KeyChain's held-out split, greedy or at the config's temperature."""
-    from agentgym.envs.tool.keychain import task_ids
-
+    """Success of ``model`` on the first ``count`` tasks of the config's env's held-out split, greedy or at the config's temperature."""
     env_kwargs = {**config["env_kwargs"], "split": "heldout", "num_tasks": count}
-    return success_rate(
-        model,
-        make_env_factory(config["env_id"], env_kwargs),
-        task_ids("heldout", count),
-        agent_config(config, greedy=greedy),
-    )
+    factory = make_env_factory(config["env_id"], env_kwargs)
+    listing = factory()
+    try:
+        heldout = listing.unwrapped.task_ids()
+    finally:
+        listing.close()
+    return success_rate(model, factory, heldout, agent_config(config, greedy=greedy))

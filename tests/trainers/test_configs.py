@@ -25,7 +25,7 @@ def test_example_config_builds_its_config_class(path, tmp_path):
 
 def test_every_env_kind_has_a_config_per_trainer():
     names = {p.stem for p in CONFIGS}
-    for kind in ("keychain", "bfcl", "humaneval", "miniwob", "desktop"):
+    for kind in ("keychain", "calculator", "bfcl", "humaneval", "miniwob", "desktop"):
         assert {f"{kind}-tree_grpo", f"{kind}-sao"} <= names
 
 
@@ -75,9 +75,25 @@ def test_a_config_must_name_its_trainer_and_output_dir(tmp_path):
         build_trainer({"trainer": "sao"})
     with pytest.raises(ConfigError, match="unknown warm_start key 'epoch'; did you mean 'epochs'"):
         build_trainer({"trainer": "sao", "output_dir": str(tmp_path), "warm_start": {"epoch": 1}})
-    with pytest.raises(ConfigError, match="warm_start builds demonstrations for KeyChain only"):
+    with pytest.raises(ConfigError, match="warm_start: max_rounds must be >= 1"):
         build_trainer(
-            {"trainer": "sao", "output_dir": str(tmp_path), "warm_start": True, "env_id": "agentgym/code.humaneval-v0"}
+            {
+                "trainer": "sao",
+                "output_dir": str(tmp_path),
+                "warm_start": {"max_rounds": 0},
+                "env_id": "agentgym.envs.tool.keychain:KeyChainEnv",
+            }
+        )
+    with pytest.raises(
+        ConfigError, match="warm_start: agentgym/tool.bfcl-multi-turn-base-v0 does not script demonstrations"
+    ):
+        build_trainer(
+            {
+                "trainer": "sao",
+                "output_dir": str(tmp_path),
+                "warm_start": True,
+                "env_id": "agentgym/tool.bfcl-multi-turn-base-v0",
+            }
         )
     with pytest.raises(ConfigError, match="tree_strategy must be one of"):  # the config class's own checks
         build_trainer({"trainer": "tree_grpo", "output_dir": str(tmp_path), "tree_strategy": "random"})

@@ -104,7 +104,7 @@ def test_a_model_without_reward_is_told_about_the_warm_start_which_the_config_bu
 
     out = tmp_path / "warm"
     done = subprocess.run(
-        [*base, "warm_start={tasks: 16, epochs: 1, early_answer_rate: 0.5}", "max_steps=1", f"output_dir={out}"],
+        [*base, "warm_start={tasks: 16, epochs: 1, mistake_rate: 0.5}", "max_steps=1", f"output_dir={out}"],
         cwd=ROOT,
         env=_env(),
         capture_output=True,

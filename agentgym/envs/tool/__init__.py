@@ -1,4 +1,4 @@
-"""agentgym.envs.tool: ToolEnv, for writing tool-use environments from plain Python functions and tasks; MCP servers, BFCL and KeyChain.
+"""agentgym.envs.tool: ToolEnv, for writing tool-use environments from plain Python functions and tasks; MCP servers, BFCL, KeyChain and Calculator.
 
 The MCP client and the BFCL envs load on first use of their names (the ``mcp`` SDK and
 ``bfcl-eval`` are optional: the ``tool`` extra).
@@ -6,6 +6,7 @@ The MCP client and the BFCL envs load on first use of their names (the ``mcp`` S
 
 from agentgym._lazy import lazy_exports
 from agentgym.envs.state import SQLiteState, StateCopy
+from agentgym.envs.tool.calculator import CalculatorEnv
 from agentgym.envs.tool.env import SUBMIT, ToolEnv
 from agentgym.envs.tool.keychain import KeyChainEnv
 from agentgym.envs.tool.schema import Tool, tool_from_callable, tools_from_object
@@ -18,6 +19,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "CalculatorEnv",
     "KeyChainEnv",
     "SQLiteState",
     "StateCopy",

@@ -19,26 +19,24 @@ ones).
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from collections.abc import Sequence
 
 from agentgym.core import select_tasks
 from agentgym.envs.tool.env import ToolEnv
+from agentgym.envs.tool.generated import GeneratedTasks, task_ids, task_rng
 from agentgym.task import Task
 
 __all__ = ["KEYS", "KeyChainEnv", "demonstration", "make_task", "task_ids"]
 
 KEYS = ("amber", "brick", "cloud", "delta", "ember", "frost", "grape", "honey")
-SPLITS = {"train": 0, "heldout": 1_000_000}  # seed offsets: the splits never share a task
 
 
 def make_task(task_id: str, max_hops: int = 2) -> dict:
     """The task ``"<split>-<n>"``: its start key, the table of entries, the answer and the number of hops."""
-    split, _, number = task_id.rpartition("-")
-    if split not in SPLITS or not number.isdigit():
-        raise ValueError(f"task ids look like 'train-12' or 'heldout-3', got {task_id!r}")
-    rng = random.Random(SPLITS[split] + int(number))
+    rng = task_rng(task_id)
     hops = rng.randint(1, max_hops)
     chain = rng.sample(KEYS, hops)
     answer = str(rng.randint(10, 99))
@@ -58,19 +56,15 @@ def make_task(task_id: str, max_hops: int = 2) -> dict:
     }
 
 
-def task_ids(split: str, count: int) -> list[str]:
-    return [f"{split}-{i}" for i in range(count)]
-
-
-def demonstration(task: dict, early_answer_rate: float = 0.0, rng: random.Random | None = None) -> list[str]:
+def demonstration(task: dict, mistake_rate: float = 0.0, rng: random.Random | None = None) -> list[str]:
     """The scripted solution's replies: one lookup per hop, then the submit (each task's reference solution in ``KeyChainEnv.tasks()``).
 
-    ``early_answer_rate`` > 0 scripts a worse demonstrator with the premature-answer habit of real
+    ``mistake_rate`` > 0 scripts a worse demonstrator with the premature-answer habit of real
     agents: at each entry that points to another key it stops, with that probability (drawn from
     ``rng``), and submits that key, the intermediate result, instead of looking it up. Every
     reply still copies a key or number from the last observation, as the solution's do.
     """
-    if early_answer_rate and rng is None:
+    if mistake_rate and rng is None:
         raise ValueError("an early-answering demonstration needs an rng to draw its choices from")
     replies, key = [], task["start"]
     while True:
@@ -79,7 +73,7 @@ def demonstration(task: dict, early_answer_rate: float = 0.0, rng: random.Random
         if not entry.startswith("see "):
             return replies + [f'submit("{entry}")']
         key = entry[len("see ") :].strip('"')
-        if early_answer_rate and rng is not None and rng.random() < early_answer_rate:
+        if mistake_rate and rng is not None and rng.random() < mistake_rate:
             return replies + [f'submit("{key}")']
 
 
@@ -96,32 +90,6 @@ def _check(task: dict, state: dict, transcript: list) -> tuple[float, bool]:
     answers = [c["arguments"].get("answer") for c in transcript if c["tool"] == "submit"]
     ok = bool(answers) and str(answers[-1]).strip() == task["answer"]
     return float(ok), ok
-
-
-class _Tasks(dict):
-    """Task id → task, built on first use: any ``train-<n>``/``heldout-<n>`` id is valid, ``task_ids()`` lists ``listed``."""
-
-    def __init__(self, listed: list[str], max_hops: int):
-        super().__init__()
-        self.listed = listed
-        self.max_hops = max_hops
-
-    def __missing__(self, task_id: str) -> dict:
-        self[task_id] = task = make_task(task_id, self.max_hops)
-        return task
-
-    def __contains__(self, task_id: object) -> bool:
-        try:
-            self[task_id]
-        except (ValueError, TypeError):
-            return False
-        return True
-
-    def __iter__(self):
-        return iter(self.listed)
-
-    def __len__(self) -> int:
-        return len(self.listed)
 
 
 class KeyChainEnv(ToolEnv):
@@ -146,7 +114,7 @@ class KeyChainEnv(ToolEnv):
         tasks: str | Sequence[str] | None = None,
         **kwargs,
     ):
-        catalog = _Tasks(task_ids(split, num_tasks), max_hops)
+        catalog = GeneratedTasks(task_ids(split, num_tasks), functools.partial(make_task, max_hops=max_hops))
         catalog.listed = select_tasks(catalog, tasks)
         super().__init__(
             [lookup],
@@ -168,6 +136,12 @@ class KeyChainEnv(ToolEnv):
             split = task_id.rpartition("-")[0]
             tasks.append(Task(task_id, task["prompt"], split, {"hops": task["hops"]}, demonstration(task)))
         return tasks
+
+    def demonstration_replies(
+        self, task_id: str, mistake_rate: float = 0.0, rng: random.Random | None = None
+    ) -> list[str]:
+        """:func:`demonstration` of a task by id; its mistake is the early answer (see there). SFT warm starts call this."""
+        return demonstration(self.task_data[task_id], mistake_rate, rng)
 
     def _setup(self, task_id: str) -> str:
         prompt = super()._setup(task_id)

@@ -50,21 +50,21 @@ def test_an_early_answering_demonstrator_submits_the_pointed_key_at_its_rate():
     one_hop = next(t for t in task_ids("train", 20) if make_task(t)["hops"] == 1)
     task = make_task(two_hop)
     pointed = task["table"][task["start"]][len('see "') : -1]
-    assert demonstration(task, early_answer_rate=1.0, rng=random.Random(0)) == [
+    assert demonstration(task, mistake_rate=1.0, rng=random.Random(0)) == [
         f'lookup("{task["start"]}")',
         f'submit("{pointed}")',
     ]
     # a one-hop task has no pointer to stop at: the demonstration is the solution whatever the rate
-    assert demonstration(make_task(one_hop), early_answer_rate=1.0, rng=random.Random(0)) == demonstration(
+    assert demonstration(make_task(one_hop), mistake_rate=1.0, rng=random.Random(0)) == demonstration(
         make_task(one_hop)
     )
     rng = random.Random(0)
     first_draw = random.Random(0).random()  # the same seed's first draw decides whether the first one stops
-    assert (len(demonstration(task, early_answer_rate=0.5, rng=rng)) == 2) == (first_draw < 0.5)
-    stops = sum(len(demonstration(task, early_answer_rate=0.25, rng=rng)) == 2 for _ in range(2000))
+    assert (len(demonstration(task, mistake_rate=0.5, rng=rng)) == 2) == (first_draw < 0.5)
+    stops = sum(len(demonstration(task, mistake_rate=0.25, rng=rng)) == 2 for _ in range(2000))
     assert 400 <= stops <= 600  # 500 expected; a binomial(2000, 0.25) is within ±100 far beyond 4 sigma
     with pytest.raises(ValueError, match="rng"):
-        demonstration(task, early_answer_rate=0.5)
+        demonstration(task, mistake_rate=0.5)
 
 
 def test_an_early_answer_scores_zero():

@@ -1,0 +1,159 @@
+"""Calculator: a tiny multi-turn tool-planning env (evaluate ``a + b * c`` with add and mul calls, then submit), small enough to learn on CPU.
+
+A task is an expression of three numbers (2–19) and two operators, ``+`` or ``*``; the agent
+has ``add(a, b)`` and ``mul(a, b)``, each answering with the bare result, and submits the value
+with ``submit("...")``. Reward 1 on the right value, else 0. Half of the tasks are ``a + b * c``,
+where the order of the calls matters: multiplying first (``mul(b, c)``, then ``add(a, ...)``)
+is right, evaluating left to right (``add(a, b)``, then ``mul(...)``) is the classic mistake.
+Where KeyChain teaches following pointers, this teaches choosing the next call from the
+structure of the request and passing results on: every episode has three turns, each a tool
+and its arguments copied from the prompt or the last result.
+
+:func:`demonstration` gives the scripted solution; with ``mistake_rate`` > 0 it evaluates
+``a + b * c`` left to right that often (an explorable habit for SFT warm starts: the start
+sometimes multiplies first when sampled, and RL is rewarded for it).
+
+Tasks are generated from their id (``"<split>-<n>"``, :mod:`agentgym.envs.tool.generated`), so
+``"train"`` and ``"heldout"`` are disjoint and reproducible without data files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+
+from agentgym.core import select_tasks
+from agentgym.envs.tool.env import ToolEnv
+from agentgym.envs.tool.generated import GeneratedTasks, task_ids, task_rng
+from agentgym.task import Task
+
+__all__ = ["CalculatorEnv", "demonstration", "make_task"]
+
+#: Operator patterns and their weights: the one where evaluation order matters is half the tasks.
+PATTERNS = (("+", "*"), ("*", "+"), ("+", "+"), ("*", "*"))
+WEIGHTS = (3, 1, 1, 1)
+TOOL_OF = {"+": "add", "*": "mul"}
+
+
+def make_task(task_id: str) -> dict:
+    """The task ``"<split>-<n>"``: its numbers, operators, prompt and answer."""
+    rng = task_rng(task_id)
+    split = task_id.rpartition("-")[0]
+    while True:  # about 23k expressions in all: draw until one of this task's split
+        ops = rng.choices(PATTERNS, WEIGHTS)[0]
+        numbers = [rng.randint(2, 19) for _ in range(3)]
+        a, b, c = numbers
+        expression = f"{a} {ops[0]} {b} {ops[1]} {c}"
+        if split_of(expression) == split:
+            break
+    return {
+        "prompt": f"Compute {expression}. Use add(a, b) and mul(a, b), one call per step. Then submit(answer).",
+        "numbers": numbers,
+        "ops": ops,
+        "answer": str(_evaluate(numbers, ops)),
+    }
+
+
+def split_of(expression: str) -> str:
+    """The split an expression belongs to: a fixed fifth of them (by hash) is held out, so no held-out task is ever a train task."""
+    return "heldout" if int(hashlib.sha256(expression.encode()).hexdigest(), 16) % 5 == 0 else "train"
+
+
+def _evaluate(numbers: list[int], ops: tuple[str, str]) -> int:
+    a, b, c = numbers
+    apply = {"+": lambda x, y: x + y, "*": lambda x, y: x * y}
+    if ops == ("+", "*"):
+        return a + b * c
+    return apply[ops[1]](apply[ops[0]](a, b), c)
+
+
+def demonstration(task: dict, mistake_rate: float = 0.0, rng: random.Random | None = None) -> list[str]:
+    """The scripted solution's replies: two calls in precedence order, then the submit.
+
+    ``mistake_rate`` > 0 scripts a worse demonstrator that evaluates ``a + b * c`` left to right
+    with that probability (drawn from ``rng``), submitting the wrong value it computes. Each reply
+    still copies its numbers from the prompt or the last result, as the solution's do.
+    """
+    if mistake_rate and rng is None:
+        raise ValueError("a mistaken demonstration needs an rng to draw its choices from")
+    (a, b, c), ops = task["numbers"], task["ops"]
+    left_to_right = ops != ("+", "*") or (mistake_rate and rng is not None and rng.random() < mistake_rate)
+    if left_to_right:
+        first = a + b if ops[0] == "+" else a * b
+        second = first + c if ops[1] == "+" else first * c
+        calls = [f"{TOOL_OF[ops[0]]}({a}, {b})", f"{TOOL_OF[ops[1]]}({first}, {c})"]
+    else:  # a + b * c, multiplying first
+        first = b * c
+        second = a + first
+        calls = [f"mul({b}, {c})", f"add({a}, {first})"]
+    return [*calls, f'submit("{second}")']
+
+
+def add(a: int, b: int) -> str:
+    """Add two integers."""
+    return str(a + b)
+
+
+def mul(a: int, b: int) -> str:
+    """Multiply two integers."""
+    return str(a * b)
+
+
+def _check(task: dict, state: dict, transcript: list) -> tuple[float, bool]:
+    answers = [c["arguments"].get("answer") for c in transcript if c["tool"] == "submit"]
+    ok = bool(answers) and str(answers[-1]).strip() == task["answer"]
+    return float(ok), ok
+
+
+class CalculatorEnv(ToolEnv):
+    """Evaluate a three-number expression with add and mul calls, then submit it (see the module docstring).
+
+    Args:
+        split: the tasks ``reset()`` draws from when no task id is given (``"train"`` or ``"heldout"``).
+        num_tasks: how many tasks of that split are listed.
+        max_turns: replies before the episode is truncated.
+        tasks: task ids of either split, or a pattern over the listed ones (default: the listed ones).
+    """
+
+    def __init__(
+        self,
+        split: str = "train",
+        num_tasks: int = 200,
+        max_turns: int = 5,
+        tasks: str | Sequence[str] | None = None,
+        **kwargs,
+    ):
+        catalog = GeneratedTasks(task_ids(split, num_tasks), make_task)
+        catalog.listed = select_tasks(catalog, tasks)
+        super().__init__(
+            [add, mul],
+            catalog,
+            state_factory=lambda task: {},
+            check=_check,
+            max_turns=max_turns,
+            call_timeout=None,
+            allow_text_replies=False,
+            variant="calculator",
+            **kwargs,
+        )
+
+    def tasks(self) -> list[Task]:
+        """The listed tasks (category: the operator pattern), each with :func:`demonstration` as its reference solution."""
+        return [
+            Task(
+                task_id,
+                task["prompt"],
+                "a {} b {} c".format(*task["ops"]),
+                {"split": task_id.rpartition("-")[0]},
+                demonstration(task),
+            )
+            for task_id in self.task_ids()
+            for task in [self.task_data[task_id]]
+        ]
+
+    def demonstration_replies(
+        self, task_id: str, mistake_rate: float = 0.0, rng: random.Random | None = None
+    ) -> list[str]:
+        """:func:`demonstration` of a task by id; its mistake is left-to-right evaluation. SFT warm starts call this."""
+        return demonstration(self.task_data[task_id], mistake_rate, rng)

@@ -25,10 +25,10 @@ def _task_with(ops: tuple[str, str], count: int = 50) -> str:
 
 def test_tasks_are_reproducible_the_splits_never_meet_and_half_need_multiplying_first():
     assert make_task("train-7") == make_task("train-7")
-    # The expression space is small (about 23k): the splits are disjoint by construction, not by chance.
+    # The expression space is small (about 1,700): the splits are disjoint by construction, not by chance.
     train = {make_task(t)["prompt"] for t in task_ids("train", 3000)}
     heldout = {make_task(t)["prompt"] for t in task_ids("heldout", 3000)}
-    assert not train & heldout and len(heldout) > 2000
+    assert not train & heldout and len(heldout) > 300  # of about 350 held-out expressions
     mixed = sum(make_task(t)["ops"] == ("+", "*") for t in task_ids("train", 1000))
     assert 430 <= mixed <= 570  # weight 3 of 6: 500 expected, ±70 is beyond 4 sigma
     with pytest.raises(ValueError, match="train-12"):

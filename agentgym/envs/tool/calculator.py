@@ -1,7 +1,8 @@
 """Calculator: a tiny multi-turn tool-planning env (evaluate ``a + b * c`` with add and mul calls, then submit), small enough to learn on CPU.
 
-A task is an expression of three numbers (2–9) and two operators, ``+`` or ``*``; the agent
-has ``add(a, b)`` and ``mul(a, b)``, each answering with the bare result, and submits the value
+A task is an expression of three named numbers (``a + b * c where a = 5, b = 4, c = 7``; 2–9)
+and two operators, ``+`` or ``*``; the agent has ``add(x, y)`` and ``mul(x, y)``, each
+answering with the bare result, and submits the value
 with ``submit("...")``. Reward 1 on the right value, else 0. Half of the tasks are ``a + b * c``,
 where the order of the calls matters: multiplying first (``mul(b, c)``, then ``add(a, ...)``)
 is right, evaluating left to right (``add(a, b)``, then ``mul(...)``) is the classic mistake.
@@ -34,9 +35,10 @@ __all__ = ["CalculatorEnv", "demonstration", "make_task"]
 PATTERNS = (("+", "*"), ("*", "+"), ("+", "+"), ("*", "*"))
 WEIGHTS = (3, 1, 1, 1)
 TOOL_OF = {"+": "add", "*": "mul"}
-#: Every value on the right path has at most two digits: the tiny model copies one- and two-digit
-#: numbers reliably, and with operands up to 19 (results up to four digits) its SFT start copied
-#: almost none (0.5% held-out).
+#: Every value on the right path has at most two digits. Tried first: the expression written with
+#: its numbers (``Compute 5 + 14 * 7``, operands up to 19), where the tiny model has to copy the
+#: k-th number of the prompt: its SFT start solved 0.5% of held-out tasks; with operands 2-9,
+#: 2.5%. Named operands (``where a = 5, ...``) make every copy follow a fixed marker, as KeyChain's do.
 MAX_VALUE = 99
 
 
@@ -50,11 +52,11 @@ def make_task(task_id: str) -> dict:
         while _evaluate(numbers, ops) > MAX_VALUE:  # only a * b * c can exceed it
             numbers = [rng.randint(2, 9) for _ in range(3)]
         a, b, c = numbers
-        expression = f"{a} {ops[0]} {b} {ops[1]} {c}"
+        expression = f"a {ops[0]} b {ops[1]} c where a = {a}, b = {b}, c = {c}"
         if split_of(expression) == split:
             break
     return {
-        "prompt": f"Compute {expression}. Use add(a, b) and mul(a, b), one call per step. Then submit(answer).",
+        "prompt": f"Compute {expression}. Use add(x, y) and mul(x, y), one call per step. Then submit(answer).",
         "numbers": numbers,
         "ops": ops,
         "answer": str(_evaluate(numbers, ops)),
@@ -96,14 +98,14 @@ def demonstration(task: dict, mistake_rate: float = 0.0, rng: random.Random | No
     return [*calls, f'submit("{second}")']
 
 
-def add(a: int, b: int) -> str:
+def add(x: int, y: int) -> str:
     """Add two integers."""
-    return str(a + b)
+    return str(x + y)
 
 
-def mul(a: int, b: int) -> str:
+def mul(x: int, y: int) -> str:
     """Multiply two integers."""
-    return str(a * b)
+    return str(x * y)
 
 
 def _check(task: dict, state: dict, transcript: list) -> tuple[float, bool]:

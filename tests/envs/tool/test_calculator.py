@@ -108,7 +108,7 @@ def test_the_last_submit_counts_and_bad_calls_are_error_observations():
     observation, reward, terminated, _, _ = env.step('mul("b", 3)')
     assert not terminated and reward == 0.0 and "Error" in str(observation)
     observation, _, terminated, _, _ = env.step("div(4, 2)")  # no such tool: not a call; the error lists the tools
-    assert not terminated and "Error" in str(observation) and "mul(a: integer, b: integer)" in str(observation)
+    assert not terminated and "Error" in str(observation) and "mul(x: integer, y: integer)" in str(observation)
     observation, _, _, _, _ = env.step(f"mul({b}, {c})")
     assert observation["text"] == str(b * c)  # the bare result, to copy into the next call
     _, reward, terminated, info = _play(env, [f'submit("{a + b * c}")'])

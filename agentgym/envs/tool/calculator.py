@@ -1,14 +1,14 @@
-"""Calculator: a tiny multi-turn tool-planning env (evaluate ``a + b * c`` with add and mul calls, then submit), small enough to learn on CPU.
+"""Calculator: a tiny multi-turn tool-planning env (evaluate ``a + b * c`` with add and mul calls on named values, then submit), small enough to learn on CPU.
 
-A task is an expression of three named numbers (``a + b * c where a = 5, b = 4, c = 7``; 2–9)
-and two operators, ``+`` or ``*``; the agent has ``add(x, y)`` and ``mul(x, y)``, each
-answering with the bare result, and submits the value
-with ``submit("...")``. Reward 1 on the right value, else 0. Half of the tasks are ``a + b * c``,
-where the order of the calls matters: multiplying first (``mul(b, c)``, then ``add(a, ...)``)
-is right, evaluating left to right (``add(a, b)``, then ``mul(...)``) is the classic mistake.
-Where KeyChain teaches following pointers, this teaches choosing the next call from the
-structure of the request and passing results on: every episode has three turns, each a tool
-and its arguments copied from the prompt or the last result.
+A task is an expression over three named numbers, ``a + b * c where a = 5, b = 4, c = 7``
+(numbers 2–9, operators ``+`` or ``*``). The agent has ``add(x, y)`` and ``mul(x, y)``, which
+take value names and store the result under the next free letter (``mul("b", "c")`` answers
+``d = 28``), and submits the number with ``submit("33")``. Reward 1 on the expression's value,
+else 0. Half of the tasks are ``a + b * c``, where the order of the calls matters: multiplying
+first (``mul("b", "c")``, then ``add("a", "d")``) is right, evaluating left to right
+(``add("a", "b")``, then ``mul("d", "c")``) is the classic mistake. Where KeyChain teaches
+following pointers, this teaches planning: choosing each call and its operands from the
+structure of the request, then reporting the result. Every episode has three turns.
 
 :func:`demonstration` gives the scripted solution; with ``mistake_rate`` > 0 it evaluates
 ``a + b * c`` left to right that often (an explorable habit for SFT warm starts: the start
@@ -35,10 +35,13 @@ __all__ = ["CalculatorEnv", "demonstration", "make_task"]
 PATTERNS = (("+", "*"), ("*", "+"), ("+", "+"), ("*", "*"))
 WEIGHTS = (3, 1, 1, 1)
 TOOL_OF = {"+": "add", "*": "mul"}
-#: Every value on the right path has at most two digits. Tried first: the expression written with
-#: its numbers (``Compute 5 + 14 * 7``, operands up to 19), where the tiny model has to copy the
-#: k-th number of the prompt: its SFT start solved 0.5% of held-out tasks; with operands 2-9,
-#: 2.5%. Named operands (``where a = 5, ...``) make every copy follow a fixed marker, as KeyChain's do.
+APPLY = {"+": lambda x, y: x + y, "*": lambda x, y: x * y}
+#: Every value on the right path has at most two digits, as KeyChain's numbers do. Tried first:
+#: tools on numbers (``mul(4, 7)``), the expression written with them (``Compute 5 + 14 * 7``, or
+#: with named operands ``where a = 5, ...``): the tiny model's SFT start never learned to pick
+#: the k-th number of the prompt (0.5%, 2.5% and 5% of held-out tasks; at last one reply for
+#: every task). With value names the calls are chosen, not copied; the only copy is the answer
+#: from the last result, as in KeyChain.
 MAX_VALUE = 99
 
 
@@ -56,7 +59,8 @@ def make_task(task_id: str) -> dict:
         if split_of(expression) == split:
             break
     return {
-        "prompt": f"Compute {expression}. Use add(x, y) and mul(x, y), one call per step. Then submit(answer).",
+        "prompt": f"Compute {expression}. Use add(x, y) and mul(x, y) on value names, one call per step. "
+        "Then submit(answer).",
         "numbers": numbers,
         "ops": ops,
         "answer": str(_evaluate(numbers, ops)),
@@ -70,42 +74,48 @@ def split_of(expression: str) -> str:
 
 def _evaluate(numbers: list[int], ops: tuple[str, str]) -> int:
     a, b, c = numbers
-    apply = {"+": lambda x, y: x + y, "*": lambda x, y: x * y}
     if ops == ("+", "*"):
         return a + b * c
-    return apply[ops[1]](apply[ops[0]](a, b), c)
+    return APPLY[ops[1]](APPLY[ops[0]](a, b), c)
 
 
 def demonstration(task: dict, mistake_rate: float = 0.0, rng: random.Random | None = None) -> list[str]:
     """The scripted solution's replies: two calls in precedence order, then the submit.
 
     ``mistake_rate`` > 0 scripts a worse demonstrator that evaluates ``a + b * c`` left to right
-    with that probability (drawn from ``rng``), submitting the wrong value it computes. Each reply
-    still copies its numbers from the prompt or the last result, as the solution's do.
+    with that probability (drawn from ``rng``), submitting the wrong value it computes.
     """
     if mistake_rate and rng is None:
         raise ValueError("a mistaken demonstration needs an rng to draw its choices from")
     (a, b, c), ops = task["numbers"], task["ops"]
     left_to_right = ops != ("+", "*") or (mistake_rate and rng is not None and rng.random() < mistake_rate)
     if left_to_right:
-        first = a + b if ops[0] == "+" else a * b
-        second = first + c if ops[1] == "+" else first * c
-        calls = [f"{TOOL_OF[ops[0]]}({a}, {b})", f"{TOOL_OF[ops[1]]}({first}, {c})"]
+        calls = [f'{TOOL_OF[ops[0]]}("a", "b")', f'{TOOL_OF[ops[1]]}("d", "c")']
+        value = APPLY[ops[1]](APPLY[ops[0]](a, b), c)
     else:  # a + b * c, multiplying first
-        first = b * c
-        second = a + first
-        calls = [f"mul({b}, {c})", f"add({a}, {first})"]
-    return [*calls, f'submit("{second}")']
+        calls = ['mul("b", "c")', 'add("a", "d")']
+        value = a + b * c
+    return [*calls, f'submit("{value}")']
 
 
-def add(x: int, y: int) -> str:
-    """Add two integers."""
-    return str(x + y)
+def _apply(op: str, x: str, y: str, state: dict) -> str:
+    values = state["values"]
+    missing = [name for name in (x, y) if name not in values]
+    if missing:
+        raise KeyError(f"no value named {missing[0]!r}; the values are {', '.join(values)}")
+    name = chr(ord("a") + len(values))
+    values[name] = APPLY[op](values[x], values[y])
+    return f"{name} = {values[name]}"
 
 
-def mul(x: int, y: int) -> str:
-    """Multiply two integers."""
-    return str(x * y)
+def add(x: str, y: str, state: dict) -> str:
+    """Add two named values; the sum is stored under the next free letter."""
+    return _apply("+", x, y, state)
+
+
+def mul(x: str, y: str, state: dict) -> str:
+    """Multiply two named values; the product is stored under the next free letter."""
+    return _apply("*", x, y, state)
 
 
 def _check(task: dict, state: dict, transcript: list) -> tuple[float, bool]:
@@ -115,7 +125,7 @@ def _check(task: dict, state: dict, transcript: list) -> tuple[float, bool]:
 
 
 class CalculatorEnv(ToolEnv):
-    """Evaluate a three-number expression with add and mul calls, then submit it (see the module docstring).
+    """Evaluate a three-value expression with add and mul calls on named values, then submit it (see the module docstring).
 
     Args:
         split: the tasks ``reset()`` draws from when no task id is given (``"train"`` or ``"heldout"``).
@@ -137,7 +147,7 @@ class CalculatorEnv(ToolEnv):
         super().__init__(
             [add, mul],
             catalog,
-            state_factory=lambda task: {},
+            state_factory=lambda task: {"values": dict(zip("abc", task["numbers"]))},
             check=_check,
             max_turns=max_turns,
             call_timeout=None,

@@ -57,12 +57,8 @@ def test_the_mistaken_demonstrator_evaluates_left_to_right_at_its_rate_and_score
     task_id = _task_with(("+", "*"))
     task = make_task(task_id)
     a, b, c = task["numbers"]
-    assert demonstration(task) == [f"mul({b}, {c})", f"add({a}, {b * c})", f'submit("{a + b * c}")']
-    assert demonstration(task, 1.0, random.Random(0)) == [
-        f"add({a}, {b})",
-        f"mul({a + b}, {c})",
-        f'submit("{(a + b) * c}")',
-    ]
+    assert demonstration(task) == ['mul("b", "c")', 'add("a", "d")', f'submit("{a + b * c}")']
+    assert demonstration(task, 1.0, random.Random(0)) == ['add("a", "b")', 'mul("d", "c")', f'submit("{(a + b) * c}")']
     # where the order does not matter there is nothing to get wrong: the solution whatever the rate
     other = make_task(_task_with(("*", "+")))
     assert demonstration(other, 1.0, random.Random(0)) == demonstration(other)
@@ -105,12 +101,14 @@ def test_the_last_submit_counts_and_bad_calls_are_error_observations():
     a, b, c = make_task(task_id)["numbers"]
     env = CalculatorEnv()
     env.reset(options={"task_id": task_id})
-    observation, reward, terminated, _, _ = env.step('mul("b", 3)')
-    assert not terminated and reward == 0.0 and "Error" in str(observation)
+    observation, reward, terminated, _, _ = env.step('mul("b", "z")')
+    assert not terminated and reward == 0.0 and "no value named 'z'; the values are a, b, c" in observation["text"]
     observation, _, terminated, _, _ = env.step("div(4, 2)")  # no such tool: not a call; the error lists the tools
-    assert not terminated and "Error" in str(observation) and "mul(x: integer, y: integer)" in str(observation)
-    observation, _, _, _, _ = env.step(f"mul({b}, {c})")
-    assert observation["text"] == str(b * c)  # the bare result, to copy into the next call
+    assert not terminated and "Error" in str(observation) and "mul(x: string, y: string)" in str(observation)
+    observation, _, _, _, _ = env.step('mul("b", "c")')
+    assert observation["text"] == f"d = {b * c}"  # stored under the next free letter
+    observation, _, _, _, _ = env.step('add("a", "d")')
+    assert observation["text"] == f"e = {a + b * c}"
     _, reward, terminated, info = _play(env, [f'submit("{a + b * c}")'])
     assert (reward, terminated, info["success"]) == (1.0, True, True)
     env.close()

@@ -3,8 +3,8 @@
 A task is an expression over three named numbers, ``a + b * c where a = 5, b = 4, c = 7``
 (numbers 2–9, operators ``+`` or ``*``). The agent has ``add(x, y)`` and ``mul(x, y)``, which
 take value names and store the result under the next free letter (``mul("b", "c")`` answers
-``d = 28``), and submits the number with ``submit("33")``. Reward 1 on the expression's value,
-else 0. Half of the tasks are ``a + b * c``, where the order of the calls matters: multiplying
+``d = 28``), and submits the number, or the name of the value that holds it (``submit("e")``).
+Reward 1 when that is the expression's value, else 0. Half of the tasks are ``a + b * c``, where the order of the calls matters: multiplying
 first (``mul("b", "c")``, then ``add("a", "d")``) is right, evaluating left to right
 (``add("a", "b")``, then ``mul("d", "c")``) is the classic mistake. Where KeyChain teaches
 following pointers, this teaches planning: choosing each call and its operands from the
@@ -40,8 +40,9 @@ APPLY = {"+": lambda x, y: x + y, "*": lambda x, y: x * y}
 #: tools on numbers (``mul(4, 7)``), the expression written with them (``Compute 5 + 14 * 7``, or
 #: with named operands ``where a = 5, ...``): the tiny model's SFT start never learned to pick
 #: the k-th number of the prompt (0.5%, 2.5% and 5% of held-out tasks; at last one reply for
-#: every task). With value names the calls are chosen, not copied; the only copy is the answer
-#: from the last result, as in KeyChain.
+#: every task). With value names the calls are chosen, not copied; submitting the number (copied
+#: from the last result) still failed on most tasks after 7 epochs (8.5%), so the scripted
+#: solution submits the value's name: the task is the plan, not the copy.
 MAX_VALUE = 99
 
 
@@ -80,22 +81,20 @@ def _evaluate(numbers: list[int], ops: tuple[str, str]) -> int:
 
 
 def demonstration(task: dict, mistake_rate: float = 0.0, rng: random.Random | None = None) -> list[str]:
-    """The scripted solution's replies: two calls in precedence order, then the submit.
+    """The scripted solution's replies: two calls in precedence order, then the submit of the last value's name.
 
     ``mistake_rate`` > 0 scripts a worse demonstrator that evaluates ``a + b * c`` left to right
     with that probability (drawn from ``rng``), submitting the wrong value it computes.
     """
     if mistake_rate and rng is None:
         raise ValueError("a mistaken demonstration needs an rng to draw its choices from")
-    (a, b, c), ops = task["numbers"], task["ops"]
+    ops = task["ops"]
     left_to_right = ops != ("+", "*") or (mistake_rate and rng is not None and rng.random() < mistake_rate)
     if left_to_right:
         calls = [f'{TOOL_OF[ops[0]]}("a", "b")', f'{TOOL_OF[ops[1]]}("d", "c")']
-        value = APPLY[ops[1]](APPLY[ops[0]](a, b), c)
     else:  # a + b * c, multiplying first
         calls = ['mul("b", "c")', 'add("a", "d")']
-        value = a + b * c
-    return [*calls, f'submit("{value}")']
+    return [*calls, 'submit("e")']
 
 
 def _apply(op: str, x: str, y: str, state: dict) -> str:
@@ -120,7 +119,12 @@ def mul(x: str, y: str, state: dict) -> str:
 
 def _check(task: dict, state: dict, transcript: list) -> tuple[float, bool]:
     answers = [c["arguments"].get("answer") for c in transcript if c["tool"] == "submit"]
-    ok = bool(answers) and str(answers[-1]).strip() == task["answer"]
+    if not answers:
+        return 0.0, False
+    answer = str(answers[-1]).strip()
+    # A value's name stands for its value; anything else must be the number itself.
+    submitted = str(state["values"][answer]) if answer in state["values"] else answer
+    ok = submitted == task["answer"]
     return float(ok), ok
 
 

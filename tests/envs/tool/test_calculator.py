@@ -57,8 +57,8 @@ def test_the_mistaken_demonstrator_evaluates_left_to_right_at_its_rate_and_score
     task_id = _task_with(("+", "*"))
     task = make_task(task_id)
     a, b, c = task["numbers"]
-    assert demonstration(task) == ['mul("b", "c")', 'add("a", "d")', f'submit("{a + b * c}")']
-    assert demonstration(task, 1.0, random.Random(0)) == ['add("a", "b")', 'mul("d", "c")', f'submit("{(a + b) * c}")']
+    assert demonstration(task) == ['mul("b", "c")', 'add("a", "d")', 'submit("e")']
+    assert demonstration(task, 1.0, random.Random(0)) == ['add("a", "b")', 'mul("d", "c")', 'submit("e")']
     # where the order does not matter there is nothing to get wrong: the solution whatever the rate
     other = make_task(_task_with(("*", "+")))
     assert demonstration(other, 1.0, random.Random(0)) == demonstration(other)
@@ -111,6 +111,24 @@ def test_the_last_submit_counts_and_bad_calls_are_error_observations():
     assert observation["text"] == f"e = {a + b * c}"
     _, reward, terminated, info = _play(env, [f'submit("{a + b * c}")'])
     assert (reward, terminated, info["success"]) == (1.0, True, True)
+    env.close()
+
+
+@pytest.mark.parametrize(
+    ("replies", "rewarded"),
+    [
+        (['mul("b", "c")', 'add("a", "d")', 'submit("e")'], True),  # the name of the right value
+        (['mul("b", "c")', 'add("a", "d")', 'submit("d")'], False),  # a value, not the result
+        (['add("a", "b")', 'mul("d", "c")', 'submit("e")'], False),  # the left-to-right value
+        (['submit("e")'], False),  # a name that holds nothing yet is taken as a number: wrong
+        (['submit("a")'], False),
+    ],
+)
+def test_a_submitted_name_scores_only_when_its_value_is_the_answer(replies, rewarded):
+    env = CalculatorEnv()
+    env.reset(options={"task_id": _task_with(("+", "*"))})
+    _, reward, terminated, info = _play(env, replies)
+    assert (reward, terminated, info["success"]) == (float(rewarded), True, rewarded)
     env.close()
 
 

@@ -39,7 +39,11 @@ def main() -> None:
     out = Path(args.out)
     config = load_config(CONFIG)
 
-    print("1/3 SFT warm start on an early-answering KeyChain demonstrator (built once per --out) ...", flush=True)
+    print(
+        "1/3 SFT warm start on an early-answering KeyChain demonstrator (built once per --out; it checks itself on "
+        "unseen train tasks) ...",
+        flush=True,
+    )
     start = scripted_warm_start(out / "sft", config, seed=args.seed, **RL_DEMO_START)
     before = held_out_success(start, config, args.heldout)
     print(f"    held-out success after SFT: {before:.0%} of {args.heldout} tasks", flush=True)

@@ -8,15 +8,7 @@ import pytest
 import agentgym  # noqa: F401  (registers agentgym/tool.calculator-v0)
 from agentgym.envs.tool.calculator import CalculatorEnv, demonstration, make_task
 from agentgym.envs.tool.generated import task_ids
-
-
-def _play(env, replies):
-    """The step results of ``replies`` up to the end of the episode: (observation, reward, terminated, info)."""
-    for reply in replies:
-        observation, reward, terminated, _, info = env.step(reply)
-        if terminated:
-            break
-    return observation, reward, terminated, info
+from tests.envs.tool.test_keychain import _play
 
 
 def _task_with(ops: tuple[str, str], count: int = 50) -> str:

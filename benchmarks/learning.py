@@ -54,6 +54,7 @@ from agentgym.train import load_config  # noqa: E402
 from agentgym.trainers.warm_start import (  # noqa: E402
     RL_DEMO_START,
     WARM_START_RECORD,
+    WarmStartFailed,
     held_out_success,
     scripted_warm_start,
 )
@@ -263,7 +264,9 @@ def over_seeds(args, out: Path) -> dict:
     """:func:`learning` once per seed (each with its own SFT start, shared by its runs), then each figure's mean and 95% interval.
 
     Each seed's results are kept in ``out/seed-N/results.json`` with the settings: a rerun with the
-    same settings (after a crash, or with more seeds) reuses them.
+    same settings (after a crash, or with more seeds) reuses them. A seed whose SFT start fails its
+    self-check (:class:`WarmStartFailed`) is recorded as such and left out of the figures, which say
+    how many seeds they cover; the other seeds still run.
     """
     per_seed = {}
     for seed in args.seeds:
@@ -275,14 +278,23 @@ def over_seeds(args, out: Path) -> dict:
             per_seed[seed] = kept["results"]
             continue
         print(f"--- seed {seed}", flush=True)
-        per_seed[seed] = learning(seed_args, saved.parent)
+        try:
+            per_seed[seed] = learning(seed_args, saved.parent)
+        except WarmStartFailed as error:
+            # A start that cannot learn is a result of this seed: reported, kept (a rerun does not train
+            # it again), and the other seeds still run.
+            print(f"--- seed {seed}: {error}", flush=True)
+            per_seed[seed] = {"start_failed": str(error)}
+        saved.parent.mkdir(parents=True, exist_ok=True)
         saved.write_text(json.dumps({"settings": settings, "results": per_seed[seed]}, indent=2, default=str))
-    figures: dict[str, list[float]] = {"sft_heldout_success": [r["sft"]["heldout_success"] for r in per_seed.values()]}
-    for name in args.runs:
-        figures[f"{name}_heldout_success"] = [r[name]["heldout_success"] for r in per_seed.values()]
-        figures[f"{name}_gain_points"] = [r[name]["gain_points"] for r in per_seed.values()]
-        figures[f"{name}_gain_points_sampled"] = [r[name]["gain_points_sampled"] for r in per_seed.values()]
-    fractions = [r["tree_vs_linear"]["fraction"] for r in per_seed.values() if "tree_vs_linear" in r]
+    failed = [seed for seed, r in per_seed.items() if "start_failed" in r]
+    ran = [r for r in per_seed.values() if "start_failed" not in r]
+    figures: dict[str, list[float]] = {"sft_heldout_success": [r["sft"]["heldout_success"] for r in ran]} if ran else {}
+    for name in args.runs if ran else ():
+        figures[f"{name}_heldout_success"] = [r[name]["heldout_success"] for r in ran]
+        figures[f"{name}_gain_points"] = [r[name]["gain_points"] for r in ran]
+        figures[f"{name}_gain_points_sampled"] = [r[name]["gain_points_sampled"] for r in ran]
+    fractions = [r["tree_vs_linear"]["fraction"] for r in ran if "tree_vs_linear" in r]
     if fractions:
         # A seed where tree never reached linear's final success counts as 1 (no saving), not as missing.
         figures["tree_env_steps_fraction_of_linear"] = [1.0 if f is None else min(f, 1.0) for f in fractions]
@@ -291,7 +303,9 @@ def over_seeds(args, out: Path) -> dict:
         mean, low, high = mean_interval(values)
         summary[figure] = {"values": values, "mean": mean, "ci95": [low, high]}
         print(f"{figure}: {mean:.3g} (95% interval {low:.3g} to {high:.3g}; {len(values)} seeds)", flush=True)
-    return {"seeds": per_seed, "summary": summary}
+    if failed:
+        print(f"starts that failed their check (not in the figures above): seeds {failed}", flush=True)
+    return {"seeds": per_seed, "summary": summary, "starts_failed": failed}
 
 
 def run_setting(text: str) -> tuple[str, str]:

@@ -289,11 +289,13 @@ def over_seeds(args, out: Path) -> dict:
         saved.write_text(json.dumps({"settings": settings, "results": per_seed[seed]}, indent=2, default=str))
     failed = [seed for seed, r in per_seed.items() if "start_failed" in r]
     ran = [r for r in per_seed.values() if "start_failed" not in r]
-    figures: dict[str, list[float]] = {"sft_heldout_success": [r["sft"]["heldout_success"] for r in ran]} if ran else {}
-    for name in args.runs if ran else ():
-        figures[f"{name}_heldout_success"] = [r[name]["heldout_success"] for r in ran]
-        figures[f"{name}_gain_points"] = [r[name]["gain_points"] for r in ran]
-        figures[f"{name}_gain_points_sampled"] = [r[name]["gain_points_sampled"] for r in ran]
+    figures: dict[str, list[float]] = {}
+    if ran:  # a mean needs at least one seed
+        figures["sft_heldout_success"] = [r["sft"]["heldout_success"] for r in ran]
+        for name in args.runs:
+            figures[f"{name}_heldout_success"] = [r[name]["heldout_success"] for r in ran]
+            figures[f"{name}_gain_points"] = [r[name]["gain_points"] for r in ran]
+            figures[f"{name}_gain_points_sampled"] = [r[name]["gain_points_sampled"] for r in ran]
     fractions = [r["tree_vs_linear"]["fraction"] for r in ran if "tree_vs_linear" in r]
     if fractions:
         # A seed where tree never reached linear's final success counts as 1 (no saving), not as missing.

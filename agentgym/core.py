@@ -56,7 +56,6 @@ browser loop and get the browser session):
 Constructor options mean the same in every family: ``tasks=`` selects the tasks (ids, or a glob
 pattern: :func:`select_tasks`), ``max_turns`` bounds the episode, and envs with a screen take
 ``screen_size=(width, height)`` and ``screenshot`` (whether observations carry ``"image"``).
-Old names of hooks and options keep working for now, with a :class:`DeprecationWarning`.
 
 A subclass's ``__init__`` need not know about Gymnasium's ``render_mode``: when its signature
 has no ``render_mode`` (nor ``**kwargs``), the base class accepts the argument for it, checks it
@@ -87,9 +86,8 @@ import string
 import threading
 import time
 import uuid
-import warnings
 import weakref
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, Self
 
@@ -304,26 +302,6 @@ def select_tasks(available: Collection[str], tasks: str | Sequence[str] | None) 
     if unknown:
         raise ValueError(f"unknown task id(s): {unknown[:5]}")
     return list(tasks)
-
-
-def adopt_renamed_hooks(cls: type, renames: Mapping[str, str]) -> None:
-    """Make a subclass's override of a hook under its old name (``old → new``) the override of the new one, with a DeprecationWarning.
-
-    For renames that kept the signature; a family base calls this from ``__init_subclass__``.
-    """
-    for old, new in renames.items():
-        if old in cls.__dict__ and new not in cls.__dict__:
-            warnings.warn(
-                f"{cls.__qualname__}.{old} is deprecated: override {new} instead (see agentgym.core, Family hooks)",
-                DeprecationWarning,
-                stacklevel=3,
-            )
-            setattr(cls, new, cls.__dict__[old])
-
-
-def warn_renamed_option(owner: str, old: str, new: str) -> None:
-    """The DeprecationWarning for a constructor keyword that was renamed (the old one still works)."""
-    warnings.warn(f"{owner}({old}=...) is deprecated: use {new}=...", DeprecationWarning, stacklevel=3)
 
 
 @dataclass

@@ -606,7 +606,7 @@ def reference_solution(task: HarborTask) -> list[str]:
 class HarborEnv(CodeEnv):
     """Harbor task directories as code tasks: do what instruction.md asks in the task's container; graded by its hidden tests (see the module docstring).
 
-    ``path=`` (or ``tasks_dir=``) is a task directory or a directory of them; ``tasks=`` selects task
+    ``path=`` is a task directory or a directory of them; ``tasks=`` selects task
     ids (directory names) or a pattern. ``max_verifier_timeout`` caps ``[verifier].timeout_sec``.
     """
 
@@ -616,17 +616,14 @@ class HarborEnv(CodeEnv):
         self,
         *,
         path: str | Path | None = None,
-        tasks_dir: str | Path | None = None,
         tasks: str | Sequence[str] | None = None,
         max_verifier_timeout: float = DEFAULT_VERIFIER_TIMEOUT_S,
         **kwargs: Any,
     ):
-        if (path is None) == (tasks_dir is None):
-            raise ValueError(
-                "HarborEnv needs path= (a Harbor task directory, or a directory of them); tasks_dir= is its alias"
-            )
+        if path is None:
+            raise ValueError("HarborEnv needs path= (a Harbor task directory, or a directory of them)")
         super().__init__(**kwargs)
-        loaded = load_harbor_tasks(path if path is not None else tasks_dir)
+        loaded = load_harbor_tasks(path)
         self._tasks = {task_id: loaded[task_id] for task_id in select_tasks(loaded, tasks)}
         self.max_verifier_timeout = max_verifier_timeout
         self._images: dict[str, str] = {}

@@ -1,7 +1,6 @@
-"""One vocabulary for every env family: the family hooks, info["grade"], tasks= and the shared option names, and the deprecated old names."""
+"""One vocabulary for every env family: the family hooks, info["grade"], tasks= and the shared option names."""
 
 import inspect
-import warnings
 
 import pytest
 
@@ -73,27 +72,17 @@ def test_keychain_selects_ids_of_either_split_or_a_pattern_over_the_listed_ones(
         KeyChainEnv(tasks=["elsewhere-1"])
 
 
-def test_web_envs_take_screen_size_and_tasks_and_warn_on_the_old_names():
+def test_web_envs_take_screen_size_and_tasks():
     env = WebAppEnv("shop", tasks="cheapest_*", screen_size=(800, 600), screenshot=True)
     try:
         assert env.screen_size == (800, 600) and env.observation_space["image"].shape == (600, 800, 3)
         assert env.task_ids() and all(task_id.startswith("cheapest_") for task_id in env.task_ids())
     finally:
         env.close()
-    with pytest.warns(DeprecationWarning, match="viewport"):
-        env = WebAppEnv("shop", viewport=(900, 700))
-    try:
-        assert env.screen_size == (900, 700)
-    finally:
-        env.close()
     clicks = MiniWoBEnv("click-*")
     assert len(clicks.task_ids()) > 5 and all(task_id.startswith("click-") for task_id in clicks.task_ids())
     assert clicks.screen_size == MiniWoBEnv.default_screen_size
     clicks.close()
-    with pytest.warns(DeprecationWarning, match="tasks"):
-        single = MiniWoBEnv(task="click-button")
-    assert single.task_ids() == ["click-button"]
-    single.close()
 
 
 def test_desktop_takes_tasks_patterns_and_screenshot():
@@ -174,63 +163,3 @@ def test_a_tool_subclass_overrides_grade_and_branch_state():
     assert (reward, info["grade"]) == (3.0, {"replies": 2})
     child.close()
     env.close()
-
-
-# ---------------------------------------------------------------------- old hook names keep working, with a warning
-def test_old_hook_names_warn_and_become_the_new_hooks():
-    with pytest.warns(DeprecationWarning) as caught:
-
-        class OldCode(CodeEnv):
-            def _prepare(self, sandbox, task_id):
-                return f"prepared {task_id} in {sandbox}"
-
-            def _extra_state(self):
-                return {"n": 1}
-
-            def _load_extra_state(self, extra):
-                self.extra = extra
-
-    messages = " ".join(str(warning.message) for warning in caught)
-    assert all(f"OldCode.{old}" in messages for old in ("_prepare", "_extra_state", "_load_extra_state"))
-    assert OldCode._branch_state is OldCode.__dict__["_extra_state"]
-    env = OldCode()
-    env.sandbox = "the sandbox"
-    assert env._setup("t-1") == "prepared t-1 in the sandbox"
-
-    with pytest.warns(DeprecationWarning):
-
-        class OldWeb(WebEnv):
-            default_viewport = (640, 480)
-
-            async def _open(self, session, task_id):
-                return "goal"
-
-            async def _judge(self, session, answer):
-                return None
-
-            def _capture_site(self):
-                return 1
-
-            def _load_site(self, payload):
-                pass
-
-    assert OldWeb.default_screen_size == (640, 480)
-    assert OldWeb._grade is OldWeb.__dict__["_judge"] and OldWeb._branch_state is OldWeb.__dict__["_capture_site"]
-    assert OldWeb._setup is not WebEnv._setup
-
-
-def test_the_new_names_do_not_warn():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)
-
-        class NewCode(CodeEnv):
-            def _setup(self, task_id):
-                return "goal"
-
-            def _grade(self):
-                return Verdict(1.0, True)
-
-        env = WebAppEnv("shop", screen_size=(800, 600))
-        env.close()
-        MiniWoBEnv(["click-button"]).close()
-    assert "_setup" in NewCode.__dict__

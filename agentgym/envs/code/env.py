@@ -35,13 +35,12 @@ Fenced ```` ```python ```` and ```` ```bash ```` blocks in a reply run as ``pyth
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from agentgym.actions import ToolCall, ToolSpec
-from agentgym.core import AgentEnv, Outcome, SnapshotError, Verdict, adopt_renamed_hooks
+from agentgym.core import AgentEnv, Outcome, SnapshotError, Verdict
 from agentgym.extras import requires
 from agentgym.sandbox.base import ExecResult, FileTooLargeError
 
@@ -125,20 +124,6 @@ class CodeEnv(AgentEnv):
         "sh": ("bash", "command"),
         "shell": ("bash", "command"),
     }
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        # The hooks' names before the families shared one vocabulary.
-        adopt_renamed_hooks(cls, {"_extra_state": "_branch_state", "_load_extra_state": "_load_branch_state"})
-        prepare = cls.__dict__.get("_prepare")
-        if prepare is not None and "_setup" not in cls.__dict__:
-            warnings.warn(
-                f"{cls.__qualname__}._prepare(sandbox, task_id) is deprecated: override _setup(task_id) "
-                "(the sandbox is self.sandbox)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            cls._setup = lambda self, task_id: prepare(self, self.sandbox, task_id)
 
     def __init__(
         self,
@@ -319,13 +304,6 @@ class CodeEnv(AgentEnv):
         # Nothing the agent started may change the work while (or after) it is graded.
         self._live_sandbox().stop_processes()
         verdict = self._grade()
-        if isinstance(verdict, Outcome):  # a subclass written before _grade returned a Verdict
-            warnings.warn(
-                f"{type(self).__qualname__}._grade should return a Verdict, not an Outcome",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            return verdict
         return verdict.outcome(verdict.message or "Submitted.")
 
     # ------------------------------------------------------------------ helpers

@@ -35,9 +35,7 @@ sites on origins of its own, and the captured URLs move to them as they do for e
 
 from __future__ import annotations
 
-import base64
 import json
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
@@ -45,7 +43,7 @@ from typing import Any, ClassVar, cast
 import numpy as np
 
 from agentgym.actions import ParsedAction, ToolCall, ToolSpec, format_error
-from agentgym.core import AgentEnv, Outcome, Verdict, adopt_renamed_hooks, warn_renamed_option
+from agentgym.core import AgentEnv, Outcome, Verdict
 from agentgym.envs.web.actions import TERMINAL_ACTIONS, ActionError, perform, web_tools
 from agentgym.envs.web.observation import CAPTURE_DOM_JS, OBSERVE_JS, RESTORE_DOM_JS, PageView, decode_png, draw_marks
 from agentgym.sandbox.browser import BrowserHost, BrowserSession, origin_of
@@ -93,14 +91,11 @@ class WebEnv(AgentEnv):
         screenshot: observations carry ``"image"``, the page as an H×W×3 uint8 array.
         set_of_marks: the screenshot has each shown element's box and id drawn on it (implies ``screenshot``).
         screen_size: (width, height) of the browser's viewport in CSS pixels (default: the class's
-            ``default_screen_size``); ``viewport=`` is its deprecated name.
+            ``default_screen_size``).
         pixel_actions: offer ``mouse_click``/``mouse_drag``/``keyboard_type`` for screenshot-only agents.
         action_timeout: seconds an action may wait for its element (navigations get three times that).
         max_page_chars: the page tree is cut after this many characters (the observation says so).
         chromium: the Chromium executable (default: ``$AGENTGYM_CHROMIUM`` or ``chromium`` on PATH).
-        record_screenshots: deprecated: wrap the env in :class:`agentgym.wrappers.RecordScreenshots`
-            (made with ``render_mode="rgb_array"``) instead. Still works (with a DeprecationWarning):
-            every step's ``info["screenshot"]`` holds a base64 PNG of the page.
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi", "rgb_array"]}
@@ -120,13 +115,8 @@ class WebEnv(AgentEnv):
         action_timeout: float = 3.0,
         max_page_chars: int = 40_000,
         chromium: str | None = None,
-        record_screenshots: bool = False,
         render_mode: str | None = None,
-        viewport: tuple[int, int] | None = None,
     ):
-        if viewport is not None:
-            warn_renamed_option(type(self).__name__, "viewport", "screen_size")
-            screen_size = screen_size or viewport
         self.screen_size = cast(tuple[int, int], tuple(screen_size or self.default_screen_size))
         width, height = self.screen_size
         super().__init__(
@@ -137,15 +127,6 @@ class WebEnv(AgentEnv):
         self.screenshot = screenshot or set_of_marks
         self.set_of_marks = set_of_marks
         self.pixel_actions = pixel_actions
-        if record_screenshots:
-            warnings.warn(
-                f"{type(self).__name__}(record_screenshots=True) is deprecated: wrap the env in "
-                "agentgym.wrappers.RecordScreenshots (made with render_mode='rgb_array'); "
-                "the eval harness records screenshots with `agentgym eval --screenshots`",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-        self.record_screenshots = record_screenshots
         self.action_timeout = action_timeout
         self.max_page_chars = max_page_chars
         self._tools = web_tools(pixel=pixel_actions)
@@ -157,33 +138,6 @@ class WebEnv(AgentEnv):
         self._last_view: PageView | None = None
         self.fork_mode: str | None = None  # how this env was built by fork: "restore" or "replay"
         self._pending_task: str | None = None
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        # The hooks' (and the screen option's) names before the families shared one vocabulary.
-        adopt_renamed_hooks(
-            cls,
-            {
-                "_judge": "_grade",
-                "_capture_site": "_branch_state",
-                "_load_site": "_load_branch_state",
-                "default_viewport": "default_screen_size",
-            },
-        )
-        if "_open" in cls.__dict__ and "_setup" not in cls.__dict__:
-            warnings.warn(
-                f"{cls.__qualname__}._open (and _prepare_task) are deprecated: override _setup(session, task_id)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-
-            async def _setup(self, session: BrowserSession, task_id: str) -> str:
-                prepare = getattr(self, "_prepare_task", None)
-                if prepare is not None:
-                    prepare(task_id)
-                return await self._open(session, task_id)
-
-            cls._setup = _setup
 
     # ------------------------------------------------------------------ hooks for subclasses
     def _origins(self) -> list[str]:
@@ -328,8 +282,6 @@ class WebEnv(AgentEnv):
         else:
             outcome = verdict.outcome(f"{verdict.message}\n\n{text}" if verdict.message else text, error=error)
         outcome.image = image
-        if self.record_screenshots:  # deprecated (RecordScreenshots does this); PNG as base64 text
-            outcome.info["screenshot"] = base64.b64encode(await self._screenshot_png()).decode()
         return outcome
 
     def _normalise(self, call: ToolCall) -> dict:

@@ -1,4 +1,4 @@
-"""CodeEnv's family hooks in a real sandbox: _setup lays out the task, _grade's Verdict is the submit step (details in info["grade"]), _branch_state rides through forks; the old hook names still work."""
+"""CodeEnv's family hooks in a real sandbox: _setup lays out the task, _grade's Verdict is the submit step (details in info["grade"]), _branch_state rides through forks."""
 
 import pytest
 
@@ -53,33 +53,5 @@ def test_hooks_set_up_grade_and_branch(docker_ready):
             assert info["grade"] == {"note": "done\n", "bash_calls": 1} and observation["text"] == "Note: done\n"
         finally:
             child.close()
-    finally:
-        env.close()
-
-
-def test_old_hook_names_still_run_with_a_warning(docker_ready):
-    from agentgym.core import Outcome
-
-    with pytest.warns(DeprecationWarning):
-
-        class OldNoteEnv(CodeEnv):
-            def task_ids(self):
-                return ["note"]
-
-            def _prepare(self, sandbox, task_id):
-                sandbox.write_file("/workspace/note", "old")
-                return "old style"
-
-            def _grade(self):
-                return Outcome("graded the old way", reward=1.0, terminated=True, success=True)
-
-    env = OldNoteEnv()
-    try:
-        observation, _ = env.reset()
-        assert observation["text"] == "old style"
-        assert env.step(call("bash", command="cat /workspace/note"))[0]["text"] == "old"
-        with pytest.warns(DeprecationWarning, match="Verdict"):
-            observation, reward, terminated, *_ = env.step(call("submit"))
-        assert (observation["text"], reward, terminated) == ("graded the old way", 1.0, True)
     finally:
         env.close()

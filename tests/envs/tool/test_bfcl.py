@@ -10,12 +10,13 @@ from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
 from gymnasium.utils.env_checker import check_env
 
-from agentgym.envs.tool.bfcl import CATEGORIES, BFCLMultiTurnEnv, from_bfcl_call, load_tasks
+from agentgym.env_lists import BFCL_CATEGORIES
+from agentgym.envs.tool.bfcl import BFCLMultiTurnEnv, from_bfcl_call, load_tasks
 
 
 @pytest.fixture(scope="module")
 def envs():
-    envs = {category: BFCLMultiTurnEnv(category) for category in CATEGORIES}
+    envs = {category: BFCLMultiTurnEnv(category) for category in BFCL_CATEGORIES}
     yield envs
     for env in envs.values():
         env.close()
@@ -53,7 +54,7 @@ def ground_truth(task, one_call_per_reply=False):
     return [[turn] if turn else [] for turn in task["ground_truth"]]
 
 
-@pytest.mark.parametrize("category", CATEGORIES)
+@pytest.mark.parametrize("category", BFCL_CATEGORIES)
 def test_each_tasks_reference_solution_replays_its_ground_truth_and_scores_success(envs, category):
     env = envs[category]
     cache_size = len(vars(multi_turn_utils))
@@ -96,7 +97,7 @@ def perturbations(task):
     return {"dropped": dropped, "changed": changed, "swapped": swapped}
 
 
-@pytest.mark.parametrize("category", CATEGORIES)
+@pytest.mark.parametrize("category", BFCL_CATEGORIES)
 def test_verdicts_equal_the_official_checker(envs, category):
     env = envs[category]
     failed = total = 0

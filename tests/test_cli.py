@@ -43,7 +43,6 @@ def test_tasks_lists_ids_categories_and_whether_a_reference_solution_exists():
     assert header.split() == ["id", "category", "solution"] and len(rows) == 164
     assert rows[0].split() == ["HumanEval/0", "humaneval", "yes"]
     assert len({row.index(" humaneval ") for row in rows}) == 1  # aligned columns
-    assert run("envs", "tasks", "code.humaneval-v0").stdout == result.stdout  # the older spelling
     assert run("tasks", "web.miniwob.click-test-v0").stdout.splitlines()[1].split() == [
         "click-test",
         "click-test",

@@ -4,3 +4,5 @@
 :class:`~agentgym.envs.web.app_env.WebAppEnv` runs any of them. Adding an app is adding its package
 and its name there.
 """
+
+__all__: list[str] = []  # the apps are its sub-packages, imported by name (agentgym.envs.web.app_env)

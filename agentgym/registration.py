@@ -106,7 +106,7 @@ BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
 #: built-ins, but with no default tasks, so the checks over every built-in (BUILTIN_ENVS) leave them out.
 #: id -> (entry point, registration kwargs, the argument the caller must give).
 ARGUMENT_ENVS: dict[str, tuple[str, dict[str, Any], str]] = {
-    "code.harbor-v0": ("agentgym.integrations.harbor:HarborEnv", {}, "path"),  # Harbor task directories
+    "code.harbor-v0": ("agentgym.integrations.harbor.env:HarborEnv", {}, "path"),  # Harbor task directories
     # Any OpenEnv server. Not a <family>. id: a server may hold any kind of task.
     "OpenEnv-v0": ("agentgym.integrations.openenv.client_env:OpenEnvEnv", {}, "url"),
 }

@@ -45,12 +45,12 @@ from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer, Processo
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
+from agentgym.registration import make_env_factory
 from agentgym.rollout.hf_policy import HFPolicy
 from agentgym.rollout.runner import Runner
 from agentgym.rollout.store import TrajectoryStore
 from agentgym.trainers.base_config import AgentgymConfig
 from agentgym.trainers.lora import adapter_config, is_adapted
-from agentgym.registration import make_env_factory
 from agentgym.trainers.rollouts import TimeBudget, policy_copy, rollout_env_factory, rollout_weights
 
 __all__ = [

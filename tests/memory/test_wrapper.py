@@ -191,7 +191,9 @@ def test_trainer_env_factory_wraps_envs_when_the_config_has_a_memory_section(tmp
     from agentgym.trainers.rollouts import rollout_env_factory
 
     env_id = "agentgym.envs.tool.keychain:KeyChainEnv"
-    assert not isinstance(rollout_env_factory(RolloutArguments(env_id=env_id, env_kwargs={"max_hops": 1}))(), MemoryWrapper)
+    assert not isinstance(
+        rollout_env_factory(RolloutArguments(env_id=env_id, env_kwargs={"max_hops": 1}))(), MemoryWrapper
+    )
     memory = {"path": str(tmp_path / "m.db"), "k_skills": 1}
     factory = rollout_env_factory(RolloutArguments(env_id=env_id, env_kwargs={"max_hops": 1}, memory=memory))
     first, second = factory(), factory()

@@ -134,7 +134,7 @@ def _sandbox_gc(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from agentgym.rollout.server import serve
+    from agentgym.serve import serve
 
     _model_dir(args.model, "--model")
     with _listening(args.host, args.port):

@@ -67,7 +67,7 @@ class HarborEnv(CodeEnv):
         path: str | Path | None = None,
         tasks_dir: str | Path | None = None,
         tasks: str | Sequence[str] | None = None,
-        limits: HarborLimits | Mapping[str, float] | None = None,
+        limits: HarborLimits | Mapping[str, Any] | None = None,
         **kwargs: Any,
     ):
         if (path is None) == (tasks_dir is None):

@@ -32,7 +32,11 @@ class LazyExports(griffe.Extension):
             call = statement.value if isinstance(statement, ast.Assign) else None
             if not (isinstance(call, ast.Call) and getattr(call.func, "id", None) == "lazy_exports"):
                 continue
-            mapping = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "exports"), None)
+            mapping = (
+                call.args[1]
+                if len(call.args) > 1
+                else next((k.value for k in call.keywords if k.arg == "exports"), None)
+            )
             if mapping is None:  # only deprecated names (which the reference does not show)
                 continue
             if isinstance(mapping, ast.Name):

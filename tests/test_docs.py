@@ -85,6 +85,20 @@ def test_docs_build_strict(tmp_path):
     assert "GuessEnv" in (tmp_path / "site" / "envs" / "writing" / "index.html").read_text()  # the README's section
 
 
+def test_readme_links_resolve():
+    """The README is read on GitHub, outside the site: its links into docs/ and to its own sections must hold too."""
+    text = (ROOT / "README.md").read_text()
+    anchors = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", text, re.M)}
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert links
+    for link in links:
+        path, _, anchor = link.partition("#")
+        if path:
+            assert (ROOT / path).exists(), link
+        else:
+            assert anchor in anchors, link
+
+
 def test_writing_an_environment_example_works():
     run_example("README.md", "Writing an environment")
     import gymnasium

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "agentgym"
-# Not part of the Python API: the vendored RepoFix repositories, and the Tk apps that run inside
-# the desktop container (the host imports only their formula module).
-NOT_API = ("envs/code/tasks", "envs/gui/apps")
+# Not part of the Python API: the Tk apps that run inside the desktop container (the host imports
+# only their formula module).
+NOT_API = ("envs/gui/apps",)
 
 
 def packages() -> list[str]:

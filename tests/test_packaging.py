@@ -186,7 +186,7 @@ def test_an_exact_pin_has_its_reason_beside_it():
     assert unexplained == []
     requirements = [Requirement(r) for rs in [PYPROJECT["project"]["dependencies"], *EXTRAS.values()] for r in rs]
     exact = {r.name for r in requirements if any(s.operator == "==" for s in r.specifier)}
-    assert not exact & {"openai", "rich", "aiohttp", "docker", "playwright", "gymnasium"}
+    assert not exact & {"openai", "rich", "aiohttp", "docker", "playwright"}
 
 
 def test_one_version_string():

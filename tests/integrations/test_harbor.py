@@ -30,7 +30,7 @@ from agentgym.integrations.harbor import (
 )
 from agentgym.sandbox.docker import SandboxConfig
 from agentgym.task import run_solution
-from tests.tool_calls import call
+from tests.helpers.tool_calls import call
 
 TASKS = Path(__file__).with_name("harbor_tasks")
 BUILDABLE = ["fix-mean", "write-greeting"]

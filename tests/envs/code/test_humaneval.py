@@ -10,7 +10,7 @@ import pytest
 import agentgym  # noqa: F401  (registers the envs)
 from agentgym.envs.code.humaneval import SOLUTION_PATH, load_problems, run_official_tests
 from agentgym.envs.code.humaneval_harness import NotPlainData, ProtocolError, decode, encode
-from tests.tool_calls import call
+from tests.helpers.tool_calls import call
 
 
 @pytest.fixture

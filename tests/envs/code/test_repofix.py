@@ -10,7 +10,7 @@ import pytest
 import agentgym  # noqa: F401
 from agentgym.envs.code import repofix_tasks
 from agentgym.envs.code.repofix import grade_diff, reporter_command, workspace_tarball
-from tests.tool_calls import call
+from tests.helpers.tool_calls import call
 
 pytestmark = pytest.mark.docker
 

@@ -1,6 +1,6 @@
 """Small envs written with OpenEnv's own base classes and served by OpenEnv's ``create_app``, for the OpenEnv client tests.
 
-``python -m tests.integrations.openenv_apps <app> <port>`` serves one of :data:`APPS` with uvicorn
+``python -m tests.helpers.openenv_apps <app> <port>`` serves one of :data:`APPS` with uvicorn
 on 127.0.0.1; the tests start it as a subprocess.
 
 * ``counter`` — text actions (one ``message`` field): "add N" adds N (1-10), "submit" ends the

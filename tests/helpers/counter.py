@@ -1,8 +1,10 @@
-"""A pure-Python AgentEnv used to test the contract itself (no sandbox): reach a target number by adding."""
+"""A pure-Python AgentEnv used to test the contract itself (no sandbox): reach a target number by adding; ScreenCounterEnv adds a screen."""
 
 from __future__ import annotations
 
 import copy
+
+import numpy as np
 
 from agentgym.actions import ToolCall, ToolSpec
 from agentgym.core import AgentEnv, Outcome
@@ -63,3 +65,27 @@ class CounterEnv(AgentEnv):
     def _load(self, payload):
         self.total, history = payload
         self.history = list(history)
+
+
+SHAPE = (400, 1000)  # an env screen larger than max_side 768: sent as 768 × 307 (400 × 768/1000 = 307.2)
+
+
+def frame(total: int) -> np.ndarray:
+    """The screen showing counter ``total``: incompressible pixels, a different picture for every total."""
+    return np.random.default_rng(total).integers(0, 256, (*SHAPE, 3), dtype=np.uint8)
+
+
+class ScreenCounterEnv(CounterEnv):
+    """CounterEnv with a screen: every observation carries an image of the counter."""
+
+    def __init__(self, **kwargs):
+        super().__init__(image_shape=SHAPE, **kwargs)
+
+    def _begin(self, task_id):
+        return {"text": super()._begin(task_id), "image": frame(0)}
+
+    def _call_tool(self, call):
+        outcome = super()._call_tool(call)
+        return Outcome(
+            outcome.text, outcome.reward, outcome.terminated, outcome.success, outcome.error, frame(self.total)
+        )

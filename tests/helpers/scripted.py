@@ -12,7 +12,6 @@ from transformers import AutoTokenizer
 from agentgym.models import tiny_model_path
 from agentgym.rollout.chat import ChatFormat
 from agentgym.rollout.policy import Completion, Policy
-from tests.tool_calls import call  # noqa: F401  (re-exported for the rollout tests)
 
 
 class ScriptedPolicy(Policy):

@@ -15,7 +15,7 @@ import json
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from tests.tool_calls import call
+from tests.helpers.tool_calls import call
 
 TEXT_ONLY_MODEL = "Qwen2ForCausalLM does not support multimodal inputs"  # what vLLM answers a text model given images
 

@@ -317,6 +317,7 @@ def test_shipped_tasks_are_plentiful_unique_and_spread():
     assert len({t["difficulty"]["operator"] for t in TASKS}) >= 6
 
 
+@pytest.mark.slow  # a whole-benchmark sweep: every shipped task
 @pytest.mark.parametrize("task", TASKS, ids=[t["instance_id"] for t in TASKS])
 def test_shipped_task_is_well_formed(task, repos):
     for name, kind in REQUIRED_FIELDS.items():
@@ -338,6 +339,7 @@ def test_shipped_task_is_well_formed(task, repos):
     assert not any(path.lower() in statement for path in hidden)  # the hidden tests stay unnamed
 
 
+@pytest.mark.slow  # a whole-benchmark sweep: every shipped task
 @pytest.mark.parametrize("task", TASKS, ids=[t["instance_id"] for t in TASKS])
 def test_shipped_patches_apply(task, tmp_path, repos):
     work = tasks.materialize_workspace(task, tmp_path / "ws")

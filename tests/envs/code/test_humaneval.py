@@ -47,6 +47,7 @@ def test_tools_run_in_the_sandbox(env):
 
 
 @pytest.mark.docker
+@pytest.mark.slow  # a whole-benchmark sweep: all 164 problems
 def test_canonical_solutions_score_164_of_164(docker_ready):
     problems = load_problems()
     assert len(problems) == 164
@@ -65,6 +66,7 @@ def test_canonical_solutions_score_164_of_164(docker_ready):
 
 
 @pytest.mark.docker
+@pytest.mark.slow  # a whole-benchmark sweep: all 164 problems
 def test_empty_bodies_score_0_of_164(docker_ready):
     problems = load_problems()
     with ThreadPoolExecutor(4) as pool:

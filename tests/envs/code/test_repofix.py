@@ -17,6 +17,7 @@ pytestmark = pytest.mark.docker
 TASKS = repofix_tasks.load_tasks()
 
 
+@pytest.mark.slow  # a whole-benchmark sweep: every shipped task, gold and unpatched, in sandboxes
 def test_every_shipped_task_is_verified_in_the_sandbox(docker_ready):
     """The gold patch resolves each task and the unpatched repository does not (SWE-bench's validation)."""
     assert len(TASKS) >= 30

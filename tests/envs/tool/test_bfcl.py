@@ -48,6 +48,7 @@ def official(task, trajectory):
             delattr(multi_turn_utils, name)
 
 
+@pytest.mark.slow  # a whole-benchmark sweep: all 800 tasks
 @pytest.mark.parametrize("category", CATEGORIES)
 def test_each_tasks_reference_solution_replays_its_ground_truth_and_scores_success(envs, category):
     env = envs[category]

@@ -36,6 +36,7 @@ def _reset_with_seeds(task: str) -> tuple[str, list[str], list[int], str | None]
         env.close()
 
 
+@pytest.mark.slow  # a whole-benchmark sweep: every MiniWoB++ task, two or three resets each
 def test_every_task_resets_with_seeds():
     assert len(TASKS) > 100
     with ThreadPoolExecutor(4) as pool:

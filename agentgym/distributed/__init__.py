@@ -13,7 +13,17 @@ trainer's ``rollout_backend: ray``, ``agentgym eval --ray`` or user code asks fo
 * :mod:`~agentgym.distributed.memory` — one memory bank for every worker of a run.
 """
 
+from typing import TYPE_CHECKING
+
 from agentgym._lazy import lazy_exports
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
+    from agentgym.distributed.cluster import RESOURCES, ClusterUnavailableError, connect
+    from agentgym.distributed.env_pool import EnvPool
+    from agentgym.distributed.env_worker import EnvWorker
+    from agentgym.distributed.memory import BankActor, RemoteBank
+    from agentgym.distributed.remote_env import EnvWorkerLost, RemoteEnv
+    from agentgym.distributed.replicas import PolicyReplicas, ReplicaPolicy
 
 _EXPORTS = {
     "ClusterUnavailableError": "cluster",

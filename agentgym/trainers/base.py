@@ -38,7 +38,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from typing import Any
+from collections.abc import Sized
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer, ProcessorMixin
@@ -51,6 +52,9 @@ from agentgym.rollout.store import TrajectoryStore
 from agentgym.trainers.base_config import AgentgymConfig
 from agentgym.trainers.lora import adapter_config, is_adapted
 from agentgym.trainers.rollouts import TimeBudget, make_env_factory, policy_copy, rollout_weights
+
+if TYPE_CHECKING:
+    from agentgym.distributed.replicas import PolicyReplicas
 
 __all__ = [
     "STATE_FILE",
@@ -167,7 +171,7 @@ class AgentgymTrainer(GRPOTrainer):
         if args.time_budget_s:
             self.add_callback(TimeBudget(args.time_budget_s))
         self.env_pool = None
-        self.replicas = None
+        self.replicas: PolicyReplicas | None = None
         self.env_factory = make_env_factory(args.env_id, args.env_kwargs, args.memory)
         if args.rollout_backend == "ray":
             from agentgym.distributed.cluster import connect
@@ -217,7 +221,7 @@ class AgentgymTrainer(GRPOTrainer):
             return HFPolicy.from_model(
                 model,
                 self._tokenizer,
-                image_processor=self.processing_class.image_processor,
+                image_processor=cast(ProcessorMixin, self.processing_class).image_processor,
                 max_batch_size=batch,
                 name="learner",
             )
@@ -263,7 +267,7 @@ class AgentgymTrainer(GRPOTrainer):
         # One row per task: a task's whole group (episodes or tree) is grown on one process, so its
         # advantages need no cross-process gather.
         return RepeatSampler(
-            data_source=dataset if dataset is not None else self.train_dataset,
+            data_source=cast(Sized, dataset if dataset is not None else self.train_dataset),  # a map-style dataset
             mini_repeat_count=1,
             batch_size=self.args.generation_batch_size,
             repeat_count=self.num_iterations * self.args.steps_per_generation,

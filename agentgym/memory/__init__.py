@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
     from agentgym.memory.config import MemoryConfig
     from agentgym.memory.embeddings import Embedder, OnnxEmbedder, SentenceTransformerEmbedder, default_embedder
     from agentgym.memory.induction import EpisodeRecord, PolicySummarizer, RuleBasedDistiller, SkillDraft
+    from agentgym.memory.remote import BankActor, RemoteBank
     from agentgym.memory.store import Entry, MemoryStore
     from agentgym.memory.validation import GainEstimate, admit_candidates, paired_gain, validate_candidate
     from agentgym.memory.wrapper import MemoryWrapper
@@ -39,6 +40,8 @@ _EXPORTS = {
     "validate_candidate": "validation",
     "MemoryWrapper": "wrapper",
     "MemoryConfig": "config",
+    "BankActor": "remote",
+    "RemoteBank": "remote",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -25,7 +25,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
         RunResult,
         RunStats,
     )
-    from agentgym.rollout.server import make_app
     from agentgym.rollout.store import TrajectoryStore, records_from_dataset, records_to_dataset, sequences_to_dataset
     from agentgym.rollout.trajectory import RolloutTree, TrainingSequence, Trajectory, TreeNode, Turn
     from agentgym.rollout.tree import SuccessPredictor, TreeConfig, TreeRollout
@@ -80,7 +79,6 @@ _EXPORTS = {
     "records_from_dataset": "store",
     "records_to_dataset": "store",
     "sequences_to_dataset": "store",
-    "make_app": "server",
     "VisionChatFormat": "vision",
 }
 

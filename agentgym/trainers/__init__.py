@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
     from agentgym.trainers.advantages import explained_variance, group_advantages, strict_clip_policy_loss, turn_gae
     from agentgym.trainers.base import STATE_FILE, AgentgymTrainer, default_tasks, task_dataset
     from agentgym.trainers.base_config import AgentgymConfig, RolloutArguments
-    from agentgym.trainers.rollouts import make_env_factory
+    from agentgym.trainers.rollouts import rollout_env_factory
     from agentgym.trainers.sao import SAOTrainer
     from agentgym.trainers.sao_config import SAOConfig
     from agentgym.trainers.tree_grpo import TreeGRPOTrainer, tree_training_paths
@@ -41,7 +41,7 @@ _EXPORTS = {
     "group_advantages": "advantages",
     "strict_clip_policy_loss": "advantages",
     "turn_gae": "advantages",
-    "make_env_factory": "rollouts",
+    "rollout_env_factory": "rollouts",
     "RL_DEMO_START": "warm_start",
     "scripted_warm_start": "warm_start",
     "sft_warm_start": "warm_start",

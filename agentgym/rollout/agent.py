@@ -47,7 +47,8 @@ from typing import Any
 import numpy as np
 
 from agentgym.actions import describe_tools, tool_specs_from_openai
-from agentgym.core import AgentEnv, Snapshot, SnapshotReleasedError
+from agentgym.core import AgentEnvNone
+from agentgym.snapshot import Snapshot, SnapshotReleasedError
 from agentgym.rollout.chat import Message
 from agentgym.rollout.images import (
     ImageConfig,
@@ -217,7 +218,7 @@ class Episode:
 class EpisodeCheckpoint:
     """An episode frozen at a turn boundary (:meth:`Episode.checkpoint`): fork it into live episodes, then release it.
 
-    It owns one reference to the env :class:`~agentgym.core.Snapshot` until :meth:`release`.
+    It owns one reference to the env :class:`~agentgym.snapshot.Snapshot` until :meth:`release`.
     Forking uses the source env only as a factory (its class and configuration), so it works
     after that env has taken more turns or been closed, as long as it was not reset to another task.
     """

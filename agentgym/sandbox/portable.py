@@ -29,7 +29,7 @@ from agentgym.extras import requires
 with requires("sandbox"):
     import docker.errors
 
-from agentgym.core import SnapshotError
+from agentgym.snapshot import SnapshotErrorNone
 from agentgym.sandbox import cleanup, engine, labels
 from agentgym.sandbox.docker import DockerSnapshot, label_change
 from agentgym.sandbox.images import image_exists

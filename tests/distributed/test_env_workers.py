@@ -17,7 +17,8 @@ pytest.importorskip("ray", reason="the distributed extra is not installed")
 
 import ray  # noqa: E402
 
-from agentgym.core import AgentEnv, SnapshotMismatchError  # noqa: E402
+from agentgym.core import AgentEnv  # noqa: E402
+from agentgym.snapshot import SnapshotMismatchError
 from agentgym.distributed.env_pool import EnvPool  # noqa: E402
 from agentgym.distributed.remote_env import EnvWorkerLost, RemoteEnv  # noqa: E402
 from agentgym.eval.oracles import EpisodeAgent, ReferencePolicy  # noqa: E402

@@ -8,7 +8,7 @@ import gymnasium
 import pytest
 
 import agentgym  # noqa: F401
-from agentgym.core import SnapshotError, SnapshotMismatchError, SnapshotReleasedError
+from agentgym.snapshot import SnapshotError, SnapshotMismatchError, SnapshotReleasedErrorNone
 from agentgym.envs.state import SQLiteState
 from agentgym.envs.tool import ToolEnv
 from agentgym.envs.tool.bfcl import BFCLMultiTurnEnv, from_bfcl_call

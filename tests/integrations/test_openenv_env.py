@@ -23,7 +23,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import agentgym  # noqa: F401  (registers agentgym/OpenEnv-v0)
-from agentgym.core import SnapshotError
+from agentgym.snapshot import SnapshotErrorNone
 from agentgym.integrations.openenv.client_env import OpenEnvEnv, OpenEnvError
 from agentgym.rollout.agent import Agent
 from agentgym.rollout.chat import ChatFormat

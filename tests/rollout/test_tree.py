@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from agentgym.core import SnapshotReleasedError
+from agentgym.snapshot import SnapshotReleasedErrorNone
 from agentgym.rollout.agent import Agent, AgentConfig
 from agentgym.rollout.policy import Completion, PolicyError, SamplingParams
 from agentgym.rollout.trajectory import Turn

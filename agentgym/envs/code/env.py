@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgym.actions import ToolCall, ToolSpec
-from agentgym.core import AgentEnv, Outcome, SnapshotError, Verdict, adopt_renamed_hooks
+from agentgym.core import AgentEnv, Outcome, Verdict, adopt_renamed_hooksNone
+from agentgym.snapshot import SnapshotError
 from agentgym.extras import requires
 from agentgym.sandbox.base import ExecResult, FileTooLargeError
 

@@ -45,7 +45,7 @@ How the pieces fit:
   of the same actions would. ``export_snapshot`` carries that copy as bytes (databases
   serialised); a state that does not pickle (a lambda, a lock: the copy falls back to
   ``copy.deepcopy``) cannot leave its process, and exporting it raises
-  :class:`~agentgym.core.SnapshotError`.
+  :class:`~agentgym.snapshot.SnapshotError`.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from agentgym.actions import ToolCall, ToolSpec
-from agentgym.core import AgentEnv, Outcome, Snapshot, SnapshotError, Verdict
+from agentgym.core import AgentEnv, Outcome, VerdictNone
+from agentgym.snapshot import Snapshot, SnapshotError
 from agentgym.envs.state import SQLiteState, StateCopy
 from agentgym.envs.tool.schema import Tool, tool_from_callable, tools_from_object
 from agentgym.task import Task

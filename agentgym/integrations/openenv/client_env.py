@@ -25,7 +25,7 @@ from the env's seeded RNG), so that an episode can be replayed.
 env keeps its episode's log (the reset keywords and every action sent) and a snapshot is that
 log: restoring it, or forking, resets a session with the same keywords and replays the actions.
 Each replayed result is checked against the one recorded, so a server that does not replay
-deterministically raises :class:`~agentgym.core.SnapshotError` instead of giving a fork that
+deterministically raises :class:`~agentgym.snapshot.SnapshotError` instead of giving a fork that
 differs from its parent.
 
 **Images.** ``image=`` (instead of ``url=``) starts the server from a local Docker image in a
@@ -60,7 +60,8 @@ import numpy as np
 from gymnasium import spaces
 
 from agentgym.actions import ParsedAction, ToolCall, ToolSpec, tool_specs_from_openai
-from agentgym.core import AgentEnv, Observation, Outcome, SnapshotError
+from agentgym.core import AgentEnv, Observation, OutcomeNone
+from agentgym.snapshot import SnapshotError
 from agentgym.extras import requires
 from agentgym.integrations.openenv.protocol import (
     BRANCHING_TOOLS,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import agentgym
-from agentgym.core import SnapshotReleasedError
+from agentgym.snapshot import SnapshotReleasedErrorNone
 from agentgym.envs.gui import DesktopEnv
 from agentgym.envs.gui.tasks import TASKS
 from agentgym.sandbox import engine

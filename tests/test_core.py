@@ -7,7 +7,7 @@ import gymnasium
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from agentgym.snapshot import SnapshotMismatchError, SnapshotReleasedErrorNone
+from agentgym.snapshot import SnapshotMismatchError, SnapshotReleasedError
 from tests.envs.counter import CounterEnv
 
 

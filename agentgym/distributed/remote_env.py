@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentgym.actions import ParsedAction, ToolSpec
-from agentgym.core import AgentEnvNone
-from agentgym.snapshot import Snapshot, SnapshotError
+from agentgym.core import AgentEnv
 from agentgym.distributed.env_worker import UnknownHandleError
 from agentgym.extras import requires
+from agentgym.snapshot import Snapshot, SnapshotError
 from agentgym.task import Task
 
 with requires("distributed"):

@@ -47,8 +47,7 @@ from typing import Any
 import numpy as np
 
 from agentgym.actions import describe_tools, tool_specs_from_openai
-from agentgym.core import AgentEnvNone
-from agentgym.snapshot import Snapshot, SnapshotReleasedError
+from agentgym.core import AgentEnv
 from agentgym.rollout.chat import Message
 from agentgym.rollout.images import (
     ImageConfig,
@@ -66,6 +65,7 @@ from agentgym.rollout.images import (
 )
 from agentgym.rollout.policy import Completion, Policy, SamplingParams
 from agentgym.rollout.trajectory import Trajectory, Turn
+from agentgym.snapshot import Snapshot, SnapshotReleasedError
 
 __all__ = ["Agent", "AgentConfig", "Episode", "EpisodeCheckpoint", "FoldPolicy", "DEFAULT_SYSTEM_PROMPT", "json_safe"]
 

@@ -8,11 +8,11 @@ import gymnasium
 import pytest
 
 import agentgym  # noqa: F401
-from agentgym.snapshot import SnapshotError, SnapshotMismatchError, SnapshotReleasedErrorNone
 from agentgym.envs.state import SQLiteState
 from agentgym.envs.tool import ToolEnv
 from agentgym.envs.tool.bfcl import BFCLMultiTurnEnv, from_bfcl_call
 from agentgym.envs.tool.keychain import demonstration, make_task
+from agentgym.snapshot import SnapshotError, SnapshotMismatchError, SnapshotReleasedError
 from tests.envs.gui import conftest as gui_fixtures
 from tests.envs.tool.test_bfcl import ground_truth, public_state
 from tests.tool_calls import call

@@ -41,10 +41,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgym.actions import ToolCall, ToolSpec
-from agentgym.core import AgentEnv, Outcome, Verdict, adopt_renamed_hooksNone
-from agentgym.snapshot import SnapshotError
+from agentgym.core import AgentEnv, Outcome, Verdict, adopt_renamed_hooks
 from agentgym.extras import requires
 from agentgym.sandbox.base import ExecResult, FileTooLargeError
+from agentgym.snapshot import SnapshotError
 
 with requires("code"):  # the Docker SDK
     from agentgym.sandbox.docker import DockerSandbox, SandboxConfig

@@ -50,9 +50,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from agentgym.actions import ToolCall, ToolSpec
-from agentgym.core import AgentEnv, Outcome, Verdict, select_tasksNone
-from agentgym.snapshot import SnapshotError
+from agentgym.core import AgentEnv, Outcome, Verdict, select_tasks
 from agentgym.extras import requires
+from agentgym.snapshot import SnapshotError
 
 # The desktop modules need the Docker SDK; imported in here, a missing one names the gui extra.
 with requires("gui"):

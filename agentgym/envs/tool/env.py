@@ -60,10 +60,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from agentgym.actions import ToolCall, ToolSpec
-from agentgym.core import AgentEnv, Outcome, VerdictNone
-from agentgym.snapshot import Snapshot, SnapshotError
+from agentgym.core import AgentEnv, Outcome, Verdict
 from agentgym.envs.state import SQLiteState, StateCopy
 from agentgym.envs.tool.schema import Tool, tool_from_callable, tools_from_object
+from agentgym.snapshot import Snapshot, SnapshotError
 from agentgym.task import Task
 
 __all__ = ["ToolEnv", "SUBMIT"]

@@ -60,8 +60,7 @@ import numpy as np
 from gymnasium import spaces
 
 from agentgym.actions import ParsedAction, ToolCall, ToolSpec, tool_specs_from_openai
-from agentgym.core import AgentEnv, Observation, OutcomeNone
-from agentgym.snapshot import SnapshotError
+from agentgym.core import AgentEnv, Observation, Outcome
 from agentgym.extras import requires
 from agentgym.integrations.openenv.protocol import (
     BRANCHING_TOOLS,
@@ -71,6 +70,7 @@ from agentgym.integrations.openenv.protocol import (
     BranchingError,
     decode_image,
 )
+from agentgym.snapshot import SnapshotError
 
 with requires("openenv"):
     from websockets.exceptions import ConnectionClosed

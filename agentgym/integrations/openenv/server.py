@@ -44,7 +44,6 @@ from typing import Any
 
 import gymnasium
 
-from agentgym.snapshot import SnapshotNone
 from agentgym.extras import requires
 from agentgym.integrations.openenv.protocol import (
     FORK_FROM,
@@ -54,6 +53,7 @@ from agentgym.integrations.openenv.protocol import (
     encode_image,
 )
 from agentgym.rollout.agent import json_safe
+from agentgym.snapshot import Snapshot
 
 with requires("openenv"):
     from fastmcp import FastMCP

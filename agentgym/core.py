@@ -58,10 +58,12 @@ the browser loop; the session is ``self.session``), with the same parameters.
   backend closes.
 
 Family implementations of these roles that must not be overridden are marked
-:func:`typing.final`; the hooks a base leaves open are abstract (``task_ids`` and ``_setup`` in
-:class:`AgentEnv`; ``_setup`` and ``_grade`` in the code and web families, and the web's
-``_origins``). ``_call_tool`` is needed unless ``_act`` is overridden; ``_grade`` defaults to no
-verdict, ``_teardown`` to nothing.
+:func:`typing.final`; the hooks a family leaves open are abstract (``_setup`` and ``_grade`` in
+the code and web families, and the web's ``_origins``), and so is :meth:`task_ids` everywhere.
+:class:`AgentEnv`'s own ``_setup`` and ``_call_tool`` (needed unless ``_act`` is overridden)
+raise :class:`NotImplementedError` instead of being abstract, because a proxy that forwards the
+whole public face elsewhere (:class:`~agentgym.distributed.remote_env.RemoteEnv`) is an AgentEnv
+with no hooks at all; ``_grade`` defaults to no verdict, ``_teardown`` to nothing.
 
 **Backend hooks** are for people writing a new kind of sandbox (a family base class, or an
 integration that drives a remote env), not for env authors; every family implements them
@@ -373,9 +375,9 @@ class AgentEnv(BranchAttributes, AsyncTwins, gym.Env[Observation, str], metaclas
         """The tools offered to the model in the current state."""
         return []
 
-    @abc.abstractmethod
     def _setup(self, task_id: str) -> str | Observation:
         """Put the world at ``task_id``'s start and return what the agent is told first (text or an observation dict)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement _setup")
 
     def _call_tool(self, call: ToolCall) -> Outcome:
         """Run one validated tool call (needed unless :meth:`_act` is overridden)."""

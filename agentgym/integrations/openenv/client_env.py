@@ -488,7 +488,7 @@ class OpenEnvEnv(AgentEnv):
         self._reset_options = {key: value for key, value in (options or {}).items() if key != "task_id"}
         return super().reset(seed=seed, options=options)
 
-    def _begin(self, task_id: str) -> Observation:
+    def _setup(self, task_id: str) -> Observation:
         self.schema()  # fail here, clearly, for a server that is not an OpenEnv server
         kwargs = {**self._reset_options, "seed": self._seed}
         if task_id != DEFAULT_TASK:
@@ -520,7 +520,7 @@ class OpenEnvEnv(AgentEnv):
                 self._remote_branching = set(BRANCHING_TOOLS) <= names
         return self._remote_branching
 
-    def _capture(self) -> tuple[_EpisodeLog, Any]:
+    def _backend_capture(self) -> tuple[_EpisodeLog, Any]:
         assert self._log is not None
         log = self._log.copy()
         if not self._branches_remotely():
@@ -529,7 +529,7 @@ class OpenEnvEnv(AgentEnv):
         log.remote = (self._session, handle)
         return log, functools.partial(_release_handle, weakref.ref(self), self._session, handle)
 
-    def _load(self, payload: _EpisodeLog) -> None:
+    def _backend_load(self, payload: _EpisodeLog) -> None:
         self._log = None
         if payload.remote is not None and self._branches_remotely():
             session, handle = payload.remote
@@ -563,7 +563,7 @@ class OpenEnvEnv(AgentEnv):
         self._log = payload.copy()
         self._log.remote = None
 
-    def _teardown(self) -> None:
+    def _backend_close(self) -> None:
         self._drop_session()
         server, self._server = self._server, None
         if server is not None:

@@ -113,11 +113,10 @@ import inspect
 import os
 import string
 import threading
-import typing
 import warnings
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, Self
+from typing import Any, ClassVar, Protocol, Self, final
 
 import gymnasium as gym
 import numpy as np
@@ -546,7 +545,7 @@ class AgentEnv(BranchAttributes, AsyncTwins, gym.Env[Observation, str], metaclas
         """What a plain-text reply does in envs that allow them (``allow_text_replies``): it is the final answer."""
         return self._finish(text, "Answer received.")
 
-    @typing.final
+    @final
     def _finish(self, answer: str | None, text: str = "", *, error: str | None = None) -> Outcome:
         """The step that ends the episode on ``answer`` with :meth:`_grade`'s verdict (none: reward 0, no success).
 

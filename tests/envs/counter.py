@@ -36,7 +36,7 @@ class CounterEnv(AgentEnv):
             ToolSpec("submit", "Finish the episode."),
         ]
 
-    def _begin(self, task_id):
+    def _setup(self, task_id):
         self.total, self.history = 0, []
         return f"Reach {TARGETS[task_id]} by calling add(n). Counter: 0"
 
@@ -56,10 +56,11 @@ class CounterEnv(AgentEnv):
             success=success,
         )
 
-    def _capture(self):
+    # Backend hooks rather than branch_attributes: the release callback is what the contract's tests watch.
+    def _backend_capture(self):
         token = len(self.release_log)
         return (self.total, copy.copy(self.history)), lambda: self.release_log.append(token)
 
-    def _load(self, payload):
+    def _backend_load(self, payload):
         self.total, history = payload
         self.history = list(history)

@@ -40,8 +40,8 @@ class ScreenCounterEnv(CounterEnv):
     def __init__(self, **kwargs):
         super().__init__(image_shape=SHAPE, **kwargs)
 
-    def _begin(self, task_id):
-        return {"text": super()._begin(task_id), "image": frame(0)}
+    def _setup(self, task_id):
+        return {"text": super()._setup(task_id), "image": frame(0)}
 
     def _call_tool(self, call):
         outcome = super()._call_tool(call)

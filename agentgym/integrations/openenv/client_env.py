@@ -54,7 +54,7 @@ import uuid
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, cast, final
 
 import numpy as np
 from gymnasium import spaces
@@ -520,6 +520,7 @@ class OpenEnvEnv(AgentEnv):
                 self._remote_branching = set(BRANCHING_TOOLS) <= names
         return self._remote_branching
 
+    @final
     def _backend_capture(self) -> tuple[_EpisodeLog, Any]:
         assert self._log is not None
         log = self._log.copy()
@@ -529,6 +530,7 @@ class OpenEnvEnv(AgentEnv):
         log.remote = (self._session, handle)
         return log, functools.partial(_release_handle, weakref.ref(self), self._session, handle)
 
+    @final
     def _backend_load(self, payload: _EpisodeLog) -> None:
         self._log = None
         if payload.remote is not None and self._branches_remotely():
@@ -563,6 +565,7 @@ class OpenEnvEnv(AgentEnv):
         self._log = payload.copy()
         self._log.remote = None
 
+    @final
     def _backend_close(self) -> None:
         self._drop_session()
         server, self._server = self._server, None

@@ -27,60 +27,9 @@ fail escape its 0 by exhausting the sandbox.
 ``info`` always carries ``task_id``, ``turn``, ``success``, ``error`` and ``tools`` (the
 available tools in OpenAI function-calling JSON schema).
 
-**Writing an env: the author's hooks.** One vocabulary, the same in :class:`AgentEnv` and in
-every family base class (``CodeEnv``, ``ToolEnv``, ``WebEnv``, ``DesktopEnv``): the same name
-and the same parameters for the same role. They are underscored because only the base class
-calls them (a caller who called ``env._setup`` would bypass the episode's bookkeeping); what
-callers use is public. The web family's ``_setup`` and ``_grade`` are coroutines (they run on
-the browser loop; the session is ``self.session``), with the same parameters.
-
-* :meth:`task_ids` — the tasks this env can run, and :meth:`tasks` when they have more to say
-  than an id (a goal, a category, a reference solution: :class:`~agentgym.task.Task`);
-* :meth:`tools` — the :class:`~agentgym.actions.ToolSpec` list offered to the model;
-* ``_setup(task_id)`` — put the world at the task's start (a sandbox's files, an app's database
-  and start page, a tool env's state) and return what the agent is told first (a family shows
-  it as the goal beside its own observation);
-* ``_call_tool(call)`` — run one validated call and return an :class:`Outcome` (or override
-  ``_act(parsed)`` for the whole reply); a call that ends the episode returns
-  ``self._finish(answer, text)``, which asks ``_grade``;
-* ``_grade(answer)`` — decide the reward from positive evidence that the task was done and
-  return a :class:`Verdict` (its ``details`` become ``info["grade"]`` on the graded step, the
-  one place for a grader's details in every family). ``answer`` is what the agent ended the
-  episode with: its final answer (empty when the ending tool takes none), or the desktop's claim
-  (``"done"``/``"fail"``); None when it ended on no answer (the env ended it, or, in the web
-  family, which grades after every turn, a turn that was no answer). Returning None gives no
-  verdict: the web episode goes on, any other ends with reward 0;
-* ``branch_attributes`` — the names of the env fields that snapshots must carry beyond what the
-  base captures itself (deep-copied), or, for state that is not a set of fields,
-  ``_branch_state()`` / ``_load_branch_state(state)``. A bare ``AgentEnv``'s world *is* its
-  fields, so list them all; a family captures its sandbox, browser, desktop or tool state;
-* ``_teardown()`` — free what the author's code holds; :meth:`close` calls it once, before the
-  backend closes.
-
-Family implementations of these roles that must not be overridden are marked
-:func:`typing.final`; the hooks a family leaves open are abstract (``_setup`` and ``_grade`` in
-the code and web families, and the web's ``_origins``), and so is :meth:`task_ids` everywhere.
-:class:`AgentEnv`'s own ``_setup`` and ``_call_tool`` (needed unless ``_act`` is overridden)
-raise :class:`NotImplementedError` instead of being abstract, because a proxy that forwards the
-whole public face elsewhere (:class:`~agentgym.distributed.remote_env.RemoteEnv`) is an AgentEnv
-with no hooks at all; ``_grade`` defaults to no verdict, ``_teardown`` to nothing.
-
-**Backend hooks** are for people writing a new kind of sandbox (a family base class, or an
-integration that drives a remote env), not for env authors; every family implements them
-(final). Each is named ``_backend_*``:
-
-* ``_backend_start(task_id)`` — make the backend ready for a fresh episode, call ``_setup`` and
-  return the first observation (default: what ``_setup`` returned);
-* ``_backend_capture()`` / ``_backend_load(payload)`` — the env's state in and out of
-  snapshots; the capture returns ``(payload, release)`` (``release`` frees backing resources,
-  e.g. a committed image, or is None). The payload includes ``_branch_state()`` and the load
-  calls ``_load_branch_state`` (default: the branch state is the whole payload);
-* ``_backend_export(payload)`` / ``_backend_import(exported)`` — a picklable stand-in for a
-  payload that names something local (a committed image travels as its layers), and its undoing
-  on the importing side, which returns ``(payload, release)``; for :meth:`export_snapshot` and
-  :meth:`import_snapshot` (default: the payload itself, for plain data);
-* ``_backend_metadata(payload)`` — serialisable details for :attr:`Snapshot.metadata`;
-* ``_backend_close()`` — free the backend's resources (containers, processes, browsers).
+Writing an env: subclass :class:`AgentEnv` or a family base class and implement the author's hooks;
+the class docstring of :class:`AgentEnv` lists them, and, apart, the backend hooks for people
+writing a new kind of sandbox.
 
 Constructor options mean the same in every family: ``tasks=`` selects the tasks (ids, or a glob
 pattern: :func:`select_tasks`), ``max_turns`` bounds the episode, and envs with a screen take
@@ -182,7 +131,7 @@ class Outcome:
 
 @dataclass
 class Verdict:
-    """A grader's decision (what every family's ``_grade`` hook returns; see the module docstring).
+    """A grader's decision (what every ``_grade`` hook returns; see AgentEnv's docstring).
 
     ``details`` (JSON-serialisable: what was checked, what failed) become ``info["grade"]`` on
     the graded step; ``message``, if any, is what the agent is told about the verdict.
@@ -302,7 +251,63 @@ class AsyncTwins:
 
 
 class AgentEnv(BranchAttributes, AsyncTwins, gym.Env[Observation, str], metaclass=abc.ABCMeta):
-    """Base class of every agentgym environment (see the module docstring for the contract and the hooks)."""
+    """Base class of every agentgym environment (the contract is the module docstring).
+
+    **Writing an env: the author's hooks.** One vocabulary, the same in :class:`AgentEnv` and in
+    every family base class (``CodeEnv``, ``ToolEnv``, ``WebEnv``, ``DesktopEnv``): the same name
+    and the same parameters for the same role. They are underscored because only the base class
+    calls them (a caller who called ``env._setup`` would bypass the episode's bookkeeping); what
+    callers use is public. The web family's ``_setup`` and ``_grade`` are coroutines (they run on
+    the browser loop; the session is ``self.session``), with the same parameters.
+
+    * :meth:`task_ids` — the tasks this env can run, and :meth:`tasks` when they have more to say
+      than an id (a goal, a category, a reference solution: :class:`~agentgym.task.Task`);
+    * :meth:`tools` — the :class:`~agentgym.actions.ToolSpec` list offered to the model;
+    * ``_setup(task_id)`` — put the world at the task's start (a sandbox's files, an app's database
+      and start page, a tool env's state) and return what the agent is told first (a family shows
+      it as the goal beside its own observation);
+    * ``_call_tool(call)`` — run one validated call and return an :class:`Outcome` (or override
+      ``_act(parsed)`` for the whole reply); a call that ends the episode returns
+      ``self._finish(answer, text)``, which asks ``_grade``;
+    * ``_grade(answer)`` — decide the reward from positive evidence that the task was done and
+      return a :class:`Verdict` (its ``details`` become ``info["grade"]`` on the graded step, the
+      one place for a grader's details in every family). ``answer`` is what the agent ended the
+      episode with: its final answer (empty when the ending tool takes none), or the desktop's claim
+      (``"done"``/``"fail"``); None when it ended on no answer (the env ended it, or, in the web
+      family, which grades after every turn, a turn that was no answer). Returning None gives no
+      verdict: the web episode goes on, any other ends with reward 0;
+    * ``branch_attributes`` — the names of the env fields that snapshots must carry beyond what the
+      base captures itself (deep-copied), or, for state that is not a set of fields,
+      ``_branch_state()`` / ``_load_branch_state(state)``. A bare ``AgentEnv``'s world *is* its
+      fields, so list them all; a family captures its sandbox, browser, desktop or tool state;
+    * ``_teardown()`` — free what the author's code holds; :meth:`close` calls it once, before the
+      backend closes.
+
+    Family implementations of these roles that must not be overridden are marked
+    :func:`typing.final`; the hooks a family leaves open are abstract (``_setup`` and ``_grade`` in
+    the code and web families, and the web's ``_origins``), and so is :meth:`task_ids` everywhere.
+    :class:`AgentEnv`'s own ``_setup`` and ``_call_tool`` (needed unless ``_act`` is overridden)
+    raise :class:`NotImplementedError` instead of being abstract, because a proxy that forwards the
+    whole public face elsewhere (:class:`~agentgym.distributed.remote_env.RemoteEnv`) is an AgentEnv
+    with no hooks at all; ``_grade`` defaults to no verdict, ``_teardown`` to nothing.
+
+    **Backend hooks** are for people writing a new kind of sandbox (a family base class, or an
+    integration that drives a remote env), not for env authors; every family implements them
+    (final). Each is named ``_backend_*``:
+
+    * ``_backend_start(task_id)`` — make the backend ready for a fresh episode, call ``_setup`` and
+      return the first observation (default: what ``_setup`` returned);
+    * ``_backend_capture()`` / ``_backend_load(payload)`` — the env's state in and out of
+      snapshots; the capture returns ``(payload, release)`` (``release`` frees backing resources,
+      e.g. a committed image, or is None). The payload includes ``_branch_state()`` and the load
+      calls ``_load_branch_state`` (default: the branch state is the whole payload);
+    * ``_backend_export(payload)`` / ``_backend_import(exported)`` — a picklable stand-in for a
+      payload that names something local (a committed image travels as its layers), and its undoing
+      on the importing side, which returns ``(payload, release)``; for :meth:`export_snapshot` and
+      :meth:`import_snapshot` (default: the payload itself, for plain data);
+    * ``_backend_metadata(payload)`` — serialisable details for :attr:`Snapshot.metadata`;
+    * ``_backend_close()`` — free the backend's resources (containers, processes, browsers).
+    """
 
     # Turn-based: a frame per turn; render_fps only paces a viewer (Gymnasium warns when it is missing).
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}
@@ -383,13 +388,13 @@ class AgentEnv(BranchAttributes, AsyncTwins, gym.Env[Observation, str], metaclas
         raise NotImplementedError(f"{type(self).__name__} implements neither _call_tool nor _act")
 
     def _grade(self, answer: str | None) -> Verdict | None:
-        """The verdict on the episode the agent ended with ``answer`` (see the module docstring); default: none, reward 0."""
+        """The verdict on the episode the agent ended with ``answer`` (see the class docstring); default: none, reward 0."""
         return None
 
     def _teardown(self) -> None:
         """Free what the author's code holds; :meth:`close` calls it once, before :meth:`_backend_close`."""
 
-    # ------------------------------------------------------------------ backend hooks (module docstring)
+    # ------------------------------------------------------------------ backend hooks (class docstring)
     def _backend_start(self, task_id: str) -> str | Observation:
         """Make the backend ready for a fresh episode on ``task_id``, set the task up and return the first observation."""
         return self._setup(task_id)

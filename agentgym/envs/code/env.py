@@ -16,7 +16,7 @@ Tools (subclasses add to or trim :meth:`tools`):
   ``str_replace(path, old, new)`` — file editing, with errors the model can act on;
 * ``submit()`` — stop every process the agent left running, then grade (the episode ends).
 
-A subclass implements the author's hooks (see :mod:`agentgym.core`):
+A subclass implements the author's hooks (see :class:`agentgym.core.AgentEnv`):
 ``_setup(task_id)`` lays the task's files into :attr:`sandbox` (fresh from the warm pool) and
 returns the task description; ``_grade(answer)`` (``answer`` is ``""``: ``submit`` takes none)
 re-runs the hidden tests in a fresh sandbox and returns a :class:`~agentgym.core.Verdict` (its

@@ -12,7 +12,7 @@ Options as in the other families: ``tasks=`` (ids or a pattern), ``screen_size=(
 ``screenshot`` (default True; False leaves ``"image"`` out of the observations) and
 ``render_mode`` (``"rgb_array"``: ``render()`` is the last settled screenshot, as
 :class:`agentgym.wrappers.RecordScreenshots` records it). The author's hooks
-(:mod:`agentgym.core`) are ``_setup`` (a fresh desktop with the task's files and app),
+(:class:`agentgym.core.AgentEnv`) are ``_setup`` (a fresh desktop with the task's files and app),
 ``_grade(answer)`` (the task's checker on the claim ``"done"`` or ``"fail"``) and
 ``branch_attributes`` (or ``_branch_state`` / ``_load_branch_state``).
 

@@ -32,7 +32,7 @@ How the pieces fit:
   the reward is 0 and success False. A subclass may override ``_grade`` instead of passing a
   check. The transcript is a list of ``{"tool", "arguments", "result"}`` dicts, one per executed
   call; a final text reply is recorded as ``submit`` with ``{"answer": text}``.
-* **The author's hooks** (see :mod:`agentgym.core`): ``_setup(task_id)`` builds the state and
+* **The author's hooks** (see :class:`agentgym.core.AgentEnv`): ``_setup(task_id)`` builds the state and
   returns the prompt; ``branch_attributes`` (or ``_branch_state()`` / ``_load_branch_state()``)
   name env fields beyond the state (better kept in the state itself).
 * **Failures are results.** An exception in a tool becomes its result text

@@ -1,7 +1,7 @@
 """WebEnv: the base class of browser environments — a Playwright session per env, the observation tree, the action mini-language, and branching of browser state.
 
 A subclass says which sites a task may reach, how a task starts and how it is judged, with the
-author's hooks every env family shares (:mod:`agentgym.core`; here ``_setup`` and ``_grade`` are
+author's hooks every env family shares (:class:`agentgym.core.AgentEnv`; here ``_setup`` and ``_grade`` are
 coroutines on the browser loop, and the browser session is :attr:`WebEnv.session`)::
 
     class MyWebEnv(WebEnv):

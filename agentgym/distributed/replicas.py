@@ -120,7 +120,8 @@ class PolicyReplicas:
         served_model_name: the model name clients send; defaults to the checkpoint's directory
             name (``"policy"`` for an in-memory model).
         version: the weights' version the replicas start at.
-        num_cpus, num_gpus: Ray resources of each replica.
+        num_cpus: Ray CPUs of each replica.
+        num_gpus: Ray GPUs of each replica.
         device: the torch device in each replica (default: CUDA when the replica has a GPU).
         start_timeout: seconds the replicas may take to load and listen.
 

@@ -86,7 +86,8 @@ class MemoryWrapper(BranchingWrapper):
         bank: a :class:`MemoryBank` (shared by every wrapped env), a
             :class:`~agentgym.distributed.memory.RemoteBank` (a Ray cluster's), or a store path.
         mode: ``"read"`` (retrieve only) or ``"learn"`` (retrieve, then write episodes and skill usage).
-        k_skills, k_episodes: how many skills and episode memories go into the prompt.
+        k_skills: how many skills go into the prompt.
+        k_episodes: how many episode memories go into the prompt.
         min_utility: skills below this utility are not retrieved (None: no floor).
         extra_skills: unstored candidate skills shown after the retrieved ones (the "with" arm of
             validation); their use is not recorded.

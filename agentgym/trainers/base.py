@@ -118,7 +118,8 @@ class AgentgymTrainer(GRPOTrainer):
         train_dataset: one row per task, ``prompt`` = task id (:func:`task_dataset`); by default the
             config's ``train_tasks`` or every task the env lists.
         processing_class: the tokenizer (its chat template must be prefix-preserving).
-        callbacks, optimizers: as for GRPOTrainer.
+        callbacks: as for GRPOTrainer.
+        optimizers: as for GRPOTrainer.
         peft_config: a ``peft.PeftConfig`` to train an adapter (or the config's ``peft`` section; not both).
     """
 

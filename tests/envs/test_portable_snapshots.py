@@ -125,7 +125,7 @@ def test_other_kinds_and_damaged_bytes_are_refused_before_anything_is_unpickled(
     data = keychain.export_snapshot(snapshot)
     magic, header, body = data.split(b"\n", 2)
     unpickled = []
-    monkeypatch.setattr("agentgym.core.pickle.loads", unpickled.append)  # a spy: refusals must come first
+    monkeypatch.setattr("agentgym.snapshot.pickle.loads", unpickled.append)  # a spy: refusals must come first
     with pytest.raises(SnapshotMismatchError, match=f"cannot be imported into a {re.escape(bfcl.kind)}"):
         bfcl.import_snapshot(data)
     with pytest.raises(SnapshotMismatchError, match="cannot be exported by"):

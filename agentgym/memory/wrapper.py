@@ -51,7 +51,7 @@ from agentgym.snapshot import Snapshot
 from agentgym.wrappers import BranchingWrapper
 
 if TYPE_CHECKING:
-    from agentgym.distributed.memory import RemoteBank
+    from agentgym.memory.remote import RemoteBank
 
 __all__ = ["MODES", "MemoryWrapper"]
 
@@ -84,7 +84,7 @@ class MemoryWrapper(BranchingWrapper):
     Args:
         env: an :class:`~agentgym.core.AgentEnv`, or a stack of wrappers over one (``gymnasium.make``).
         bank: a :class:`MemoryBank` (shared by every wrapped env), a
-            :class:`~agentgym.distributed.memory.RemoteBank` (a Ray cluster's), or a store path.
+            :class:`~agentgym.memory.remote.RemoteBank` (a Ray cluster's), or a store path.
         mode: ``"read"`` (retrieve only) or ``"learn"`` (retrieve, then write episodes and skill usage).
         k_skills: how many skills go into the prompt.
         k_episodes: how many episode memories go into the prompt.

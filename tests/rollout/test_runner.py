@@ -184,7 +184,7 @@ async def test_env_failures_are_retried_on_a_fresh_env_and_recorded(mode):
     message = "ConnectionError: sandbox went away" if mode == "raise" else "OSError: disk vanished"
     assert all(message in f.error and f.attempt == 1 for f in result.failures)
     retried = [r for r in result.records if "failures" in r.metadata]
-    assert sorted(r.metadata["repeat"] for r in retried) == sorted(f.task.repeat for f in result.failures)
+    assert sorted(r.metadata["repeat"] for r in retried) == sorted(f.request.repeat for f in result.failures)
     assert all(
         r.metadata["failures"] == [{"attempt": 1, "kind": "env", "error": result.failures[0].error}] for r in retried
     )
@@ -265,7 +265,7 @@ async def test_partial_rollouts_return_at_the_target_and_resume_with_identical_p
     assert paused and any(p.turn > 0 for p in paused) and len(paused) <= 4
     assert all(not p.episode.env._closed for p in paused)
     assert any(p.episode is None for p in first.pending)  # over-provisioned tasks never started
-    prefixes = {p.task.repeat: copy.deepcopy(p.episode.turns) for p in paused}
+    prefixes = {p.request.repeat: copy.deepcopy(p.episode.turns) for p in paused}
 
     policy.version = 1  # the trainer updated the weights in between
     second = await runner.resume(first.pending)
@@ -306,8 +306,8 @@ async def test_cancelling_a_run_closes_every_env(factory_delay):
 
 async def test_tree_jobs_run_through_the_same_runner():
     agent = Agent(CounterSolver())
-    job = lambda agent, env, task: TreeRollout(agent, TreeConfig(max_leaves=3, branch_every=1)).run(  # noqa: E731
-        env, task.task_id, task.seed
+    job = lambda agent, env, request: TreeRollout(agent, TreeConfig(max_leaves=3, branch_every=1)).run(  # noqa: E731
+        env, request.task_id, request.seed
     )
     result = await Runner(agent, Tracked, QUIET, job=job).run(tasks(3))
     assert all(isinstance(r, RolloutTree) for r in result.records) and len(result.records) == 3
@@ -316,10 +316,10 @@ async def test_tree_jobs_run_through_the_same_runner():
 
 
 async def test_custom_jobs_at_the_target_are_returned_to_run_again():
-    async def slow_job(agent, env, task):
-        if task.task_id == "reach-30":
+    async def slow_job(agent, env, request):
+        if request.task_id == "reach-30":
             await asyncio.sleep(10)
-        return await agent.run(env, task.task_id, task.seed)
+        return await agent.run(env, request.task_id, request.seed)
 
     runner = Runner(Agent(CounterSolver()), Tracked, RunnerConfig(concurrency=2, progress=False), job=slow_job)
     started = time.monotonic()
@@ -330,7 +330,7 @@ async def test_custom_jobs_at_the_target_are_returned_to_run_again():
     assert {r.task_id for r in result.records} == {"reach-7", "reach-12"}
     assert all(isinstance(r, Trajectory) for r in result.records)
     (pending,) = result.pending
-    assert pending.task.task_id == "reach-30" and pending.episode is None
+    assert pending.request.task_id == "reach-30" and pending.episode is None
 
 
 KEEP = RunnerConfig(concurrency=4, progress=False, keep_envs=True)
@@ -385,8 +385,8 @@ async def test_a_cancelled_call_closes_its_kept_envs_too():
 
 
 async def test_tree_jobs_keep_their_root_envs_and_close_their_forks():
-    job = lambda agent, env, task: TreeRollout(agent, TreeConfig(roots=2, max_leaves=4, branch_every=1)).run(  # noqa: E731
-        env, task.task_id, task.seed
+    job = lambda agent, env, request: TreeRollout(agent, TreeConfig(roots=2, max_leaves=4, branch_every=1)).run(  # noqa: E731
+        env, request.task_id, request.seed
     )
     runner = Runner(
         Agent(CounterSolver()), Tracked, RunnerConfig(concurrency=2, progress=False, keep_envs=True), job=job

@@ -39,7 +39,7 @@ OUTCOME = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed)")
 def collect(targets: list[str], python: str, extra: list[str]) -> list[str]:
     """The node ids of the tests ``targets`` select (a node id that names one test comes back as is)."""
     result = subprocess.run(
-        [python, *PYTEST, "--collect-only", "-q", *extra, *targets], cwd=ROOT, env=ENV, capture_output=True, text=True
+        [python, *PYTEST, "--collect-only", *extra, *targets], cwd=ROOT, env=ENV, capture_output=True, text=True
     )
     ids = [line for line in result.stdout.splitlines() if "::" in line and not line.startswith(" ")]
     if result.returncode != 0 or not ids:
@@ -87,7 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lock", help="flock this file around each run (e.g. /tmp/agentgym-heavy.lock)")
     parser.add_argument("--keep", default="/tmp/flake_hunt", help="where failed runs' output goes")
     parser.add_argument("--python", default=sys.executable, help="the interpreter that runs pytest")
-    parser.add_argument("--pytest-args", default="", help="more pytest arguments, e.g. '-s' or '-m \"not slow\"'")
+    parser.add_argument("--pytest-args", default="", help="more pytest arguments, given with '=': --pytest-args=-s")
+    parser.add_argument(
+        "--show", help="print each run's lines matching this regex (with -s: a measured value, for its distribution)"
+    )
     args = parser.parse_args(argv)
     extra = args.pytest_args.split()
     nodes = collect(args.targets, args.python, extra)
@@ -109,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
                 path.write_text(output[-50_000:])
                 line += f"  (output: {path})"
             print(line, flush=True)
+            if args.show:
+                for match in re.finditer(f".*(?:{args.show}).*", output):
+                    print(f"    {match.group(0).strip()}", flush=True)
     print("\npasses/runs  failed  skipped  median s  max s  test")
     for node in nodes:
         counts, times = tally[node], sorted(seconds[node])

@@ -57,12 +57,14 @@ def locked(path: str | None) -> Iterator[None]:
         yield
 
 
-def run_once(node: str, python: str, extra: list[str], lock: str | None) -> tuple[str, float, str]:
+def run_once(node: str, python: str, extra: list[str], lock: str | None, basetemp: Path) -> tuple[str, float, str]:
     """One fresh pytest run of ``node``: (outcome, seconds, output)."""
     with locked(lock):
         began = time.monotonic()
+        # A base temp dir of the hunt's own: pytest's shared /tmp/pytest-of-<user> is cleaned at the end
+        # of every session on the machine, so another job's leftovers there could fail the run.
         result = subprocess.run(
-            [str(ROOT / "scripts" / "netns"), python, *PYTEST, *extra, node],
+            [str(ROOT / "scripts" / "netns"), python, *PYTEST, f"--basetemp={basetemp}", *extra, node],
             cwd=ROOT,
             env=ENV,
             capture_output=True,
@@ -102,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     # on one test's every run.
     for i in range(args.n):
         for node in nodes:
-            outcome, took, output = run_once(node, args.python, extra, args.lock)
+            outcome, took, output = run_once(node, args.python, extra, args.lock, keep / "basetemp")
             tally.setdefault(node, {"passed": 0, "failed": 0, "skipped": 0})[outcome] += 1
             seconds.setdefault(node, []).append(took)
             line = f"[{i + 1}/{args.n}] {outcome:7s} {took:7.1f}s {node}"

@@ -106,7 +106,7 @@ BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
 #: built-ins, but with no default tasks, so the checks over every built-in (BUILTIN_ENVS) leave them out.
 #: id -> (entry point, registration kwargs, the argument the caller must give).
 ARGUMENT_ENVS: dict[str, tuple[str, dict[str, Any], str]] = {
-    "code.harbor-v0": ("agentgym.integrations.harbor:HarborEnv", {}, "path"),  # Harbor task directories
+    "code.harbor-v0": ("agentgym.integrations.harbor.env:HarborEnv", {}, "path"),  # Harbor task directories
     # Any OpenEnv server. Not a <family>. id: a server may hold any kind of task.
     "OpenEnv-v0": ("agentgym.integrations.openenv.client_env:OpenEnvEnv", {}, "url"),
 }
@@ -243,26 +243,21 @@ def _first_sentence(doc: str) -> str:
     return first.split(" (see ", 1)[0].split(": ", 1)[0].split(". ", 1)[0].rstrip(".")
 
 
-def make_env_factory(env_id: str, env_kwargs: dict | None = None, memory: dict | None = None) -> Callable[[], AgentEnv]:
-    """A zero-argument env factory for a registered id or a ``module:Class`` entry point, wrapped for ``memory`` if given.
+def make_env_factory(env_id: str, env_kwargs: dict | None = None) -> Callable[[], AgentEnv]:
+    """A zero-argument env factory for a registered id or a ``module:Class`` entry point.
 
     It imports nothing heavy itself, so processes that only host envs (Ray env workers) use it too.
+    Wrapping (a memory section's ``MemoryConfig.wrap``) is the caller's: registration sits below every layer that wraps.
     """
     kwargs = dict(env_kwargs or {})
     if ":" in env_id and "/" not in env_id.split(":")[0]:
         module, _, name = env_id.partition(":")
         cls = getattr(importlib.import_module(module), name)
-        factory = lambda: cls(**kwargs)  # noqa: E731
-    else:
-        import agentgym  # noqa: F401 - registers the built-in envs
+        return lambda: cls(**kwargs)
+    import agentgym  # noqa: F401 - registers the built-in envs
 
-        # gymnasium.make's wrappers are typed as plain Envs; the runner drives them as AgentEnvs.
-        factory = lambda: cast("AgentEnv", gymnasium.make(env_id, **kwargs))  # noqa: E731
-    if memory is None:
-        return factory
-    from agentgym.memory.config import MemoryConfig
-
-    return MemoryConfig.from_dict(memory).wrap(factory)
+    # gymnasium.make's wrappers are typed as plain Envs; the runner drives them as AgentEnvs.
+    return lambda: cast("AgentEnv", gymnasium.make(env_id, **kwargs))
 
 
 def is_deprecated_id(env_id: str) -> bool:

@@ -137,7 +137,7 @@ errors = {
     "sandbox": error(lambda: agentgym.sandbox.DockerSandbox),
     "train": error(lambda: importlib.import_module("agentgym.rollout.hf_policy")),
     "eval": error(lambda: importlib.import_module("agentgym.rollout.openai_policy")),
-    "serve": error(lambda: importlib.import_module("agentgym.rollout.server")),
+    "serve": error(lambda: importlib.import_module("agentgym.serve")),
     "memory": error(lambda: importlib.import_module("agentgym.memory.embeddings").default_embedder()),
     "openenv": error(lambda: importlib.import_module("agentgym.integrations.openenv.server")),
     "train (TRL interop)": error(lambda: importlib.import_module("agentgym.integrations.trl").task_dataset(env_id("agentgym.envs.tool.keychain:KeyChainEnv"))),

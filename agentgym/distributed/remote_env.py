@@ -348,8 +348,8 @@ class RemoteEnv(AgentEnv):
             return self._call_on(target, "fork", None, remote.snap_id), None
         # The bytes go from the source worker's object store to the target's; this process never holds them.
         data = self._call_on(remote.slot, "export_snapshot", remote.snap_id)
-        env_id, env_kwargs, memory = self.pool.spec if self.pool is not None else (self.kind, None, None)
-        imported = self._call_on(target, "import_snapshot", env_id, data, env_kwargs, memory)
+        env_id, env_kwargs, wrap = self.pool.spec if self.pool is not None else (self.kind, None, None)
+        imported = self._call_on(target, "import_snapshot", env_id, data, env_kwargs, wrap)
         return self._call_on(target, "fork", None, imported), imported
 
     def _forked(self, target: WorkerSlot, opened: dict, task_id: str | None, turn: int) -> RemoteEnv:

@@ -56,7 +56,7 @@ in this process). Results, resume and report are those of a local run: the runne
 and the results file are the same, only the envs are remote. An env worker that dies mid-episode
 makes that episode an env failure, retried on another worker (its ``failures`` say so). With
 ``memory``, every worker's envs read and write one bank, the cluster's
-(:mod:`agentgym.distributed.memory`).
+(:mod:`agentgym.memory.remote`).
 """
 
 from __future__ import annotations
@@ -434,7 +434,7 @@ def _cluster_env_factory(
         kwargs,
         workers=ray.env_workers,
         envs_per_worker=ray.envs_per_worker,
-        memory=None if memory is None else memory.on_cluster().to_dict(),
+        wrap=None if memory is None else memory.on_cluster().wrap,
     ) as pool:
         yield pool if record is None else (lambda: record(pool()))
 

@@ -28,6 +28,8 @@ _EXPORTS = {
     "validate_candidate": "validation",
     "MemoryWrapper": "wrapper",
     "MemoryConfig": "config",
+    "BankActor": "remote",
+    "RemoteBank": "remote",
 }
 
 __all__ = sorted(_EXPORTS)

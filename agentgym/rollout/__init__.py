@@ -48,7 +48,6 @@ _EXPORTS = {
     "records_from_dataset": "store",
     "records_to_dataset": "store",
     "sequences_to_dataset": "store",
-    "make_app": "server",
     "VisionChatFormat": "vision",
 }
 

@@ -28,7 +28,7 @@ _EXPORTS = {
     "group_advantages": "advantages",
     "strict_clip_policy_loss": "advantages",
     "turn_gae": "advantages",
-    "make_env_factory": "rollouts",
+    "rollout_env_factory": "rollouts",
     "RL_DEMO_START": "warm_start",
     "scripted_warm_start": "warm_start",
     "sft_warm_start": "warm_start",

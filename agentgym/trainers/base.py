@@ -45,12 +45,13 @@ from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer, Processo
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
+from agentgym.registration import make_env_factory
 from agentgym.rollout.hf_policy import HFPolicy
 from agentgym.rollout.runner import Runner
 from agentgym.rollout.store import TrajectoryStore
 from agentgym.trainers.base_config import AgentgymConfig
 from agentgym.trainers.lora import adapter_config, is_adapted
-from agentgym.trainers.rollouts import TimeBudget, make_env_factory, policy_copy, rollout_weights
+from agentgym.trainers.rollouts import TimeBudget, policy_copy, rollout_env_factory, rollout_weights
 
 __all__ = [
     "STATE_FILE",
@@ -118,7 +119,8 @@ class AgentgymTrainer(GRPOTrainer):
         train_dataset: one row per task, ``prompt`` = task id (:func:`task_dataset`); by default the
             config's ``train_tasks`` or every task the env lists.
         processing_class: the tokenizer (its chat template must be prefix-preserving).
-        callbacks, optimizers: as for GRPOTrainer.
+        callbacks: as for GRPOTrainer.
+        optimizers: as for GRPOTrainer.
         peft_config: a ``peft.PeftConfig`` to train an adapter (or the config's ``peft`` section; not both).
     """
 
@@ -168,7 +170,7 @@ class AgentgymTrainer(GRPOTrainer):
             self.add_callback(TimeBudget(args.time_budget_s))
         self.env_pool = None
         self.replicas = None
-        self.env_factory = make_env_factory(args.env_id, args.env_kwargs, args.memory)
+        self.env_factory = rollout_env_factory(args)
         if args.rollout_backend == "ray":
             from agentgym.distributed.cluster import connect
             from agentgym.distributed.config import RayConfig
@@ -176,17 +178,17 @@ class AgentgymTrainer(GRPOTrainer):
 
             self.ray_config = RayConfig.from_dict(args.ray)
             connect(self.ray_config.address)
-            memory = None
+            wrap = None
             if args.memory is not None:
                 from agentgym.memory.config import MemoryConfig
 
-                memory = MemoryConfig.from_dict(args.memory).on_cluster().to_dict()
+                wrap = MemoryConfig.from_dict(args.memory).on_cluster().wrap
             self.env_pool = EnvPool(
                 args.env_id,
                 args.env_kwargs,
                 workers=self.ray_config.env_workers,
                 envs_per_worker=self.ray_config.envs_per_worker,
-                memory=memory,
+                wrap=wrap,
             )
             self.env_factory = self.env_pool
 

@@ -45,7 +45,7 @@ __all__ = [
     "TimeBudget",
     "collate",
     "image_inputs",
-    "make_env_factory",
+    "rollout_env_factory",
     "policy_copy",
     "record_metrics",
     "sequences",
@@ -102,6 +102,16 @@ def policy_copy(model: torch.nn.Module) -> torch.nn.Module:
     return clone
 
 
+def rollout_env_factory(args) -> Callable[[], AgentEnv]:
+    """The envs of a trainer's rollouts: the config's env, wrapped for its memory section if it has one."""
+    factory = make_env_factory(args.env_id, args.env_kwargs)
+    if args.memory is None:
+        return factory
+    from agentgym.memory.config import MemoryConfig
+
+    return MemoryConfig.from_dict(args.memory).wrap(factory)
+
+
 def make_runner(
     agent: Agent,
     args,
@@ -118,7 +128,7 @@ def make_runner(
     """
     return Runner(
         agent,
-        env_factory or make_env_factory(args.env_id, args.env_kwargs, args.memory),
+        env_factory or rollout_env_factory(args),
         RunnerConfig(
             concurrency=concurrency or args.rollout_concurrency,
             episode_timeout=args.episode_timeout,

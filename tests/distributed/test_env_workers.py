@@ -275,9 +275,10 @@ def _wait_exited(pid: int, seconds: float = 30) -> None:
 
 async def test_a_pool_with_memory_wraps_every_env_on_its_worker(ray_cluster, keychain_tasks, tmp_path):
     from agentgym.memory.bank import MemoryBank
+    from agentgym.memory.config import MemoryConfig
 
     path = str(tmp_path / "memory.db")  # one machine: every worker opens the same store
-    with EnvPool(KEYCHAIN, workers=2, envs_per_worker=2, memory={"path": path, "k_skills": 1}) as pool:
+    with EnvPool(KEYCHAIN, workers=2, envs_per_worker=2, wrap=MemoryConfig(path, k_skills=1).wrap) as pool:
         result = await Runner(_agent(keychain_tasks), pool, RunnerConfig(concurrency=4, progress=False)).run(
             [t.id for t in keychain_tasks[:4]]
         )

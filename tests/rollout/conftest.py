@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestServer
 
 from agentgym.models import tiny_model_path
 from agentgym.rollout.hf_policy import HFPolicy
-from agentgym.rollout.server import make_app
+from agentgym.serve import make_app
 from tests.serving import ServerProcess
 
 

@@ -380,7 +380,9 @@ class MCPToolEnv(ToolEnv):
         tasks: as for ToolEnv.
         command: the server's argv, started per env.
         server: a running server to share instead.
-        server_env, cwd, start_timeout: passed to :class:`MCPServer` (per-env servers only).
+        server_env: passed to :class:`MCPServer` (per-env servers only).
+        cwd: passed to :class:`MCPServer` (per-env servers only).
+        start_timeout: passed to :class:`MCPServer` (per-env servers only).
         **kwargs: ToolEnv's (``check``, ``state_factory``, ``max_turns``, ``call_timeout``, ...).
     """
 

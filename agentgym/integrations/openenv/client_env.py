@@ -170,7 +170,8 @@ class OpenEnvEnv(AgentEnv):
             PNG; default ``"image"``); images need ``image_shape=(height, width)``.
         success_reward: the reward at or above which a finished episode counts as a success
             when the server does not say.
-        connect_timeout / message_timeout: seconds to wait for the connection and for each answer.
+        connect_timeout: seconds to wait for the connection.
+        message_timeout: seconds to wait for each answer.
         branching: ``"auto"`` (the server's snapshots if it has them), ``"replay"`` (always replay).
     """
 

@@ -240,17 +240,17 @@ class Drainer:
                     with self.lock:
                         files, self.pending = self.pending, []
                     for file in files:
-                        self.selector.register(file, selectors.EVENT_READ)
+                        self.selector.register(file, selectors.EVENT_READ, file)
                     continue
                 try:
-                    data = os.read(key.fileobj.fileno(), CHUNK)
+                    data = os.read(key.data.fileno(), CHUNK)
                 except BlockingIOError:
                     continue
                 except OSError:
                     data = b""
                 if not data:
-                    self.selector.unregister(key.fileobj)
-                    key.fileobj.close()
+                    self.selector.unregister(key.data)
+                    key.data.close()
 
 
 def run(request, stdin, drainer):

@@ -1,6 +1,6 @@
 """Measures the GUI envs' desktop: reset, screenshot, action, snapshot and fork latency, fork vs. replay at turn 10, and concurrent desktops.
 
-Prints a Markdown table (the README's) and a JSON line. Every ratio is measured in this one run.
+Prints a Markdown table (docs/results.md's) and a JSON line. Every ratio is measured in this one run.
 
     .venv/bin/python benchmarks/gui.py [--repeats 7] [--max-desktops 6]
 

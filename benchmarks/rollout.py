@@ -1,4 +1,4 @@
-"""The rollout engine's numbers for the README: tree vs linear rollouts (env steps, tokens, prefix-sharing saving) and runner throughput.
+"""The rollout engine's numbers for docs/results.md: tree vs linear rollouts (env steps, tokens, prefix-sharing saving) and runner throughput.
 
 Runs, with the tiny local model:
 

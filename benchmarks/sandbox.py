@@ -1,6 +1,6 @@
 """Measures the Docker sandbox on RepoFix: exec overhead, reset (warm pool vs cold), snapshot, fork, restore, replay, and 16 concurrent envs.
 
-Prints a Markdown table (the README's) and a JSON line. Every ratio is measured in this one run.
+Prints a Markdown table (docs/results.md's) and a JSON line. Every ratio is measured in this one run.
 
     .venv/bin/python benchmarks/sandbox.py [--repeats 7] [--concurrency 16]
 

@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import cast
 
 from agentgym.core import AgentEnv
+from agentgym.registration import make_env_factory
 from agentgym.rollout.agent import Agent, AgentConfig
 from agentgym.rollout.chat import ChatFormat
 from agentgym.rollout.hf_policy import HFPolicy
 from agentgym.rollout.policy import Completion, Policy, SamplingParams
 from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig
 from agentgym.rollout.trajectory import Trajectory
-from agentgym.trainers.rollouts import make_env_factory
 
 __all__ = [
     "RL_DEMO_START",
@@ -46,7 +46,7 @@ __all__ = [
 #: The start ``make demo`` and ``benchmarks/learning.py`` train from: the tiny model imitating a
 #: demonstrator that submits the key a pointer names instead of looking it up 60% of the time
 #: (1000 tasks, 7 epochs). Greedy, it answers early on most two-hop tasks; sampled, it follows
-#: the pointer often enough for RL to find the reward (README, Measurements: Training). It checks
+#: the pointer often enough for RL to find the reward (docs/results.md, Training). It checks
 #: itself: a start that solves under 15% of 100 unseen train tasks when sampled (one seed in three
 #: never learned to copy a number in 7 epochs) trains 7 more, up to 3 rounds.
 RL_DEMO_START = {"tasks": 1000, "epochs": 7.0, "mistake_rate": 0.6, "min_start_success": 0.15, "max_rounds": 3}

@@ -365,7 +365,7 @@ def _describe(exc: BaseException) -> str:
 
 
 class MCPToolEnv(ToolEnv):
-    """A :class:`~agentgym.envs.tool.env.ToolEnv` whose tools are an MCP server's (``ToolEnv.from_mcp`` is its deprecated alias).
+    """A :class:`~agentgym.envs.tool.env.ToolEnv` whose tools are an MCP server's.
 
     With ``command``, every env starts its own server process (a fork starts another) and
     closes it with the env; a server that hangs on shutdown is killed. With ``server``, envs
@@ -380,7 +380,9 @@ class MCPToolEnv(ToolEnv):
         tasks: as for ToolEnv.
         command: the server's argv, started per env.
         server: a running server to share instead.
-        server_env, cwd, start_timeout: passed to :class:`MCPServer` (per-env servers only).
+        server_env: passed to :class:`MCPServer` (per-env servers only).
+        cwd: passed to :class:`MCPServer` (per-env servers only).
+        start_timeout: passed to :class:`MCPServer` (per-env servers only).
         **kwargs: ToolEnv's (``check``, ``state_factory``, ``max_turns``, ``call_timeout``, ...).
     """
 

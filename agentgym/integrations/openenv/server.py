@@ -27,7 +27,7 @@ Every resource a client can make is bounded and freed with what made it:
 **Branching.** Each session serves the ``snapshot``, ``restore``, ``release`` and ``fork`` MCP tools
 (FastMCP tools on the environment's ``mcp_server``, which OpenEnv's ``{"type": "mcp"}`` message
 and ``/mcp`` endpoint call). Snapshot handles are kept in one table per app with the agentgym
-:class:`~agentgym.core.Snapshot` behind each: the table holds one reference per handle, and a fork
+:class:`~agentgym.snapshot.Snapshot` behind each: the table holds one reference per handle, and a fork
 ticket (the ``fork`` tool) holds its own reference until a new session claims it with
 ``reset(fork_from=...)``, ``fork_ttl`` seconds pass or the session that made it ends. A session's
 handles and tickets are released when it ends. A claim
@@ -55,7 +55,6 @@ from typing import Any
 
 import gymnasium
 
-from agentgym.core import Snapshot
 from agentgym.extras import requires
 from agentgym.integrations.openenv.protocol import (
     FORK_FROM,
@@ -65,6 +64,7 @@ from agentgym.integrations.openenv.protocol import (
     encode_image,
 )
 from agentgym.rollout.agent import json_safe
+from agentgym.snapshot import Snapshot
 
 with requires("openenv"):
     from fastmcp import FastMCP

@@ -449,7 +449,8 @@ class WikiApp(WebApp):
             return self.refuse(request, f"Edit {title}", "You must log in to edit pages.", f"/wiki/{slug}")
         if not _can_edit(role, protection):
             self.db.execute(
-                "INSERT INTO refused_edits (at, actor, page_id) VALUES (?, ?, ?)", (self.now(), self.user(request), page_id)
+                "INSERT INTO refused_edits (at, actor, page_id) VALUES (?, ?, ?)",
+                (self.now(), self.user(request), page_id),
             )
             who = PROTECTION_LABELS[protection].lower()
             return self.refuse(

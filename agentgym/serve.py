@@ -13,7 +13,8 @@ in an aiohttp application; :func:`serve` runs one over an
   application/octet-stream`` is the safetensors bytes themselves, with ``?version=N``. The answer
   is ``{"version": N}`` (without a version, the policy's own bump). The weights must fit the
   served model's architecture (every tensor's name and shape), else nothing is loaded and the
-  answer is a 400. Requests being decoded finish on the old weights; the rest get the new ones.
+  answer is a 400 (for a path, one message whatever the reason, so that it tells nothing of the host's
+  files; the reason goes to the server's log). Requests being decoded finish on the old weights; the rest get the new ones.
   The endpoint lets any client that reaches the server replace the model (and name files on its
   host to read), so it is off unless asked for; keep such a server on a trusted network;
 * ``POST /v1/chat/completions`` — messages are rendered with the policy's chat template. Content
@@ -262,13 +263,29 @@ class _Server:
             try:
                 state_dict = await asyncio.to_thread(load)
             except Exception as exc:  # whatever the client pointed at, it is not weights we can read
-                raise RequestError(f"cannot read weights from {source}: {type(exc).__name__}: {exc}", param) from None
+                raise self._refused(source, param, exc) from None
             try:
                 # In a thread: it waits for the batch being decoded, which must not stall this loop.
                 await asyncio.to_thread(update, state_dict, version)
             except (ValueError, RuntimeError, TypeError) as exc:
-                raise RequestError(f"the weights do not fit the served model: {exc}", param) from None
+                if param is None:
+                    raise RequestError(f"the weights do not fit the served model: {exc}") from None
+                raise self._refused(source, param, exc) from None
         return self._json({"version": self.policy.version})
+
+    @staticmethod
+    def _refused(source: str, param: str | None, exc: Exception) -> RequestError:
+        """The answer to weights that cannot be loaded. For a path on this host it is one message whatever went
+        wrong (absent, unreadable, not weights, other shapes), so that a client learns nothing of the host's
+        files from it; the reason goes to this server's log."""
+        if param is None:
+            return RequestError(f"cannot read weights from {source}: {type(exc).__name__}: {exc}")
+        log.warning("refused weights from %r: %s: %s", source, type(exc).__name__, exc)
+        return RequestError(
+            "cannot load weights from that path (nothing there is a checkpoint of the served model that this "
+            "server may read; its log says why)",
+            param,
+        )
 
     async def _weights_bytes(self, request: web.Request) -> bytes:
         """The body, refused past what the model's weights can take (8 bytes a parameter, plus a header)."""

@@ -12,8 +12,11 @@ def _openenv_serve(args: argparse.Namespace) -> int:
 
     if args.max_sessions < 1:
         raise UsageError(f"--max-sessions must be at least 1, got {args.max_sessions}")
-    if args.fork_ttl <= 0:
-        raise UsageError(f"--fork-ttl must be positive, got {args.fork_ttl:g}")
+    for flag, value in (("--fork-ttl", args.fork_ttl), ("--idle-timeout", args.idle_timeout)):
+        if not value > 0:
+            raise UsageError(f"{flag} must be positive, got {value:g}")
+    if args.max_handles < 1:
+        raise UsageError(f"--max-handles must be at least 1, got {args.max_handles}")
     try:
         env_id = resolve_env_id(args.env_id)
     except ValueError as exc:
@@ -31,6 +34,7 @@ def _openenv_serve(args: argparse.Namespace) -> int:
             images=not args.no_images,
             fork_ttl=args.fork_ttl,
             idle_timeout=args.idle_timeout,
+            max_handles=args.max_handles,
         )
     return 0
 
@@ -70,7 +74,16 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--fork-ttl", type=float, default=300.0, help="seconds an unclaimed fork id is kept (default: %(default)s)"
     )
     openenv_serve.add_argument(
-        "--idle-timeout", type=float, help="close a session that sent nothing for this many seconds (default: never)"
+        "--idle-timeout",
+        type=float,
+        default=600.0,
+        help="close a session that sent nothing for this many seconds (default: %(default)s)",
+    )
+    openenv_serve.add_argument(
+        "--max-handles",
+        type=int,
+        default=16,
+        help="snapshot handles and fork ids one session may hold at once (default: %(default)s)",
     )
     openenv_serve.set_defaults(run=_openenv_serve)
     openenv_init = openenv.add_parser(

@@ -31,7 +31,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from agentgym.memory.induction import EpisodeRecord, SkillDraft, summarize_episode
+from agentgym.memory.induction import EpisodeRecord, SkillDraft, inert, summarize_episode
 from agentgym.memory.store import Entry, MemoryStore
 
 __all__ = [
@@ -154,7 +154,7 @@ class Skill:
         return SkillDraft(self.name, self.when, self.steps, self.env, self.family, self.avoid, self.sources)
 
     def render(self) -> str:
-        header = f"[skill {self.id}] {self.name} (utility {self.utility:+.2f}, used {self.uses} times)"
+        header = f"[skill {self.id}] {inert(self.name)} (utility {self.utility:+.2f}, used {self.uses} times)"
         return header + "\n" + self.draft().render()
 
 
@@ -171,28 +171,37 @@ class Retrieval:
         return [s.id for s in self.skills]
 
     def render(self) -> str:
-        """The delimited block that goes before the task statement ("" when nothing was retrieved)."""
+        """The delimited block that goes before the task statement ("" when nothing was retrieved).
+
+        Stored text is the episodes' (an RL policy's answers among it): every piece of it is
+        :func:`~agentgym.memory.induction.inert` and on a line that starts with the block's own words, so
+        only the block itself makes its markers, ``Procedure:`` and step lines.
+        """
         if not (self.skills or self.episodes or self.extra):
             return ""
         lines = [MEMORY_BEGIN]
         if self.episodes:
             lines.append("Past episodes of similar tasks:")
             for entry in self.episodes:
-                lines.append(f"- [episode {entry.id}] " + " ".join(entry.text.split())[:EPISODE_CHARS])
+                lines.append(f"- [episode {entry.id}] " + inert(" ".join(entry.text.split())[:EPISODE_CHARS]))
         if self.skills or self.extra:
             lines.append("Skills:")
             lines += [skill.render() for skill in self.skills]
-            lines += [f"[skill candidate] {draft.name}\n{draft.render()}" for draft in self.extra]
+            lines += [f"[skill candidate] {inert(draft.name)}\n{draft.render()}" for draft in self.extra]
         lines.append(MEMORY_END)
         return "\n".join(lines) + "\n\n"
 
 
+_END_LINE = re.compile(f"^{re.escape(MEMORY_END)}$", re.MULTILINE)
+
+
 def split_prompt(text: str) -> tuple[str, str]:
-    """``(memory block, task statement)`` of a first observation written by the MemoryWrapper."""
-    if text.startswith(MEMORY_BEGIN) and MEMORY_END in text:
-        end = text.index(MEMORY_END) + len(MEMORY_END)
-        return text[:end], text[end:].lstrip("\n")
-    return "", text
+    """``(memory block, task statement)`` of a first observation written by the MemoryWrapper (the block ends
+    at the first line that is exactly :data:`MEMORY_END`, which stored text cannot write)."""
+    end = _END_LINE.search(text) if text.startswith(MEMORY_BEGIN + "\n") else None
+    if end is None:
+        return "", text
+    return text[: end.end()], text[end.end() :].lstrip("\n")
 
 
 _NUMBERED = re.compile(r"^\d+\.\s+(.*)$")

@@ -54,6 +54,7 @@ __all__ = [
     "family_of",
     "follow",
     "follow_any",
+    "inert",
     "parse_step",
     "render_call",
     "resolve_step",
@@ -65,6 +66,17 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 OBSERVATION_CHARS = 400  # what a record keeps of each observation: enough to summarize and abstract
+# Every character str.splitlines() ends a line at: what a prompt's reader (a parser or a model) takes as one.
+_LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+_MARKER_RUN = re.compile("={3,}")
+
+
+def inert(text: str) -> str:
+    """Text an episode wrote, made safe to put on one line of a prompt's memory block: no line breaks (so it
+    cannot start a line of its own: a marker, ``Procedure:``, a numbered step) and no run of three ``=`` (the
+    block's markers are ``=== ... ===``). Everything else is kept as written, spaces included, so a step's
+    literal values stay exact."""
+    return _MARKER_RUN.sub(lambda run: " ".join(run.group()), _LINE_BREAKS.sub(" ", text))
 
 
 def family_of(task_id: str) -> str:
@@ -327,10 +339,12 @@ class SkillDraft:
     support: int = 1  # how many source episodes show this procedure
 
     def render(self) -> str:
-        """The skill as prompt text (what retrieval indexes and what a policy reads)."""
-        lines = [f"When to use: {self.when}", "Procedure:", *(f"{i}. {s}" for i, s in enumerate(self.steps, 1))]
+        """The skill as prompt text (what retrieval indexes and what a policy reads); every part that came from
+        episodes is :func:`inert`, so no episode can add lines (steps, markers) of its own."""
+        steps = (f"{i}. {inert(s)}" for i, s in enumerate(self.steps, 1))
+        lines = [f"When to use: {inert(self.when)}", "Procedure:", *steps]
         if self.avoid:
-            lines += ["Avoid (seen only in failed attempts):", *(f"- {a}" for a in self.avoid)]
+            lines += ["Avoid (seen only in failed attempts):", *(f"- {inert(a)}" for a in self.avoid)]
         return "\n".join(lines)
 
     def to_dict(self) -> dict:

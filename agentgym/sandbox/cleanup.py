@@ -1,5 +1,12 @@
 """Lifetime of what this process makes in the Docker engine: tracking, deferred image release, removal at exit
-or on SIGTERM/SIGINT, and reaping (``gc``) of what dead processes left behind."""
+or on SIGTERM/SIGINT, lease renewal, and reaping (``gc``) of what dead processes left behind.
+
+Every sandbox container holds a lease (:data:`~agentgym.sandbox.containers.LEASE_SCRIPT`): it ends, and the
+engine removes it, unless this process renews it (a thread sends SIGUSR1 every third of the shortest lease
+it holds). So a container outlives an owner that was killed, or hangs, by one lease at most, even where no
+agentgym process runs on that engine again. ``gc`` removes the rest: snapshot images, containers from
+before leases, and any container whose owner died on this host, at once.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ import shutil
 import signal
 import tempfile
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Literal, TypedDict
@@ -28,6 +36,7 @@ class _Tracked:
 
     def __init__(self):
         self.containers: dict[str, str] = {}  # container id -> image it runs
+        self.leases: dict[str, int] = {}  # container id -> its lease in seconds, renewed while it is tracked
         self.images: dict[str, str] = {}  # snapshot image id -> the image it was committed on top of
         self.users: dict[str, int] = {}  # snapshot image id -> our containers and child snapshots using it
         self.released: set[str] = set()
@@ -47,10 +56,14 @@ def _state() -> _Tracked:
     return _tracked
 
 
-def track_container(container_id: str, image: str) -> None:
+def track_container(container_id: str, image: str, *, lease: int | None = None) -> None:
+    """Track a container this process made (and, with ``lease``, renew its lease until it is removed)."""
     with _lock:
         state = _state()
         state.containers[container_id] = image
+        if lease is not None:
+            state.leases[container_id] = lease
+            _leases_changed.set()
         if image in state.users:
             state.users[image] += 1
 
@@ -70,8 +83,13 @@ def remove_container(container_id: str) -> None:
         engine.api().remove_container(container_id, force=True)
     except docker.errors.NotFound:
         pass
+    except docker.errors.APIError as exc:
+        # A container that stopped is being removed by the engine itself (auto_remove, see the leases).
+        if exc.status_code != 409 or "already in progress" not in str(exc):
+            raise
     with _lock:
         image = _state().containers.pop(container_id, None)
+        _state().leases.pop(container_id, None)
     if image is not None:
         _drop_user(image)
 
@@ -187,6 +205,7 @@ def ensure_installed() -> None:
             if _installed_pid != os.getpid():
                 atexit.register(cleanup_process)
                 threading.Thread(target=_reap, daemon=True, name="agentgym-reap").start()
+                threading.Thread(target=_renew_leases, daemon=True, name="agentgym-leases").start()
                 _installed_pid, _signals_installed = os.getpid(), False
     if not _signals_installed and threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -199,6 +218,32 @@ def _reap() -> None:
         gc()
     except Exception:  # noqa: BLE001 - reaping is a courtesy; `agentgym sandbox gc` reports failures
         pass
+
+
+_leases_changed = threading.Event()  # set when this process takes a lease: the renewer plans again
+
+
+def _renew_leases() -> None:
+    """Renew each lease this process holds a third of its length after the last renewal (for as long as the
+    process lives); a new container's lease is planned at once, whatever the others' are."""
+    due: dict[str, float] = {}  # container id -> when its lease is renewed next (monotonic)
+    while True:
+        _leases_changed.clear()
+        with _lock:
+            leases = dict(_state().leases)
+        now = time.monotonic()
+        for container_id, lease in leases.items():
+            if container_id in due and due[container_id] > now:
+                continue
+            if container_id in due:
+                try:
+                    engine.api().kill(container_id, "SIGUSR1")
+                except Exception:  # noqa: BLE001 - stopped, paused for a commit, the engine away: the next one retries
+                    pass
+            due[container_id] = now + lease / 3
+        for container_id in set(due) - set(leases):
+            del due[container_id]
+        _leases_changed.wait(min(due.values()) - now if due else None)
 
 
 def _chain_signal(signum: int) -> None:

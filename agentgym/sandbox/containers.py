@@ -20,12 +20,28 @@ with requires("sandbox"):
 from agentgym.sandbox import cleanup, disk, engine, labels
 from agentgym.sandbox.base import SandboxError, SandboxUnavailableError
 
-__all__ = ["KEEPALIVE_USER", "SandboxConfig", "container_running", "create_container", "start_container"]
+__all__ = [
+    "KEEPALIVE_USER",
+    "LEASE_SCRIPT",
+    "SandboxConfig",
+    "container_running",
+    "create_container",
+    "start_container",
+]
 
-# The container's own process (init and `sleep infinity`) runs as nobody: neither the agent nor
-# root without CAP_KILL may signal it, so nothing inside can stop the container, and
-# stop_processes' kill(-1) as the sandbox user spares it.
+# The container's own process (init and the lease watchdog) runs as nobody: neither the agent nor
+# root without CAP_KILL may signal it, so nothing inside can stop the container (or renew its lease),
+# and stop_processes' kill(-1) as the sandbox user spares it.
 KEEPALIVE_USER = "65534:65534"
+# The container's main process (bash, args: lease seconds, sleep step): it ends, and with it the container,
+# which the engine then removes (auto_remove), once no SIGUSR1 came for the lease. The owner sends one every
+# third of it (agentgym.sandbox.cleanup), so a container outlives a dead or hung owner by one lease at most,
+# whether or not an agentgym process ever runs on that engine again. Time is bash's own clock ($SECONDS), not
+# a count of sleeps: a sleep that cannot start (the agent filled the process table) does not end it early.
+LEASE_SCRIPT = (
+    'deadline=$((SECONDS + $1)); trap "deadline=\\$((SECONDS + $1))" USR1; '
+    'while ((SECONDS < deadline)); do sleep "$2" & wait $!; done'
+)
 
 
 @dataclass(frozen=True)
@@ -57,6 +73,8 @@ class SandboxConfig:
     command_server: bool = True
     # Bytes the sandbox may write (its snapshots' layers included); None: no limit. See agentgym.sandbox.disk.
     disk_limit: int | None = 2 * disk.GiB
+    # Seconds the container lives on after its owner process last renewed its lease (see LEASE_SCRIPT).
+    lease: int = 300
 
     def __post_init__(self):
         if not all(part.isdigit() for part in self.user.split(":")):
@@ -65,14 +83,17 @@ class SandboxConfig:
             raise ValueError("max_output must be at least 1024 bytes")
         if self.disk_limit is not None and self.disk_limit < 1024**2:
             raise ValueError("disk_limit must be at least 1 MiB (or None)")
+        if not isinstance(self.lease, int) or self.lease < 3:
+            raise ValueError(f"lease must be a whole number of seconds, at least 3, got {self.lease!r}")
 
     @property
     def uid_gid(self) -> tuple[int, int]:
         uid, _, gid = self.user.partition(":")
         return int(uid), int(gid or uid)
 
-    def host_config(self, *, size_quota: bool = False) -> dict:
-        """The engine's host config; ``size_quota`` where the engine enforces ``storage_opt size``."""
+    def host_config(self, *, size_quota: bool = False, auto_remove: bool = False) -> dict:
+        """The engine's host config; ``size_quota`` where the engine enforces ``storage_opt size``; ``auto_remove``:
+        the engine removes the container once it stops."""
         limits: dict[str, Any] = {}
         if self.disk_limit is not None:
             limits["ulimits"] = [disk.file_size_ulimit(self.disk_limit)]
@@ -87,25 +108,28 @@ class SandboxConfig:
             memswap_limit=self.mem_limit,
             nano_cpus=int(self.cpus * 1e9),
             init=self.init,
+            auto_remove=auto_remove,
             **limits,
         )
 
 
 def create_container(image: str, config: SandboxConfig, kind: str) -> str:
-    """Create (not start) a labelled, hardened container that idles until commands are exec'd into it."""
+    """Create (not start) a labelled, hardened container that idles until commands are exec'd into it, and ends
+    (and goes) by itself when its lease lapses."""
     cleanup.ensure_installed()
     client = engine.api()
     try:
         size_quota = config.disk_limit is not None and disk.engine_enforces_size(image)
+        step = max(1, min(5, config.lease // 6))
         container_id = client.create_container(
             image,
-            ["sleep", "infinity"],
+            ["/bin/bash", "-c", LEASE_SCRIPT, "agentgym-lease", str(config.lease), str(step)],
             user=KEEPALIVE_USER,
             working_dir=config.working_dir,
             hostname=config.hostname,
             environment=dict(config.environment) or None,
             labels=labels.owner_labels(kind),
-            host_config=config.host_config(size_quota=size_quota),
+            host_config=config.host_config(size_quota=size_quota, auto_remove=True),
         )["Id"]
     except docker.errors.ImageNotFound as exc:
         raise SandboxUnavailableError(
@@ -114,7 +138,7 @@ def create_container(image: str, config: SandboxConfig, kind: str) -> str:
         ) from exc
     except docker.errors.APIError as exc:
         raise SandboxError(f"creating a container from {image!r}: {engine.explain(exc)}") from exc
-    cleanup.track_container(container_id, image)
+    cleanup.track_container(container_id, image, lease=config.lease)
     return container_id
 
 

@@ -18,14 +18,19 @@ container start: it re-executes the daemon to extract in a chroot.)
 
 Which layers qualify, else the caller forks from the committed image as before (the diff is
 None): the image is one layer above a non-snapshot image (chains of commits, imported snapshots
-and layers of other storage drivers fall back); its files total at most
-:data:`MAX_DIFF_BYTES` (sparse files count at their size); the layer holds only directories,
-regular files, symlinks, FIFOs and whiteouts, every entry owned by the sandbox user but the
+and layers of other storage drivers fall back); the diff takes at most :data:`MAX_DIFF_BYTES` of
+host memory, counting every entry (its name as read, its tar header, long name and link target, its
+content; sparse files at their size) and stopping as soon as that is spent; the layer holds only
+directories, regular files, symlinks, FIFOs and whiteouts, every entry owned by the sandbox user but the
 image's directories the agent wrote into and the empty files the engine makes as mount points
 (``/sbin/docker-init``), which every container of the image has. Anything else fails closed: a
 file of another owner, a device node other than a whiteout (the agent cannot make one: CAP_MKNOD
 is dropped), an extended attribute other than overlayfs' opaque mark (user attributes, file
 capabilities, overlayfs redirects or metacopy).
+
+Any other failure to build the diff (a path past the host's ``PATH_MAX``, an engine error) falls back
+the same way. The walk keeps its own stack, never the interpreter's: the tree's depth is the agent's to
+choose.
 
 Safety: the walk never follows a symlink (``lstat``, ``O_NOFOLLOW``), so a link the agent made is
 carried as a link, never read through; tar names are the walk's own relative paths (no absolute
@@ -42,6 +47,7 @@ dropped one is rebuilt from the layer on the next fork).
 from __future__ import annotations
 
 import io
+import logging
 import os
 import stat
 import tarfile
@@ -56,6 +62,8 @@ with requires("sandbox"):
     import docker.errors
 
 from agentgym.sandbox import engine, labels
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "CACHE_BYTES",
@@ -73,7 +81,8 @@ __all__ = [
 MAX_DIFF_BYTES = 64 << 20
 CACHE_BYTES = 512 << 20
 _OPAQUE = "trusted.overlay.opaque"
-_CHUNK = 1 << 20
+# What one entry read from the layer costs in host memory besides its name (the walk's own bookkeeping).
+_ENTRY_COST = 128
 # For bash: the absolute paths to remove (whiteouts, and opaque directories whose old contents go)
 # come on stdin, each ended by a NUL, so that no name and no number of names needs quoting or fits argv.
 DELETE_SCRIPT = 'while IFS= read -r -d "" p; do rm -rf -- "$p" || exit 1; done'
@@ -102,25 +111,41 @@ def read_layer(root: str, start: str, owner: tuple[int, int], *, max_bytes: int 
     to apply (None: it does not qualify; see the module docstring)."""
     deletions: list[str] = []
     buffer = io.BytesIO()
-    budget = [max_bytes]
     try:
         with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            _add_children(tar, root, "", owner, deletions, budget, {})
+            _walk(tar, buffer, root, owner, deletions, _Budget(max_bytes))
     except _Refused:
         return None
     return LayerDiff(start, owner, tuple(deletions), buffer.getvalue())
 
 
-def _add_children(tar, root, relative, owner, deletions, budget, inodes) -> None:
-    directory = os.path.join(root, relative)
-    with os.scandir(directory) as entries:
-        names = sorted(entry.name for entry in entries)
-    for name in names:
-        path = os.path.join(directory, name)
-        arcname = f"{relative}/{name}" if relative else name
+class _Budget:
+    """What the diff may still take of host memory: every name read, tar header, file and deletion counts."""
+
+    def __init__(self, limit: int):
+        self.left = limit
+
+    def spend(self, cost: int, what: str) -> None:
+        self.left -= cost
+        if self.left < 0:
+            raise _Refused(what)
+
+
+def _walk(tar, buffer, root, owner, deletions, budget) -> None:
+    """Add the layer under ``root`` to ``tar``, depth first in name order, without recursion: the depth is
+    the agent's to choose (a tree thousands of levels deep must cost a stack entry each, not a frame)."""
+    inodes: dict = {}
+    pending = [iter(_names(root, "", budget))]  # one iterator of (relative path) per directory being walked
+    while pending:
+        arcname = next(pending[-1], None)
+        if arcname is None:
+            pending.pop()
+            continue
+        path = os.path.join(root, arcname)
         info = os.lstat(path)
         mode = info.st_mode
         if stat.S_ISCHR(mode) and info.st_rdev == 0:  # overlayfs' whiteout: the path was deleted
+            budget.spend(len(arcname) + _ENTRY_COST, arcname)
             deletions.append("/" + arcname)
             continue
         if stat.S_ISSOCK(mode):
@@ -131,25 +156,40 @@ def _add_children(tar, root, relative, owner, deletions, budget, inodes) -> None
         if any(x != _OPAQUE for x in xattrs):
             raise _Refused(arcname)  # user xattrs, file capabilities, overlayfs redirects or metacopy
         if stat.S_ISDIR(mode) and xattrs and os.getxattr(path, _OPAQUE, follow_symlinks=False) == b"y":
+            budget.spend(len(arcname) + _ENTRY_COST, arcname)
             deletions.append("/" + arcname)  # the image's contents under it are gone; the tar refills it
         if (info.st_uid, info.st_gid) != owner:
             if stat.S_ISDIR(mode):  # a directory of the image the agent wrote into (/tmp, /home): it is there
-                _add_children(tar, root, arcname, owner, deletions, budget, inodes)
+                pending.append(iter(_names(root, arcname, budget)))
             elif not (stat.S_ISREG(mode) and info.st_size == 0):
                 raise _Refused(arcname)  # not the agent's doing: only the committed image has it right
             continue  # an empty file the engine made as a mount point (/sbin/docker-init): every container has it
         member = _member(arcname, path, info, inodes)
+        before = buffer.tell()
         if member.isreg():
-            budget[0] -= info.st_size
-            if budget[0] < 0:
-                raise _Refused(arcname)
+            budget.spend(info.st_size, arcname)  # before reading a byte of it
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
             with os.fdopen(fd, "rb") as content:
                 tar.addfile(member, content)
+            budget.left += info.st_size
         else:
             tar.addfile(member)
+        budget.spend(buffer.tell() - before, arcname)  # the header (and long name, link target), the content
         if stat.S_ISDIR(mode):
-            _add_children(tar, root, arcname, owner, deletions, budget, inodes)
+            pending.append(iter(_names(root, arcname, budget)))
+
+
+def _names(root: str, relative: str, budget: _Budget) -> list[str]:
+    """The relative paths of a directory's entries in name order, each paid for as it is read (a directory
+    of millions of entries stops at the budget, not at the host's memory)."""
+    names = []
+    with os.scandir(os.path.join(root, relative)) as entries:
+        for entry in entries:
+            name = f"{relative}/{entry.name}" if relative else entry.name
+            budget.spend(len(name) + _ENTRY_COST, name)
+            names.append(name)
+    names.sort()
+    return names
 
 
 def _member(arcname: str, path: str, info: os.stat_result, inodes: dict) -> tarfile.TarInfo:
@@ -192,8 +232,10 @@ def layer_of(image_id: str, start_name: str, owner: tuple[int, int]) -> LayerDif
         return None
     try:
         return read_layer(upper, start_name, owner, max_bytes=MAX_DIFF_BYTES)
-    except OSError:
-        return None  # unreadable here after all (permissions on part of the layer)
+    except (OSError, ValueError, tarfile.TarError):
+        # Unreadable here after all (permissions on part of the layer, a path past the host's PATH_MAX,
+        # a name tar cannot hold): the committed image holds the same state.
+        return None
 
 
 class _Cache:
@@ -234,7 +276,13 @@ class _Cache:
             self._starts.pop(image_id, None)
 
     def _build(self, image_id: str, start_name: str, owner: tuple[int, int]) -> LayerDiff | None:
-        diff = layer_of(image_id, start_name, owner)
+        try:
+            diff = layer_of(image_id, start_name, owner)
+        except Exception:  # the diff only makes a fork faster: whatever stops it, the committed image is exact
+            log.warning(
+                "building the diff of snapshot %s failed; its forks start from the image", image_id[:19], exc_info=True
+            )
+            diff = None
         with self._lock:
             total = sum(_built_size(future) for future in self._entries.values())
             while total + (diff.size if diff else 0) > self.budget and self._entries:

@@ -148,6 +148,20 @@ def test_a_url_task_needs_the_page_reached(envs):
     assert reward_of(wiki, task.id, [f'goto("/users/{task.params["username"]}")', answer("")]) == 0.0
 
 
+def test_denied_needs_the_refusal_seen(envs):
+    # "denied" is the right answer on half the edit_or_denied tasks: blind, it must score nothing, and
+    # neither must looking at another protected page, or at the page without trying to edit it.
+    wiki = envs("wiki")
+    protected = [t for t in wiki.web_tasks.values() if t.template == "edit_or_denied" and not t.params["allowed"]]
+    assert len(protected) >= 2
+    task, other = protected[0], protected[1]
+    open_page = list(task.solution[:3])  # search for the page and open it
+    assert reward_of(wiki, task.id, [answer("denied")]) == 0.0
+    assert reward_of(wiki, task.id, [*open_page, answer("denied")]) == 0.0
+    assert reward_of(wiki, task.id, [*list(other.solution[:-1]), answer("denied")]) == 0.0
+    assert reward_of(wiki, task.id, list(task.solution)) == 1.0
+
+
 # ---------------------------------------------------------------- server state
 def test_state_changes_need_the_ui_and_count_once(envs):
     shop = envs("shop")

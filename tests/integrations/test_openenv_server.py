@@ -214,11 +214,12 @@ async def test_snapshot_restore_release_and_handles_die_with_their_session():
             kept = await client.snapshot()
             ticket = await client.fork(kept)
             assert len(state.handles) == 2
-        # the session's handle went with it; its fork ticket outlives it until claimed or expired
-        await wait_until(lambda: len(state.handles) == 1)
-        async with AgentGymEnvClient(base_url=url) as late:
-            assert (await late.reset(fork_from=ticket)).observation.info["turn"] == len(steps)
-        assert len(state.handles) == 0
+            async with AgentGymEnvClient(base_url=url) as claimer:
+                assert (await claimer.reset(fork_from=ticket)).observation.info["turn"] == len(steps)
+            assert len(state.handles) == 1
+            await client.fork(kept)
+        # the session's handle and its unclaimed fork ticket went with it
+        await wait_until(lambda: len(state.handles) == 0)
 
 
 async def test_an_unclaimed_fork_ticket_expires():
@@ -366,3 +367,83 @@ def test_cli_serve_runs_until_interrupted():
         output = process.stop(grace=30, signal_number=signal.SIGINT)
     assert process.returncode == 0, output
     assert f"over OpenEnv on ws://127.0.0.1:{port}/ws" in output
+
+
+# ------------------------------------------------------------------ attacks: every resource a client can make is bounded
+
+
+async def test_a_session_holds_at_most_max_handles_and_its_fork_tickets_die_with_it():
+    with served(KEYCHAIN, max_handles=3) as (url, state):
+        async with AgentGymEnvClient(base_url=url) as client:
+            await client.reset(task_id="train-0")
+            handle = await client.snapshot()
+            tickets = [await client.fork(), await client.fork(handle)]
+            for make in (client.fork, client.snapshot):
+                with pytest.raises(BranchingError, match="holds 3 snapshot handles and fork ids"):
+                    await make()
+            assert len(state.handles) == 3
+            await client.release(handle)
+            await client.snapshot()  # room again
+        # no fork ticket outlives the session that made it (each holds a committed image)
+        await wait_until(lambda: len(state.handles) == 0)
+        async with AgentGymEnvClient(base_url=url) as late:
+            with pytest.raises(RuntimeError, match="unknown, used or expired"):
+                await late.reset(fork_from=tickets[0])
+
+
+def count_live_envs(state) -> list[int]:
+    """[envs open now, the most open at once] of the app, kept as the server makes and closes them."""
+    counts, make = [0, 0], state.make
+
+    def counted_make():
+        env = make()
+        counts[0] += 1
+        counts[1] = max(counts)
+        close = env.close
+
+        def counted_close():
+            counts[0] -= 1
+            close()
+
+        env.close = counted_close
+        return env
+
+    state.make = counted_make
+    return counts
+
+
+async def test_stateless_resets_count_against_max_sessions():
+    import httpx
+
+    with served(KEYCHAIN, max_sessions=1) as (url, state):
+        counts = count_live_envs(state)
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            answers = await asyncio.gather(*(http.post("/reset", json={"task_id": "train-0"}) for _ in range(6)))
+            assert 200 in {a.status_code for a in answers} and {a.status_code for a in answers} <= {200, 503}
+            async with AgentGymEnvClient(base_url=url) as session:
+                await session.reset(task_id="train-0")
+                # the session holds the only env slot: every stateless reset is refused, none makes an env
+                answers = await asyncio.gather(*(http.post("/reset", json={}) for _ in range(6)))
+                assert [a.status_code for a in answers] == [503] * 6
+                assert "max_sessions" in answers[0].json()["detail"]
+                assert (await session.step('lookup("x")')).observation.info["turn"] == 1
+            await wait_until(lambda: len(state.sessions) == 0)
+            assert (await http.post("/reset", json={})).status_code == 200
+        assert counts == [0, 1]  # never more than one env at once (main made one per request)
+
+
+async def test_an_idle_http_mcp_session_is_closed_and_frees_its_slot():
+    import httpx
+
+    with served(KEYCHAIN, max_sessions=1, idle_timeout=1.0) as (url, state):
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            rpc = {"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create", "params": {}}
+            created = (await http.post("/mcp", json=rpc)).json()
+            assert "session_id" in created["result"]
+            # it holds the only session and never sends again (plain HTTP: no connection whose end frees it)
+            refused = (await http.post("/mcp", json=rpc)).json()
+            assert "error" in refused
+            await wait_until(lambda: "result" in httpx.post(f"{url}/mcp", json=rpc).json(), timeout=30)
+    for bad in (None, 0, -1.0):
+        with pytest.raises(ValueError, match="idle_timeout must be a positive number"):
+            create_openenv_app(KEYCHAIN, idle_timeout=bad)

@@ -276,3 +276,72 @@ def test_a_layer_keeps_only_the_agents_entries_and_refuses_other_owners_files(tm
         assert [(m.name, m.uid) for m in tar] == [("tmp/mine", 1000)]
     (tmp_path / "tmp" / "root-file").write_text("not the agent's")
     assert fs_diff.read_layer(str(tmp_path), "start", agent) is None
+
+
+def test_every_entry_of_a_layer_counts_against_the_diffs_budget(tmp_path):
+    me = (os.getuid(), os.getgid())
+    layer = tmp_path / "layer"
+    home = layer / "home"
+    home.mkdir(parents=True)
+    # No regular-file byte at all: empty files, symlinks with long targets, directories, long names.
+    for i in range(300):
+        (home / f"{'e' * 200}{i}").touch()
+        os.symlink("/" + "t" * 1000, home / f"link{i}")
+        (home / f"dir{i}").mkdir()
+    full = fs_diff.read_layer(str(layer), "start", me)
+    assert full is not None and len(full.archive) > 400_000  # headers, long names and link targets take room
+    assert fs_diff.read_layer(str(layer), "start", me, max_bytes=64 << 10) is None
+    assert fs_diff.read_layer(str(layer), "start", me, max_bytes=full.size + (1 << 20)) is not None
+
+
+def test_a_layer_thousands_of_levels_deep_is_walked_without_recursion(tmp_path):
+    me, depth, home = (os.getuid(), os.getgid()), 1500, os.getcwd()
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    os.chdir(layer)  # relative steps: the full path would pass PATH_MAX only at ~2,000 levels
+    try:
+        for _ in range(depth):
+            os.mkdir("d")
+            os.chdir("d")
+        with open("bottom", "w") as f:
+            f.write("x")
+        os.chdir(home)
+        diff = fs_diff.read_layer(str(layer), "start", me, max_bytes=256 << 20)
+        assert diff is not None
+        with tarfile.open(fileobj=io.BytesIO(diff.archive)) as tar:
+            names = tar.getnames()
+        assert len(names) == depth + 1 and names[-1] == "d/" * depth + "bottom"
+    finally:  # pytest's own clean-up (shutil.rmtree) recurses per level on this Python
+        os.chdir(layer)
+        for _ in range(depth):
+            os.chdir("d")
+        if os.path.exists("bottom"):
+            os.remove("bottom")
+        for _ in range(depth):
+            os.chdir("..")
+            os.rmdir("d")
+        os.chdir(home)
+
+
+def test_a_fork_of_a_tree_deeper_than_the_interpreters_stack_is_exact(source, docker_ready):
+    # ~1,100 levels made fork() raise RecursionError out of tree rollouts. (Past ~2,000 levels here the
+    # engine's own commit leaves out what lies beyond its host's PATH_MAX: no fork can hold more than that.)
+    source.exec(
+        "mkdir -p /workspace/$(printf 'd/%.0s' $(seq 1100))"
+        " && find /workspace/d -type d -empty -execdir sh -c 'echo deep > \"$1/f\"' _ {} \\;"
+    )
+    filled(source)
+    with held(source.snapshot()) as snap, DockerSandbox.from_snapshot(snap) as fork:
+        assert _in_warm_container(fork, docker_ready)  # the diff was built, not given up on
+        probe = "find /workspace -name f -execdir cat {} \\; ; find /workspace/d -type d | wc -l"
+        assert fork.exec(probe).stdout == source.exec(probe).stdout == "deep\n1100\n"
+
+
+def test_any_failure_to_build_a_diff_falls_back_to_the_committed_image(source, docker_ready, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")  # what main raised out of fork()
+
+    monkeypatch.setattr(fs_diff, "read_layer", broken)
+    source.exec("echo kept > /workspace/k")
+    with held(source.snapshot()) as snap, DockerSandbox.from_snapshot(snap) as fork:
+        assert not _in_warm_container(fork, docker_ready) and fork.read_file("/workspace/k") == b"kept\n"

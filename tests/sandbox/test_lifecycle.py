@@ -150,3 +150,50 @@ def test_gc_removes_browser_profiles_of_dead_owners_only(tmp_path, monkeypatch):
     report = cleanup.gc()
     assert report["browser_dirs"] == [str(dead)]
     assert not dead.exists() and live.exists() and unmarked.exists()
+
+
+# Makes a sandbox with a short lease, reports its id, and waits (to be stopped or killed).
+LEASED = textwrap.dedent("""
+    import sys, time
+    from agentgym.sandbox.docker import DockerSandbox, SandboxConfig
+    box = DockerSandbox.create(sys.argv[1], config=SandboxConfig(lease=6), warm=False)
+    box.exec("true")
+    print(box.id, flush=True)
+    time.sleep(120)
+""")
+
+
+def _exists(container_id: str) -> bool:
+    return bool(engine.api().containers(all=True, filters={"id": [container_id]}))
+
+
+def test_a_container_outlives_a_hung_or_killed_owner_by_one_lease_at_most(docker_ready):
+    # No agentgym process touches these containers again (and gc spares the hung owner: it is alive);
+    # only their leases can end them. Main kept both for good.
+    cwd = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    owners = [
+        subprocess.Popen([sys.executable, "-c", LEASED, docker_ready], stdout=subprocess.PIPE, text=True, cwd=cwd)
+        for _ in range(2)
+    ]
+    try:
+        hung, killed = owners
+        ids = [owner.stdout.readline().strip() for owner in owners]
+        assert all(ids) and all(map(_exists, ids))
+        with DockerSandbox.create(docker_ready, config=SandboxConfig(lease=6), warm=False) as mine:
+            hung.send_signal(signal.SIGSTOP)
+            killed.kill()
+            started = time.monotonic()
+            assert _wait_for(lambda: not any(map(_exists, ids)), timeout=30)
+            assert time.monotonic() - started > 3  # they lapsed; nobody removed them at once
+            time.sleep(max(0.0, started + 14 - time.monotonic()))  # two leases: this process renews its own
+            assert mine.exec("echo alive").stdout == "alive\n"
+    finally:
+        for owner in owners:
+            owner.kill()
+            owner.wait(timeout=30)
+
+
+def test_a_lease_is_a_whole_number_of_seconds_of_at_least_three():
+    for bad in (0, 2, 2.5, None):
+        with pytest.raises(ValueError, match="lease must be"):
+            SandboxConfig(lease=bad)

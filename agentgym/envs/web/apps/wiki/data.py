@@ -29,6 +29,9 @@ CREATE TABLE page_tags (page_id INTEGER NOT NULL REFERENCES pages(id), tag TEXT 
 CREATE TABLE redirects (slug TEXT PRIMARY KEY, page_id INTEGER NOT NULL REFERENCES pages(id));
 CREATE TABLE audit (id INTEGER PRIMARY KEY, at TEXT NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL,
                     target TEXT NOT NULL, detail TEXT NOT NULL);
+-- Edits the wiki refused a signed-in user (no page shows them): a grader's evidence that an edit was tried.
+CREATE TABLE refused_edits (id INTEGER PRIMARY KEY, at TEXT NOT NULL, actor TEXT NOT NULL,
+                            page_id INTEGER NOT NULL REFERENCES pages(id));
 """
 
 ROLES = ("reader", "editor", "admin")

@@ -635,11 +635,19 @@ def edit_or_denied() -> list[WebTask]:
             f"Add the sentence “{line}” at the end of the page “{page.title}”. "
             "If the wiki does not allow you to edit it, answer “denied” instead."
         )
+        reader = readers[i % len(readers)]
         if page.protection != "everyone":
             unchanged = DbCheck(
                 "SELECT body FROM pages WHERE id = ?", ((page.body,),), (page.id,), f"“{page.title}” is unchanged"
             )
-            evaluator: Evaluator = AllOf((AnswerExact("denied"), unchanged))
+            # "denied" is right on half the tasks: it scores only with the wiki's record that it refused the edit.
+            tried = DbCheck(
+                "SELECT count(*) > 0 FROM refused_edits WHERE actor = ? AND page_id = ?",
+                ((1,),),
+                (reader, page.id),
+                f"the wiki refused {reader} an edit of “{page.title}”",
+            )
+            evaluator: Evaluator = AllOf((AnswerExact("denied"), unchanged, tried))
             solution = open_page(page.title) + (click("link", "Edit"), answer("denied", "Permission denied"))
         else:
             evaluator = _appended(page, line)
@@ -651,7 +659,7 @@ def edit_or_denied() -> list[WebTask]:
                 goal,
                 evaluator,
                 solution,
-                readers[i % len(readers)],
+                reader,
                 page=page.title,
                 allowed=page.protection == "everyone",
             )

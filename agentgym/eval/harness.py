@@ -318,10 +318,17 @@ async def evaluate(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model = model or (policy.name if isinstance(policy, Policy) else getattr(policy, "__name__", "policy"))
-    identity = {"suite": suite.name, "model": model, "seed": seed, "max_turns": max_turns}
+    config = agent_config or AgentConfig()
+    identity = {
+        "suite": suite.name,
+        "tasks": sorted(t.task_id for t in suite.tasks),
+        "model": model,
+        "seed": seed,
+        "max_turns": max_turns,
+        "sampling": dataclasses.asdict(config.sampling),
+    }
     if memory is not None:
         identity["memory"] = {"path": str(memory.path), "mode": memory.mode}
-    config = agent_config or AgentConfig()
     if images is not None:
         config = dataclasses.replace(config, images=images)
     if config.images is not None:
@@ -488,23 +495,38 @@ def _renders_rgb_array(env_id: str) -> bool:
 
 
 def _claim_run_dir(out: Path, identity: dict) -> None:
-    """Record what this run directory holds; refuse to resume it with another suite, model, seed or turn limit.
+    """Record what this run directory holds; refuse to resume it with another suite, task set, model, seed,
+    turn limit, sampling settings, memory or image settings.
 
     Resuming skips the (task, sample) pairs already in results.jsonl, so results of a
-    different configuration would otherwise be silently counted as this one's. (k may grow.)
+    different configuration would otherwise be silently counted as this one's; and with one task
+    set per directory, its summary, report and ``eval compare`` all describe the same tasks.
+    (k may grow: the summary and report cover the samples asked for.)
     """
     path = out / RUN_FILE
+    identity = json.loads(json.dumps(identity))  # as it reads back: tuples are lists
     if path.exists():
         recorded = json.loads(path.read_text())
         if recorded != identity:
-            changed = ", ".join(
-                f"{key}: {recorded.get(key)!r} → {identity.get(key)!r}"
-                for key in sorted(set(recorded) | set(identity))
-                if recorded.get(key) != identity.get(key)
-            )
+            changed = ", ".join(_changes(recorded, identity))
             raise ValueError(f"{out} holds a run with other settings ({changed}); use another --out")
         return
     path.write_text(json.dumps(identity, indent=2, sort_keys=True) + "\n")
+
+
+def _changes(recorded: dict, identity: dict, prefix: str = "") -> Iterator[str]:
+    """``key: old → new`` for each setting that differs; a group (sampling) by its changed keys, a task list by its size."""
+    for key in sorted(set(recorded) | set(identity)):
+        old, new = recorded.get(key), identity.get(key)
+        if old == new:
+            continue
+        if isinstance(old, dict) and isinstance(new, dict):
+            yield from _changes(old, new, f"{prefix}{key}.")
+        elif key == "tasks" and isinstance(old, list) and isinstance(new, list):
+            added = len(set(new) - set(old))
+            yield f"{prefix}tasks: {len(old)} → {len(new)}, {added} new (another --tasks or suite file)"
+        else:
+            yield f"{prefix}{key}: {old!r} → {new!r}"
 
 
 def _write_summary(out: Path, suite: Suite, results: list[dict], k: int, model: str) -> dict:

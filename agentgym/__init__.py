@@ -17,11 +17,12 @@ from agentgym.core import (
     SnapshotMismatchError,
     SnapshotReleasedError,
 )
+from agentgym.extras import DISTRIBUTION
 from agentgym.registration import load_plugins, register_builtin_envs, register_env, registered_env_ids
 from agentgym.task import Task
 from agentgym.wrappers import BranchingWrapper, WrapperNotBranchingError
 
-__version__ = _installed_version("agentgym")  # the one version string is pyproject.toml's
+__version__ = _installed_version(DISTRIBUTION)  # the one version string is pyproject.toml's
 
 __all__ = [
     "AgentEnv",

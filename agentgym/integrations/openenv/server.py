@@ -45,7 +45,7 @@ from typing import Any
 import gymnasium
 
 from agentgym.core import Snapshot
-from agentgym.extras import requires
+from agentgym.extras import DISTRIBUTION, requires
 from agentgym.integrations.openenv.protocol import (
     FORK_FROM,
     AgentGymAction,
@@ -272,7 +272,7 @@ class AgentGymEnvironment(Environment[AgentGymAction, AgentGymObservation, Agent
 
         _, description = describe_env(self._served.env_id)
         return EnvironmentMetadata(
-            name=self._served.env_id, description=description, version=version("agentgym"), author="agentgym"
+            name=self._served.env_id, description=description, version=version(DISTRIBUTION), author="agentgym"
         )
 
     def close(self) -> None:
@@ -612,7 +612,7 @@ def write_env_dir(env_id: str, directory: str | Path, *, max_sessions: int = 8, 
             'version = "0.1.0"\n'
             f"description = {json.dumps(f'agentgym {env_id} served as an OpenEnv environment')}\n"
             'requires-python = ">=3.11"\n'
-            f'dependencies = ["agentgym[openenv]>={version("agentgym")}", "openenv-core>=0.3.0", "uvicorn>=0.24.0"]\n\n'
+            f'dependencies = ["{DISTRIBUTION}[openenv]>={version(DISTRIBUTION)}", "openenv-core>=0.3.0", "uvicorn>=0.24.0"]\n\n'
             "[project.scripts]\n"
             'server = "server.app:main"\n\n'
             "[tool.setuptools]\n"

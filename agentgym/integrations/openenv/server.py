@@ -539,6 +539,8 @@ def serve(
 _APP_TEMPLATE = '''"""OpenEnv server app of agentgym's {env_id} (written by `agentgym openenv init`).
 
 Run: `python -m server.app --port 8000`, `uvicorn server.app:app`, or `openenv serve` from this directory.
+It listens on 127.0.0.1, as `agentgym openenv serve` does; `--host 0.0.0.0` accepts other machines
+(in a container, or behind a proxy you trust: the env runs code its clients send).
 """
 
 import argparse
@@ -554,7 +556,7 @@ app = create_openenv_app(
 )
 
 
-def main(host: str = "0.0.0.0", port: int = {port}) -> None:
+def main(host: str = "127.0.0.1", port: int = {port}) -> None:
     import uvicorn
 
     uvicorn.run(app, host=host, port=port)
@@ -562,7 +564,7 @@ def main(host: str = "0.0.0.0", port: int = {port}) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--host", default="127.0.0.1", help="0.0.0.0 accepts other machines (default: %(default)s)")
     parser.add_argument("--port", type=int, default={port})
     args = parser.parse_args()
     main(args.host, args.port)
@@ -572,7 +574,8 @@ _README_TEMPLATE = """# {name}
 
 agentgym's `{env_id}` as an OpenEnv environment, written by `agentgym openenv init`.
 
-Serve it with `python -m server.app` (or `agentgym openenv serve {env_id}`) and connect with any OpenEnv
+Serve it with `python -m server.app` (or `agentgym openenv serve {env_id}`; both listen on 127.0.0.1,
+`--host 0.0.0.0` accepts other machines) and connect with any OpenEnv
 client, e.g. `agentgym.integrations.openenv.AgentGymEnvClient(base_url="http://localhost:{port}")`.
 Actions are `{{"text": <the model's reply>}}` or `{{"tool_calls": [...]}}`; observations carry `text`,
 `image` (base64 PNG, envs with a screen), `info`, `terminated`, `truncated`, `reward` and `done`.

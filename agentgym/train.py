@@ -24,7 +24,8 @@ equal) the run says so and points to it. With a ``peft:`` section the run trains
 A checkpoint counts as complete when every process wrote its rollout state into it (the last
 file written), so a run killed mid-save resumes from the one before. A resumed run must keep
 the checkpoint's ``max_steps`` (its learning-rate schedule was built for it), and its
-TensorBoard events go to ``output_dir/tensorboard`` like the first run's.
+TensorBoard events go to ``output_dir/tensorboard`` like the first run's. With ``resume: true``, a
+run whose ``output_dir`` holds a finished run of the same ``max_steps`` does nothing and says so.
 
 A config that cannot run is one ``agentgym train:`` line on stderr and exit code 2 (a
 :class:`ConfigError`): an unknown key (with the closest valid one), a missing or malformed
@@ -319,6 +320,13 @@ def main(argv: list[str] | None = None) -> int:
 def _run(config: dict) -> int:
     _check_launch()
     resume = config.get("resume", True)
+    if resume is True and (done := _finished_run(config)):
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(
+                f"agentgym train: {config['output_dir']} holds a finished run ({done}); nothing to do "
+                "(another output_dir trains anew)"
+            )
+        return 0
     trainer = build_trainer(config)
     output_dir = trainer.args.output_dir
     _check_world_size(trainer.accelerator.num_processes)
@@ -409,6 +417,26 @@ def _claim_output_dir(output_dir: str):
     lock.write(f"pid {os.getpid()}\n")
     lock.flush()
     return lock
+
+
+def _finished_run(config: dict) -> str | None:
+    """What the run in the config's ``output_dir`` finished (``"2 of max_steps=2 steps"``), if it reached this config's ``max_steps``.
+
+    The final ``trainer_state.json`` is written after training ends, so it marks a finished run
+    (checkpoints or not); resuming from its last checkpoint would train a step past max_steps.
+    """
+    max_steps, output_dir = config.get("max_steps"), config.get("output_dir")
+    state = Path(str(output_dir)) / "trainer_state.json"
+    if not isinstance(max_steps, int) or max_steps <= 0 or not output_dir or not state.is_file():
+        return None
+    try:
+        recorded = json.loads(state.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None  # not a state this module wrote: let the run proceed and the trainer judge it
+    step = recorded.get("global_step")
+    if recorded.get("max_steps") != max_steps or not isinstance(step, int) or step < max_steps:
+        return None
+    return f"{step} of max_steps={max_steps} steps"
 
 
 def _check_resumable(checkpoint: str, max_steps: int) -> None:

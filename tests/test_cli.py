@@ -109,6 +109,18 @@ def test_train_unknown_key_names_the_closest_valid_one(tmp_path):
     )
 
 
+def test_train_rerun_of_a_finished_run_does_nothing_and_says_so(tmp_path):
+    # What a finished run leaves: the final trainer_state.json (tests/trainers/test_launch.py makes a real one).
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": 2, "max_steps": 2}))
+    result = run("train", "--config", CONFIG, "max_steps=2", f"output_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr
+    assert (
+        result.stdout == f"agentgym train: {tmp_path} holds a finished run (2 of max_steps=2 steps); nothing to do "
+        "(another output_dir trains anew)\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trainer_state.json"]
+
+
 def test_train_model_must_be_a_local_directory(tmp_path):
     _one_line_usage_error(
         run("train", "--config", CONFIG, "model=Qwen/Qwen2.5-0.5B", f"output_dir={tmp_path}"),

@@ -1,4 +1,4 @@
-"""Both trainers under `accelerate launch` with two CPU processes for two steps on the tiny model, SAO resuming after SIGKILL without losing a stored trajectory, and the warm start and no-signal warning of `agentgym.train`.
+"""Both trainers under `accelerate launch` with two CPU processes for two steps on the tiny model, SAO resuming after SIGKILL without losing a stored trajectory (and a rerun of the finished run doing nothing), and the warm start and no-signal warning of `agentgym.train`.
 
 In accelerate 1.16, ``accelerate launch --cpu --num_processes 2`` starts a *single* process
 (multi-process CPU goes through mpirun and a hostfile). Two CPU processes come from torchrun,
@@ -157,6 +157,7 @@ def test_sao_resumes_after_sigkill_without_losing_trajectories(tmp_path):
     done = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     assert f"resumed from {resumed_from}" in done.stdout
+    assert "missing keys" not in done.stderr  # the tied lm_head.weight is loaded through the embeddings
     after = TrajectoryStore(store).read()
     assert [r.id for r in after[: len(before)]] == [r.id for r in before]  # nothing stored was lost or rewritten
     final = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
@@ -164,6 +165,13 @@ def test_sao_resumes_after_sigkill_without_losing_trajectories(tmp_path):
     # the records produced but not trained before the kill were queued first after the resume
     assert [h["resumed_records"] for h in final["log_history"] if "resumed_records" in h] == [float(unconsumed)]
     assert _state(out / "checkpoint-4")["store_position"] <= len(after)
+
+    # Rerunning the finished run does nothing, and says so (resuming checkpoint-4 would train a fifth step).
+    again = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"agentgym train: {out} holds a finished run (4 of max_steps=4 steps); nothing to do" in again.stdout
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == [f"checkpoint-{n}" for n in range(1, 5)]
+    assert [r.id for r in TrajectoryStore(store).read()] == [r.id for r in after]
 
 
 class _nothing:

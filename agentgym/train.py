@@ -201,20 +201,13 @@ def _closest(key: str, valid, otherwise: str) -> str:
 
 
 def _model_path(model) -> str:
-    """``tiny`` or ``tiny-vlm`` (built locally) or a local model directory; nothing is fetched from a hub."""
-    from agentgym.models import local_model_dir, tiny_model_path, tiny_vlm_path
+    """``tiny`` or ``tiny-vlm`` (built locally; tiny-vlm for screenshot envs) or a local model directory."""
+    from agentgym.models import resolve_model
 
-    model = str(model)
-    if model == "tiny":
-        return str(tiny_model_path())
-    if model == "tiny-vlm":  # the tiny random-weight Qwen2-VL, for screenshot envs (`images:`)
-        return str(tiny_vlm_path())
     try:
-        return local_model_dir(model)
+        return resolve_model(str(model))
     except ValueError as exc:
-        raise ConfigError(
-            f"model {exc} (`model: tiny` and `model: tiny-vlm` are the locally built test models)"
-        ) from None
+        raise ConfigError(f"model {exc}") from None
 
 
 def _warm_start(base: str, settings, args) -> Path:

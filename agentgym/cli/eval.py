@@ -21,6 +21,7 @@ class _HelpFormatter(argparse.HelpFormatter):
 def _make_policy(args: argparse.Namespace):
     """``--policy``: an http(s) URL, a local model directory, ``oracle`` or ``nonsense`` (see ``agentgym eval --help``)."""
     from agentgym.eval import oracles
+    from agentgym.models import BUILT_IN_MODELS
 
     if args.policy == "oracle":
         return oracles.oracle_for
@@ -32,14 +33,14 @@ def _make_policy(args: argparse.Namespace):
         from agentgym.rollout.openai_policy import OpenAIPolicy
 
         return OpenAIPolicy(args.policy, args.model, tokenizer=args.tokenizer)
-    if Path(args.policy).is_dir():
+    if args.policy in BUILT_IN_MODELS or Path(args.policy).is_dir():
         from agentgym.rollout.hf_policy import HFPolicy
 
         return HFPolicy(model_dir(args.policy, "--policy"))
-    raise UsageError(f"--policy {args.policy!r} is not a URL, a model directory, 'oracle' or 'nonsense'")
+    raise UsageError(f"--policy {args.policy!r} is not a URL, a model directory, 'tiny', 'oracle' or 'nonsense'")
 
 
-def _print_summary(summary: dict) -> None:
+def _print_summary(summary: dict, results: list[dict]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -77,10 +78,18 @@ def _print_summary(summary: dict) -> None:
     errors = summary.get("errors") or {}
     if errors:
         print("failed episodes by error: " + ", ".join(f"{kind} {count}" for kind, count in errors.items()))
-    if errors.get("context_overflow"):
+    overflows = [r for r in results if str(r.get("error") or "").startswith("context_overflow")]
+    at_start = sum(r["turns"] == 0 for r in overflows)
+    if at_start:
         print(
-            f"{errors['context_overflow']} episode(s) outgrew the model's context window (counted as failures): "
-            "lower --max-turns, or serve the model with a longer context"
+            f"{at_start} episode(s) failed before the model answered: the task's prompt plus --max-tokens does not "
+            "fit the model's context window, which no turn limit changes; lower --max-tokens if the prompt itself "
+            "fits, else use a model or server with a longer context window (counted as failures)"
+        )
+    if len(overflows) > at_start:
+        print(
+            f"{len(overflows) - at_start} episode(s) outgrew the model's context window mid-episode (counted as "
+            "failures): lower --max-turns, or serve the model with a longer context"
         )
 
 
@@ -158,7 +167,9 @@ def _eval(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
-    _print_summary(summary)
+    from agentgym.eval.report import load_run
+
+    _print_summary(summary, load_run(out)[1])
     print(f"results in {out}")
     return 0
 
@@ -264,8 +275,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     evaluation.add_argument("--suite", help=f"{', '.join(BUILTIN_SUITES)}, or a JSONL/YAML suite file")
     evaluation.add_argument(
         "--policy",
-        help="an http(s) OpenAI-compatible endpoint URL, a local model directory, "
-        "'oracle' (the tasks' known solutions) or 'nonsense' (gibberish)",
+        help="an http(s) OpenAI-compatible endpoint URL, a local model directory, 'tiny' (the locally built "
+        "test model), 'oracle' (the tasks' known solutions) or 'nonsense' (gibberish)",
     )
     evaluation.add_argument("--model", help="the model name the endpoint serves (required with a URL)")
     evaluation.add_argument("--tokenizer", help="with a URL: the served model's tokenizer, for token mode")

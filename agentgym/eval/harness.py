@@ -22,8 +22,10 @@ the run with :class:`PolicyUnavailableError`; everything finished before it stay
 conversation outgrew the model's context (HTTP 400 "maximum context length") is the episode's
 fault, not the endpoint's: it is a failed result with ``error`` ``"context_overflow: ..."``, the
 run goes on, and ``summary.json``'s ``errors`` counts it (``errors``: episodes per error kind,
-the text before the first colon). When a task's very first prompt does not fit, a warning on
-stderr says so at once, since every episode of that task will fail the same way.
+the text before the first colon). When a task's very first request (its prompt plus the reply's
+``max_tokens``) does not fit, a warning on stderr says so at once, once per run, since every
+episode of such a task fails the same way; the runner's per-episode log line of an overflow is
+left out.
 
 Each (task, sample) gets its own reset seed, derived from ``seed``, the task id and the sample
 index, so a rerun (or a resumed run) resets every episode exactly as before.
@@ -65,6 +67,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import re
 import sys
@@ -127,6 +130,14 @@ _CONTEXT_OVERFLOW = re.compile(
 def is_context_overflow(error: str) -> bool:
     """Whether a policy error says the request did not fit the model's context window."""
     return bool(_CONTEXT_OVERFLOW.search(error))
+
+
+class _QuietOverflows(logging.Filter):
+    """Drops the runner's per-episode log line of a context overflow: the harness reports those itself, once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        failure = getattr(record, "failure", None)
+        return failure is None or not is_context_overflow(failure.error)
 
 
 def error_counts(results: list[dict]) -> dict[str, int]:
@@ -204,9 +215,9 @@ class _ResultsWriter:
                 return
             self._warned_overflow = True
         print(
-            f"agentgym eval: warning: the first prompt of task {record.metadata['group']} does not fit the "
-            "model's context, so its episodes fail before the model answers (counted as context_overflow); "
-            "use a model or server with a longer context window. "
+            f"agentgym eval: warning: the first request of task {record.metadata['group']} (its prompt plus the "
+            "reply's max tokens) does not fit the model's context window, so its episodes fail before the model "
+            "answers (counted as context_overflow; other tasks like it are not reported one by one). "
             f"The endpoint said: {record.error.removeprefix('context_overflow: ')[:300]}",
             file=sys.stderr,
         )
@@ -344,6 +355,8 @@ async def evaluate(
 
     display, on_row = _progress(suite, len(wanted), already) if progress else (None, lambda row: None)
     writer = _ResultsWriter(results_path, suite, on_row)
+    quiet = _QuietOverflows()
+    logging.getLogger("agentgym.rollout.runner").addFilter(quiet)
     if display is not None:
         display.start()
     try:
@@ -393,6 +406,7 @@ async def evaluate(
         # Without this, a late write from a cancelled run could land after a rerun read the file,
         # and the rerun would run that (task, sample) again: a duplicate row.
         writer.close()
+        logging.getLogger("agentgym.rollout.runner").removeFilter(quiet)
         if display is not None:
             display.stop()
 

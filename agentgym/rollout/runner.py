@@ -481,7 +481,14 @@ class Runner:
         failure = Failure(item.task, item.attempt, kind, error)
         item.failures.append(failure)
         call.failures.append(failure)
-        logger.warning("task %r attempt %d: %s failure: %s", item.task.task_id, failure.attempt, kind, error)
+        logger.warning(
+            "task %r attempt %d: %s failure: %s",
+            item.task.task_id,
+            failure.attempt,
+            kind,
+            error,
+            extra={"failure": failure},  # for callers that report some failures their own way (eval's overflows)
+        )
         call.on_change()
 
     @staticmethod

@@ -1,5 +1,6 @@
-"""What an `agentgym eval` run directory is: its sampling settings reach the endpoint and run.json, and a rerun
-with other settings or another task set is refused; its summary and report cover the same episodes.
+"""`agentgym eval` as a user runs it: its sampling settings reach the endpoint and run.json, a rerun with other
+settings or another task set is refused, its summary and report cover the same episodes, and a suite whose
+prompts do not fit the model is said once, with advice that can help.
 
 The endpoint is :class:`tests.vlm_endpoint.RecordingVLM` (the real ``openai`` client against a small
 loopback server that records each request), and the CLI runs as a subprocess, as a user runs it.
@@ -78,3 +79,25 @@ async def test_a_run_directory_holds_one_task_set_and_reports_the_samples_asked_
     assert "1 episodes of 1 tasks" in fewer.stdout
     html = (tmp_path / "run" / "report.html").read_text()
     assert 'id="episode-0"' in html and 'id="episode-1"' not in html
+
+
+async def test_a_suite_that_does_not_fit_the_model_is_said_once_with_advice_that_can_help(tmp_path):
+    # What `agentgym serve` answers when a prompt plus max_tokens exceeds the window (vLLM words it alike).
+    too_long = "This model's maximum context length is 4096 tokens, but the prompt has 5828 tokens."
+    endpoint = RecordingVLM([[("ls", {})]], refuse=lambda body: (400, too_long))
+    server = await endpoint.start()
+    try:
+        run = await agentgym(
+            "eval", "--suite", "bfcl-base", "--tasks", "multi_turn_base_1?", "--policy", endpoint.base_url,
+            "--model", "m", "--out", "run", cwd=tmp_path,
+        )  # fmt: skip
+    finally:
+        await server.close()
+    assert run.returncode == 0, run.stderr
+    assert {r["max_tokens"] for r in endpoint.requests} == {1024}
+    (warning,) = run.stderr.splitlines()  # one line for ten episodes, not one per episode
+    assert "first request of task multi_turn_base_1" in warning and "4096 tokens" in warning
+    assert "failed episodes by error: context_overflow 10" in run.stdout
+    advice = [line for line in run.stdout.splitlines() if "context window" in line]
+    assert len(advice) == 1 and "--max-turns" not in advice[0]
+    assert "no turn limit" in advice[0] and "--max-tokens" in advice[0]

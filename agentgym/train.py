@@ -303,11 +303,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="a YAML config (see examples/configs/)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of config fields")
     args = parser.parse_args(argv)
+    config: dict = {}
     try:
-        return _run(load_config(args.config, args.overrides))
+        config = load_config(args.config, args.overrides)
+        return _run(config)
     except ConfigError as exc:
         print(f"agentgym train: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(
+                f"agentgym train: interrupted; the complete checkpoints in {config.get('output_dir')} are kept "
+                "(rerun the same command to resume from the newest)",
+                file=sys.stderr,
+            )
+        return 130
 
 
 def _run(config: dict) -> int:

@@ -180,3 +180,30 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_train_is_one_line_and_keeps_the_checkpoints(tmp_path):
+    out = tmp_path / "run"
+    command = [
+        str(Path(sys.executable).with_name("agentgym")),
+        "train",
+        "--config",
+        str(CONFIGS / "keychain-tree_grpo.yaml"),
+    ]
+    command += ["max_steps=50", "save_steps=1", f"output_dir={out}", "report_to=none", *SMALL]
+    process = LoggedProcess([*command, *PER_TRAINER["keychain-tree_grpo.yaml"]], cwd=ROOT, env=_env())
+    deadline = time.monotonic() + 600
+    try:
+        while not (out / "checkpoint-1" / "agentgym_state-rank0.json").exists():
+            assert process.poll() is None, process.output()[-3000:]
+            assert time.monotonic() < deadline, "no checkpoint-1 within 10 minutes"
+            time.sleep(0.2)
+    finally:
+        output = process.stop(grace=60, signal_number=signal.SIGINT)
+    assert process.returncode == 130, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert output.splitlines()[-1] == (
+        f"agentgym train: interrupted; the complete checkpoints in {out} are kept "
+        "(rerun the same command to resume from the newest)"
+    )

@@ -53,11 +53,16 @@ NAMESPACE = "agentgym"
 PLUGIN_GROUP = "agentgym.envs"
 
 
-def _literal(module: str, name: str) -> Any:
-    """The literal assigned to ``name`` in one of agentgym's modules, read from its source without importing it."""
+def _source(module: str) -> list[ast.stmt]:
+    """The top-level statements of one of agentgym's modules, parsed from its source without importing it."""
     path = Path(__file__).parent.joinpath(*module.split(".")[1:])
     path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    return ast.parse(path.read_text(encoding="utf-8")).body
+
+
+def _literal(module: str, name: str) -> Any:
+    """The literal assigned to ``name`` in one of agentgym's modules, read from its source without importing it."""
+    for node in _source(module):
         targets = (
             node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
         )
@@ -221,9 +226,14 @@ def describe_env(env_id: str) -> tuple[int | None, str]:
     spec = gymnasium.spec(env_id)
     needs = ARGUMENT_ENVS.get(env_id.removeprefix(f"{NAMESPACE}/"))
     if needs is not None:  # no tasks until the argument is given
+        # Read from the source: importing the OpenEnv client alone (openenv-core, fastmcp) takes seconds.
         module, _, name = str(spec.entry_point).partition(":")
-        doc = (getattr(importlib.import_module(module), name).__doc__ or "").strip()
-        return None, f"{_first_sentence(doc)} (needs {needs[2]}=)"
+        doc = next(
+            ast.get_docstring(node) or ""
+            for node in _source(module)
+            if isinstance(node, ast.ClassDef) and node.name == name
+        )
+        return None, f"{_first_sentence(doc.strip())} (needs {needs[2]}=)"
     try:
         env = spec.make()
         try:

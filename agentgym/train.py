@@ -308,10 +308,11 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config, args.overrides)
         return _run(config)
     except ConfigError as exc:
-        print(f"agentgym train: {exc}", file=sys.stderr)
+        if _is_first_process():  # every process of a launch meets the same config: say it once
+            print(f"agentgym train: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        if int(os.environ.get("RANK", "0")) == 0:
+        if _is_first_process():
             print(
                 f"agentgym train: interrupted; the complete checkpoints in {config.get('output_dir')} are kept "
                 "(rerun the same command to resume from the newest)",
@@ -320,11 +321,16 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _is_first_process() -> bool:
+    """Whether this is the launch's first process (or the only one), before any process group exists."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def _run(config: dict) -> int:
     _check_launch()
     resume = config.get("resume", True)
     if resume is True and (done := _finished_run(config)):
-        if int(os.environ.get("RANK", "0")) == 0:
+        if _is_first_process():
             print(
                 f"agentgym train: {config['output_dir']} holds a finished run ({done}); nothing to do "
                 "(another output_dir trains anew)"
@@ -377,7 +383,11 @@ def _save_merged(trainer, directory: Path) -> Path | None:
     return directory
 
 
-_MULTI_CPU = "accelerate launch --multi_gpu --num_processes N -m agentgym.train --config X.yaml use_cpu=true"
+# The documented CPU launch (examples/accelerate_configs/cpu_ddp.yaml says why it is torchrun under MULTI_GPU).
+_MULTI_CPU = (
+    "accelerate launch --config_file examples/accelerate_configs/cpu_ddp.yaml [--num_processes N] "
+    "-m agentgym.train --config X.yaml use_cpu=true"
+)
 
 
 def _check_launch() -> None:

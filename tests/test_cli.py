@@ -142,8 +142,17 @@ def test_train_refuses_a_launcher_that_asked_for_processes_it_did_not_start(tmp_
         env=env,
     )
     _one_line_usage_error(
-        result, "train", "asked for several processes but started one", "--multi_gpu --num_processes N", "use_cpu=true"
+        result, "train", "asked for several processes but started one", "cpu_ddp.yaml", "use_cpu=true"
     )
+
+
+def test_train_config_errors_are_said_by_the_first_process_only(tmp_path):
+    # What torchrun gives the processes of an 8-process launch: the same error, said once, not eight times.
+    missing = str(tmp_path / "missing.yaml")
+    for rank, said in (("0", True), ("3", False)):
+        env = {**os.environ, "RANK": rank, "WORLD_SIZE": "8"}
+        result = subprocess.run([*AGENTGYM, "train", "--config", missing], capture_output=True, text=True, env=env)
+        assert result.returncode == 2 and bool(result.stderr) is said, result.stderr
 
 
 def _run_dir(path: Path, task_ids: list[str]) -> Path:

@@ -20,8 +20,8 @@ test: setup
 test-fast: setup
 	scripts/netns .venv/bin/python -m pytest -q -p no:cacheprovider -m "not slow"
 
-# Ruff (lint and format) and mypy, configured in pyproject.toml. `make test` runs ruff (tests/test_style.py) but not mypy: its first
-# run over torch and transformers takes minutes on two cores, and CI's job is the tests.
+# Ruff (lint and format) and mypy, configured in pyproject.toml; `make test` runs all three too (tests/test_style.py,
+# mypy marked slow: its first run reads torch's and transformers' types, a minute of CPU; its cache makes later runs seconds).
 lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .

@@ -407,7 +407,7 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
             cls.metadata = {**cls.metadata, "render_fps": AgentEnv.metadata["render_fps"]}
         init = cls.__dict__.get("__init__")
         if init is not None and not _takes_render_mode(init):
-            cls.__init__ = _with_render_mode(init)
+            cls.__init__ = _with_render_mode(init)  # type: ignore[method-assign]  # wrapping the subclass's own __init__
 
     def __init__(
         self,

@@ -291,7 +291,8 @@ def _install_on_gymnasium_wrapper() -> None:
 
 _install_on_gymnasium_wrapper()
 
-# The wrappers gymnasium.make applies, and the statistics wrapper training loops add.
+# The wrappers gymnasium.make applies, and the statistics wrapper training loops add. Their state is in
+# private attributes (restoring a TimeLimit's count has no public way): hence Gymnasium's exact pin.
 register_branching(TimeLimit, ["_elapsed_steps"])
 register_branching(OrderEnforcing, ["_has_reset"])
 # Its checks ran on the source's first reset and step; a fork must not run them again mid-episode.

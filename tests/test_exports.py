@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import subprocess
 import sys
@@ -11,9 +12,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "agentgym"
-# Not part of the Python API: the vendored RepoFix repositories, and the Tk apps that run inside
-# the desktop container (the host imports only their formula module).
-NOT_API = ("envs/code/tasks", "envs/gui/apps")
+# Not part of the Python API: the Tk apps that run inside the desktop container (the host imports
+# only their formula module).
+NOT_API = ("envs/gui/apps",)
 
 
 def packages() -> list[str]:
@@ -42,6 +43,30 @@ def test_every_name_in_a_packages_all_resolves(name):
         missing = [attribute for attribute in module.__all__ if getattr(module, attribute, None) is None]
     assert not missing, f"{name}.__all__ names what it does not have: {missing}"
     assert set(module.__all__) <= set(dir(module))
+
+
+def lazy_packages() -> list[str]:
+    return [name for name in packages() if "lazy_exports(" in _init_file(name).read_text()]
+
+
+def _init_file(package: str) -> Path:
+    return ROOT.parent.joinpath(*package.split("."), "__init__.py")
+
+
+@pytest.mark.parametrize("name", lazy_packages())
+def test_a_lazy_packages_type_checking_imports_are_its_lazy_names(name):
+    """Type checkers and IDEs, which cannot run ``__getattr__``, see every lazy name imported from its module."""
+    tree = ast.parse(_init_file(name).read_text())
+    [block] = [node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"]
+    imported = {
+        alias.asname or alias.name: node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    module = importlib.import_module(name)
+    lazy = module._EXPORTS if hasattr(module, "_EXPORTS") else module._LAZY
+    assert imported == {export: f"{name}.{submodule}" for export, submodule in lazy.items()}
 
 
 @pytest.mark.parametrize(

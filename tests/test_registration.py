@@ -22,10 +22,10 @@ def test_builtin_envs_are_registered_with_gymnasiums_standard_wrappers():
 
 
 def test_register_env_is_idempotent_and_make_returns_the_agent_env():
-    env_id = agentgym.register_env("Counter-v0", "tests.envs.counter:CounterEnv", max_turns=5)
+    env_id = agentgym.register_env("Counter-v0", "tests.helpers.counter:CounterEnv", max_turns=5)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the same registration again is silent
-        assert agentgym.register_env("Counter-v0", "tests.envs.counter:CounterEnv", max_turns=5) == env_id
+        assert agentgym.register_env("Counter-v0", "tests.helpers.counter:CounterEnv", max_turns=5) == env_id
     env = gymnasium.make(env_id)
     assert isinstance(env, OrderEnforcing) and isinstance(env.env, PassiveEnvChecker)
     assert isinstance(env.unwrapped, AgentEnv) and env.unwrapped.max_turns == 5
@@ -35,7 +35,7 @@ def test_register_env_is_idempotent_and_make_returns_the_agent_env():
 
 def test_registering_a_taken_id_again_replaces_it_with_a_warning():
     """A notebook cell run twice defines a new class; the id must make the new one, and say so."""
-    from tests.envs.counter import CounterEnv
+    from tests.helpers.counter import CounterEnv
 
     class First(CounterEnv):
         pass
@@ -63,7 +63,7 @@ def test_plugin_entry_point_registers_envs_in_a_fresh_process(tmp_path):
         from agentgym import register_env
 
         def register():
-            register_env("PluginCounter-v0", "tests.envs.counter:CounterEnv", max_turns=4)
+            register_env("PluginCounter-v0", "tests.helpers.counter:CounterEnv", max_turns=4)
     """)
     )
     dist = tmp_path / "myplugin-1.0.dist-info"

@@ -7,7 +7,7 @@ import agentgym
 from agentgym import Task
 from agentgym.envs.tool import ToolEnv
 from agentgym.task import call_text, resolve_step, run_solution
-from tests.envs.counter import CounterEnv
+from tests.helpers.counter import CounterEnv
 
 
 def test_a_reference_solution_is_given_built_on_demand_or_absent():

@@ -239,7 +239,7 @@ def test_memory_wrapper_over_the_standard_stack_forks_as_one_stack(tmp_path):
 
 @pytest.mark.docker
 def test_a_docker_env_forks_through_the_standard_stack_and_episode_statistics_like_a_replay(docker_ready):
-    from tests.tool_calls import call
+    from tests.helpers.tool_calls import call
 
     first, then = call("bash", command="cd /tmp && echo one > a"), call("bash", command="pwd; cat a")
     env = RecordEpisodeStatistics(gymnasium.make("agentgym/code.humaneval-v0", max_episode_steps=3))

@@ -15,7 +15,16 @@ The cluster's one memory bank for every worker of a run lives with the memory la
 (:mod:`agentgym.memory.remote`), which builds on this one.
 """
 
+from typing import TYPE_CHECKING
+
 from agentgym._lazy import lazy_exports
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
+    from agentgym.distributed.cluster import RESOURCES, ClusterUnavailableError, connect
+    from agentgym.distributed.env_pool import EnvPool
+    from agentgym.distributed.env_worker import EnvWorker
+    from agentgym.distributed.remote_env import EnvWorkerLost, RemoteEnv
+    from agentgym.distributed.replicas import PolicyReplicas, ReplicaPolicy
 
 _EXPORTS = {
     "ClusterUnavailableError": "cluster",

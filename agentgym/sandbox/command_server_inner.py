@@ -35,6 +35,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import IO, cast
 
 HEADER = struct.Struct(">II")
 PR_SET_DUMPABLE = 4
@@ -259,14 +260,15 @@ def run(request, stdin):
                     selector.unregister(proc.stdin)
                     proc.stdin.close()
             else:
-                capture = captures[key.fileobj]
-                data = os.read(key.fileobj.fileno(), CHUNK)
+                pipe = cast(IO[bytes], key.fileobj)  # the other registered files are the command's stdout and stderr
+                capture = captures[pipe]
+                data = os.read(pipe.fileno(), CHUNK)
                 if data:
                     capture.write(data)
                 if not data or capture.full:  # closing a full stream's pipe stops its writer (SIGPIPE)
-                    selector.unregister(key.fileobj)
-                    open_pipes.discard(key.fileobj)
-                    key.fileobj.close()
+                    selector.unregister(pipe)
+                    open_pipes.discard(pipe)
+                    pipe.close()
     selector.close()
     os.close(pidfd)
     if proc.stdin is not None and not proc.stdin.closed:

@@ -38,7 +38,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from typing import Any
+from collections.abc import Sized
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer, ProcessorMixin
@@ -52,6 +53,9 @@ from agentgym.rollout.store import TrajectoryStore
 from agentgym.trainers.base_config import AgentgymConfig
 from agentgym.trainers.lora import adapter_config, is_adapted
 from agentgym.trainers.rollouts import TimeBudget, policy_copy, rollout_env_factory, rollout_weights
+
+if TYPE_CHECKING:
+    from agentgym.distributed.replicas import PolicyReplicas
 
 __all__ = [
     "STATE_FILE",
@@ -169,7 +173,7 @@ class AgentgymTrainer(GRPOTrainer):
         if args.time_budget_s:
             self.add_callback(TimeBudget(args.time_budget_s))
         self.env_pool = None
-        self.replicas = None
+        self.replicas: PolicyReplicas | None = None
         self.env_factory = rollout_env_factory(args)
         if args.rollout_backend == "ray":
             from agentgym.distributed.cluster import connect
@@ -219,7 +223,7 @@ class AgentgymTrainer(GRPOTrainer):
             return HFPolicy.from_model(
                 model,
                 self._tokenizer,
-                image_processor=self.processing_class.image_processor,
+                image_processor=cast(ProcessorMixin, self.processing_class).image_processor,
                 max_batch_size=batch,
                 name="learner",
             )
@@ -265,7 +269,7 @@ class AgentgymTrainer(GRPOTrainer):
         # One row per task: a task's whole group (episodes or tree) is grown on one process, so its
         # advantages need no cross-process gather.
         return RepeatSampler(
-            data_source=dataset if dataset is not None else self.train_dataset,
+            data_source=cast(Sized, dataset if dataset is not None else self.train_dataset),  # a map-style dataset
             mini_repeat_count=1,
             batch_size=self.args.generation_batch_size,
             repeat_count=self.num_iterations * self.args.steps_per_generation,

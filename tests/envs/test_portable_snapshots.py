@@ -13,11 +13,8 @@ from agentgym.envs.state import SQLiteState
 from agentgym.envs.tool import ToolEnv
 from agentgym.envs.tool.bfcl import BFCLMultiTurnEnv, from_bfcl_call
 from agentgym.envs.tool.keychain import demonstration, make_task
-from tests.envs.gui import conftest as gui_fixtures
-from tests.envs.tool.test_bfcl import ground_truth, public_state
-from tests.tool_calls import call
-
-desktop_image = gui_fixtures.desktop_image  # the GUI tests' fixture: it builds the desktop image when missing
+from tests.helpers.bfcl import ground_truth, public_state
+from tests.helpers.tool_calls import call
 
 
 def run(env, actions):

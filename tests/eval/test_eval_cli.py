@@ -2,7 +2,7 @@
 settings or another task set is refused, its summary and report cover the same episodes, and a suite whose
 prompts do not fit the model is said once, with advice that can help.
 
-The endpoint is :class:`tests.vlm_endpoint.RecordingVLM` (the real ``openai`` client against a small
+The endpoint is :class:`tests.helpers.vlm_endpoint.RecordingVLM` (the real ``openai`` client against a small
 loopback server that records each request), and the CLI runs as a subprocess, as a user runs it.
 """
 
@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.vlm_endpoint import RecordingVLM
+from tests.helpers.vlm_endpoint import RecordingVLM
 
 AGENTGYM = str(Path(sys.executable).with_name("agentgym"))
 TASK = ["--suite", "bfcl-base", "--tasks", "multi_turn_base_2", "--max-turns", "1"]

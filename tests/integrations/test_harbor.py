@@ -24,7 +24,7 @@ from agentgym.integrations.harbor.loader import HarborTaskError, load_harbor_tas
 from agentgym.integrations.harbor.verifier import _main_reward, _parse_reward_json, _parse_reward_text
 from agentgym.sandbox.docker import SandboxConfig
 from agentgym.task import run_solution
-from tests.tool_calls import call
+from tests.helpers.tool_calls import call
 
 TASKS = Path(__file__).with_name("harbor_tasks")
 BUILDABLE = ["fix-mean", "write-greeting"]

@@ -1,7 +1,7 @@
 """OpenEnv servers as agentgym envs (``agentgym/OpenEnv-v0``): real OpenEnv servers in subprocesses, reached over loopback.
 
 The servers are envs written with OpenEnv's own base classes and ``create_app``
-(tests/integrations/openenv_apps.py), and an agentgym env served by ``agentgym openenv serve``
+(tests/helpers/openenv_apps.py), and an agentgym env served by ``agentgym openenv serve``
 (the branching extension). Nothing is mocked; the policy in the runner test is scripted
 (it stands in for sampling only, with the real tiny tokenizer).
 """
@@ -9,7 +9,6 @@ The servers are envs written with OpenEnv's own base classes and ``create_app``
 from __future__ import annotations
 
 import contextlib
-import re
 import sys
 import threading
 import time
@@ -31,8 +30,9 @@ from agentgym.rollout.policy import Completion, Policy
 from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig
 from agentgym.rollout.trajectory import RolloutTree
 from agentgym.rollout.tree import TreeConfig, TreeRollout
-from tests.serving import LoggedProcess, free_port
-from tests.tool_calls import call
+from tests.helpers.openenv_counter import play_counter, solve_counter
+from tests.helpers.serving import LoggedProcess, free_port
+from tests.helpers.tool_calls import call
 
 ROOT = Path(__file__).parents[2]
 
@@ -62,7 +62,7 @@ def server_process(*command: str) -> Iterator[tuple[str, LoggedProcess]]:
 
 
 def openenv_app(name: str):
-    return server_process(sys.executable, "-m", "tests.integrations.openenv_apps", name, "{port}")
+    return server_process(sys.executable, "-m", "tests.helpers.openenv_apps", name, "{port}")
 
 
 @pytest.fixture(scope="module")
@@ -87,25 +87,6 @@ def keychain_url():
         _,
     ):
         yield url
-
-
-def solve_counter(text: str, reply_as_tool: bool = False) -> str:
-    """The counter's winning move for the last observation: add up to the target, then submit."""
-    target = int(re.search(r"Reach (\d+)", text).group(1))
-    counter = int(re.findall(r"Counter: (\d+)", text)[-1])
-    if reply_as_tool:
-        return call("move", op="submit") if counter >= target else call("move", op="add", n=min(10, target - counter))
-    return "submit" if counter >= target else f"add {min(10, target - counter)}"
-
-
-def play_counter(env, first_text: str, reply_as_tool: bool = False) -> tuple:
-    """Play a counter episode to its end with :func:`solve_counter`; the last step's five values."""
-    history = [first_text]
-    while True:
-        step = env.step(solve_counter("\n".join(history), reply_as_tool))
-        history.append(step[0]["text"])
-        if step[2] or step[3]:
-            return step
 
 
 @pytest.mark.slow  # an OpenEnv server process starts (seconds; tens under load)

@@ -34,7 +34,7 @@ from agentgym.cli.common import UsageError
 from agentgym.integrations.openenv.protocol import AgentGymEnvClient, BranchingError
 from agentgym.integrations.openenv.server import AgentGymEnvironment, create_openenv_app
 from agentgym.task import resolve_step
-from tests.serving import LoggedProcess, free_port
+from tests.helpers.serving import LoggedProcess, free_port
 
 KEYCHAIN = "agentgym/tool.keychain-v0"
 BFCL = "agentgym/tool.bfcl-multi-turn-base-v0"

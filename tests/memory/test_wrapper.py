@@ -12,8 +12,7 @@ from agentgym.memory.induction import SkillDraft
 from agentgym.memory.wrapper import MemoryWrapper
 from agentgym.rollout.agent import Agent, AgentConfig
 from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig
-
-from .policies import GOOD, Follower
+from tests.helpers.memory_policies import GOOD, Follower
 
 CHAT = AgentConfig(system_prompt=None, native_tools=False)
 

@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestServer
 from agentgym.models import tiny_model_path
 from agentgym.rollout.hf_policy import HFPolicy
 from agentgym.serve import make_app
-from tests.serving import ServerProcess
+from tests.helpers.serving import ServerProcess
 
 
 @pytest.fixture(scope="session")

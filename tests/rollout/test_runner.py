@@ -18,8 +18,8 @@ from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig
 from agentgym.rollout.store import TrajectoryStore
 from agentgym.rollout.trajectory import RolloutTree, Trajectory
 from agentgym.rollout.tree import TreeConfig, TreeRollout
-from tests.envs.counter import CounterEnv
-from tests.rollout.scripted import call
+from tests.helpers.counter import CounterEnv
+from tests.helpers.tool_calls import call
 
 _tokenizer = None
 

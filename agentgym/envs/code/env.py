@@ -138,7 +138,7 @@ class CodeEnv(AgentEnv):
                 DeprecationWarning,
                 stacklevel=2,
             )
-            cls._setup = lambda self, task_id: prepare(self, self.sandbox, task_id)
+            cls._setup = lambda self, task_id: prepare(self, self.sandbox, task_id)  # type: ignore[method-assign]
 
     def __init__(
         self,

@@ -93,7 +93,10 @@ class DesktopPayload:
 
 
 class SandboxFiles:
-    """The :class:`~agentgym.envs.gui.tasks.Inspector` that checkers read the desktop's files through."""
+    """The :class:`~agentgym.envs.gui.tasks.Inspector` that checkers read the desktop's files through.
+
+    Anything the agent made unreadable (a file it may not read, one over the read-back limit, a fifo that
+    blocks the listing) raises OSError, which the grade counts as a failed check."""
 
     def __init__(self, desktop: DesktopSandbox):
         self.sandbox = desktop.sandbox
@@ -105,9 +108,12 @@ class SandboxFiles:
             return None
 
     def tree(self, root: str) -> dict[str, str | None]:
-        code, stdout, stderr = self.sandbox.run_argv(["python3", "-c", _TREE_SCRIPT, root], timeout=30)
+        # Isolated (-I: no cwd, PYTHON* variables or user site on sys.path) and from /, which the agent cannot
+        # write: a module the agent leaves in its home must not stand in for the json or os the script imports.
+        argv = ["/usr/bin/env", "-C", "/", "/usr/bin/python3", "-I", "-S", "-c", _TREE_SCRIPT, root]
+        code, stdout, stderr = self.sandbox.run_argv(argv, timeout=30)
         if code != 0:
-            return {}
+            raise OSError(f"{root} could not be listed: {stderr.decode(errors='replace').strip()[-300:] or code}")
         return json.loads(stdout)
 
 
@@ -265,7 +271,10 @@ class DesktopEnv(AgentEnv):
     def _grade(self, claim: str) -> Verdict:
         """The verdict on the agent's ``claim`` (``"done"`` or ``"fail"``): the task's checker on the saved files."""
         task = self._task
-        problem = task.check(SandboxFiles(self._live_desktop()))
+        try:
+            problem = task.check(SandboxFiles(self._live_desktop()))
+        except OSError as exc:  # the agent left its files unreadable: no evidence that the task was done
+            problem = f"the files could not be checked ({exc})"
         if claim == "done":
             success = task.feasible and problem is None
             why = problem or ("" if task.feasible else "this task cannot be done; fail() was the right answer")

@@ -183,7 +183,7 @@ class WebEnv(AgentEnv):
                     prepare(task_id)
                 return await self._open(session, task_id)
 
-            cls._setup = _setup
+            cls._setup = _setup  # type: ignore[method-assign]
 
     # ------------------------------------------------------------------ hooks for subclasses
     def _origins(self) -> list[str]:

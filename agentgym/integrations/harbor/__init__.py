@@ -70,7 +70,22 @@ the per-command timeouts are); ``cpus``, ``memory_mb`` and ``storage_mb`` set th
 (within the caps above).
 """
 
+from typing import TYPE_CHECKING
+
 from agentgym._lazy import lazy_exports
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
+    from agentgym.integrations.harbor.dockerfile import UnbuildableError, translate_dockerfile
+    from agentgym.integrations.harbor.env import HarborEnv, reference_solution
+    from agentgym.integrations.harbor.image import HarborImageError, build_task_image, image_tag
+    from agentgym.integrations.harbor.loader import (
+        HarborLimits,
+        HarborTask,
+        HarborTaskError,
+        load_harbor_tasks,
+        read_task,
+    )
+    from agentgym.integrations.harbor.verifier import run_verifier
 
 _EXPORTS = {
     "HarborTask": "loader",

@@ -37,7 +37,15 @@ Chromium is the ``chromium`` Debian package, found on ``PATH`` or given explicit
 ``AGENTGYM_CHROMIUM``); Playwright's own browser downloads are never used.
 """
 
+from typing import TYPE_CHECKING
+
 from agentgym._lazy import lazy_exports
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
+    from agentgym.sandbox.browser.host import BrowserHost, LoopThread
+    from agentgym.sandbox.browser.network import NetworkGate, origin_of
+    from agentgym.sandbox.browser.process import BROWSER_USER, LAUNCH_ARGS, BrowserUnavailableError, find_chromium
+    from agentgym.sandbox.browser.session import BrowserCrashedError, BrowserSession, navigation_history
 
 _EXPORTS = {
     "BROWSER_USER": "process",

@@ -4,7 +4,7 @@ import pytest
 
 from agentgym.core import Verdict
 from agentgym.envs.code.env import CodeEnv
-from tests.tool_calls import call
+from tests.helpers.tool_calls import call
 
 pytestmark = pytest.mark.docker
 

@@ -4,7 +4,7 @@ import gymnasium
 import pytest
 
 import agentgym  # noqa: F401
-from tests.tool_calls import call
+from tests.helpers.tool_calls import call
 
 pytestmark = pytest.mark.docker
 

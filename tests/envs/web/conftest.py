@@ -20,8 +20,8 @@ def no_leaked_browser_contexts():
 
 @pytest.fixture
 def notes_app(monkeypatch):
-    """Registers tests/envs/web/toy.py as the app "notes" (as if it were the package agentgym.envs.web.apps.notes)."""
-    from tests.envs.web import toy
+    """Registers tests/helpers/web_toy.py as the app "notes" (as if it were the package agentgym.envs.web.apps.notes)."""
+    from tests.helpers import web_toy as toy
 
     monkeypatch.setattr(app_env, "APPS", (*app_env.APPS, "notes"))
     monkeypatch.setitem(sys.modules, "agentgym.envs.web.apps.notes", toy)

@@ -7,7 +7,7 @@ import gymnasium
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from agentgym.core import SnapshotMismatchError, SnapshotReleasedError
+from agentgym.snapshot import SnapshotMismatchError, SnapshotReleasedError
 from tests.helpers.counter import CounterEnv
 
 

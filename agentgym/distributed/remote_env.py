@@ -7,7 +7,7 @@ observations (``"text"``, an ``"image"`` array) and infos travel through Ray's o
 ``Runner``, ``TreeRollout``, the eval harness and wrappers (the memory wrapper) use it unchanged;
 ``unwrapped`` is the RemoteEnv itself.
 
-Its snapshots are :class:`~agentgym.core.Snapshot` objects whose payload names the worker and
+Its snapshots are :class:`~agentgym.snapshot.Snapshot` objects whose payload names the worker and
 the snapshot id there; releasing the last reference tells the worker (without waiting). A fork
 is placed by the env's :class:`~agentgym.distributed.env_pool.EnvPool` (same worker, else same
 node, else another node with the snapshot exported and imported); without a pool it stays on
@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentgym.actions import ParsedAction, ToolSpec
-from agentgym.core import AgentEnv, Snapshot, SnapshotError
+from agentgym.core import AgentEnv
 from agentgym.distributed.env_worker import UnknownHandleError
 from agentgym.extras import requires
+from agentgym.snapshot import Snapshot, SnapshotError
 from agentgym.task import Task
 
 with requires("distributed"):

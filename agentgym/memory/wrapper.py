@@ -48,9 +48,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 
-from agentgym.core import AgentEnv, Snapshot
+from agentgym.core import AgentEnv
 from agentgym.memory.bank import MemoryBank, Retrieval
 from agentgym.memory.induction import EpisodeRecord, SkillDraft, family_of, step_entry
+from agentgym.snapshot import Snapshot
 from agentgym.wrappers import BranchingWrapper
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ pytest.importorskip("ray", reason="the distributed extra is not installed")
 
 import ray  # noqa: E402
 
-from agentgym.core import AgentEnv, SnapshotMismatchError  # noqa: E402
+from agentgym.core import AgentEnv  # noqa: E402
 from agentgym.distributed.env_pool import EnvPool  # noqa: E402
 from agentgym.distributed.remote_env import EnvWorkerLost, RemoteEnv  # noqa: E402
 from agentgym.eval.oracles import EpisodeAgent, ReferencePolicy  # noqa: E402
@@ -25,6 +25,7 @@ from agentgym.registration import make_env_factory  # noqa: E402
 from agentgym.rollout.agent import AgentConfig  # noqa: E402
 from agentgym.rollout.runner import Runner, RunnerConfig  # noqa: E402
 from agentgym.rollout.tree import TreeConfig, TreeRollout  # noqa: E402
+from agentgym.snapshot import SnapshotMismatchError  # noqa: E402
 from agentgym.task import call_text  # noqa: E402
 
 KEYCHAIN = "agentgym/tool.keychain-v0"

@@ -38,7 +38,7 @@ class CounterEnv(AgentEnv):
             ToolSpec("submit", "Finish the episode."),
         ]
 
-    def _begin(self, task_id):
+    def _setup(self, task_id):
         self.total, self.history = 0, []
         return f"Reach {TARGETS[task_id]} by calling add(n). Counter: 0"
 
@@ -58,11 +58,12 @@ class CounterEnv(AgentEnv):
             success=success,
         )
 
-    def _capture(self):
+    # Backend hooks rather than branch_attributes: the release callback is what the contract's tests watch.
+    def _backend_capture(self):
         token = len(self.release_log)
         return (self.total, copy.copy(self.history)), lambda: self.release_log.append(token)
 
-    def _load(self, payload):
+    def _backend_load(self, payload):
         self.total, history = payload
         self.history = list(history)
 
@@ -81,8 +82,8 @@ class ScreenCounterEnv(CounterEnv):
     def __init__(self, **kwargs):
         super().__init__(image_shape=SHAPE, **kwargs)
 
-    def _begin(self, task_id):
-        return {"text": super()._begin(task_id), "image": frame(0)}
+    def _setup(self, task_id):
+        return {"text": super()._setup(task_id), "image": frame(0)}
 
     def _call_tool(self, call):
         outcome = super()._call_tool(call)

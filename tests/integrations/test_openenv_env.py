@@ -22,7 +22,6 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import agentgym  # noqa: F401  (registers agentgym/OpenEnv-v0)
-from agentgym.core import SnapshotError
 from agentgym.integrations.openenv.client_env import OpenEnvEnv, OpenEnvError
 from agentgym.rollout.agent import Agent
 from agentgym.rollout.chat import ChatFormat
@@ -30,6 +29,7 @@ from agentgym.rollout.policy import Completion, Policy
 from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig
 from agentgym.rollout.trajectory import RolloutTree
 from agentgym.rollout.tree import TreeConfig, TreeRollout
+from agentgym.snapshot import SnapshotError
 from tests.helpers.openenv_counter import play_counter, solve_counter
 from tests.helpers.serving import LoggedProcess, free_port
 from tests.helpers.tool_calls import call

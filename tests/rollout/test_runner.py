@@ -88,12 +88,12 @@ class Tracked(CounterEnv):
     def reset_registry(cls):
         cls.instances, cls.active, cls.max_active = [], 0, 0
 
-    def _begin(self, task_id):
+    def _setup(self, task_id):
         if not self.in_episode:  # else the last episode was ended by the runner, not the env, and still counts
             Tracked.active += 1
         self.in_episode, self.episodes = True, self.episodes + 1
         Tracked.max_active = max(Tracked.max_active, Tracked.active)
-        return super()._begin(task_id)
+        return super()._setup(task_id)
 
     def step(self, action):
         result = super().step(action)

@@ -263,7 +263,7 @@ class RepoFixEnv(CodeEnv):
         # surrogateescape keeps bytes that are not UTF-8 (a Latin-1 source file) exactly as they were.
         return data.decode("utf-8", errors="surrogateescape")
 
-    def _grade(self) -> Verdict:
+    def _grade(self, answer: str | None) -> Verdict:
         task = self.task()
         try:
             diff = self.agent_diff()

@@ -197,6 +197,7 @@ class BFCLMultiTurnEnv(ToolEnv):
         if len(turn_calls) > MAXIMUM_STEP_LIMIT:
             # BFCL's loop ends the whole entry here, keeping the calls of the turns played so far.
             return self._finish(
+                None,
                 f"{outcome.text}\n\nModel has been forced to quit after {MAXIMUM_STEP_LIMIT} steps.",
                 error=outcome.error,
             )
@@ -211,11 +212,11 @@ class BFCLMultiTurnEnv(ToolEnv):
         task = self.task_data[self.task_id]
         self.state.turn += 1
         if self.state.turn == len(task["question"]):
-            return self._finish("The conversation is over.")
+            return self._finish(text, "The conversation is over.")
         self.state.calls.append([])
         return Outcome(_user_turn(task, self.state.turn))
 
-    def _grade(self) -> Verdict:
+    def _grade(self, answer: str | None) -> Verdict:
         verdict = self.verdict()
         return Verdict(float(verdict["valid"]), bool(verdict["valid"]), details=verdict)
 

@@ -125,7 +125,7 @@ class HarborEnv(CodeEnv):
             "hidden tests then check the result.)"
         )
 
-    def _grade(self) -> Verdict:
+    def _grade(self, answer: str | None) -> Verdict:
         task = self.task()
         agent = self._live_sandbox()
         snapshot = agent.snapshot()

@@ -318,7 +318,12 @@ def main(argv: list[str] | None = None) -> int:
                 "(rerun the same command to resume from the newest)",
                 file=sys.stderr,
             )
-        return 130
+        # Rollout threads may still be in torch's native code; a normal interpreter shutdown under them
+        # aborts ("terminate called without an active exception", SIGABRT). Checkpoints are whole files
+        # already and sandboxes carry owner labels for `agentgym sandbox gc`, so leave at once.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
 
 
 def _is_first_process() -> bool:

@@ -34,7 +34,6 @@ writing a new kind of sandbox.
 Constructor options mean the same in every family: ``tasks=`` selects the tasks (ids, or a glob
 pattern: :func:`select_tasks`), ``max_turns`` bounds the episode, and envs with a screen take
 ``screen_size=(width, height)`` and ``screenshot`` (whether observations carry ``"image"``).
-Old names of options keep working for now, with a :class:`DeprecationWarning`.
 
 A subclass's ``__init__`` need not know about Gymnasium's ``render_mode``: when its signature
 has no ``render_mode`` (nor ``**kwargs``), the base class accepts the argument for it, checks it
@@ -62,7 +61,6 @@ import inspect
 import os
 import string
 import threading
-import warnings
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, Self, cast, final
@@ -174,11 +172,6 @@ def select_tasks(available: Collection[str], tasks: str | Sequence[str] | None) 
     if unknown:
         raise ValueError(f"unknown task id(s): {unknown[:5]}")
     return list(tasks)
-
-
-def warn_renamed_option(owner: str, old: str, new: str) -> None:
-    """The DeprecationWarning for a constructor keyword that was renamed (the old one still works)."""
-    warnings.warn(f"{owner}({old}=...) is deprecated: use {new}=...", DeprecationWarning, stacklevel=3)
 
 
 class BranchAttributes:

@@ -1,4 +1,4 @@
-"""Every package exports its public API: each name in each ``__all__`` resolves; deprecated names warn and resolve to their new home; heavy dependencies load only when used."""
+"""Every package exports its public API: each name in each ``__all__`` resolves without a warning; heavy dependencies load only when used."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_every_name_in_a_packages_all_resolves(name):
     assert hasattr(module, "__all__"), f"{name} has no __all__"
     assert len(set(module.__all__)) == len(module.__all__), f"{name}.__all__ repeats a name"
     with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)  # an exported name is never a deprecated alias
+        warnings.simplefilter("error", DeprecationWarning)  # no exported name is a deprecated one
         missing = [attribute for attribute in module.__all__ if getattr(module, attribute, None) is None]
     assert not missing, f"{name}.__all__ names what it does not have: {missing}"
     assert set(module.__all__) <= set(dir(module))
@@ -69,31 +69,12 @@ def test_a_lazy_packages_type_checking_imports_are_its_lazy_names(name):
     assert imported == {export: f"{name}.{submodule}" for export, submodule in lazy.items()}
 
 
-@pytest.mark.parametrize(
-    ("old", "new"),
-    [
-        ("agentgym.rollout:Task", "agentgym.rollout.runner:EpisodeRequest"),
-        ("agentgym.rollout.runner:Task", "agentgym.rollout.runner:EpisodeRequest"),
-        ("agentgym.trainers:tree_turn_advantages", "agentgym.rollout.tree_values:tree_turn_advantages"),
-        ("agentgym.trainers.advantages:tree_turn_advantages", "agentgym.rollout.tree_values:tree_turn_advantages"),
-        ("agentgym.trainers.advantages:hierarchical_values", "agentgym.rollout.tree_values:hierarchical_values"),
-        ("agentgym.trainers.tree_grpo:STATE_FILE", "agentgym.trainers.base:STATE_FILE"),
-        ("agentgym.trainers.tree_grpo:task_dataset", "agentgym.trainers.base:task_dataset"),
-    ],
-)
-def test_a_deprecated_name_warns_and_is_its_new_home(old, new):
-    old_module, _, old_name = old.partition(":")
-    new_module, _, new_name = new.partition(":")
-    with pytest.warns(DeprecationWarning, match=f"{old_module}.{old_name} is deprecated; use {new_module}.{new_name}"):
-        value = getattr(importlib.import_module(old_module), old_name)
-    assert value is getattr(importlib.import_module(new_module), new_name)
-
-
 def test_an_unknown_name_is_an_attribute_error():
     import agentgym.rollout
 
-    with pytest.raises(AttributeError, match="module 'agentgym.rollout' has no attribute 'Nope'"):
-        agentgym.rollout.Nope  # noqa: B018
+    # One Task type, agentgym.Task: the rollout package's request type is EpisodeRequest, under no other name.
+    with pytest.raises(AttributeError, match="module 'agentgym.rollout' has no attribute 'Task'"):
+        agentgym.rollout.Task  # noqa: B018
 
 
 def _imported_after(code: str) -> set[str]:

@@ -84,10 +84,3 @@ def test_run_solution_reports_a_step_that_fails():
     with pytest.raises(AssertionError, match="step 0"):
         run_solution(env, "train-0", ["not a call"])
     env.close()
-
-
-def test_the_desktop_task_definitions_old_name_still_works_with_a_warning():
-    from agentgym.envs.gui import tasks as desktop_tasks
-
-    with pytest.warns(DeprecationWarning, match="use DesktopTask"):
-        assert desktop_tasks.Task is desktop_tasks.DesktopTask

@@ -1,4 +1,4 @@
-"""`agentgym envs list` and `agentgym tasks` (also `agentgym envs tasks`): the registered envs and one env's tasks."""
+"""`agentgym envs list` and `agentgym tasks`: the registered envs and one env's tasks."""
 
 from __future__ import annotations
 
@@ -34,9 +34,7 @@ def _envs_list(args: argparse.Namespace) -> int:
 
 
 def _tasks(args: argparse.Namespace) -> int:
-    """``agentgym tasks ENV_ID [PATTERN]`` (and its older spelling ``agentgym envs tasks``)."""
-    import warnings
-
+    """``agentgym tasks ENV_ID [PATTERN]``."""
     import gymnasium
 
     import agentgym  # noqa: F401  (registers the envs)
@@ -47,15 +45,10 @@ def _tasks(args: argparse.Namespace) -> int:
         gymnasium.spec(env_id)
     except gymnasium.error.Error as exc:
         raise UsageError(f"{exc} (`agentgym envs list` shows the ids)") from None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", DeprecationWarning)
-        try:
-            env = gymnasium.make(env_id)
-        except Exception as exc:  # an env that needs what this machine lacks: say so in one line
-            raise UsageError(f"cannot build {env_id}: {type(exc).__name__}: {exc}") from None
-    for warning in caught:
-        if issubclass(warning.category, DeprecationWarning):
-            print(f"agentgym: {warning.message}", file=sys.stderr)
+    try:
+        env = gymnasium.make(env_id)
+    except Exception as exc:  # an env that needs what this machine lacks: say so in one line
+        raise UsageError(f"cannot build {env_id}: {type(exc).__name__}: {exc}") from None
     try:
         tasks = list(cast("AgentEnv", env.unwrapped).tasks())
     finally:
@@ -97,7 +90,6 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "(case-insensitive), e.g. miniwob or 'agentgym/web.*'",
     )
     listing.set_defaults(run=_envs_list)
-    _add_tasks_arguments(envs.add_parser("tasks", help="the same as `agentgym tasks`"))
     _add_tasks_arguments(
         commands.add_parser(
             "tasks",

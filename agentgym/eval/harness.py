@@ -490,17 +490,12 @@ def _takes_option(creator: Any, name: str) -> bool:
 
 
 def _env_creator(env_id: str) -> Any:
-    """The class (or function) registered as ``env_id``, found without making an env (deprecated ids followed)."""
+    """The class (or function) registered as ``env_id``, found without making an env."""
     import gymnasium
     from gymnasium.envs.registration import load_env_creator
 
-    from agentgym.registration import DeprecatedId
-
     entry_point = gymnasium.spec(env_id).entry_point
-    creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
-    if isinstance(creator, DeprecatedId):
-        return _env_creator(creator.new_id)
-    return creator
+    return load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
 
 
 def _renders_rgb_array(env_id: str) -> bool:

@@ -84,4 +84,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, deprecated={"Task": "agentgym.rollout.runner:EpisodeRequest"})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

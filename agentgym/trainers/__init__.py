@@ -50,6 +50,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-__getattr__, __dir__ = lazy_exports(
-    __name__, _EXPORTS, deprecated={"tree_turn_advantages": "agentgym.rollout.tree_values:tree_turn_advantages"}
-)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

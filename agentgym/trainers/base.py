@@ -226,13 +226,18 @@ class AgentgymTrainer(GRPOTrainer):
                 image_processor=cast(ProcessorMixin, self.processing_class).image_processor,
                 max_batch_size=batch,
                 name="learner",
+                seed=self.args.seed,
             )
         if self.args.images is not None:
             raise ValueError(
                 "the config's `images` section needs a vision-language model (Qwen2-VL style, with an image "
                 f"processor); {type(model).__name__} is text-only"
             )
-        return HFPolicy.from_model(model, self.processing_class, max_batch_size=batch, name="learner")
+        # Seeded like the rest of the run: the same config samples the same rollouts (the learning tests'
+        # outcomes are then fixed, not a draw).
+        return HFPolicy.from_model(
+            model, self.processing_class, max_batch_size=batch, name="learner", seed=self.args.seed
+        )
 
     @property
     def vision(self):

@@ -140,10 +140,10 @@ def make_runner(
     )
 
 
-def run_tasks(runner: Runner, tasks: Sequence[EpisodeRequest]) -> list[Record]:
-    """Run every task to its end (from synchronous trainer code) and return the records in task order."""
-    result = asyncio.run(runner.run(list(tasks)))
-    order = {(t.task_id, t.repeat, t.group): i for i, t in enumerate(tasks)}
+def run_requests(runner: Runner, requests: Sequence[EpisodeRequest]) -> list[Record]:
+    """Run every request to its end (from synchronous trainer code) and return the records in request order."""
+    result = asyncio.run(runner.run(list(requests)))
+    order = {(r.task_id, r.repeat, r.group): i for i, r in enumerate(requests)}
     return sorted(
         result.records,
         key=lambda r: order.get((r.task_id, r.metadata.get("repeat"), r.metadata.get("group")), len(order)),

@@ -152,7 +152,7 @@ async def test_runner_and_tree_rollout_on_a_pool(keychain_pool, keychain_tasks, 
         _agent(keychain_tasks),
         keychain_pool,
         RunnerConfig(concurrency=1, progress=False),
-        job=lambda agent, env, task: tree.run(env, task.task_id, task.seed),
+        job=lambda agent, env, request: tree.run(env, request.task_id, request.seed),
     )
     multi_hop = [t.id for t in keychain_tasks if len(t.solution) == 3][:2]
     trees = (await runner.run(multi_hop)).records
@@ -308,7 +308,7 @@ async def test_worker_killed_mid_run_retries_elsewhere_and_its_containers_are_re
     assert all(r.success for r in result.records)
     lost = [f for f in result.failures if "EnvWorkerLost" in f.error]
     assert lost and all(f.kind == "env" for f in result.failures)
-    assert all(r.metadata.get("failures") for r in result.records if r.task_id in {f.task.task_id for f in lost})
+    assert all(r.metadata.get("failures") for r in result.records if r.task_id in {f.request.task_id for f in lost})
     assert status["pid"] != old_pid and status["reaped"]["containers"]  # the new process reaped the old one's
     assert not _containers_of(old_pid)
 
@@ -329,7 +329,7 @@ async def test_node_removed_mid_run_every_episode_completes_once(ray_cluster, ke
         assert sorted(r.task_id for r in result.records) == sorted(t.id for t in keychain_tasks[:6])
         assert all(r.success for r in result.records)
         assert result.failures and all("EnvWorkerLost" in f.error for f in result.failures)
-        failed = {f.task.task_id for f in result.failures}
+        failed = {f.request.task_id for f in result.failures}
         assert all(r.metadata["failures"] for r in result.records if r.task_id in failed)
     finally:
         if node is not None:

@@ -1,7 +1,6 @@
 """One vocabulary for every env family: the author's hooks (one name and one signature per role), the backend hooks, info["grade"], tasks= and the shared option names."""
 
 import inspect
-import warnings
 
 import gymnasium
 import pytest
@@ -188,27 +187,17 @@ def test_keychain_selects_ids_of_either_split_or_a_pattern_over_the_listed_ones(
         KeyChainEnv(tasks=["elsewhere-1"])
 
 
-def test_web_envs_take_screen_size_and_tasks_and_warn_on_the_old_names():
+def test_web_envs_take_screen_size_and_tasks():
     env = WebAppEnv("shop", tasks="cheapest_*", screen_size=(800, 600), screenshot=True)
     try:
         assert env.screen_size == (800, 600) and env.observation_space["image"].shape == (600, 800, 3)
         assert env.task_ids() and all(task_id.startswith("cheapest_") for task_id in env.task_ids())
     finally:
         env.close()
-    with pytest.warns(DeprecationWarning, match="viewport"):
-        env = WebAppEnv("shop", viewport=(900, 700))
-    try:
-        assert env.screen_size == (900, 700)
-    finally:
-        env.close()
     clicks = MiniWoBEnv("click-*")
     assert len(clicks.task_ids()) > 5 and all(task_id.startswith("click-") for task_id in clicks.task_ids())
     assert clicks.screen_size == MiniWoBEnv.default_screen_size
     clicks.close()
-    with pytest.warns(DeprecationWarning, match="tasks"):
-        single = MiniWoBEnv(task="click-button")
-    assert single.task_ids() == ["click-button"]
-    single.close()
 
 
 def test_desktop_takes_tasks_patterns_and_screenshot():
@@ -289,20 +278,3 @@ def test_a_tool_subclass_overrides_grade_and_branch_state():
     assert (reward, info["grade"]) == (3.0, {"replies": 2})
     child.close()
     env.close()
-
-
-def test_the_new_names_do_not_warn():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)
-
-        class NewCode(CodeEnv):
-            def _setup(self, task_id):
-                return "goal"
-
-            def _grade(self, answer):
-                return Verdict(1.0, True)
-
-        env = WebAppEnv("shop", screen_size=(800, 600))
-        env.close()
-        MiniWoBEnv(["click-button"]).close()
-    assert "_setup" in NewCode.__dict__

@@ -62,7 +62,7 @@ def test_the_registered_id_takes_a_path_and_lists_tasks_with_their_oracle():
     with pytest.raises(ValueError, match="needs path="):
         HarborEnv()
     with pytest.raises(ValueError, match="no task matches"):
-        HarborEnv(tasks_dir=TASKS, tasks="nothing-*")
+        HarborEnv(path=TASKS, tasks="nothing-*")
 
 
 def copy_task(tmp_path: Path, name: str = "fix-mean") -> Path:

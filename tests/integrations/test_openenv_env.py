@@ -226,8 +226,8 @@ async def test_the_runner_and_tree_rollouts_run_on_an_openenv_server(counter_url
     result = await Runner(agent, factory, RunnerConfig(concurrency=2, progress=False)).run(requests)
     assert len(result.records) == 4 and not result.failures
     assert all(r.success and r.reward == 1.0 for r in result.records)
-    job = lambda agent, env, task: TreeRollout(agent, TreeConfig(max_leaves=3, branch_every=1)).run(  # noqa: E731
-        env, task.task_id, task.seed
+    job = lambda agent, env, request: TreeRollout(agent, TreeConfig(max_leaves=3, branch_every=1)).run(  # noqa: E731
+        env, request.task_id, request.seed
     )
     trees = await Runner(agent, factory, RunnerConfig(concurrency=2, progress=False), job=job).run(requests[:2])
     assert all(isinstance(tree, RolloutTree) and tree.leaves for tree in trees.records) and not trees.failures

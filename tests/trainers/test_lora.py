@@ -177,8 +177,8 @@ def test_tree_grpo_trains_only_the_adapter_and_it_raises_rewarded_replies(tmp_pa
         expected = plain(input_ids=torch.tensor([prompt])).logits[0, -1].log_softmax(-1)[reply].item()
         trained = model(input_ids=torch.tensor([prompt])).logits[0, -1].log_softmax(-1)[reply].item()
     assert batch["ref_per_token_logps"].item() == pytest.approx(expected, abs=1e-4)
-    # Far apart against the 1e-4 above, so a reference computed with the adapter on would fail it (how far
-    # one capital's logprob moves varies with the unseeded sampling: 0.18 in one CI run).
+    # Far apart against the 1e-4 above, so a reference computed with the adapter on would fail it (0.18 in
+    # one CI run while the rollouts' sampling was still unseeded; the trainer's seed fixes it now).
     assert abs(trained - expected) > 0.02, "the trained policy is far from its reference"
 
 

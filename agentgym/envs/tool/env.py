@@ -56,7 +56,6 @@ import copy
 import ctypes
 import json
 import threading
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, final
 
@@ -136,18 +135,6 @@ class ToolEnv(AgentEnv):
         self.state: Any = None
         self.transcript: list[dict] = []
         self._handing_off = False
-
-    @classmethod
-    def from_mcp(cls, tasks: Mapping[str, Any], **kwargs: Any) -> ToolEnv:
-        """Deprecated: ``MCPToolEnv(tasks, **kwargs)`` (:class:`~agentgym.envs.tool.mcp.MCPToolEnv`), the one way to do this."""
-        from agentgym.envs.tool.mcp import MCPToolEnv
-
-        warnings.warn(
-            "ToolEnv.from_mcp is deprecated; use agentgym.envs.tool.MCPToolEnv(tasks, ...)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return MCPToolEnv(tasks, **kwargs)
 
     # ------------------------------------------------------------------ AgentEnv hooks
     def task_ids(self) -> list[str]:

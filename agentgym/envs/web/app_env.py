@@ -17,18 +17,18 @@ from functools import cached_property
 from typing import Any
 
 from agentgym.core import Verdict, select_tasks
-from agentgym.envs.web.apps import APPS
+from agentgym.env_lists import WEB_APPS
 from agentgym.envs.web.env import WebEnv
 from agentgym.envs.web.site import WebApp
 from agentgym.envs.web.tasks import EvalContext, WebTask
 from agentgym.sandbox.browser import origin_of
 from agentgym.task import Task
 
-__all__ = ["WebAppEnv", "APPS", "app_tasks"]
+__all__ = ["WebAppEnv", "app_tasks"]
 
 
 def _app_module(app: str):
-    """The app's package (one of :data:`~agentgym.envs.web.apps.APPS`): it exposes ``App`` and ``tasks()``."""
+    """The app's package (one of :data:`~agentgym.env_lists.WEB_APPS`): it exposes ``App`` and ``tasks()``."""
     return importlib.import_module(f"agentgym.envs.web.apps.{app}")
 
 
@@ -51,8 +51,8 @@ class WebAppEnv(WebEnv):
     def __init__(
         self, app: str = "shop", *, tasks: str | Sequence[str] | None = None, max_turns: int = 30, **kwargs: Any
     ):
-        if app not in APPS:
-            raise ValueError(f"unknown app {app!r}; known: {sorted(APPS)}")
+        if app not in WEB_APPS:
+            raise ValueError(f"unknown app {app!r}; known: {sorted(WEB_APPS)}")
         self._task_ids = select_tasks(app_tasks(app), tasks)
         super().__init__(max_turns=max_turns, **kwargs)
         self.app_name = app

@@ -36,9 +36,7 @@ sites on origins of its own, and the captured URLs move to them as they do for e
 from __future__ import annotations
 
 import abc
-import base64
 import json
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast, final
@@ -46,7 +44,7 @@ from typing import Any, ClassVar, cast, final
 import numpy as np
 
 from agentgym.actions import ParsedAction, ToolCall, ToolSpec, format_error
-from agentgym.core import AgentEnv, Outcome, Verdict, warn_renamed_option
+from agentgym.core import AgentEnv, Outcome, Verdict
 from agentgym.envs.web.actions import TERMINAL_ACTIONS, ActionError, perform, web_tools
 from agentgym.envs.web.observation import CAPTURE_DOM_JS, OBSERVE_JS, RESTORE_DOM_JS, PageView, decode_png, draw_marks
 from agentgym.sandbox.browser import BrowserHost, BrowserSession, origin_of
@@ -94,14 +92,11 @@ class WebEnv(AgentEnv):
         screenshot: observations carry ``"image"``, the page as an H×W×3 uint8 array.
         set_of_marks: the screenshot has each shown element's box and id drawn on it (implies ``screenshot``).
         screen_size: (width, height) of the browser's viewport in CSS pixels (default: the class's
-            ``default_screen_size``); ``viewport=`` is its deprecated name.
+            ``default_screen_size``).
         pixel_actions: offer ``mouse_click``/``mouse_drag``/``keyboard_type`` for screenshot-only agents.
         action_timeout: seconds an action may wait for its element (navigations get three times that).
         max_page_chars: the page tree is cut after this many characters (the observation says so).
         chromium: the Chromium executable (default: ``$AGENTGYM_CHROMIUM`` or ``chromium`` on PATH).
-        record_screenshots: deprecated: wrap the env in :class:`agentgym.wrappers.RecordScreenshots`
-            (made with ``render_mode="rgb_array"``) instead. Still works (with a DeprecationWarning):
-            every step's ``info["screenshot"]`` holds a base64 PNG of the page.
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi", "rgb_array"]}
@@ -121,13 +116,8 @@ class WebEnv(AgentEnv):
         action_timeout: float = 3.0,
         max_page_chars: int = 40_000,
         chromium: str | None = None,
-        record_screenshots: bool = False,
         render_mode: str | None = None,
-        viewport: tuple[int, int] | None = None,
     ):
-        if viewport is not None:
-            warn_renamed_option(type(self).__name__, "viewport", "screen_size")
-            screen_size = screen_size or viewport
         self.screen_size = cast(tuple[int, int], tuple(screen_size or self.default_screen_size))
         width, height = self.screen_size
         super().__init__(
@@ -138,15 +128,6 @@ class WebEnv(AgentEnv):
         self.screenshot = screenshot or set_of_marks
         self.set_of_marks = set_of_marks
         self.pixel_actions = pixel_actions
-        if record_screenshots:
-            warnings.warn(
-                f"{type(self).__name__}(record_screenshots=True) is deprecated: wrap the env in "
-                "agentgym.wrappers.RecordScreenshots (made with render_mode='rgb_array'); "
-                "the eval harness records screenshots with `agentgym eval --screenshots`",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-        self.record_screenshots = record_screenshots
         self.action_timeout = action_timeout
         self.max_page_chars = max_page_chars
         self._tools = web_tools(pixel=pixel_actions)
@@ -298,8 +279,6 @@ class WebEnv(AgentEnv):
         else:
             outcome = verdict.outcome(f"{verdict.message}\n\n{text}" if verdict.message else text, error=error)
         outcome.image = image
-        if self.record_screenshots:  # deprecated (RecordScreenshots does this); PNG as base64 text
-            outcome.info["screenshot"] = base64.b64encode(await self._screenshot_png()).decode()
         return outcome
 
     def _normalise(self, call: ToolCall) -> dict:

@@ -58,7 +58,7 @@ import numpy as np
 from aiohttp import web
 from gymnasium import spaces
 
-from agentgym.core import Verdict, select_tasks, warn_renamed_option
+from agentgym.core import Verdict, select_tasks
 from agentgym.envs.web.env import WebEnv
 from agentgym.envs.web.observation import RESTORE_DOM_JS
 from agentgym.envs.web.site import app_loop
@@ -222,12 +222,8 @@ class MiniWoBEnv(WebEnv):
         episode_time_limit: float | str | None = None,
         data_mode: str = "train",
         max_turns: int = 30,
-        task: str | None = None,
         **kwargs: Any,
     ):
-        if task is not None:
-            warn_renamed_option(type(self).__name__, "task", "tasks")
-            tasks = [task]
         try:
             self._task_ids = select_tasks(miniwob_tasks(), tasks)
         except ValueError as exc:

@@ -53,7 +53,7 @@ def reference_solution(task: HarborTask) -> list[str]:
 class HarborEnv(CodeEnv):
     """Harbor task directories as code tasks: do what instruction.md asks in the task's container; graded by its hidden tests (see the module docstring).
 
-    ``path=`` (or ``tasks_dir=``) is a task directory or a directory of them; ``tasks=`` selects task
+    ``path=`` is a task directory or a directory of them; ``tasks=`` selects task
     ids (directory names) or a pattern. ``limits`` (a :class:`HarborLimits` or a mapping of its fields)
     caps what a task.toml may ask for: the sandbox's CPUs, memory and disk, and the build, verifier and
     agent timeouts; a task above a cap is refused at load.
@@ -65,18 +65,15 @@ class HarborEnv(CodeEnv):
         self,
         *,
         path: str | Path | None = None,
-        tasks_dir: str | Path | None = None,
         tasks: str | Sequence[str] | None = None,
         limits: HarborLimits | Mapping[str, Any] | None = None,
         **kwargs: Any,
     ):
-        if (path is None) == (tasks_dir is None):
-            raise ValueError(
-                "HarborEnv needs path= (a Harbor task directory, or a directory of them); tasks_dir= is its alias"
-            )
+        if path is None:
+            raise ValueError("HarborEnv needs path= (a Harbor task directory, or a directory of them)")
         super().__init__(**kwargs)
         self.limits = limits if isinstance(limits, HarborLimits) else HarborLimits(**(limits or {}))
-        loaded = load_harbor_tasks(path if path is not None else tasks_dir, self.limits)
+        loaded = load_harbor_tasks(path, self.limits)
         self._tasks = {task_id: loaded[task_id] for task_id in select_tasks(loaded, tasks)}
         self._images: dict[str, str] = {}
 

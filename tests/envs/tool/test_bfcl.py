@@ -10,13 +10,14 @@ from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
 from gymnasium.utils.env_checker import check_env
 
-from agentgym.envs.tool.bfcl import CATEGORIES, BFCLMultiTurnEnv, from_bfcl_call, load_tasks
+from agentgym.env_lists import BFCL_CATEGORIES
+from agentgym.envs.tool.bfcl import BFCLMultiTurnEnv, from_bfcl_call, load_tasks
 from tests.helpers.bfcl import ground_truth, public_state
 
 
 @pytest.fixture(scope="module")
 def envs():
-    envs = {category: BFCLMultiTurnEnv(category) for category in CATEGORIES}
+    envs = {category: BFCLMultiTurnEnv(category) for category in BFCL_CATEGORIES}
     yield envs
     for env in envs.values():
         env.close()
@@ -49,7 +50,7 @@ def official(task, trajectory):
 
 
 @pytest.mark.slow  # a whole-benchmark sweep: all 800 tasks
-@pytest.mark.parametrize("category", CATEGORIES)
+@pytest.mark.parametrize("category", BFCL_CATEGORIES)
 def test_each_tasks_reference_solution_replays_its_ground_truth_and_scores_success(envs, category):
     env = envs[category]
     cache_size = len(vars(multi_turn_utils))
@@ -92,7 +93,7 @@ def perturbations(task):
     return {"dropped": dropped, "changed": changed, "swapped": swapped}
 
 
-@pytest.mark.parametrize("category", CATEGORIES)
+@pytest.mark.parametrize("category", BFCL_CATEGORIES)
 def test_verdicts_equal_the_official_checker(envs, category):
     env = envs[category]
     failed = total = 0

@@ -10,6 +10,7 @@ demo: setup
 	.venv/bin/python examples/web_env.py
 	.venv/bin/python examples/rollouts.py
 	.venv/bin/python examples/train_demo.py
+	@echo "agentgym is installed in .venv: 'source .venv/bin/activate' puts the agentgym command on PATH"
 
 # Under scripts/netns: a network namespace with only loopback, where the Ray tests' clusters bind 127.0.0.1.
 test: setup

@@ -9,12 +9,13 @@ from importlib.metadata import version as _installed_version
 
 from agentgym.actions import ParsedAction, ToolCall, ToolSpec, parse_action
 from agentgym.core import AgentEnv, AgentText, Outcome, Verdict
+from agentgym.extras import DISTRIBUTION
 from agentgym.registration import load_plugins, register_builtin_envs, register_env, registered_env_ids
 from agentgym.snapshot import Snapshot, SnapshotError, SnapshotMismatchError, SnapshotReleasedError
 from agentgym.task import Task
 from agentgym.wrappers import BranchingWrapper, WrapperNotBranchingError
 
-__version__ = _installed_version("agentgym")  # the one version string is pyproject.toml's
+__version__ = _installed_version(DISTRIBUTION)  # the one version string is pyproject.toml's
 
 __all__ = [
     "AgentEnv",

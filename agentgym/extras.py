@@ -1,6 +1,8 @@
 """The optional parts of agentgym (pip extras) and the error that names the one to install when a part is missing.
 
-The core install (``pip install agentgym``) is enough to write and run a ToolEnv; every family
+The distribution is :data:`DISTRIBUTION` (``agentgym`` on PyPI is another project); the import
+name is ``agentgym``. The core install (``pip install agentgym-envs``, or ``pip install -e .`` in a
+clone) is enough to write and run a ToolEnv; every family
 that needs more declares an extra in pyproject.toml. Modules import their optional packages
 inside ``with requires("<extra>"):``, so a missing package fails with the install line:
 
@@ -21,6 +23,9 @@ from contextlib import contextmanager
 # (dated versions) change both: an exact pin keeps the benchmark the same. Its checker needs mpmath.
 BFCL_REQUIREMENTS = ("bfcl-eval==2026.3.23", "mpmath>=1.3.0")
 
+#: The name pip installs agentgym under (the PyPI name ``agentgym`` belongs to another project).
+DISTRIBUTION = "agentgym-envs"
+
 
 class MissingDependencyError(ModuleNotFoundError):
     """An optional package is not installed; the message says which extra (or command) provides it."""
@@ -34,7 +39,10 @@ def install_advice(extra: str) -> str:
             "the BFCL envs need bfcl-eval, installed without its dependencies (about ninety model-provider "
             f"packages that would also downgrade numpy): pip install --no-deps {packages}"
         )
-    return f"install agentgym's {extra!r} extra: pip install 'agentgym[{extra}]'"
+    return (
+        f"install agentgym's {extra!r} extra: pip install '{DISTRIBUTION}[{extra}]' "
+        f"(in a clone of the repository: pip install -e '.[{extra}]')"
+    )
 
 
 @contextmanager

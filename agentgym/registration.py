@@ -31,6 +31,7 @@ warning and skipped; it never breaks ``import agentgym``.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import warnings
@@ -48,6 +49,13 @@ if TYPE_CHECKING:
 
 NAMESPACE = "agentgym"
 PLUGIN_GROUP = "agentgym.envs"
+
+
+def _source(module: str) -> list[ast.stmt]:
+    """The top-level statements of one of agentgym's modules, parsed from its source without importing it."""
+    path = Path(__file__).parent.joinpath(*module.split(".")[1:])
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    return ast.parse(path.read_text(encoding="utf-8")).body
 
 
 def _miniwob_tasks() -> list[str]:
@@ -168,9 +176,14 @@ def describe_env(env_id: str) -> tuple[int | None, str]:
     spec = gymnasium.spec(env_id)
     needs = ARGUMENT_ENVS.get(env_id.removeprefix(f"{NAMESPACE}/"))
     if needs is not None:  # no tasks until the argument is given
+        # Read from the source: importing the OpenEnv client alone (openenv-core, fastmcp) takes seconds.
         module, _, name = str(spec.entry_point).partition(":")
-        doc = (getattr(importlib.import_module(module), name).__doc__ or "").strip()
-        return None, f"{_first_sentence(doc)} (needs {needs[2]}=)"
+        doc = next(
+            ast.get_docstring(node) or ""
+            for node in _source(module)
+            if isinstance(node, ast.ClassDef) and node.name == name
+        )
+        return None, f"{_first_sentence(doc.strip())} (needs {needs[2]}=)"
     try:
         env = spec.make()
         try:

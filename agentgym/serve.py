@@ -1028,8 +1028,16 @@ def serve(
             await policy.aclose()
 
         # The policy's own context window.
-        app = make_app(policy, served_model_name or model, allow_weight_updates=allow_weight_updates)
+        name = served_model_name or model
+        app = make_app(policy, name, allow_weight_updates=allow_weight_updates)
         app.on_cleanup.append(close)
+        window = getattr(policy, "context_window", None)
+        print(
+            f"agentgym serve: {model} as model {name!r}"
+            + (f" (a {window}-token context window)" if window else "")
+            + f"; clients use base_url http://{host}:{port}/v1 and model={name!r}",
+            flush=True,
+        )
         return app
 
     web.run_app(build(), host=host, port=port, print=lambda text: print(text, flush=True))

@@ -24,7 +24,8 @@ equal) the run says so and points to it. With a ``peft:`` section the run trains
 A checkpoint counts as complete when every process wrote its rollout state into it (the last
 file written), so a run killed mid-save resumes from the one before. A resumed run must keep
 the checkpoint's ``max_steps`` (its learning-rate schedule was built for it), and its
-TensorBoard events go to ``output_dir/tensorboard`` like the first run's.
+TensorBoard events go to ``output_dir/tensorboard`` like the first run's. With ``resume: true``, a
+run whose ``output_dir`` holds a finished run of the same ``max_steps`` does nothing and says so.
 
 A config that cannot run is one ``agentgym train:`` line on stderr and exit code 2 (a
 :class:`ConfigError`): an unknown key (with the closest valid one), a missing or malformed
@@ -200,20 +201,13 @@ def _closest(key: str, valid, otherwise: str) -> str:
 
 
 def _model_path(model) -> str:
-    """``tiny`` or ``tiny-vlm`` (built locally) or a local model directory; nothing is fetched from a hub."""
-    from agentgym.models import local_model_dir, tiny_model_path, tiny_vlm_path
+    """``tiny`` or ``tiny-vlm`` (built locally; tiny-vlm for screenshot envs) or a local model directory."""
+    from agentgym.models import resolve_model
 
-    model = str(model)
-    if model == "tiny":
-        return str(tiny_model_path())
-    if model == "tiny-vlm":  # the tiny random-weight Qwen2-VL, for screenshot envs (`images:`)
-        return str(tiny_vlm_path())
     try:
-        return local_model_dir(model)
+        return resolve_model(str(model))
     except ValueError as exc:
-        raise ConfigError(
-            f"model {exc} (`model: tiny` and `model: tiny-vlm` are the locally built test models)"
-        ) from None
+        raise ConfigError(f"model {exc}") from None
 
 
 def _warm_start(base: str, settings, args) -> Path:
@@ -309,16 +303,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="a YAML config (see examples/configs/)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of config fields")
     args = parser.parse_args(argv)
+    config: dict = {}
     try:
-        return _run(load_config(args.config, args.overrides))
+        config = load_config(args.config, args.overrides)
+        return _run(config)
     except ConfigError as exc:
-        print(f"agentgym train: {exc}", file=sys.stderr)
+        if _is_first_process():  # every process of a launch meets the same config: say it once
+            print(f"agentgym train: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if _is_first_process():
+            print(
+                f"agentgym train: interrupted; the complete checkpoints in {config.get('output_dir')} are kept "
+                "(rerun the same command to resume from the newest)",
+                file=sys.stderr,
+            )
+        # Rollout threads may still be in torch's native code; a normal interpreter shutdown under them
+        # aborts ("terminate called without an active exception", SIGABRT). Checkpoints are whole files
+        # already and sandboxes carry owner labels for `agentgym sandbox gc`, so leave at once.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+
+
+def _is_first_process() -> bool:
+    """Whether this is the launch's first process (or the only one), before any process group exists."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def _run(config: dict) -> int:
     _check_launch()
     resume = config.get("resume", True)
+    if resume is True and (done := _finished_run(config)):
+        if _is_first_process():
+            print(
+                f"agentgym train: {config['output_dir']} holds a finished run ({done}); nothing to do "
+                "(another output_dir trains anew)"
+            )
+        return 0
     trainer = build_trainer(config)
     output_dir = trainer.args.output_dir
     _check_world_size(trainer.accelerator.num_processes)
@@ -366,7 +388,11 @@ def _save_merged(trainer, directory: Path) -> Path | None:
     return directory
 
 
-_MULTI_CPU = "accelerate launch --multi_gpu --num_processes N -m agentgym.train --config X.yaml use_cpu=true"
+# The documented CPU launch (examples/accelerate_configs/cpu_ddp.yaml says why it is torchrun under MULTI_GPU).
+_MULTI_CPU = (
+    "accelerate launch --config_file examples/accelerate_configs/cpu_ddp.yaml [--num_processes N] "
+    "-m agentgym.train --config X.yaml use_cpu=true"
+)
 
 
 def _check_launch() -> None:
@@ -409,6 +435,26 @@ def _claim_output_dir(output_dir: str):
     lock.write(f"pid {os.getpid()}\n")
     lock.flush()
     return lock
+
+
+def _finished_run(config: dict) -> str | None:
+    """What the run in the config's ``output_dir`` finished (``"2 of max_steps=2 steps"``), if it reached this config's ``max_steps``.
+
+    The final ``trainer_state.json`` is written after training ends, so it marks a finished run
+    (checkpoints or not); resuming from its last checkpoint would train a step past max_steps.
+    """
+    max_steps, output_dir = config.get("max_steps"), config.get("output_dir")
+    state = Path(str(output_dir)) / "trainer_state.json"
+    if not isinstance(max_steps, int) or max_steps <= 0 or not output_dir or not state.is_file():
+        return None
+    try:
+        recorded = json.loads(state.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None  # not a state this module wrote: let the run proceed and the trainer judge it
+    step = recorded.get("global_step")
+    if recorded.get("max_steps") != max_steps or not isinstance(step, int) or step < max_steps:
+        return None
+    return f"{step} of max_steps={max_steps} steps"
 
 
 def _check_resumable(checkpoint: str, max_steps: int) -> None:

@@ -101,6 +101,18 @@ def test_train_unknown_key_names_the_closest_valid_one(tmp_path):
     )
 
 
+def test_train_rerun_of_a_finished_run_does_nothing_and_says_so(tmp_path):
+    # What a finished run leaves: the final trainer_state.json (tests/trainers/test_launch.py makes a real one).
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": 2, "max_steps": 2}))
+    result = run("train", "--config", CONFIG, "max_steps=2", f"output_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr
+    assert (
+        result.stdout == f"agentgym train: {tmp_path} holds a finished run (2 of max_steps=2 steps); nothing to do "
+        "(another output_dir trains anew)\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trainer_state.json"]
+
+
 def test_train_model_must_be_a_local_directory(tmp_path):
     _one_line_usage_error(
         run("train", "--config", CONFIG, "model=Qwen/Qwen2.5-0.5B", f"output_dir={tmp_path}"),
@@ -122,8 +134,17 @@ def test_train_refuses_a_launcher_that_asked_for_processes_it_did_not_start(tmp_
         env=env,
     )
     _one_line_usage_error(
-        result, "train", "asked for several processes but started one", "--multi_gpu --num_processes N", "use_cpu=true"
+        result, "train", "asked for several processes but started one", "cpu_ddp.yaml", "use_cpu=true"
     )
+
+
+def test_train_config_errors_are_said_by_the_first_process_only(tmp_path):
+    # What torchrun gives the processes of an 8-process launch: the same error, said once, not eight times.
+    missing = str(tmp_path / "missing.yaml")
+    for rank, said in (("0", True), ("3", False)):
+        env = {**os.environ, "RANK": rank, "WORLD_SIZE": "8"}
+        result = subprocess.run([*AGENTGYM, "train", "--config", missing], capture_output=True, text=True, env=env)
+        assert result.returncode == 2 and bool(result.stderr) is said, result.stderr
 
 
 def _run_dir(path: Path, task_ids: list[str]) -> Path:

@@ -102,6 +102,20 @@ def test_readme_links_resolve():
             assert anchor in anchors, link
 
 
+def test_bare_agentgym_commands_come_after_how_the_command_gets_on_path():
+    """`make demo` installs into .venv, which is not on PATH: the pages and the demo itself say so before any bare
+    `agentgym ...` command, and how to install from a clone names the distribution, not PyPI's other `agentgym`."""
+    activate = "source .venv/bin/activate"
+    for page in (ROOT / "README.md", ROOT / "docs" / "getting-started.md"):
+        text = page.read_text()
+        first_command = re.search(r"^agentgym (envs|tasks|serve|eval|train|memory|images|sandbox|openenv) ", text, re.M)
+        assert activate in text[: first_command.start() if first_command else None], page
+        assert "pip install -e '.[all]'" in text and "agentgym-envs" in text, page
+        assert not re.search(r"pip install '?agentgym[\[' ]", text), page
+    demo = re.search(r"^demo:.*?\n\n", (ROOT / "Makefile").read_text(), re.S | re.M)
+    assert demo and activate in demo.group(), "make demo ends by saying how agentgym gets on PATH"
+
+
 def test_writing_an_environment_example_works():
     run_example("README.md", "Writing an environment")
     import gymnasium

@@ -15,7 +15,7 @@ import gymnasium
 from packaging.requirements import Requirement
 
 import agentgym
-from agentgym.extras import BFCL_REQUIREMENTS
+from agentgym.extras import BFCL_REQUIREMENTS, DISTRIBUTION
 
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -29,8 +29,9 @@ def test_wheel_installs_into_a_fresh_venv_and_imports_all_parts(tmp_path):
         capture_output=True,
         timeout=600,
     )
-    wheel = next((tmp_path / "dist").glob("agentgym-*.whl"))
+    wheel = next((tmp_path / "dist").glob("agentgym_envs-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
+    assert f"agentgym_envs-{agentgym.__version__}.dist-info/licenses/LICENSE" in names
     assert "agentgym/envs/code/__init__.py" in names and "agentgym/trainers/__init__.py" in names
     repofix = "agentgym/envs/code/tasks/repofix/"
     assert {repofix + "repos.tar.gz", repofix + "tasks.jsonl"} <= set(names)
@@ -69,7 +70,7 @@ def optional_modules() -> list[str]:
         for distribution in distributions:
             by_distribution.setdefault(_canonical(distribution), set()).add(module)
     requirements = [r for extra, rs in EXTRAS.items() if extra != "dev" for r in rs] + list(BFCL_REQUIREMENTS)
-    names = {_canonical(Requirement(r).name) for r in requirements} - {"agentgym", "mpmath"}
+    names = {_canonical(Requirement(r).name) for r in requirements} - {DISTRIBUTION, "mpmath"}
     modules: set[str] = set()
     for name in names:
         modules |= _modules_of(name, by_distribution)
@@ -166,7 +167,8 @@ def test_the_core_install_runs_a_tool_env_and_each_missing_extra_names_itself():
         if extra == "bfcl":
             assert "pip install --no-deps " + " ".join(f"'{r}'" for r in BFCL_REQUIREMENTS) in message
         else:
-            assert f"pip install 'agentgym[{extra.split()[0]}]'" in message, (extra, message)
+            assert f"pip install '{DISTRIBUTION}[{extra.split()[0]}]'" in message, (extra, message)
+            assert f"pip install -e '.[{extra.split()[0]}]'" in message, (extra, message)
 
 
 def test_every_extra_is_part_of_all_and_dev_has_the_tools():
@@ -190,8 +192,19 @@ def test_an_exact_pin_has_its_reason_beside_it():
 
 
 def test_one_version_string():
-    assert agentgym.__version__ == PYPROJECT["project"]["version"] == importlib.metadata.version("agentgym")
+    assert agentgym.__version__ == PYPROJECT["project"]["version"] == importlib.metadata.version(DISTRIBUTION)
     assert not re.search(r"__version__\s*=\s*[\"']", (REPO / "agentgym" / "__init__.py").read_text())
+    version = subprocess.run([Path(sys.executable).with_name("agentgym"), "--version"], capture_output=True, text=True)
+    assert (version.returncode, version.stdout) == (0, f"agentgym {agentgym.__version__}\n")
+
+
+def test_the_distribution_name_is_ours_and_carries_its_license():
+    # PyPI's `agentgym` is another project (0.0.2, "Agent Gym - Pytorch"); the import name stays agentgym.
+    assert PYPROJECT["project"]["name"] == DISTRIBUTION == "agentgym-envs"
+    assert all(Requirement(r).name == DISTRIBUTION for r in EXTRAS["all"] if "[" in r)
+    assert PYPROJECT["project"]["license"] == "Apache-2.0" and PYPROJECT["project"]["license-files"] == ["LICENSE"]
+    text = (REPO / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
 
 
 def test_markers_follow_what_a_test_uses():

@@ -146,3 +146,17 @@ def test_every_builtin_env_lists_its_tasks_with_categories_and_solutions(env_id)
             assert steps and all(isinstance(step, str) or callable(step) for step in steps)
     finally:
         env.close()
+
+
+def test_describing_the_argument_envs_imports_none_of_their_dependencies():
+    # `agentgym envs list` describes every env; importing the OpenEnv client for one docstring took ~4 s of ~6.
+    probe = (
+        "import sys, agentgym; from agentgym.registration import describe_env;"
+        "described = [describe_env(i) for i in ('agentgym/OpenEnv-v0', 'agentgym/code.harbor-v0')];"
+        "print(described, sorted(m for m in ('openenv', 'fastmcp', 'agentgym.integrations.openenv.client_env',"
+        " 'agentgym.integrations.harbor.env') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith(" []"), result.stdout
+    assert "(None, 'An OpenEnv server" in result.stdout and "(needs url=)" in result.stdout

@@ -25,7 +25,10 @@ GROUPS = (envs, sandbox, serve, openenv, evaluation, memory, train)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from agentgym import __version__
+
     parser = argparse.ArgumentParser(prog="agentgym", description=__doc__.split(":")[0])
+    parser.add_argument("--version", action="version", version=f"agentgym {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     for group in GROUPS:
         group.add_commands(commands)

@@ -24,11 +24,12 @@ class UsageError(SystemExit):
         return self.message
 
 
-def model_dir(path: str, flag: str) -> str:
-    from agentgym.models import local_model_dir
+def model_dir(name: str, flag: str) -> str:
+    """The directory of the model ``flag`` names: ``tiny``, ``tiny-vlm`` or a local model directory."""
+    from agentgym.models import resolve_model
 
     try:
-        return local_model_dir(path)
+        return resolve_model(name)
     except ValueError as exc:
         raise UsageError(f"{flag} {exc}") from None
 

@@ -21,6 +21,7 @@ class _HelpFormatter(argparse.HelpFormatter):
 def _make_policy(args: argparse.Namespace):
     """``--policy``: an http(s) URL, a local model directory, ``oracle`` or ``nonsense`` (see ``agentgym eval --help``)."""
     from agentgym.eval import oracles
+    from agentgym.models import BUILT_IN_MODELS
 
     if args.policy == "oracle":
         return oracles.oracle_for
@@ -32,14 +33,14 @@ def _make_policy(args: argparse.Namespace):
         from agentgym.rollout.openai_policy import OpenAIPolicy
 
         return OpenAIPolicy(args.policy, args.model, tokenizer=args.tokenizer)
-    if Path(args.policy).is_dir():
+    if args.policy in BUILT_IN_MODELS or Path(args.policy).is_dir():
         from agentgym.rollout.hf_policy import HFPolicy
 
         return HFPolicy(model_dir(args.policy, "--policy"))
-    raise UsageError(f"--policy {args.policy!r} is not a URL, a model directory, 'oracle' or 'nonsense'")
+    raise UsageError(f"--policy {args.policy!r} is not a URL, a model directory, 'tiny', 'oracle' or 'nonsense'")
 
 
-def _print_summary(summary: dict) -> None:
+def _print_summary(summary: dict, results: list[dict]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -77,10 +78,18 @@ def _print_summary(summary: dict) -> None:
     errors = summary.get("errors") or {}
     if errors:
         print("failed episodes by error: " + ", ".join(f"{kind} {count}" for kind, count in errors.items()))
-    if errors.get("context_overflow"):
+    overflows = [r for r in results if str(r.get("error") or "").startswith("context_overflow")]
+    at_start = sum(r["turns"] == 0 for r in overflows)
+    if at_start:
         print(
-            f"{errors['context_overflow']} episode(s) outgrew the model's context window (counted as failures): "
-            "lower --max-turns, or serve the model with a longer context"
+            f"{at_start} episode(s) failed before the model answered: the task's prompt plus --max-tokens does not "
+            "fit the model's context window, which no turn limit changes; lower --max-tokens if the prompt itself "
+            "fits, else use a model or server with a longer context window (counted as failures)"
+        )
+    if len(overflows) > at_start:
+        print(
+            f"{len(overflows) - at_start} episode(s) outgrew the model's context window mid-episode (counted as "
+            "failures): lower --max-turns, or serve the model with a longer context"
         )
 
 
@@ -89,6 +98,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     from agentgym.eval.harness import PolicyUnavailableError, evaluate
     from agentgym.eval.suites import load_suite
+    from agentgym.rollout.agent import AgentConfig
 
     if not args.suite or not args.policy:
         raise UsageError("--suite and --policy are required (or: agentgym eval compare RUN_A RUN_B)")
@@ -116,6 +126,7 @@ def _eval(args: argparse.Namespace) -> int:
     elif args.env_workers is not None:
         raise UsageError("--env-workers needs --ray ADDRESS")
     images = _image_config(args)
+    config = AgentConfig(sampling=_sampling(args))
     policy = _make_policy(args)
     out = args.out or f"runs/eval-{suite.name}"
     model = args.model or ("oracle" if args.policy == "oracle" else None)
@@ -131,6 +142,7 @@ def _eval(args: argparse.Namespace) -> int:
                 max_turns=args.max_turns,
                 timeout=args.timeout,
                 seed=args.seed,
+                agent_config=config,
                 model=model,
                 memory=memory,
                 screenshots=args.screenshots,
@@ -155,9 +167,24 @@ def _eval(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
-    _print_summary(summary)
+    from agentgym.eval.report import load_run
+
+    _print_summary(summary, load_run(out)[1])
     print(f"results in {out}")
     return 0
+
+
+def _sampling(args: argparse.Namespace):
+    """``--temperature``, ``--max-tokens`` and ``--top-p`` as the SamplingParams of every turn."""
+    from agentgym.rollout.policy import SamplingParams
+
+    if args.temperature < 0:
+        raise UsageError(f"--temperature must be >= 0 (0 is greedy), got {args.temperature:g}")
+    if args.max_tokens < 1:
+        raise UsageError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    if not 0 < args.top_p <= 1:
+        raise UsageError(f"--top-p must be in (0, 1], got {args.top_p:g}")
+    return SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p)
 
 
 _IMAGE_OPTIONS = {
@@ -215,12 +242,11 @@ def _run_dir(path: str) -> Path:
 
 
 def _eval_compare(args: argparse.Namespace) -> int:
-    from agentgym.eval.harness import load_results
     from agentgym.eval.metrics import compare
-    from agentgym.eval.report import compare_report
+    from agentgym.eval.report import compare_report, load_run
 
     run_a, run_b = _run_dir(args.run_a), _run_dir(args.run_b)
-    result = compare(load_results(run_a), load_results(run_b), seed=args.seed)
+    result = compare(load_run(run_a)[1], load_run(run_b)[1], seed=args.seed)
     if not result["tasks"]:
         raise UsageError(
             f"the two runs share no task ({result['only_a']} tasks only in A, {result['only_b']} only "
@@ -242,13 +268,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help="evaluate a policy on a suite (or compare two runs)",
         formatter_class=_HelpFormatter,
         description="Run k samples of every task of a suite; results.jsonl, summary.json "
-        "and report.html go to --out, and a rerun resumes.",
+        "and report.html go to --out, and a rerun resumes. The suite's tasks, the model, --seed, --max-turns, "
+        "the sampling settings, --memory and --images are the run's identity (run.json): a rerun with others "
+        "into the same --out is refused.",
     )
     evaluation.add_argument("--suite", help=f"{', '.join(BUILTIN_SUITES)}, or a JSONL/YAML suite file")
     evaluation.add_argument(
         "--policy",
-        help="an http(s) OpenAI-compatible endpoint URL, a local model directory, "
-        "'oracle' (the tasks' known solutions) or 'nonsense' (gibberish)",
+        help="an http(s) OpenAI-compatible endpoint URL, a local model directory, 'tiny' (the locally built "
+        "test model), 'oracle' (the tasks' known solutions) or 'nonsense' (gibberish)",
     )
     evaluation.add_argument("--model", help="the model name the endpoint serves (required with a URL)")
     evaluation.add_argument("--tokenizer", help="with a URL: the served model's tokenizer, for token mode")
@@ -257,6 +285,21 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     evaluation.add_argument("--out", help="the run directory (default: runs/eval-<suite>)")
     evaluation.add_argument("--tasks", help="only these task ids: a comma-separated list of ids or globs")
     evaluation.add_argument("--max-turns", type=int, help="turns per episode (default: the env's limit)")
+    evaluation.add_argument(
+        "--temperature",
+        type=float,
+        default=1.0,
+        help="sampling temperature of every reply; 0 is greedy (default: %(default)s)",
+    )
+    evaluation.add_argument(
+        "--max-tokens",
+        type=int,
+        default=1024,
+        help="the most tokens of one reply; a longer one is cut (default: %(default)s)",
+    )
+    evaluation.add_argument(
+        "--top-p", type=float, default=1.0, help="nucleus sampling: 1 keeps every token (default: %(default)s)"
+    )
     evaluation.add_argument("--timeout", type=float, help="seconds per episode (default: none)")
     evaluation.add_argument("--seed", type=int, default=0, help="base of the reset seeds (default: %(default)s)")
     evaluation.add_argument(

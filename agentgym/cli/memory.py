@@ -19,6 +19,31 @@ def _memory_bank(args: argparse.Namespace, *, create: bool = False):
     return MemoryBank(args.store)
 
 
+def _env_kinds(bank, env: str | None) -> list[str] | None:
+    """``--env``: the stored env kinds it names: a kind as stored, or a registered env id (``tool.keychain-v0``),
+    whose entries are stored under its class's kind (``agentgym.envs.tool.keychain.KeyChainEnv:keychain-2``)."""
+    if env is None:
+        return None
+    stored = bank.store.envs()
+    if env in stored:
+        return [env]
+    import gymnasium
+    from gymnasium.envs.registration import load_env_creator
+
+    import agentgym  # noqa: F401  (registers the envs)
+
+    try:
+        entry_point = gymnasium.spec(env if "/" in env else f"agentgym/{env}").entry_point
+    except gymnasium.error.Error:
+        raise UsageError(
+            f"--env {env!r} is neither an env kind in {bank.store.path} ({', '.join(stored) or 'none'}) "
+            "nor a registered env id"
+        ) from None
+    creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+    kind = getattr(creator, "kind", None)  # the class's; an instance may add ":variant"
+    return [s for s in stored if kind and (s == kind or s.startswith(f"{kind}:"))]
+
+
 def _memory_line(entry) -> str:
     line = f"{entry.id:>6}  {entry.kind:8} {entry.title[:70]:70}  env={entry.env or '-'} family={entry.family or '-'}"
     if entry.kind == "skill" and isinstance(entry.data, dict):
@@ -30,7 +55,7 @@ def _memory_line(entry) -> str:
 def _memory_list(args: argparse.Namespace) -> int:
     bank = _memory_bank(args)
     shown = 0
-    for entry in bank.store.entries(kind=args.kind, env=args.env):
+    for entry in bank.store.entries(kind=args.kind, env=_env_kinds(bank, args.env)):
         if shown == args.limit:
             print("... more (raise --limit)")
             break
@@ -61,7 +86,8 @@ def _memory_show(args: argparse.Namespace) -> int:
 
 
 def _memory_search(args: argparse.Namespace) -> int:
-    hits = _memory_bank(args).store.search(args.query, k=args.k, kind=args.kind, env=args.env)
+    bank = _memory_bank(args)
+    hits = bank.store.search(args.query, k=args.k, kind=args.kind, env=_env_kinds(bank, args.env))
     for hit in hits:
         print(f"{hit.score:.4f}  {_memory_line(hit.entry)}")
     if not hits:
@@ -160,7 +186,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     kinds = ("episode", "skill")
     listing = memory_command("list", _memory_list, "list entries")
     listing.add_argument("--kind", choices=kinds)
-    listing.add_argument("--env", help="only entries of this env kind")
+    listing.add_argument("--env", help="only entries of this env: its id (tool.keychain-v0) or a kind as listed")
     listing.add_argument("--limit", type=int, default=100, help="most entries shown (default: %(default)s)")
     show = memory_command("show", _memory_show, "show one entry in full")
     show.add_argument("id", type=int)
@@ -168,7 +194,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     search.add_argument("query")
     search.add_argument("-k", type=int, default=5, help="results (default: %(default)s)")
     search.add_argument("--kind", choices=kinds)
-    search.add_argument("--env", help="only entries of this env kind")
+    search.add_argument("--env", help="only entries of this env: its id (tool.keychain-v0) or a kind as listed")
     prune = memory_command(
         "prune",
         _memory_prune,

@@ -10,14 +10,14 @@ from agentgym.cli.common import listening, model_dir
 def _serve(args: argparse.Namespace) -> int:
     from agentgym.serve import serve
 
-    model_dir(args.model, "--model")
+    path = model_dir(args.model, "--model")
     with listening(args.host, args.port):
         serve(
-            args.model,
+            path,
             host=args.host,
             port=args.port,
             max_batch_size=args.max_batch_size,
-            served_model_name=args.served_model_name,
+            served_model_name=args.served_model_name or args.model,
             device=args.device,
             allow_weight_updates=args.allow_weight_updates,
         )
@@ -27,13 +27,19 @@ def _serve(args: argparse.Namespace) -> int:
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """Add this group's commands to the ``agentgym`` parser's subcommands."""
     serve = commands.add_parser("serve", help="serve a local model over an OpenAI-compatible HTTP API")
-    serve.add_argument("--model", required=True, help="a local Hugging Face checkpoint directory")
+    serve.add_argument(
+        "--model",
+        required=True,
+        help="a local Hugging Face checkpoint directory, or tiny (the locally built test model)",
+    )
     serve.add_argument("--port", type=int, required=True)
     serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: %(default)s)")
     serve.add_argument(
         "--max-batch-size", type=int, default=16, help="requests per forward batch (default: %(default)s)"
     )
-    serve.add_argument("--served-model-name", help="the model name clients send (default: the --model value)")
+    serve.add_argument(
+        "--served-model-name", help="the model name clients send (default: the --model value as given, e.g. tiny)"
+    )
     serve.add_argument("--device", help="torch device, e.g. cuda:0 (default: the policy's choice)")
     serve.add_argument(
         "--allow-weight-updates",

@@ -22,8 +22,10 @@ the run with :class:`PolicyUnavailableError`; everything finished before it stay
 conversation outgrew the model's context (HTTP 400 "maximum context length") is the episode's
 fault, not the endpoint's: it is a failed result with ``error`` ``"context_overflow: ..."``, the
 run goes on, and ``summary.json``'s ``errors`` counts it (``errors``: episodes per error kind,
-the text before the first colon). When a task's very first prompt does not fit, a warning on
-stderr says so at once, since every episode of that task will fail the same way.
+the text before the first colon). When a task's very first request (its prompt plus the reply's
+``max_tokens``) does not fit, a warning on stderr says so at once, once per run, since every
+episode of such a task fails the same way; the runner's per-episode log line of an overflow is
+left out.
 
 Each (task, sample) gets its own reset seed, derived from ``seed``, the task id and the sample
 index, so a rerun (or a resumed run) resets every episode exactly as before.
@@ -65,6 +67,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import re
 import sys
@@ -127,6 +130,14 @@ _CONTEXT_OVERFLOW = re.compile(
 def is_context_overflow(error: str) -> bool:
     """Whether a policy error says the request did not fit the model's context window."""
     return bool(_CONTEXT_OVERFLOW.search(error))
+
+
+class _QuietOverflows(logging.Filter):
+    """Drops the runner's per-episode log line of a context overflow: the harness reports those itself, once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        failure = getattr(record, "failure", None)
+        return failure is None or not is_context_overflow(failure.error)
 
 
 def error_counts(results: list[dict]) -> dict[str, int]:
@@ -204,9 +215,9 @@ class _ResultsWriter:
                 return
             self._warned_overflow = True
         print(
-            f"agentgym eval: warning: the first prompt of task {record.metadata['group']} does not fit the "
-            "model's context, so its episodes fail before the model answers (counted as context_overflow); "
-            "use a model or server with a longer context window. "
+            f"agentgym eval: warning: the first request of task {record.metadata['group']} (its prompt plus the "
+            "reply's max tokens) does not fit the model's context window, so its episodes fail before the model "
+            "answers (counted as context_overflow; other tasks like it are not reported one by one). "
             f"The endpoint said: {record.error.removeprefix('context_overflow: ')[:300]}",
             file=sys.stderr,
         )
@@ -318,10 +329,17 @@ async def evaluate(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model = model or (policy.name if isinstance(policy, Policy) else getattr(policy, "__name__", "policy"))
-    identity = {"suite": suite.name, "model": model, "seed": seed, "max_turns": max_turns}
+    config = agent_config or AgentConfig()
+    identity = {
+        "suite": suite.name,
+        "tasks": sorted(t.task_id for t in suite.tasks),
+        "model": model,
+        "seed": seed,
+        "max_turns": max_turns,
+        "sampling": dataclasses.asdict(config.sampling),
+    }
     if memory is not None:
         identity["memory"] = {"path": str(memory.path), "mode": memory.mode}
-    config = agent_config or AgentConfig()
     if images is not None:
         config = dataclasses.replace(config, images=images)
     if config.images is not None:
@@ -337,6 +355,8 @@ async def evaluate(
 
     display, on_row = _progress(suite, len(wanted), already) if progress else (None, lambda row: None)
     writer = _ResultsWriter(results_path, suite, on_row)
+    quiet = _QuietOverflows()
+    logging.getLogger("agentgym.rollout.runner").addFilter(quiet)
     if display is not None:
         display.start()
     try:
@@ -386,6 +406,7 @@ async def evaluate(
         # Without this, a late write from a cancelled run could land after a rerun read the file,
         # and the rerun would run that (task, sample) again: a duplicate row.
         writer.close()
+        logging.getLogger("agentgym.rollout.runner").removeFilter(quiet)
         if display is not None:
             display.stop()
 
@@ -483,23 +504,38 @@ def _renders_rgb_array(env_id: str) -> bool:
 
 
 def _claim_run_dir(out: Path, identity: dict) -> None:
-    """Record what this run directory holds; refuse to resume it with another suite, model, seed or turn limit.
+    """Record what this run directory holds; refuse to resume it with another suite, task set, model, seed,
+    turn limit, sampling settings, memory or image settings.
 
     Resuming skips the (task, sample) pairs already in results.jsonl, so results of a
-    different configuration would otherwise be silently counted as this one's. (k may grow.)
+    different configuration would otherwise be silently counted as this one's; and with one task
+    set per directory, its summary, report and ``eval compare`` all describe the same tasks.
+    (k may grow: the summary and report cover the samples asked for.)
     """
     path = out / RUN_FILE
+    identity = json.loads(json.dumps(identity))  # as it reads back: tuples are lists
     if path.exists():
         recorded = json.loads(path.read_text())
         if recorded != identity:
-            changed = ", ".join(
-                f"{key}: {recorded.get(key)!r} → {identity.get(key)!r}"
-                for key in sorted(set(recorded) | set(identity))
-                if recorded.get(key) != identity.get(key)
-            )
+            changed = ", ".join(_changes(recorded, identity))
             raise ValueError(f"{out} holds a run with other settings ({changed}); use another --out")
         return
     path.write_text(json.dumps(identity, indent=2, sort_keys=True) + "\n")
+
+
+def _changes(recorded: dict, identity: dict, prefix: str = "") -> Iterator[str]:
+    """``key: old → new`` for each setting that differs; a group (sampling) by its changed keys, a task list by its size."""
+    for key in sorted(set(recorded) | set(identity)):
+        old, new = recorded.get(key), identity.get(key)
+        if old == new:
+            continue
+        if isinstance(old, dict) and isinstance(new, dict):
+            yield from _changes(old, new, f"{prefix}{key}.")
+        elif key == "tasks" and isinstance(old, list) and isinstance(new, list):
+            added = len(set(new) - set(old))
+            yield f"{prefix}tasks: {len(old)} → {len(new)}, {added} new (another --tasks or suite file)"
+        else:
+            yield f"{prefix}{key}: {old!r} → {new!r}"
 
 
 def _write_summary(out: Path, suite: Suite, results: list[dict], k: int, model: str) -> dict:

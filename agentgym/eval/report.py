@@ -29,7 +29,7 @@ from pathlib import Path
 from agentgym.eval.metrics import compare, mean_pass_at_k, per_task
 from agentgym.rollout.trajectory import Trajectory
 
-__all__ = ["write_report", "compare_report", "render_report", "render_comparison"]
+__all__ = ["compare_report", "load_run", "render_comparison", "render_report", "write_report"]
 
 _BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
 # C0 and C1 controls but tab, newline and carriage return: not text a reader can see, and NUL is
@@ -91,7 +91,7 @@ document.querySelectorAll('input[name="outcome"]').forEach(radio => radio.addEve
 def write_report(run_dir: str | Path) -> Path:
     """Write ``report.html`` into ``run_dir`` from its ``results.jsonl`` and ``summary.json``; return its path."""
     run_dir = Path(run_dir)
-    summary, results = _load(run_dir)
+    summary, results = load_run(run_dir)
     path = run_dir / "report.html"
     path.write_text(render_report(summary, results), encoding="utf-8")
     return path
@@ -104,18 +104,22 @@ def compare_report(run_a: str | Path, run_b: str | Path, out: str | Path | None 
     """
     run_a, run_b = Path(run_a), Path(run_b)
     path = Path(out) if out is not None else run_a / f"compare-{run_b.name}.html"
-    path.write_text(render_comparison(*_load(run_a), *_load(run_b)), encoding="utf-8")
+    path.write_text(render_comparison(*load_run(run_a), *load_run(run_b)), encoding="utf-8")
     return path
 
 
-def _load(run_dir: Path) -> tuple[dict, list[dict]]:
+def load_run(run_dir: str | Path) -> tuple[dict, list[dict]]:
+    """A run's summary and the result rows it covers: the samples below its ``k``.
+
+    A run directory may hold more samples than its last run asked for (``-k 4``, then ``-k 1``);
+    the report and ``eval compare`` describe the same episodes as the summary.
+    """
+    from agentgym.eval.harness import load_results
+
+    run_dir = Path(run_dir)
     summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    results = [
-        json.loads(line)
-        for line in (run_dir / "results.jsonl").read_text(encoding="utf-8").splitlines()
-        if line.strip()
-    ]
-    return summary, results
+    k = int(summary.get("k", 1))
+    return summary, [row for row in load_results(run_dir) if row["sample"] < k]
 
 
 def _page(title: str, body: list[str], script: str = "") -> str:

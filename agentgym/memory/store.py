@@ -766,6 +766,11 @@ class MemoryStore:
                 return
             last = rows[-1][0]
 
+    def envs(self) -> list[str]:
+        """The env kinds entries are stored under, sorted."""
+        rows = self._conn().execute("SELECT DISTINCT env FROM entries WHERE env != '' ORDER BY env").fetchall()
+        return [row[0] for row in rows]
+
     def count(self, *, kind=None, env=None, family=None, tags=()) -> int:
         where, params = filter_sql(kind, env, family, tags)
         return (

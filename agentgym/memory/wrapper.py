@@ -8,7 +8,11 @@ skills. Every agent loop builds its first user message from that text, so any po
 
 At the end of an episode (the first terminated or truncated step), in ``mode="learn"``, it
 writes one episodic memory (rule-based summary, :func:`~agentgym.memory.induction.summarize_episode`)
-and credits the outcome to the retrieved skills (:meth:`MemoryBank.record_use`). In
+and credits the outcome to the retrieved skills (:meth:`MemoryBank.record_use`). An episode the
+env did not end (cut short by the agent's turn limit or an episode timeout) is written when the
+env is reset for the next episode or closed, as a truncated failure: the env never saw it succeed,
+and a bank that only kept the episodes that ran to the env's own end would miss every one a turn
+limit cut short. An episode with no step is not written (there is nothing to learn from). In
 ``mode="read"`` nothing is written. A failing retrieval or write never fails the reset or the
 step: it is logged and reported in ``info["memory_error"]``. The store is safe for several workers (threads or
 processes) writing at once, so every env of a runner may wrap the same bank.
@@ -121,6 +125,7 @@ class MemoryWrapper(BranchingWrapper):
 
     # ------------------------------------------------------------------ the Gymnasium face
     def reset(self, *, seed: int | None = None, options: dict | None = None):
+        self._write_unfinished()
         observation, info = self.env.reset(seed=seed, options=options)
         task = observation["text"]
         try:
@@ -151,14 +156,34 @@ class MemoryWrapper(BranchingWrapper):
         )
         context.reward += float(reward)
         if terminated or truncated:
-            context.done = True
-            if self.mode == "learn" and (self.write_forks or not context.branch):
-                try:
-                    self._write(context, bool(info.get("success")), truncated and not terminated)
-                except Exception as exc:  # noqa: BLE001 - memory must never break an episode
-                    logger.warning("writing episode %s to memory failed: %s", context.task_id, exc)
-                    info = {**info, "memory_error": f"{type(exc).__name__}: {exc}"}
+            error = self._end(context, bool(info.get("success")), truncated and not terminated)
+            if error:
+                info = {**info, "memory_error": error}
         return observation, reward, terminated, truncated, info
+
+    def close(self) -> None:
+        try:
+            self._write_unfinished()
+        finally:
+            super().close()
+
+    def _write_unfinished(self) -> None:
+        """Write the current episode if the env did not end it (see the module docstring)."""
+        context = self._context
+        if context is not None and not context.done and context.steps:
+            self._end(context, success=False, truncated=True)
+
+    def _end(self, context: _Context, success: bool, truncated: bool) -> str | None:
+        """Mark the episode ended and, in learn mode and unless it is a fork's, write it; the error if the write failed."""
+        context.done = True
+        if self.mode != "learn" or (context.branch and not self.write_forks):
+            return None
+        try:
+            self._write(context, success, truncated)
+        except Exception as exc:  # noqa: BLE001 - memory must never break an episode
+            logger.warning("writing episode %s to memory failed: %s", context.task_id, exc)
+            return f"{type(exc).__name__}: {exc}"
+        return None
 
     def _write(self, context: _Context, success: bool, truncated: bool) -> None:
         record = EpisodeRecord(

@@ -477,7 +477,14 @@ class Runner:
         failure = Failure(item.request, item.attempt, kind, error)
         item.failures.append(failure)
         call.failures.append(failure)
-        logger.warning("task %r attempt %d: %s failure: %s", item.request.task_id, failure.attempt, kind, error)
+        logger.warning(
+            "task %r attempt %d: %s failure: %s",
+            item.request.task_id,
+            failure.attempt,
+            kind,
+            error,
+            extra={"failure": failure},  # for callers that report some failures their own way (eval's overflows)
+        )
         call.on_change()
 
     @staticmethod

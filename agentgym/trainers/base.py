@@ -308,6 +308,20 @@ class AgentgymTrainer(GRPOTrainer):
                 with open(path) as file:
                     self._restore_rollout_state(json.load(file))
 
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        # A model with tied embeddings (the tiny model, Qwen2's small sizes) stores the shared tensor once,
+        # so every checkpoint "misses" lm_head.weight; transformers 5.24 warns about it on each resume
+        # although load_state_dict filled it through the embeddings. Only keys whose tensor nothing loaded
+        # are missing.
+        missing = set(load_result.missing_keys)
+        by_tensor: dict[int, set[str]] = {}
+        for name, parameter in self.model.named_parameters(remove_duplicate=False):
+            by_tensor.setdefault(id(parameter), set()).add(name)
+        loaded = {name for names in by_tensor.values() if names - missing for name in names}
+        super()._issue_warnings_after_load(
+            load_result._replace(missing_keys=[key for key in load_result.missing_keys if key not in loaded])
+        )
+
     def _log_metrics(self, mode: str, metrics: dict[str, float]) -> None:
         # Averaged over processes so every rank logs the same numbers.
         names = sorted(metrics)

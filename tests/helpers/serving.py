@@ -61,7 +61,8 @@ class LoggedProcess(subprocess.Popen):
 class ServerProcess:
     """``agentgym serve`` as a child process on a free loopback port: a context manager.
 
-    Entering starts ``agentgym serve --model MODEL`` (plus ``options``, more of its flags) and waits until ``/health`` answers
+    Entering starts ``agentgym serve --model MODEL`` (``--served-model-name`` unless None, plus ``options``, more of
+    its flags) and waits until ``/health`` answers
     (raising with the server's output if it exits or does not answer within ``timeout``);
     :attr:`base_url` is then its ``/v1`` URL. Leaving terminates it by its pid (killed if it
     does not exit within 15 s).
@@ -71,7 +72,7 @@ class ServerProcess:
         self,
         model: str | os.PathLike,
         *,
-        served_model_name: str = "tiny",
+        served_model_name: str | None = "tiny",
         max_batch_size: int = 16,
         options: Sequence[str] = (),
         timeout: float = 120.0,
@@ -81,8 +82,7 @@ class ServerProcess:
             "serve",
             "--model",
             str(model),
-            "--served-model-name",
-            served_model_name,
+            *(["--served-model-name", served_model_name] if served_model_name else []),
             "--max-batch-size",
             str(max_batch_size),
             *options,

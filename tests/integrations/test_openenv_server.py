@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import inspect
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -332,6 +334,10 @@ def test_cli_init_writes_a_directory_openenv_accepts_and_whose_app_serves(tmp_pa
     spec = importlib.util.spec_from_file_location("written_app", target / "server" / "app.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    # Loopback only, as `agentgym openenv serve`: the env runs what its clients send.
+    assert inspect.signature(module.main).parameters["host"].default == "127.0.0.1"
+    usage = subprocess.run([sys.executable, "-m", "server.app", "--help"], cwd=target, capture_output=True, text=True)
+    assert "(default: 127.0.0.1)" in usage.stdout, usage.stderr
     from fastapi.testclient import TestClient
 
     with TestClient(module.app) as http:

@@ -139,3 +139,44 @@ def test_eval_with_memory_learns_and_read_mode_needs_a_store(tmp_path):
         timeout=300,
     )
     assert missing.returncode == 2 and "read mode needs an existing store" in missing.stderr
+
+
+def test_eval_learns_from_episodes_its_turn_limit_cut_short(tmp_path):
+    # KeyChain allows more turns than --max-turns 1: the env never ends these episodes, the agent does.
+    suite = tmp_path / "keychain.jsonl"
+    suite.write_text("".join(json.dumps({"env": "tool.keychain-v0", "task_id": f"train-{i}"}) + "\n" for i in range(3)))
+    store = tmp_path / "memory.db"
+    result = subprocess.run(
+        [str(AGENTGYM), "eval", "--suite", str(suite), "--policy", "nonsense", "--max-turns", "1"]
+        + ["--memory", str(store), "--memory-mode", "learn", "--out", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    episodes = list(MemoryBank(store).store.entries(kind="episode"))
+    assert sorted(e.task for e in episodes) == [f"train-{i}" for i in range(3)]
+    records = [e.data["record"] for e in episodes]
+    assert all(r["success"] is False and r["truncated"] is True and len(r["steps"]) == 1 for r in records)
+
+    # Stored under the env's kind (a class path); its registered id finds them, as the kind itself does.
+    listed = subprocess.run(
+        [str(AGENTGYM), "memory", "list", str(store), "--env", "tool.keychain-v0"], capture_output=True, text=True
+    )
+    assert listed.returncode == 0 and len(listed.stdout.splitlines()) == 3, listed.stdout + listed.stderr
+    (kind,) = MemoryBank(store).store.envs()
+    assert kind.startswith("agentgym.envs.tool.keychain.KeyChainEnv")
+    by_kind = subprocess.run(
+        [str(AGENTGYM), "memory", "list", str(store), "--env", kind], capture_output=True, text=True
+    )
+    assert by_kind.stdout == listed.stdout
+    other = subprocess.run(
+        [str(AGENTGYM), "memory", "search", str(store), "number", "--env", "tool.calculator-v0"],
+        capture_output=True,
+        text=True,
+    )
+    assert (other.returncode, other.stdout) == (0, "(no match)\n")
+    unknown = subprocess.run(
+        [str(AGENTGYM), "memory", "list", str(store), "--env", "nowhere-v0"], capture_output=True, text=True
+    )
+    assert unknown.returncode == 2 and "neither an env kind" in unknown.stderr

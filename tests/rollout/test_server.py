@@ -11,6 +11,7 @@ import pytest
 
 from agentgym.rollout.policy import PolicyError, SamplingParams
 from tests.helpers.openai_api import ASK, CALL_REPLY, MODEL, TOOLS, RecordingPolicy
+from tests.helpers.serving import ServerProcess
 
 
 def client(base_url: str) -> openai.AsyncOpenAI:
@@ -357,3 +358,16 @@ def test_agentgym_serve_cli_answers_the_openai_client(served_tiny_model):
         assert api.models.list().data[0].max_model_len == 4096
     finally:
         api.close()
+
+
+def test_agentgym_serve_takes_tiny_as_training_configs_do_and_says_what_clients_send():
+    with ServerProcess("tiny", served_model_name=None, max_batch_size=2) as server:
+        api = openai.OpenAI(base_url=server.base_url, api_key="EMPTY", max_retries=0)
+        try:
+            assert [model.id for model in api.models.list().data] == ["tiny"]  # the name given, not its path
+            chat = api.chat.completions.create(model="tiny", messages=ASK, max_tokens=2)
+            assert chat.model == "tiny"
+        finally:
+            api.close()
+        output = server.process.output()
+    assert "as model 'tiny' (a 4096-token context window)" in output and "model='tiny'" in output

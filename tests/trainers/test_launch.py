@@ -1,4 +1,4 @@
-"""Both trainers under `accelerate launch` with two CPU processes for two steps on the tiny model, SAO resuming after SIGKILL without losing a stored trajectory, and the warm start and no-signal warning of `agentgym.train`.
+"""Both trainers under `accelerate launch` with two CPU processes for two steps on the tiny model, SAO resuming after SIGKILL without losing a stored trajectory (and a rerun of the finished run doing nothing), and the warm start and no-signal warning of `agentgym.train`.
 
 In accelerate 1.16, ``accelerate launch --cpu --num_processes 2`` starts a *single* process
 (multi-process CPU goes through mpirun and a hostfile). Two CPU processes come from torchrun,
@@ -157,6 +157,7 @@ def test_sao_resumes_after_sigkill_without_losing_trajectories(tmp_path):
     done = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     assert f"resumed from {resumed_from}" in done.stdout
+    assert "missing keys" not in done.stderr  # the tied lm_head.weight is loaded through the embeddings
     after = TrajectoryStore(store).read()
     assert [r.id for r in after[: len(before)]] == [r.id for r in before]  # nothing stored was lost or rewritten
     final = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
@@ -165,6 +166,13 @@ def test_sao_resumes_after_sigkill_without_losing_trajectories(tmp_path):
     assert [h["resumed_records"] for h in final["log_history"] if "resumed_records" in h] == [float(unconsumed)]
     assert _state(out / "checkpoint-4")["store_position"] <= len(after)
 
+    # Rerunning the finished run does nothing, and says so (resuming checkpoint-4 would train a fifth step).
+    again = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"agentgym train: {out} holds a finished run (4 of max_steps=4 steps); nothing to do" in again.stdout
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == [f"checkpoint-{n}" for n in range(1, 5)]
+    assert [r.id for r in TrajectoryStore(store).read()] == [r.id for r in after]
+
 
 class _nothing:
     def __enter__(self):
@@ -172,3 +180,31 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_train_is_one_line_and_keeps_the_checkpoints(tmp_path):
+    out = tmp_path / "run"
+    command = [
+        str(Path(sys.executable).with_name("agentgym")),
+        "train",
+        "--config",
+        str(CONFIGS / "keychain-tree_grpo.yaml"),
+    ]
+    command += ["max_steps=50", "save_steps=1", f"output_dir={out}", "report_to=none", *SMALL]
+    process = LoggedProcess([*command, *PER_TRAINER["keychain-tree_grpo.yaml"]], cwd=ROOT, env=_env())
+    deadline = time.monotonic() + 600
+    try:
+        while not (out / "checkpoint-1" / "agentgym_state-rank0.json").exists():
+            assert process.poll() is None, process.output()[-3000:]
+            assert time.monotonic() < deadline, "no checkpoint-1 within 10 minutes"
+            time.sleep(0.2)
+    finally:
+        output = process.stop(grace=60, signal_number=signal.SIGINT)
+    assert process.returncode == 130, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    said = (
+        f"agentgym train: interrupted; the complete checkpoints in {out} are kept "
+        "(rerun the same command to resume from the newest)\n"
+    )
+    assert output.count("agentgym train:") == 1 and said in output, output[-3000:]  # the progress bar may follow it

@@ -55,7 +55,7 @@ from typing import Any
 
 import gymnasium
 
-from agentgym.extras import requires
+from agentgym.extras import DISTRIBUTION, requires
 from agentgym.integrations.openenv.protocol import (
     FORK_FROM,
     AgentGymAction,
@@ -339,7 +339,7 @@ class AgentGymEnvironment(Environment[AgentGymAction, AgentGymObservation, Agent
 
         _, description = describe_env(self._served.env_id)
         return EnvironmentMetadata(
-            name=self._served.env_id, description=description, version=version("agentgym"), author="agentgym"
+            name=self._served.env_id, description=description, version=version(DISTRIBUTION), author="agentgym"
         )
 
     def close(self) -> None:
@@ -635,6 +635,8 @@ def serve(
 _APP_TEMPLATE = '''"""OpenEnv server app of agentgym's {env_id} (written by `agentgym openenv init`).
 
 Run: `python -m server.app --port 8000`, `uvicorn server.app:app`, or `openenv serve` from this directory.
+It listens on 127.0.0.1, as `agentgym openenv serve` does; `--host 0.0.0.0` accepts other machines
+(in a container, or behind a proxy you trust: the env runs code its clients send).
 """
 
 import argparse
@@ -650,7 +652,7 @@ app = create_openenv_app(
 )
 
 
-def main(host: str = "0.0.0.0", port: int = {port}) -> None:
+def main(host: str = "127.0.0.1", port: int = {port}) -> None:
     import uvicorn
 
     uvicorn.run(app, host=host, port=port)
@@ -658,7 +660,7 @@ def main(host: str = "0.0.0.0", port: int = {port}) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--host", default="127.0.0.1", help="0.0.0.0 accepts other machines (default: %(default)s)")
     parser.add_argument("--port", type=int, default={port})
     args = parser.parse_args()
     main(args.host, args.port)
@@ -668,7 +670,8 @@ _README_TEMPLATE = """# {name}
 
 agentgym's `{env_id}` as an OpenEnv environment, written by `agentgym openenv init`.
 
-Serve it with `python -m server.app` (or `agentgym openenv serve {env_id}`) and connect with any OpenEnv
+Serve it with `python -m server.app` (or `agentgym openenv serve {env_id}`; both listen on 127.0.0.1,
+`--host 0.0.0.0` accepts other machines) and connect with any OpenEnv
 client, e.g. `agentgym.integrations.openenv.AgentGymEnvClient(base_url="http://localhost:{port}")`.
 Actions are `{{"text": <the model's reply>}}` or `{{"tool_calls": [...]}}`; observations carry `text`,
 `image` (base64 PNG, envs with a screen), `info`, `terminated`, `truncated`, `reward` and `done`.
@@ -708,7 +711,7 @@ def write_env_dir(env_id: str, directory: str | Path, *, max_sessions: int = 8, 
             'version = "0.1.0"\n'
             f"description = {json.dumps(f'agentgym {env_id} served as an OpenEnv environment')}\n"
             'requires-python = ">=3.11"\n'
-            f'dependencies = ["agentgym[openenv]>={version("agentgym")}", "openenv-core>=0.3.0", "uvicorn>=0.24.0"]\n\n'
+            f'dependencies = ["{DISTRIBUTION}[openenv]>={version(DISTRIBUTION)}", "openenv-core>=0.3.0", "uvicorn>=0.24.0"]\n\n'
             "[project.scripts]\n"
             'server = "server.app:main"\n\n'
             "[tool.setuptools]\n"

@@ -99,7 +99,11 @@ def describe(level_env: Any, *, with_actions: bool = False) -> str:
                 continue
             if name == "wall":
                 # Only walls in a straight line: the room's shape, not every wall tile in view.
-                for direction, along, across in (("forward", forward, right), ("left", -right, forward), ("right", right, forward)):
+                for direction, along, across in (
+                    ("forward", forward, right),
+                    ("left", -right, forward),
+                    ("right", right, forward),
+                ):
                     if across == 0 and along > 0 and along < walls.get(direction, size + 1):
                         walls[direction] = along
                 continue
@@ -180,7 +184,9 @@ class BabyAIEnv(TextGameEnv):
         super().__init__(show_valid_actions=show_valid_actions, max_turns=max_turns, **kwargs)
         unknown = [level for level in levels if f"BabyAI-{level}-v0" not in gymnasium.registry]
         if unknown or set(tasks_per_split) - set(SPLIT_SEEDS):
-            raise ValueError(f"unknown BabyAI levels {unknown} or splits {sorted(set(tasks_per_split) - set(SPLIT_SEEDS))}")
+            raise ValueError(
+                f"unknown BabyAI levels {unknown} or splits {sorted(set(tasks_per_split) - set(SPLIT_SEEDS))}"
+            )
         listed = [
             f"{split}/{level}/{n}" for split, count in tasks_per_split.items() for level in levels for n in range(count)
         ]
@@ -196,9 +202,7 @@ class BabyAIEnv(TextGameEnv):
         tasks = []
         for task_id in self._task_ids:
             split, level, seed = parse_task_id(task_id)
-            tasks.append(
-                Task(task_id, "", split, {"level": level, "seed": seed}, partial(bot_actions, level, seed))
-            )
+            tasks.append(Task(task_id, "", split, {"level": level, "seed": seed}, partial(bot_actions, level, seed)))
         return tasks
 
     def demonstration_replies(
@@ -221,12 +225,16 @@ class BabyAIEnv(TextGameEnv):
             return Played(f"Unknown action {command[:80]!r}. The actions are: {', '.join(ACTIONS)}.", error=error)
         _, reward, terminated, truncated, _ = self.level_env.step(action)
         self._ending_reward = float(reward)
-        return Played(describe(self.level_env), ended=terminated or truncated, timed_out=truncated, reward=float(reward))
+        return Played(describe(self.level_env), ended=terminated, timed_out=truncated, reward=float(reward))
 
     def _grade(self) -> Verdict:
         # minigrid rewards exactly the successful endings (at least 0.1: the reward falls to 0.1 at the step limit).
         level, success = self.level_env, self._ending_reward > 0
-        details = {"steps": int(level.step_count), "max_steps": int(level.max_steps), "minigrid_reward": self._ending_reward}
+        details = {
+            "steps": int(level.step_count),
+            "max_steps": int(level.max_steps),
+            "minigrid_reward": self._ending_reward,
+        }
         return Verdict(self._ending_reward, success, details=details)
 
     def valid_actions(self) -> list[str]:

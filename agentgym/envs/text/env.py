@@ -44,7 +44,7 @@ ACT = ToolSpec(
 
 @dataclass
 class Played:
-    """What the engine did with one command: its text, whether the game is over (``ended``) or ran out of its own steps (``timed_out``), and ``error`` when it did not take the command."""
+    """What the engine did with one command: its text and reward, whether the game is over (``ended``) or ran out of its own steps (``timed_out``), and ``error`` when it did not take the command."""
 
     text: str
     ended: bool = False
@@ -96,14 +96,15 @@ class TextGameEnv(AgentEnv):
         if played.timed_out:
             # The engine's own step limit is a time limit (truncation), not an ending the agent chose.
             self._require_episode().truncated = True
-        if not played.ended:
+        if not (played.ended or played.timed_out):
             outcome = Outcome(played.text, reward=played.reward, error=played.error)
             outcome.text = self._with_valid_actions(outcome.text)
             outcome.info["valid_actions"] = self.valid_actions()
             return outcome
         verdict = self._grade()
         outcome = verdict.outcome(played.text, error=played.error)
-        outcome.reward = played.reward
+        # The step's reward is the engine's; the verdict adds success and its details.
+        outcome.reward, outcome.terminated = played.reward, played.ended
         outcome.info["valid_actions"] = []
         return outcome
 

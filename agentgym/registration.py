@@ -11,7 +11,7 @@
 
 So: ``code.humaneval-v0``, ``code.repofix-v0``, ``tool.keychain-v0``, ``tool.calculator-v0``,
 ``tool.bfcl-multi-turn-base-v0``, ``web.shop-v0``, ``web.miniwob.click-test-v0``,
-``gui.desktop-v0``, ``text.babyai-v0``. The ids from before this scheme (``HumanEval-v0``, ``BFCL-multi-turn-base-v0``,
+``gui.desktop-v0``, ``text.babyai-v0``, ``text.scienceworld-v0``. The ids from before this scheme (``HumanEval-v0``, ``BFCL-multi-turn-base-v0``,
 ``miniwob.click-test-v0``, ...) stay registered as aliases (:data:`DEPRECATED_IDS`): making one
 makes the same env and warns with a :class:`DeprecationWarning` that names the new id.
 
@@ -92,6 +92,7 @@ BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
     "tool.keychain-v0": ("agentgym.envs.tool.keychain:KeyChainEnv", {}),
     "tool.calculator-v0": ("agentgym.envs.tool.calculator:CalculatorEnv", {}),
     "text.babyai-v0": ("agentgym.envs.text.babyai:BabyAIEnv", {}),
+    "text.scienceworld-v0": ("agentgym.envs.text.scienceworld:ScienceWorldEnv", {}),
     **{
         f"tool.bfcl-multi-turn-{category}-v0": ("agentgym.envs.tool.bfcl:BFCLMultiTurnEnv", {"category": category})
         for category in _BFCL_CATEGORIES

@@ -18,13 +18,18 @@ from agentgym.envs.text.scienceworld import ScienceWorldEnv, gold_path, parse_ta
 from agentgym.task import call_text  # noqa: E402
 
 # Short gold paths keep the default run small; the slow sweep covers more task types.
-TASKS = ["test/find-living-thing/0", "dev/identify-life-stages-1/0"]
+def first(split, task):
+    """The id of the split's first variation of a task type."""
+    return f"{split}/{task}/{sw.VARIATIONS[task][split][0]}"
+
+
+TASKS = [first("test", "find-living-thing"), first("dev", "identify-life-stages-1")]
 SWEEP = [
-    "test/boil/0",
-    "test/chemistry-mix/0",
-    "dev/power-component/0",
-    "test/lifespan-longest-lived/0",
-    "train/use-thermometer/1",
+    first("test", "boil"),
+    first("test", "chemistry-mix"),
+    first("dev", "power-component"),
+    first("test", "lifespan-longest-lived"),
+    first("train", "use-thermometer"),
 ]
 
 
@@ -137,7 +142,7 @@ def test_tasks_are_variations_with_splits_as_categories():
 
 def test_observations_valid_actions_and_the_engines_answer_to_nonsense(env):
     observation, info = env.reset(options={"task_id": TASKS[0]})
-    assert observation["text"].startswith("Your task is to find a(n) living thing.")
+    assert observation["text"].startswith("Task Description:\nYour task is to find a(n) living thing.")
     assert "This room is called the" in observation["text"] and "look around" in info["valid_actions"]
     observation, reward, terminated, truncated, info = env.step(call_text("act", {"command": "flarp the gizmo"}))
     assert observation["text"] == "No known action matches that input."
@@ -205,12 +210,12 @@ def test_no_orphan_jvm_after_the_parent_is_sigkilled(tmp_path):
         """
         import sys, time
         from agentgym.envs.text.scienceworld import ScienceWorldEnv
-        env = ScienceWorldEnv(tasks=["test/find-living-thing/0"])
+        env = ScienceWorldEnv(tasks=["{task_id}"])
         env.reset()
         print(env.engine._gateway.java_process.pid, flush=True)
         time.sleep(600)
         """
-    )
+    ).format(task_id=TASKS[0])
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=os.environ)
     try:
         jvm = int(child.stdout.readline())
@@ -242,6 +247,7 @@ def test_a_missing_java_is_one_line_naming_the_package(monkeypatch):
 def test_closed_envs_leave_no_jvm_beyond_the_pools_idle_ones():
     pool = sw.engine_pool()
     pool.shutdown()
+    others = _java_children()  # JVMs that are not the pool's (the direct fixture's)
     envs = [ScienceWorldEnv(tasks=TASKS) for _ in range(2)]
     for env in envs:
         env.reset(options={"task_id": TASKS[0]})
@@ -249,7 +255,11 @@ def test_closed_envs_leave_no_jvm_beyond_the_pools_idle_ones():
         env.close()
     assert pool.idle == 2
     pool.shutdown()
-    assert pool.idle == 0 and not [pid for pid in _children() if _comm(pid) == "java"]
+    assert pool.idle == 0 and _java_children() == others
+
+
+def _java_children():
+    return {pid for pid in _children() if _comm(pid) == "java"}
 
 
 def _children():

@@ -17,6 +17,7 @@ from agentgym.envs.text import scienceworld as sw  # noqa: E402
 from agentgym.envs.text.scienceworld import ScienceWorldEnv, gold_path, parse_task_id  # noqa: E402
 from agentgym.task import call_text  # noqa: E402
 
+
 # Short gold paths keep the default run small; the slow sweep covers more task types.
 def first(split, task):
     """The id of the split's first variation of a task type."""

@@ -1,5 +1,5 @@
 # The two commands: `make demo` (the main job) and `make test`. Both set everything up first.
-.PHONY: setup demo test test-fast lint bench clean-sandboxes
+.PHONY: setup demo test test-fast flakes lint bench clean-sandboxes
 
 setup:
 	./scripts/setup.sh
@@ -19,8 +19,16 @@ test: setup
 test-fast: setup
 	scripts/netns .venv/bin/python -m pytest -q -p no:cacheprovider -m "not slow"
 
-# Ruff (lint and format) and mypy, configured in pyproject.toml. `make test` runs ruff (tests/test_style.py) but not mypy: its first
-# run over torch and transformers takes minutes on two cores, and CI's job is the tests.
+# Flake hunting: each test TESTS selects, run N times alone (a fresh pytest each time), with its pass count.
+# Runs take turns with other heavy jobs on a shared machine through LOCK (an flock per run).
+# Example: make flakes TESTS="tests/memory/test_validation.py tests/trainers/test_lora.py" N=20
+N ?= 10
+LOCK ?= /tmp/agentgym-heavy.lock
+flakes: setup
+	.venv/bin/python scripts/flake_hunt.py -n $(N) $(if $(LOCK),--lock $(LOCK)) $(TESTS)
+
+# Ruff (lint and format) and mypy, configured in pyproject.toml; `make test` runs all three too (tests/test_style.py,
+# mypy marked slow: its first run reads torch's and transformers' types, a minute of CPU; its cache makes later runs seconds).
 lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .

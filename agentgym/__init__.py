@@ -8,16 +8,9 @@ scheme is described in :mod:`agentgym.registration`) and loads environment plugi
 from importlib.metadata import version as _installed_version
 
 from agentgym.actions import ParsedAction, ToolCall, ToolSpec, parse_action
-from agentgym.core import (
-    AgentEnv,
-    AgentText,
-    Outcome,
-    Snapshot,
-    SnapshotError,
-    SnapshotMismatchError,
-    SnapshotReleasedError,
-)
+from agentgym.core import AgentEnv, AgentText, Outcome, Verdict
 from agentgym.registration import load_plugins, register_builtin_envs, register_env, registered_env_ids
+from agentgym.snapshot import Snapshot, SnapshotError, SnapshotMismatchError, SnapshotReleasedError
 from agentgym.task import Task
 from agentgym.wrappers import BranchingWrapper, WrapperNotBranchingError
 
@@ -32,6 +25,7 @@ __all__ = [
     "SnapshotMismatchError",
     "SnapshotReleasedError",
     "Task",
+    "Verdict",
     "BranchingWrapper",
     "WrapperNotBranchingError",
     "ParsedAction",

@@ -1,4 +1,4 @@
-"""Lazy exports for package ``__init__`` modules: a name's submodule is imported on first use, and deprecated names warn.
+"""Lazy exports for package ``__init__`` modules: a name's submodule is imported on first use.
 
 Importing torch, TRL, the Docker SDK or Playwright takes from a tenth of a second to several
 seconds; ``import agentgym`` and ``import agentgym.rollout`` should not pay for what the caller
@@ -7,15 +7,11 @@ never touches. A package lists its names and the submodule that defines each::
     __getattr__, __dir__ = lazy_exports(__name__, {"Runner": "runner", "HFPolicy": "hf_policy"})
 
 and ``from agentgym.rollout import Runner`` imports ``agentgym.rollout.runner`` then, not before.
-``deprecated`` maps an old name to ``"module:name"`` (an absolute module path), so
-``agentgym.rollout.Task`` keeps working with a :class:`DeprecationWarning` that names the new one.
-A module (not only a package) can use it for its own deprecated names.
 """
 
 from __future__ import annotations
 
 import sys
-import warnings
 from collections.abc import Callable, Mapping
 from importlib import import_module
 from typing import Any
@@ -23,28 +19,20 @@ from typing import Any
 __all__ = ["lazy_exports"]
 
 
-def lazy_exports(
-    module: str, exports: Mapping[str, str] | None = None, deprecated: Mapping[str, str] | None = None
-) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_exports(module: str, exports: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The ``__getattr__`` and ``__dir__`` for ``module``.
 
     Args:
         module: the module's ``__name__``.
         exports: public name → the submodule of ``module`` (relative: ``"runner"``) defining it.
-        deprecated: old name → ``"package.module:new_name"``; resolving it warns once per call site.
     """
-    exports = dict(exports or {})
-    deprecated = dict(deprecated or {})
+    exports = dict(exports)
 
     def __getattr__(name: str) -> Any:
         if name in exports:
             value = getattr(import_module(f"{module}.{exports[name]}"), name)
             setattr(sys.modules[module], name, value)  # later lookups skip this function
             return value
-        if name in deprecated:
-            target, _, new_name = deprecated[name].partition(":")
-            warnings.warn(f"{module}.{name} is deprecated; use {target}.{new_name}", DeprecationWarning, stacklevel=2)
-            return getattr(import_module(target), new_name)
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
 
     def __dir__() -> list[str]:

@@ -25,10 +25,17 @@ from __future__ import annotations
 import ast
 import json
 import re
+import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+# CPython before 3.13 keeps the AST constructor's recursion depth in one per-interpreter counter
+# (gh-106905): two threads building ASTs at once (envs parsing replies in the runner's worker
+# threads) can corrupt it, and a valid reply then fails with "SystemError: AST constructor recursion
+# depth mismatch". Every parse here takes this lock, so parses in this process never overlap.
+_AST_LOCK = threading.Lock()
 
 __all__ = [
     "ToolSpec",
@@ -303,7 +310,8 @@ def _loads(text: str) -> tuple[Any, str | None]:
     except json.JSONDecodeError as exc:
         json_error = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
     try:
-        return ast.literal_eval(text), None
+        with _AST_LOCK:
+            return ast.literal_eval(text), None
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None, json_error
 
@@ -399,7 +407,8 @@ def _matching_paren(text: str, open_index: int) -> int | None:
 
 def _call_from_source(spec: ToolSpec, source: str) -> ToolCall:
     try:
-        node = ast.parse(source.strip(), mode="eval").body
+        with _AST_LOCK:
+            node = ast.parse(source.strip(), mode="eval").body
         if not isinstance(node, ast.Call):
             raise SyntaxError("not a call")
         positional = [ast.literal_eval(arg) for arg in node.args]

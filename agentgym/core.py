@@ -27,36 +27,13 @@ fail escape its 0 by exhausting the sandbox.
 ``info`` always carries ``task_id``, ``turn``, ``success``, ``error`` and ``tools`` (the
 available tools in OpenAI function-calling JSON schema).
 
-Writing an env: subclass, set ``kind`` if the class path is not a good name, and implement
-
-* :meth:`task_ids` — the tasks this env can run, and :meth:`tasks` when they have more to say
-  than an id (a goal, a category, a reference solution: :class:`~agentgym.task.Task`);
-* :meth:`tools` — the :class:`~agentgym.actions.ToolSpec` list offered to the model;
-* :meth:`_begin` — set the task up and return the first observation;
-* :meth:`_call_tool` — run one validated call (or override :meth:`_act` for the whole reply);
-* :meth:`_capture` / :meth:`_load` — state in and out of snapshots, and
-  :meth:`_export_payload` / :meth:`_import_payload` when a payload is not plain picklable data
-  (a committed container image) or cannot travel at all;
-* :meth:`_teardown` — free resources.
-
-**Family hooks.** The family base classes (``CodeEnv``, ``ToolEnv``, ``WebEnv``, ``DesktopEnv``)
-implement the hooks above and give an env author one smaller set, with the same names for the
-same roles in every family (the arguments fit the family; the web's are coroutines on the
-browser loop and get the browser session):
-
-* ``_setup(task_id)`` — put the world at the task's start (a sandbox's files, an app's
-  database and start page, a tool env's state) and return the goal shown to the agent;
-* ``_grade(...)`` — decide the reward from positive evidence that the task was done and return
-  a :class:`Verdict`; its ``details`` become ``info["grade"]`` on the graded step — the one
-  place for a grader's details in every family;
-* ``_branch_state()`` / ``_load_branch_state(state)`` — env fields that snapshots must carry
-  beyond what the family captures itself (the sandbox, the browser, the tool state);
-* ``_teardown()`` — as above (call the family's ``super()._teardown()``).
+Writing an env: subclass :class:`AgentEnv` or a family base class and implement the author's hooks;
+the class docstring of :class:`AgentEnv` lists them, and, apart, the backend hooks for people
+writing a new kind of sandbox.
 
 Constructor options mean the same in every family: ``tasks=`` selects the tasks (ids, or a glob
 pattern: :func:`select_tasks`), ``max_turns`` bounds the episode, and envs with a screen take
 ``screen_size=(width, height)`` and ``screenshot`` (whether observations carry ``"image"``).
-Old names of hooks and options keep working for now, with a :class:`DeprecationWarning`.
 
 A subclass's ``__init__`` need not know about Gymnasium's ``render_mode``: when its signature
 has no ``render_mode`` (nor ``**kwargs``), the base class accepts the argument for it, checks it
@@ -74,41 +51,34 @@ concurrency at a handful of steps in flight.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import concurrent.futures
+import copy
 import fnmatch
 import functools
-import hashlib
 import inspect
-import json
 import os
-import pickle
 import string
 import threading
-import time
-import uuid
-import warnings
-import weakref
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, Self
+from typing import Any, ClassVar, Protocol, Self, cast, final
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
 from agentgym.actions import ParsedAction, ToolCall, ToolSpec, format_error, parse_action
+from agentgym.snapshot import Snapshot, SnapshotMismatchError, decode_snapshot, encode_snapshot
 from agentgym.task import Task
 
 __all__ = [
     "AgentEnv",
     "AgentText",
     "AsyncTwins",
+    "BranchAttributes",
     "Outcome",
-    "Snapshot",
-    "SnapshotError",
-    "SnapshotMismatchError",
-    "SnapshotReleasedError",
     "Verdict",
     "select_tasks",
 ]
@@ -129,108 +99,6 @@ class AgentText(spaces.Text):
 
     def contains(self, x: Any) -> bool:
         return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
-
-
-class SnapshotError(RuntimeError):
-    """A snapshot cannot be used as asked."""
-
-
-class SnapshotReleasedError(SnapshotError):
-    """The snapshot's last reference was released; its resources are gone."""
-
-
-class SnapshotMismatchError(SnapshotError):
-    """The snapshot belongs to another env kind or task than the env it is restored into."""
-
-
-class Snapshot:
-    """An opaque, reference-counted handle to an env's state at a turn boundary.
-
-    The creator holds one reference. :meth:`retain` adds one (e.g. for each branch that will
-    fork from it), :meth:`release` drops one; at zero the backing resources (a committed
-    container image, a database copy) are freed and the snapshot can no longer be used. A
-    snapshot that is garbage-collected while still referenced frees its resources too.
-    ``with env.snapshot() as snap:`` releases the creator's reference on exit.
-
-    :attr:`metadata` is JSON-serialisable (id, kind, task, turn, backend details) for logs and
-    trajectory stores; the state itself stays in this process.
-    """
-
-    def __init__(
-        self,
-        *,
-        kind: str,
-        task_id: str,
-        turn: int,
-        payload: Any,
-        release: Callable[[], None] | None = None,
-        metadata: dict | None = None,
-    ):
-        self.id = uuid.uuid4().hex
-        self.kind = kind
-        self.task_id = task_id
-        self.turn = turn
-        self.created_at = time.time()
-        self._payload = payload
-        self._refs = 1
-        self._lock = threading.Lock()
-        self._extra_metadata = dict(metadata or {})
-        self._exported: bytes | None = None  # export_snapshot's bytes, made once per snapshot
-        # finalize() runs the release at most once, whether from release() or from GC.
-        self._finalizer = weakref.finalize(self, release or (lambda: None))
-
-    @property
-    def refcount(self) -> int:
-        return self._refs
-
-    @property
-    def released(self) -> bool:
-        return self._refs == 0
-
-    @property
-    def payload(self) -> Any:
-        if self.released:
-            raise SnapshotReleasedError(f"snapshot {self.id[:8]} (turn {self.turn}) was released")
-        return self._payload
-
-    @property
-    def metadata(self) -> dict:
-        return {
-            "id": self.id,
-            "kind": self.kind,
-            "task_id": self.task_id,
-            "turn": self.turn,
-            "created_at": self.created_at,
-            **self._extra_metadata,
-        }
-
-    def retain(self) -> Snapshot:
-        with self._lock:
-            if self._refs == 0:
-                raise SnapshotReleasedError(f"snapshot {self.id[:8]} was released; it cannot be retained")
-            self._refs += 1
-        return self
-
-    def release(self) -> None:
-        """Drop one reference; releasing an already released snapshot does nothing."""
-        with self._lock:
-            if self._refs == 0:
-                return
-            self._refs -= 1
-            last = self._refs == 0
-        if last:
-            self._payload = self._exported = None
-            self._finalizer()
-
-    def __enter__(self) -> Snapshot:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
-    def __repr__(self) -> str:
-        state = "released" if self.released else f"refs={self._refs}"
-        return f"Snapshot({self.kind}, task={self.task_id!r}, turn={self.turn}, {state})"
 
 
 class ResourceLimitExceeded(RuntimeError):
@@ -261,7 +129,7 @@ class Outcome:
 
 @dataclass
 class Verdict:
-    """A grader's decision (what every family's ``_grade`` hook returns; see the module docstring).
+    """A grader's decision (what every ``_grade`` hook returns; see AgentEnv's docstring).
 
     ``details`` (JSON-serialisable: what was checked, what failed) become ``info["grade"]`` on
     the graded step; ``message``, if any, is what the agent is told about the verdict.
@@ -306,24 +174,25 @@ def select_tasks(available: Collection[str], tasks: str | Sequence[str] | None) 
     return list(tasks)
 
 
-def adopt_renamed_hooks(cls: type, renames: Mapping[str, str]) -> None:
-    """Make a subclass's override of a hook under its old name (``old → new``) the override of the new one, with a DeprecationWarning.
+class BranchAttributes:
+    """The branch-state hooks of envs and wrappers: the state named in :attr:`branch_attributes`, deep-copied.
 
-    For renames that kept the signature; a family base calls this from ``__init_subclass__``.
+    Shared by :class:`AgentEnv` and :class:`agentgym.wrappers.BranchingWrapper`, whose
+    snapshots and forks carry ``_branch_state()`` and put it back with ``_load_branch_state``;
+    a subclass whose state is not a set of attributes overrides both.
     """
-    for old, new in renames.items():
-        if old in cls.__dict__ and new not in cls.__dict__:
-            warnings.warn(
-                f"{cls.__qualname__}.{old} is deprecated: override {new} instead (see agentgym.core, Family hooks)",
-                DeprecationWarning,
-                stacklevel=3,
-            )
-            setattr(cls, new, cls.__dict__[old])
 
+    #: The attributes that hold per-episode state a snapshot and a fork must carry.
+    branch_attributes: ClassVar[tuple[str, ...]] = ()
 
-def warn_renamed_option(owner: str, old: str, new: str) -> None:
-    """The DeprecationWarning for a constructor keyword that was renamed (the old one still works)."""
-    warnings.warn(f"{owner}({old}=...) is deprecated: use {new}=...", DeprecationWarning, stacklevel=3)
+    def _branch_state(self) -> Any:
+        """The branch state, as a copy that later steps will not change."""
+        return {name: copy.deepcopy(getattr(self, name)) for name in self.branch_attributes}
+
+    def _load_branch_state(self, state: Any) -> None:
+        """Take on ``state`` (made by :meth:`_branch_state`; leave it unchanged, a snapshot may be restored again)."""
+        for name, value in state.items():
+            setattr(self, name, copy.deepcopy(value))
 
 
 @dataclass
@@ -374,8 +243,64 @@ class AsyncTwins:
         await _in_env_thread(self.close)
 
 
-class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
-    """Base class of every agentgym environment (see the module docstring for the contract)."""
+class AgentEnv(BranchAttributes, AsyncTwins, gym.Env[Observation, str], metaclass=abc.ABCMeta):
+    """Base class of every agentgym environment (the contract is the module docstring).
+
+    **Writing an env: the author's hooks.** One vocabulary, the same in :class:`AgentEnv` and in
+    every family base class (``CodeEnv``, ``ToolEnv``, ``WebEnv``, ``DesktopEnv``): the same name
+    and the same parameters for the same role. They are underscored because only the base class
+    calls them (a caller who called ``env._setup`` would bypass the episode's bookkeeping); what
+    callers use is public. The web family's ``_setup`` and ``_grade`` are coroutines (they run on
+    the browser loop; the session is ``self.session``), with the same parameters.
+
+    * :meth:`task_ids` — the tasks this env can run, and :meth:`tasks` when they have more to say
+      than an id (a goal, a category, a reference solution: :class:`~agentgym.task.Task`);
+    * :meth:`tools` — the :class:`~agentgym.actions.ToolSpec` list offered to the model;
+    * ``_setup(task_id)`` — put the world at the task's start (a sandbox's files, an app's database
+      and start page, a tool env's state) and return what the agent is told first (a family shows
+      it as the goal beside its own observation);
+    * ``_call_tool(call)`` — run one validated call and return an :class:`Outcome` (or override
+      ``_act(parsed)`` for the whole reply); a call that ends the episode returns
+      ``self._finish(answer, text)``, which asks ``_grade``;
+    * ``_grade(answer)`` — decide the reward from positive evidence that the task was done and
+      return a :class:`Verdict` (its ``details`` become ``info["grade"]`` on the graded step, the
+      one place for a grader's details in every family). ``answer`` is what the agent ended the
+      episode with: its final answer (empty when the ending tool takes none), or the desktop's claim
+      (``"done"``/``"fail"``); None when it ended on no answer (the env ended it, or, in the web
+      family, which grades after every turn, a turn that was no answer). Returning None gives no
+      verdict: the web episode goes on, any other ends with reward 0;
+    * ``branch_attributes`` — the names of the env fields that snapshots must carry beyond what the
+      base captures itself (deep-copied), or, for state that is not a set of fields,
+      ``_branch_state()`` / ``_load_branch_state(state)``. A bare ``AgentEnv``'s world *is* its
+      fields, so list them all; a family captures its sandbox, browser, desktop or tool state;
+    * ``_teardown()`` — free what the author's code holds; :meth:`close` calls it once, before the
+      backend closes.
+
+    Family implementations of these roles that must not be overridden are marked
+    :func:`typing.final`; the hooks a family leaves open are abstract (``_setup`` and ``_grade`` in
+    the code and web families, and the web's ``_origins``), and so is :meth:`task_ids` everywhere.
+    :class:`AgentEnv`'s own ``_setup`` and ``_call_tool`` (needed unless ``_act`` is overridden)
+    raise :class:`NotImplementedError` instead of being abstract, because a proxy that forwards the
+    whole public face elsewhere (:class:`~agentgym.distributed.remote_env.RemoteEnv`) is an AgentEnv
+    with no hooks at all; ``_grade`` defaults to no verdict, ``_teardown`` to nothing.
+
+    **Backend hooks** are for people writing a new kind of sandbox (a family base class, or an
+    integration that drives a remote env), not for env authors; every family implements them
+    (final). Each is named ``_backend_*``:
+
+    * ``_backend_start(task_id)`` — make the backend ready for a fresh episode, call ``_setup`` and
+      return the first observation (default: what ``_setup`` returned);
+    * ``_backend_capture()`` / ``_backend_load(payload)`` — the env's state in and out of
+      snapshots; the capture returns ``(payload, release)`` (``release`` frees backing resources,
+      e.g. a committed image, or is None). The payload includes ``_branch_state()`` and the load
+      calls ``_load_branch_state`` (default: the branch state is the whole payload);
+    * ``_backend_export(payload)`` / ``_backend_import(exported)`` — a picklable stand-in for a
+      payload that names something local (a committed image travels as its layers), and its undoing
+      on the importing side, which returns ``(payload, release)``; for :meth:`export_snapshot` and
+      :meth:`import_snapshot` (default: the payload itself, for plain data);
+    * ``_backend_metadata(payload)`` — serialisable details for :attr:`Snapshot.metadata`;
+    * ``_backend_close()`` — free the backend's resources (containers, processes, browsers).
+    """
 
     # Turn-based: a frame per turn; render_fps only paces a viewer (Gymnasium warns when it is missing).
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}
@@ -407,7 +332,7 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
             cls.metadata = {**cls.metadata, "render_fps": AgentEnv.metadata["render_fps"]}
         init = cls.__dict__.get("__init__")
         if init is not None and not _takes_render_mode(init):
-            cls.__init__ = _with_render_mode(init)
+            cls.__init__ = _with_render_mode(init)  # type: ignore[method-assign]  # wrapping the subclass's own __init__
 
     def __init__(
         self,
@@ -429,10 +354,10 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
         self._task_set: frozenset[str] | None = None
         self._closed = False
 
-    # ------------------------------------------------------------------ hooks for subclasses
+    # ------------------------------------------------------------------ the author's hooks
+    @abc.abstractmethod
     def task_ids(self) -> Sequence[str]:
         """The ids of the tasks this env can run (``reset(options={"task_id": ...})``)."""
-        raise NotImplementedError
 
     def tasks(self) -> Sequence[Task]:
         """The tasks this env can run, in :meth:`task_ids` order, as :class:`~agentgym.task.Task` objects.
@@ -447,24 +372,38 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
         """The tools offered to the model in the current state."""
         return []
 
-    def _begin(self, task_id: str) -> str | Observation:
-        """Set up ``task_id`` from scratch and return the first observation (text or dict)."""
-        raise NotImplementedError
+    # The return types admit awaitables because the web family's _setup and _grade are coroutines of
+    # the same name and parameters (its _backend_start and _act await them on its browser loop).
+    def _setup(self, task_id: str) -> str | Observation | Awaitable[str | Observation]:
+        """Put the world at ``task_id``'s start and return what the agent is told first (text or an observation dict)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement _setup")
 
     def _call_tool(self, call: ToolCall) -> Outcome:
-        """Run one validated tool call."""
-        raise NotImplementedError
+        """Run one validated tool call (needed unless :meth:`_act` is overridden)."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither _call_tool nor _act")
 
-    def _capture(self) -> tuple[Any, Callable[[], None] | None]:
-        """Capture env-specific state; return ``(payload, release)`` (release frees backing resources)."""
-        raise NotImplementedError(f"{type(self).__name__} does not support snapshots")
+    def _grade(self, answer: str | None) -> Verdict | None | Awaitable[Verdict | None]:
+        """The verdict on the episode the agent ended with ``answer`` (see the class docstring); default: none, reward 0."""
+        return None
 
-    def _load(self, payload: Any) -> None:
-        """Put env-specific state back from a payload made by :meth:`_capture` (of any env of this kind)."""
-        raise NotImplementedError(f"{type(self).__name__} does not support snapshots")
+    def _teardown(self) -> None:
+        """Free what the author's code holds; :meth:`close` calls it once, before :meth:`_backend_close`."""
 
-    def _export_payload(self, payload: Any) -> Any:
-        """A picklable stand-in for a :meth:`_capture` payload that holds resources of this process or node.
+    # ------------------------------------------------------------------ backend hooks (class docstring)
+    def _backend_start(self, task_id: str) -> str | Observation:
+        """Make the backend ready for a fresh episode on ``task_id``, set the task up and return the first observation."""
+        return cast("str | Observation", self._setup(task_id))  # sync here: the web family overrides this hook
+
+    def _backend_capture(self) -> tuple[Any, Callable[[], None] | None]:
+        """The env's state for a snapshot: ``(payload, release)``; release frees backing resources (or is None)."""
+        return self._branch_state(), None
+
+    def _backend_load(self, payload: Any) -> None:
+        """Put the env's state back from a payload made by :meth:`_backend_capture` (of any env of this kind)."""
+        self._load_branch_state(payload)
+
+    def _backend_export(self, payload: Any) -> Any:
+        """A picklable stand-in for a :meth:`_backend_capture` payload that holds resources of this process or node.
 
         The default is the payload itself, for payloads that are plain data. A family whose payload
         names something local (a committed image) returns its bytes here; one that cannot export
@@ -472,15 +411,19 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
         """
         return payload
 
-    def _import_payload(self, exported: Any) -> tuple[Any, Callable[[], None] | None]:
-        """Undo :meth:`_export_payload` on the importing side: ``(payload, release)``, as :meth:`_capture` returns.
+    def _backend_import(self, exported: Any) -> tuple[Any, Callable[[], None] | None]:
+        """Undo :meth:`_backend_export` on the importing side: ``(payload, release)``, as :meth:`_backend_capture` returns.
 
         ``release`` frees what the import made (a loaded image); the default has nothing to free.
         """
         return exported, None
 
-    def _teardown(self) -> None:
-        """Free every resource (containers, processes, browsers). Called once by :meth:`close`."""
+    def _backend_metadata(self, payload: Any) -> dict:
+        """Serialisable backend details for :attr:`Snapshot.metadata` (e.g. an image id)."""
+        return {}
+
+    def _backend_close(self) -> None:
+        """Free the backend's resources (containers, processes, browsers). Called once by :meth:`close`."""
 
     # ------------------------------------------------------------------ the Gymnasium face
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Observation, dict]:
@@ -493,7 +436,7 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
             task_id = ids[int(self.np_random.integers(len(ids)))]
         elif task_id not in self._known_tasks():
             raise ValueError(f"unknown task_id {task_id!r} for {self.kind}; see env.task_ids()")
-        observation = self._as_observation(self._begin(task_id))
+        observation = self._as_observation(self._backend_start(task_id))
         self._episode = _EpisodeState(task_id, 0, False, False, False, observation)
         return observation, self._info()
 
@@ -556,7 +499,10 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
         """Free every resource; idempotent."""
         if not self._closed:
             self._closed = True
-            self._teardown()
+            try:
+                self._teardown()
+            finally:
+                self._backend_close()
         super().close()
 
     # ------------------------------------------------------------------ replies and tools
@@ -596,15 +542,25 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
         return Outcome("\n\n".join(parts), reward, terminated, success, "; ".join(errors) or None, image, info)
 
     def _reply_without_calls(self, text: str) -> Outcome:
-        """What a plain-text reply does in envs that allow them (``allow_text_replies``)."""
-        raise NotImplementedError
+        """What a plain-text reply does in envs that allow them (``allow_text_replies``): it is the final answer."""
+        return self._finish(text, "Answer received.")
+
+    @final
+    def _finish(self, answer: str | None, text: str = "", *, error: str | None = None) -> Outcome:
+        """The step that ends the episode on ``answer`` with :meth:`_grade`'s verdict (none: reward 0, no success).
+
+        Its observation is ``text`` followed by the verdict's message.
+        """
+        verdict = cast("Verdict | None", self._grade(answer)) or Verdict(0.0, False)  # sync: web ends episodes itself
+        shown = "\n\n".join(part for part in (text, verdict.message) if part)
+        return verdict.outcome(shown or "The episode is over.", error=error)
 
     # ------------------------------------------------------------------ branching
     def snapshot(self) -> Snapshot:
         """Capture the current state; the caller owns one reference (release it when done)."""
         self._check_open()
         episode = self._require_episode()
-        payload, release = self._capture()
+        payload, release = self._backend_capture()
         state = _EpisodeState(**vars(episode))
         return Snapshot(
             kind=self.kind,
@@ -612,14 +568,14 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
             turn=episode.turn,
             payload=(state, payload),
             release=release,
-            metadata=self._snapshot_metadata(payload),
+            metadata=self._backend_metadata(payload),
         )
 
     def restore(self, snapshot: Snapshot) -> None:
         """Put this env into ``snapshot``'s state (the snapshot stays valid and owned by the caller)."""
         self._check_open()
         state, payload = self._check_restorable(snapshot)
-        self._load(payload)
+        self._backend_load(payload)
         self._episode = _EpisodeState(**vars(state))
 
     def fork(self, snapshot: Snapshot | None = None) -> Self:
@@ -660,7 +616,7 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
         """``snapshot`` as bytes that :meth:`import_snapshot` of an env of the same kind turns back into a snapshot.
 
         The bytes start with a header (format version, env kind, task id, turn, body size and
-        SHA-256) and carry the episode bookkeeping and the family's payload (:meth:`_export_payload`:
+        SHA-256) and carry the episode bookkeeping and the family's payload (:meth:`_backend_export`:
         a code env's committed image travels inside). The snapshot stays valid and owned by the caller;
         it keeps the bytes until its release, so exporting it again costs nothing.
 
@@ -672,24 +628,7 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
         if snapshot.kind != self.kind:
             raise SnapshotMismatchError(f"snapshot of a {snapshot.kind} cannot be exported by a {self.kind}")
         state, payload = snapshot.payload
-        if snapshot._exported is not None:  # a snapshot is immutable: a second export (another branch moving) is free
-            return snapshot._exported
-        try:
-            body = pickle.dumps((state, self._export_payload(payload)), protocol=pickle.HIGHEST_PROTOCOL)
-        except (pickle.PicklingError, TypeError, AttributeError) as exc:  # what pickle raises for unpicklable state
-            raise SnapshotError(
-                f"a {self.kind} snapshot cannot be exported: its state does not pickle ({exc})"
-            ) from exc
-        header = {
-            "format": SNAPSHOT_FORMAT,
-            "kind": snapshot.kind,
-            "task_id": snapshot.task_id,
-            "turn": snapshot.turn,
-            "size": len(body),
-            "sha256": hashlib.sha256(body).hexdigest(),
-        }
-        snapshot._exported = _SNAPSHOT_MAGIC + json.dumps(header).encode() + b"\n" + body
-        return snapshot._exported
+        return encode_snapshot(snapshot, lambda: (state, self._backend_export(payload)))
 
     def import_snapshot(self, data: bytes) -> Snapshot:
         """A snapshot of this env's kind from :meth:`export_snapshot`'s bytes (made here or on another node).
@@ -701,26 +640,16 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
         before anything is unpickled; the bytes must be trusted (see :meth:`export_snapshot`).
         """
         self._check_open()
-        header, body = _parse_snapshot_bytes(data)
-        if header["kind"] != self.kind:
-            raise SnapshotMismatchError(f"snapshot of a {header['kind']} cannot be imported into a {self.kind}")
-        try:
-            state, exported = pickle.loads(body)
-        except Exception as exc:  # the checksum matched, so this is data of another agentgym version
-            raise SnapshotError(f"snapshot data of a {self.kind} does not load here: {exc}") from exc
-        payload, release = self._import_payload(exported)
+        header, (state, exported) = decode_snapshot(data, self.kind)
+        payload, release = self._backend_import(exported)
         return Snapshot(
             kind=self.kind,
             task_id=header["task_id"],
             turn=header["turn"],
             payload=(state, payload),
             release=release,
-            metadata={**self._snapshot_metadata(payload), "imported": True},
+            metadata={**self._backend_metadata(payload), "imported": True},
         )
-
-    def _snapshot_metadata(self, payload: Any) -> dict:
-        """Serialisable backend details for :attr:`Snapshot.metadata` (e.g. an image id)."""
-        return {}
 
     @property
     def task_id(self) -> str | None:
@@ -773,38 +702,6 @@ class AgentEnv(AsyncTwins, gym.Env[Observation, str]):
                 self.close()
         except Exception:
             pass
-
-
-#: The version of :meth:`AgentEnv.export_snapshot`'s bytes; :meth:`AgentEnv.import_snapshot` reads this one only.
-SNAPSHOT_FORMAT = 1
-_SNAPSHOT_MAGIC = b"agentgym-snapshot\n"
-_HEADER_FIELDS = {"format": int, "kind": str, "task_id": str, "turn": int, "size": int, "sha256": str}
-
-
-def _parse_snapshot_bytes(data: bytes) -> tuple[dict, bytes]:
-    """The header and body of exported snapshot bytes, checked whole (:class:`SnapshotError` otherwise)."""
-    if (
-        not isinstance(data, bytes | bytearray | memoryview)
-        or not bytes(data[: len(_SNAPSHOT_MAGIC)]) == _SNAPSHOT_MAGIC
-    ):
-        raise SnapshotError("not agentgym snapshot data (made by AgentEnv.export_snapshot)")
-    data = bytes(data)
-    header_line, newline, body = data[len(_SNAPSHOT_MAGIC) :].partition(b"\n")
-    try:
-        header = json.loads(header_line) if newline else None
-    except ValueError:
-        header = None
-    if not isinstance(header, dict) or any(not isinstance(header.get(k), t) for k, t in _HEADER_FIELDS.items()):
-        raise SnapshotError("snapshot data has a damaged header")
-    if header["format"] != SNAPSHOT_FORMAT:
-        raise SnapshotError(f"snapshot data is format {header['format']}; this agentgym reads format {SNAPSHOT_FORMAT}")
-    if len(body) != header["size"]:
-        raise SnapshotError(
-            f"snapshot data is truncated or padded: {len(body)} bytes of body, header says {header['size']}"
-        )
-    if hashlib.sha256(body).hexdigest() != header["sha256"]:
-        raise SnapshotError("snapshot data is corrupt: its checksum does not match")
-    return header, body
 
 
 def _takes_render_mode(init: Callable) -> bool:

@@ -1,4 +1,4 @@
-"""Registering environments under Gymnasium's "agentgym/" namespace: built-ins and their ids, deprecated ids, entry-point plugins, and a one-line description of each.
+"""Registering environments under Gymnasium's "agentgym/" namespace: built-ins and their ids, entry-point plugins, and a one-line description of each.
 
 **Ids.** Every built-in env is ``agentgym/<family>.<name>[-<variant>]-v0``:
 
@@ -11,16 +11,13 @@
 
 So: ``code.humaneval-v0``, ``code.repofix-v0``, ``tool.keychain-v0``, ``tool.calculator-v0``,
 ``tool.bfcl-multi-turn-base-v0``, ``web.shop-v0``, ``web.miniwob.click-test-v0``,
-``gui.desktop-v0``, ``text.babyai-v0``, ``text.scienceworld-v0``. The ids from before this scheme (``HumanEval-v0``, ``BFCL-multi-turn-base-v0``,
-``miniwob.click-test-v0``, ...) stay registered as aliases (:data:`DEPRECATED_IDS`): making one
-makes the same env and warns with a :class:`DeprecationWarning` that names the new id.
+``gui.desktop-v0``, ``text.babyai-v0``, ``text.scienceworld-v0``. No other id is registered: an id that changes is retired, not aliased.
 
-**Where the lists come from.** The families own their lists: the web apps are
-``agentgym.envs.web.apps.APPS``, the BFCL categories ``agentgym.envs.tool.bfcl.CATEGORIES``, the
-MiniWoB++ tasks the pages of the installed ``miniwob`` package. Registration reads them without
-importing those modules (the constants are read from the source as literals, as setuptools reads
-a version), so ``import agentgym`` stays cheap and works without the optional parts installed;
-nothing heavy is imported until ``gymnasium.make``.
+**Where the lists come from.** The web apps and the BFCL categories are plain constants in
+:mod:`agentgym.env_lists`, which the families import too; the MiniWoB++ tasks are the pages of
+the installed ``miniwob`` package, listed without importing it. So ``import agentgym`` imports no
+family and works without the optional parts installed; nothing heavy is imported until
+``gymnasium.make``.
 
 **Plugins.** ``import agentgym`` registers every built-in env and then every plugin: a separately
 installed package declares
@@ -34,38 +31,23 @@ warning and skipped; it never breaks ``import agentgym``.
 
 from __future__ import annotations
 
-import ast
 import importlib
 import importlib.util
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium
 
+from agentgym.env_lists import BFCL_CATEGORIES, WEB_APPS
+
 if TYPE_CHECKING:
     from agentgym.core import AgentEnv
 
 NAMESPACE = "agentgym"
 PLUGIN_GROUP = "agentgym.envs"
-
-
-def _literal(module: str, name: str) -> Any:
-    """The literal assigned to ``name`` in one of agentgym's modules, read from its source without importing it."""
-    path = Path(__file__).parent.joinpath(*module.split(".")[1:])
-    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        targets = (
-            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        )
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and any(
-            isinstance(target, ast.Name) and target.id == name for target in targets
-        ):
-            return ast.literal_eval(node.value)
-    raise LookupError(f"{module} assigns no literal {name}")
 
 
 def _miniwob_tasks() -> list[str]:
@@ -80,8 +62,6 @@ def _miniwob_tasks() -> list[str]:
     return sorted(path.stem for path in folder.glob("*.html"))
 
 
-_BFCL_CATEGORIES: tuple[str, ...] = _literal("agentgym.envs.tool.bfcl", "CATEGORIES")
-_WEB_APPS: tuple[str, ...] = _literal("agentgym.envs.web.apps", "APPS")
 _MINIWOB_TASKS = _miniwob_tasks()
 
 #: Built-in id (without the namespace) → (entry point, keyword arguments).
@@ -95,9 +75,9 @@ BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
     "text.scienceworld-v0": ("agentgym.envs.text.scienceworld:ScienceWorldEnv", {}),
     **{
         f"tool.bfcl-multi-turn-{category}-v0": ("agentgym.envs.tool.bfcl:BFCLMultiTurnEnv", {"category": category})
-        for category in _BFCL_CATEGORIES
+        for category in BFCL_CATEGORIES
     },
-    **{f"web.{app}-v0": ("agentgym.envs.web.app_env:WebAppEnv", {"app": app}) for app in _WEB_APPS},
+    **{f"web.{app}-v0": ("agentgym.envs.web.app_env:WebAppEnv", {"app": app}) for app in WEB_APPS},
     # MiniWoB++: one env per task page of the miniwob package (none when it is not installed).
     **{
         f"web.miniwob.{task}-v0": ("agentgym.envs.web.miniwob:MiniWoBEnv", {"tasks": [task]}) for task in _MINIWOB_TASKS
@@ -108,39 +88,10 @@ BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
 #: built-ins, but with no default tasks, so the checks over every built-in (BUILTIN_ENVS) leave them out.
 #: id -> (entry point, registration kwargs, the argument the caller must give).
 ARGUMENT_ENVS: dict[str, tuple[str, dict[str, Any], str]] = {
-    "code.harbor-v0": ("agentgym.integrations.harbor:HarborEnv", {}, "path"),  # Harbor task directories
+    "code.harbor-v0": ("agentgym.integrations.harbor.env:HarborEnv", {}, "path"),  # Harbor task directories
     # Any OpenEnv server. Not a <family>. id: a server may hold any kind of task.
     "OpenEnv-v0": ("agentgym.integrations.openenv.client_env:OpenEnvEnv", {}, "url"),
 }
-
-#: Ids from before the id scheme (without the namespace) → the id that replaced them.
-DEPRECATED_IDS: dict[str, str] = {
-    "HumanEval-v0": "code.humaneval-v0",
-    "RepoFix-v0": "code.repofix-v0",
-    "Desktop-v0": "gui.desktop-v0",
-    "KeyChain-v0": "tool.keychain-v0",
-    **{f"BFCL-multi-turn-{category}-v0": f"tool.bfcl-multi-turn-{category}-v0" for category in _BFCL_CATEGORIES},
-    **{f"miniwob.{task}-v0": f"web.miniwob.{task}-v0" for task in _MINIWOB_TASKS},
-}
-
-
-@dataclass(frozen=True)
-class DeprecatedId:
-    """The entry point of a deprecated id: warns, then builds what the new id builds (its kwargs, then the caller's)."""
-
-    old_id: str
-    new_id: str
-
-    def __call__(self, **kwargs: Any) -> Any:
-        # stacklevel 3: past gymnasium.make, to the line that asked for the old id.
-        warnings.warn(f"{self.old_id} is deprecated: use {self.new_id}", DeprecationWarning, stacklevel=3)
-        spec = gymnasium.spec(self.new_id)
-        entry_point = spec.entry_point
-        creator = (
-            gymnasium.envs.registration.load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
-        )
-        return creator(**{**spec.kwargs, **kwargs})
-
 
 _plugins_loaded = False
 
@@ -181,19 +132,15 @@ def _same(a: dict, b: dict) -> bool:
 def _name(entry_point) -> str:
     if isinstance(entry_point, str):
         return entry_point
-    if isinstance(entry_point, DeprecatedId):
-        return f"the deprecated alias of {entry_point.new_id}"
     return f"{entry_point.__module__}.{entry_point.__qualname__}"
 
 
 def register_builtin_envs() -> None:
-    """Register every built-in id, and every deprecated id as an alias of its new one."""
+    """Register every built-in id."""
     for name, (entry_point, kwargs) in BUILTIN_ENVS.items():
         register_env(name, entry_point, **kwargs)
     for name, (entry_point, kwargs, _) in ARGUMENT_ENVS.items():
         register_env(name, entry_point, **kwargs)
-    for old, new in DEPRECATED_IDS.items():
-        register_env(old, DeprecatedId(f"{NAMESPACE}/{old}", f"{NAMESPACE}/{new}"))
 
 
 def load_plugins() -> list[str]:
@@ -245,38 +192,23 @@ def _first_sentence(doc: str) -> str:
     return first.split(" (see ", 1)[0].split(": ", 1)[0].split(". ", 1)[0].rstrip(".")
 
 
-def make_env_factory(env_id: str, env_kwargs: dict | None = None, memory: dict | None = None) -> Callable[[], AgentEnv]:
-    """A zero-argument env factory for a registered id or a ``module:Class`` entry point, wrapped for ``memory`` if given.
+def make_env_factory(env_id: str, env_kwargs: dict | None = None) -> Callable[[], AgentEnv]:
+    """A zero-argument env factory for a registered id or a ``module:Class`` entry point.
 
     It imports nothing heavy itself, so processes that only host envs (Ray env workers) use it too.
+    Wrapping (a memory section's ``MemoryConfig.wrap``) is the caller's: registration sits below every layer that wraps.
     """
     kwargs = dict(env_kwargs or {})
     if ":" in env_id and "/" not in env_id.split(":")[0]:
         module, _, name = env_id.partition(":")
         cls = getattr(importlib.import_module(module), name)
-        factory = lambda: cls(**kwargs)  # noqa: E731
-    else:
-        import agentgym  # noqa: F401 - registers the built-in envs
+        return lambda: cls(**kwargs)
+    import agentgym  # noqa: F401 - registers the built-in envs
 
-        # gymnasium.make's wrappers are typed as plain Envs; the runner drives them as AgentEnvs.
-        factory = lambda: cast("AgentEnv", gymnasium.make(env_id, **kwargs))  # noqa: E731
-    if memory is None:
-        return factory
-    from agentgym.memory.config import MemoryConfig
-
-    return MemoryConfig.from_dict(memory).wrap(factory)
+    # gymnasium.make's wrappers are typed as plain Envs; the runner drives them as AgentEnvs.
+    return lambda: cast("AgentEnv", gymnasium.make(env_id, **kwargs))
 
 
-def is_deprecated_id(env_id: str) -> bool:
-    """Whether ``env_id`` is registered as a deprecated alias of another id."""
-    spec = gymnasium.registry.get(env_id)
-    return spec is not None and isinstance(spec.entry_point, DeprecatedId)
-
-
-def registered_env_ids(*, include_deprecated: bool = False) -> list[str]:
-    """Every env id in the agentgym namespace, sorted; deprecated aliases only when asked for."""
-    return sorted(
-        env_id
-        for env_id in gymnasium.registry
-        if env_id.startswith(f"{NAMESPACE}/") and (include_deprecated or not is_deprecated_id(env_id))
-    )
+def registered_env_ids() -> list[str]:
+    """Every env id in the agentgym namespace, sorted."""
+    return sorted(env_id for env_id in gymnasium.registry if env_id.startswith(f"{NAMESPACE}/"))

@@ -7,7 +7,7 @@ Gymnasium's wrappers forward only ``reset``, ``step``, ``render`` and ``close``,
 ``areset``/``astep``/``asnapshot``/``arestore``/``afork``/``aclose`` — names Gymnasium does not
 use; it changes nothing else of Gymnasium. Through a stack of wrappers:
 
-* ``snapshot()`` takes the env's :class:`~agentgym.core.Snapshot` and files each wrapper's own
+* ``snapshot()`` takes the env's :class:`~agentgym.snapshot.Snapshot` and files each wrapper's own
   state with it (TimeLimit's elapsed steps, the episode statistics, the memory context). It is the
   env's snapshot object itself, so reference counting and ``release`` are the env's;
 * ``restore(snapshot)`` restores the env, then each wrapper's state;
@@ -48,13 +48,14 @@ import weakref
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.wrappers import OrderEnforcing, PassiveEnvChecker, RecordEpisodeStatistics, TimeLimit
 
-from agentgym.core import AsyncTwins, Snapshot, SnapshotMismatchError
+from agentgym.core import AsyncTwins, BranchAttributes
+from agentgym.snapshot import Snapshot, SnapshotMismatchError
 
 __all__ = [
     "BranchingWrapper",
@@ -104,14 +105,9 @@ def register_branching(
     names = tuple(attributes)
     _adapters[wrapper_class] = _Adapter(
         capture=lambda wrapper: {name: copy.deepcopy(getattr(wrapper, name)) for name in names},
-        load=_set_attributes,
+        load=BranchAttributes._load_branch_state,  # type: ignore[arg-type]  # sets the named attributes on any object
         rebuild=rebuild or _rebuild_from_saved_kwargs,
     )
-
-
-def _set_attributes(wrapper: gym.Wrapper, state: dict[str, Any]) -> None:
-    for name, value in state.items():
-        setattr(wrapper, name, copy.deepcopy(value))
 
 
 def _rebuild_from_saved_kwargs(wrapper: gym.Wrapper, env: gym.Env) -> gym.Wrapper:
@@ -124,18 +120,17 @@ def _rebuild_from_saved_kwargs(wrapper: gym.Wrapper, env: gym.Env) -> gym.Wrappe
     return type(wrapper)(env, **copy.deepcopy(saved))
 
 
-class BranchingWrapper(AsyncTwins, gym.Wrapper):
+class BranchingWrapper(BranchAttributes, AsyncTwins, gym.Wrapper):
     """Base class of wrappers with state of their own that a snapshot, a restore and a fork must carry.
 
-    A subclass names its per-episode state in :attr:`branch_attributes`, or overrides the three
-    hooks (the names are those of the env families' hooks for the same role). Its constructor's
+    A subclass names its per-episode state in :attr:`branch_attributes`, or overrides
+    ``_branch_state`` and ``_load_branch_state`` (the envs' hooks:
+    :class:`~agentgym.core.BranchAttributes`) and :meth:`_rebuild`. Its constructor's
     arguments (after ``env``) are remembered, so that a fork is the same wrapper over the forked
     env; override :meth:`_rebuild` when an argument must not be passed twice as given (e.g. a
     path the wrapper opened), and :meth:`fork` to mark a fork as one.
     """
 
-    #: Attributes that hold this wrapper's branchable state, deep-copied into snapshots and forks.
-    branch_attributes: ClassVar[tuple[str, ...]] = ()
     _spawn_args: tuple[tuple, dict]
 
     def __new__(cls, *args, **kwargs):
@@ -143,14 +138,6 @@ class BranchingWrapper(AsyncTwins, gym.Wrapper):
         self = super().__new__(cls)
         self._spawn_args = (args[1:], {name: value for name, value in kwargs.items() if name != "env"})
         return self
-
-    def _branch_state(self) -> Any:
-        """This wrapper's state, as a copy that later steps will not change."""
-        return {name: copy.deepcopy(getattr(self, name)) for name in self.branch_attributes}
-
-    def _load_branch_state(self, state: Any) -> None:
-        """Take on ``state`` (made by :meth:`_branch_state`; leave it unchanged, a snapshot may be restored again)."""
-        _set_attributes(self, state)
 
     def _rebuild(self, env: gym.Env) -> BranchingWrapper:
         """The same wrapper (class and constructor arguments) over ``env``."""
@@ -291,7 +278,8 @@ def _install_on_gymnasium_wrapper() -> None:
 
 _install_on_gymnasium_wrapper()
 
-# The wrappers gymnasium.make applies, and the statistics wrapper training loops add.
+# The wrappers gymnasium.make applies, and the statistics wrapper training loops add. Their state is in
+# private attributes (restoring a TimeLimit's count has no public way): hence Gymnasium's exact pin.
 register_branching(TimeLimit, ["_elapsed_steps"])
 register_branching(OrderEnforcing, ["_has_reset"])
 # Its checks ran on the source's first reset and step; a fork must not run them again mid-episode.

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agentgym.rollout.agent import Agent, AgentConfig  # noqa: E402
 from agentgym.rollout.policy import Completion, Policy, SamplingParams  # noqa: E402
 from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig  # noqa: E402
-from tests.envs.counter import CounterEnv  # noqa: E402
+from tests.helpers.counter import CounterEnv  # noqa: E402
 
 REPLY = '<tool_call>{"name": "add", "arguments": {"n": 1}}</tool_call>'
 

@@ -261,7 +261,7 @@ async def _main(args: argparse.Namespace) -> None:
         )
         for name in args.env:
             if name == "counter":
-                from tests.envs.counter import CounterEnv
+                from tests.helpers.counter import CounterEnv
 
                 factory, task_ids = CounterEnv, list(CounterEnv().task_ids())[: args.tasks]
             elif name == "humaneval":

@@ -68,7 +68,7 @@ async def demo(base_url: str, model: Path, workdir: Path) -> None:
             agent,
             make_env,
             RunnerConfig(concurrency=2, store=store),
-            job=lambda agent, env, task: TreeRollout(agent, tree_config).run(env, task.task_id),
+            job=lambda agent, env, request: TreeRollout(agent, tree_config).run(env, request.task_id),
         ).run([EpisodeRequest("HumanEval/0"), EpisodeRequest("HumanEval/1")])
         for tree in trees.records:
             shared = sum(len(tree.path(leaf.id)) for leaf in tree.leaves)

@@ -88,6 +88,18 @@ def docker_ready():
     _assert_no_containers_left()
 
 
+@pytest.fixture(scope="session")
+def desktop_image(docker_ready):
+    """The desktop image's tag; builds it when missing (about two minutes), skips where it cannot be built."""
+    from agentgym.sandbox.base import SandboxUnavailableError
+    from agentgym.sandbox.desktop import build_desktop_image
+
+    try:
+        return build_desktop_image(progress=lambda message: print(f"[agentgym images --desktop] {message}"))
+    except SandboxUnavailableError as exc:
+        pytest.skip(f"desktop image unavailable: {exc}")
+
+
 def _assert_no_containers_left():
     from agentgym.sandbox import engine, labels, pool
 

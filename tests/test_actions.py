@@ -1,6 +1,8 @@
 """Parsing model replies into tool calls: every supported format, every error path, and arbitrary text."""
 
 import json
+import sys
+import threading
 from types import SimpleNamespace
 
 from hypothesis import given, settings
@@ -144,3 +146,43 @@ def test_arbitrary_input_never_raises(reply):
     parsed = parse_action(reply, TOOLS, code_block_tools=CODE)
     assert parsed.error is None or isinstance(parsed.error, str)
     assert all(c.ok or isinstance(c.error, str) for c in parsed.calls)
+
+
+class _Garbage:
+    """A cycle with a finalizer: the collector runs Python code (and may hand the GIL over) wherever it triggers."""
+
+    def __init__(self):
+        self.me = self
+
+    def __del__(self):
+        sum(range(50))
+
+
+def test_replies_parsed_in_many_threads_at_once_all_parse():
+    # Envs parse replies in the runner's worker threads. On CPython < 3.13 two overlapping AST builds
+    # corrupt a shared recursion counter (gh-106905) and a valid call fails with a SystemError; a
+    # garbage collection inside one build (it runs finalizers, which switch threads) makes them overlap.
+    spec = ToolSpec("put", "", {"type": "object", "properties": {"items": {"type": "array"}}})
+    items = list(range(100))  # a long build: collections land inside it
+    errors: list[str] = []
+
+    def parse_many():
+        for _ in range(1000):
+            for _ in range(5):
+                _Garbage()
+            parsed = parse_action(f"put({items})", [spec])
+            if parsed.error is not None or parsed.calls[0].arguments != {"items": items}:
+                errors.append(str(parsed.error))
+                return
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        threads = [threading.Thread(target=parse_many) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors[:3]

@@ -43,7 +43,6 @@ def test_tasks_lists_ids_categories_and_whether_a_reference_solution_exists():
     assert header.split() == ["id", "category", "solution"] and len(rows) == 164
     assert rows[0].split() == ["HumanEval/0", "humaneval", "yes"]
     assert len({row.index(" humaneval ") for row in rows}) == 1  # aligned columns
-    assert run("envs", "tasks", "code.humaneval-v0").stdout == result.stdout  # the older spelling
     assert run("tasks", "web.miniwob.click-test-v0").stdout.splitlines()[1].split() == [
         "click-test",
         "click-test",
@@ -59,15 +58,8 @@ def test_tasks_filters_by_a_word_or_a_glob():
     assert rows and all("cheapest" in row.split()[0] for row in rows)
 
 
-def test_tasks_of_an_old_id_says_the_new_one():
-    result = run("tasks", "KeyChain-v0", "train-1")
-    assert result.returncode == 0 and "agentgym/tool.keychain-v0" in result.stderr
-    assert result.stdout.splitlines()[1].split() == ["train-1", "train", "yes"]
-
-
 def test_tasks_errors_are_one_line():
     _one_line_usage_error(run("tasks", "nope-v0"), "tasks", "nope", "agentgym envs list")
-    _one_line_usage_error(run("envs", "tasks", "nope-v0"), "envs tasks", "nope")
     _one_line_usage_error(run("tasks", "tool.keychain-v0", "zzz"), "tasks", "no task", "'zzz'")
 
 
@@ -213,7 +205,6 @@ def test_other_subcommands_report_usage_errors_in_one_line(tmp_path):
         run("images", "build", "--dockerfile", str(tmp_path / "Dockerfile")), "images build", "no such file"
     )
     _one_line_usage_error(run("envs", "list", "no-such-env"), "envs list", "no registered env id matches")
-    _one_line_usage_error(run("envs", "tasks", "NoSuch-v0"), "envs tasks", "doesn't exist")
     _one_line_usage_error(
         run("memory", "import", str(tmp_path / "m.db"), str(tmp_path / "none.jsonl")), "memory import", "none.jsonl"
     )

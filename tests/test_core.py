@@ -7,8 +7,8 @@ import gymnasium
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from agentgym.core import SnapshotMismatchError, SnapshotReleasedError
-from tests.envs.counter import CounterEnv
+from agentgym.snapshot import SnapshotMismatchError, SnapshotReleasedError
+from tests.helpers.counter import CounterEnv
 
 
 def add(n):
@@ -170,7 +170,7 @@ def test_snapshot_restores_only_into_the_same_kind_and_task(env):
 
     with pytest.raises(SnapshotMismatchError, match="cannot restore into"):
         OtherCounter().restore(snap)
-    assert snap.metadata["kind"] == "tests.envs.counter.CounterEnv" and snap.metadata["turn"] == 0
+    assert snap.metadata["kind"] == "tests.helpers.counter.CounterEnv" and snap.metadata["turn"] == 0
     snap.release()
 
 

@@ -1,7 +1,8 @@
-"""Every package exports its public API: each name in each ``__all__`` resolves; deprecated names warn and resolve to their new home; heavy dependencies load only when used."""
+"""Every package exports its public API: each name in each ``__all__`` resolves without a warning; heavy dependencies load only when used."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import subprocess
 import sys
@@ -11,9 +12,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "agentgym"
-# Not part of the Python API: the vendored RepoFix repositories, and the Tk apps that run inside
-# the desktop container (the host imports only their formula module).
-NOT_API = ("envs/code/tasks", "envs/gui/apps")
+# Not part of the Python API: the Tk apps that run inside the desktop container (the host imports
+# only their formula module).
+NOT_API = ("envs/gui/apps",)
 
 
 def packages() -> list[str]:
@@ -38,37 +39,42 @@ def test_every_name_in_a_packages_all_resolves(name):
     assert hasattr(module, "__all__"), f"{name} has no __all__"
     assert len(set(module.__all__)) == len(module.__all__), f"{name}.__all__ repeats a name"
     with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)  # an exported name is never a deprecated alias
+        warnings.simplefilter("error", DeprecationWarning)  # no exported name is a deprecated one
         missing = [attribute for attribute in module.__all__ if getattr(module, attribute, None) is None]
     assert not missing, f"{name}.__all__ names what it does not have: {missing}"
     assert set(module.__all__) <= set(dir(module))
 
 
-@pytest.mark.parametrize(
-    ("old", "new"),
-    [
-        ("agentgym.rollout:Task", "agentgym.rollout.runner:EpisodeRequest"),
-        ("agentgym.rollout.runner:Task", "agentgym.rollout.runner:EpisodeRequest"),
-        ("agentgym.trainers:tree_turn_advantages", "agentgym.rollout.tree_values:tree_turn_advantages"),
-        ("agentgym.trainers.advantages:tree_turn_advantages", "agentgym.rollout.tree_values:tree_turn_advantages"),
-        ("agentgym.trainers.advantages:hierarchical_values", "agentgym.rollout.tree_values:hierarchical_values"),
-        ("agentgym.trainers.tree_grpo:STATE_FILE", "agentgym.trainers.base:STATE_FILE"),
-        ("agentgym.trainers.tree_grpo:task_dataset", "agentgym.trainers.base:task_dataset"),
-    ],
-)
-def test_a_deprecated_name_warns_and_is_its_new_home(old, new):
-    old_module, _, old_name = old.partition(":")
-    new_module, _, new_name = new.partition(":")
-    with pytest.warns(DeprecationWarning, match=f"{old_module}.{old_name} is deprecated; use {new_module}.{new_name}"):
-        value = getattr(importlib.import_module(old_module), old_name)
-    assert value is getattr(importlib.import_module(new_module), new_name)
+def lazy_packages() -> list[str]:
+    return [name for name in packages() if "lazy_exports(" in _init_file(name).read_text()]
+
+
+def _init_file(package: str) -> Path:
+    return ROOT.parent.joinpath(*package.split("."), "__init__.py")
+
+
+@pytest.mark.parametrize("name", lazy_packages())
+def test_a_lazy_packages_type_checking_imports_are_its_lazy_names(name):
+    """Type checkers and IDEs, which cannot run ``__getattr__``, see every lazy name imported from its module."""
+    tree = ast.parse(_init_file(name).read_text())
+    [block] = [node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"]
+    imported = {
+        alias.asname or alias.name: node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    module = importlib.import_module(name)
+    lazy = module._EXPORTS if hasattr(module, "_EXPORTS") else module._LAZY
+    assert imported == {export: f"{name}.{submodule}" for export, submodule in lazy.items()}
 
 
 def test_an_unknown_name_is_an_attribute_error():
     import agentgym.rollout
 
-    with pytest.raises(AttributeError, match="module 'agentgym.rollout' has no attribute 'Nope'"):
-        agentgym.rollout.Nope  # noqa: B018
+    # One Task type, agentgym.Task: the rollout package's request type is EpisodeRequest, under no other name.
+    with pytest.raises(AttributeError, match="module 'agentgym.rollout' has no attribute 'Task'"):
+        agentgym.rollout.Task  # noqa: B018
 
 
 def _imported_after(code: str) -> set[str]:

@@ -4,7 +4,7 @@ import signal
 import sys
 import time
 
-from tests.serving import LoggedProcess
+from tests.helpers.serving import LoggedProcess
 
 # 1 MiB in 4 KiB writes: sixteen times a pipe's buffer, which blocked OpenEnv's server mid-run in CI.
 CHATTY = "import sys\nfor _ in range(256): sys.stdout.write('x' * 4095 + '\\n'); sys.stdout.flush()\nprint('done')"

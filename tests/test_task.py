@@ -7,7 +7,7 @@ import agentgym
 from agentgym import Task
 from agentgym.envs.tool import ToolEnv
 from agentgym.task import call_text, resolve_step, run_solution
-from tests.envs.counter import CounterEnv
+from tests.helpers.counter import CounterEnv
 
 
 def test_a_reference_solution_is_given_built_on_demand_or_absent():
@@ -84,10 +84,3 @@ def test_run_solution_reports_a_step_that_fails():
     with pytest.raises(AssertionError, match="step 0"):
         run_solution(env, "train-0", ["not a call"])
     env.close()
-
-
-def test_the_desktop_task_definitions_old_name_still_works_with_a_warning():
-    from agentgym.envs.gui import tasks as desktop_tasks
-
-    with pytest.warns(DeprecationWarning, match="use DesktopTask"):
-        assert desktop_tasks.Task is desktop_tasks.DesktopTask

@@ -239,7 +239,7 @@ def test_memory_wrapper_over_the_standard_stack_forks_as_one_stack(tmp_path):
 
 @pytest.mark.docker
 def test_a_docker_env_forks_through_the_standard_stack_and_episode_statistics_like_a_replay(docker_ready):
-    from tests.tool_calls import call
+    from tests.helpers.tool_calls import call
 
     first, then = call("bash", command="cd /tmp && echo one > a"), call("bash", command="pwd; cat a")
     env = RecordEpisodeStatistics(gymnasium.make("agentgym/code.humaneval-v0", max_episode_steps=3))
@@ -358,23 +358,10 @@ def test_a_wrapped_web_env_records_screenshots_and_forks_with_the_wrapper():
 
 
 @pytest.mark.browser
-def test_the_deprecated_record_screenshots_flag_warns_and_still_records():
-    with pytest.warns(DeprecationWarning, match="RecordScreenshots"):
-        env = gymnasium.make("agentgym/web.shop-v0", record_screenshots=True)
-    try:
-        env.reset(options={"task_id": env.unwrapped.task_ids()[0]})
-        info = env.step("noop()")[4]
-        width, height = env.unwrapped.screen_size
-        assert png_pixels(info["screenshot"]).shape == (height, width, 3)
-    finally:
-        env.close()
-
-
-@pytest.mark.browser
 def test_the_eval_harness_wraps_only_the_envs_that_render_images():
     from agentgym.eval.harness import _env_factory, _renders_rgb_array
 
-    assert _renders_rgb_array("agentgym/web.shop-v0") and _renders_rgb_array("agentgym/miniwob.click-test-v0")
+    assert _renders_rgb_array("agentgym/web.shop-v0") and _renders_rgb_array("agentgym/web.miniwob.click-test-v0")
     assert not _renders_rgb_array(KEYCHAIN)
     env = _env_factory(KEYCHAIN, {"max_turns": 3}, screenshots=True)()  # run as it is
     assert not isinstance(env, RecordScreenshots) and env.render_mode is None

@@ -1,4 +1,4 @@
-"""Scale-out on a Ray cluster: env workers on every node, remote envs, policy replicas with weight sync, a shared memory bank.
+"""Scale-out on a Ray cluster: env workers on every node, remote envs, policy replicas with weight sync.
 
 One machine stays the embedded default: nothing here is imported (and Ray is not needed) unless a
 trainer's ``rollout_backend: ray``, ``agentgym eval --ray`` or user code asks for it. The parts:
@@ -9,11 +9,22 @@ trainer's ``rollout_backend: ray``, ``agentgym eval --ray`` or user code asks fo
   :mod:`~agentgym.distributed.env_pool` — Ray actors hosting envs, the client-side env that speaks
   the AgentEnv contract, and the pool that places envs and forks on workers;
 * :mod:`~agentgym.distributed.replicas` — ``agentgym serve`` replicas as Ray actors and the
-  policy that balances over them and pushes new weights;
-* :mod:`~agentgym.distributed.memory` — one memory bank for every worker of a run.
+  policy that balances over them and pushes new weights.
+
+The cluster's one memory bank for every worker of a run lives with the memory layer
+(:mod:`agentgym.memory.remote`), which builds on this one.
 """
 
+from typing import TYPE_CHECKING
+
 from agentgym._lazy import lazy_exports
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
+    from agentgym.distributed.cluster import RESOURCES, ClusterUnavailableError, connect
+    from agentgym.distributed.env_pool import EnvPool
+    from agentgym.distributed.env_worker import EnvWorker
+    from agentgym.distributed.remote_env import EnvWorkerLost, RemoteEnv
+    from agentgym.distributed.replicas import PolicyReplicas, ReplicaPolicy
 
 _EXPORTS = {
     "ClusterUnavailableError": "cluster",
@@ -25,8 +36,6 @@ _EXPORTS = {
     "EnvPool": "env_pool",
     "PolicyReplicas": "replicas",
     "ReplicaPolicy": "replicas",
-    "BankActor": "memory",
-    "RemoteBank": "memory",
 }
 
 __all__ = sorted(_EXPORTS)

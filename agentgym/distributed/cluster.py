@@ -86,11 +86,9 @@ def env_resource(env_id: str) -> str | None:
     if ":" in env_id and "/" not in env_id.split(":")[0]:
         module = env_id.partition(":")[0]
     else:
-        from agentgym.registration import DEPRECATED_IDS  # importing it registers the built-in ids
+        import agentgym  # noqa: F401 - registers the built-in ids
 
-        name = env_id.removeprefix("agentgym/")
-        spec = gymnasium.spec("agentgym/" + DEPRECATED_IDS[name] if name in DEPRECATED_IDS else env_id)
-        entry = spec.entry_point
+        entry = gymnasium.spec(env_id).entry_point
         module = entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
     return next((res for family, res in RESOURCES.items() if module == family or module.startswith(family + ".")), None)
 

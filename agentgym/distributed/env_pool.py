@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -77,7 +78,8 @@ class EnvPool:
         env_kwargs: constructor arguments of every env.
         workers: how many EnvWorker actors to start (None: one per node that can host the family).
         envs_per_worker: how many envs one worker hosts at once.
-        memory: a memory config mapping: every env is wrapped for it on its worker, as a trainer's are.
+        wrap: applied on each worker to the env factory there (every env is made by what it returns), e.g. a
+            memory section's ``MemoryConfig.wrap``; a callable with a stable repr (it keys the workers' templates).
         resources: extra Ray resources each worker asks for (e.g. a custom one that pins them to some nodes).
         placement_timeout: seconds ``pool()`` and forks wait for a place when every live worker is full.
     """
@@ -89,7 +91,7 @@ class EnvPool:
         *,
         workers: int | None = None,
         envs_per_worker: int = 8,
-        memory: dict | None = None,
+        wrap: Callable[[Callable[[], Any]], Callable[[], Any]] | None = None,
         resources: dict[str, float] | None = None,
         placement_timeout: float = 60.0,
     ):
@@ -99,7 +101,7 @@ class EnvPool:
             raise ValueError(f"envs_per_worker must be at least 1, got {envs_per_worker}")
         connect()
         self.env_id = env_id
-        self.spec = (env_id, dict(env_kwargs or {}), memory)
+        self.spec = (env_id, dict(env_kwargs or {}), wrap)
         self.envs_per_worker = envs_per_worker
         self.placement_timeout = placement_timeout
         needs = {**worker_resources(env_id), **(resources or {})}
@@ -127,11 +129,11 @@ class EnvPool:
     # ------------------------------------------------------------------ the factory
     def __call__(self) -> RemoteEnv:
         """A new RemoteEnv on the least-loaded live worker (waits for a place when all are full)."""
-        env_id, env_kwargs, memory = self.spec
+        env_id, env_kwargs, wrap = self.spec
         while True:
             slot = self._reserve(lambda free: min(free, key=lambda s: s.load))
             try:
-                opened = ray.get(slot.actor.open.remote(env_id, env_kwargs, memory))
+                opened = ray.get(slot.actor.open.remote(env_id, env_kwargs, wrap))
             except _LOST:
                 self._released(slot, None)
                 self._mark_lost(slot.actor_id)

@@ -1,7 +1,8 @@
 """EnvWorker: a Ray async actor that hosts many envs of any registered id on its node and serves the AgentEnv contract by handle.
 
 A worker is one process on one node. It makes envs with
-:func:`~agentgym.registration.make_env_factory` (so ``memory=`` wraps them as a trainer's do) on
+:func:`~agentgym.registration.make_env_factory`, wrapped by the spec's ``wrap`` if it has one (a trainer's
+memory section wraps them as a trainer's own are: the caller, a higher layer, passes ``MemoryConfig.wrap``), on
 that node's Docker engine and browser, and keeps them and their snapshots in a table keyed by
 handle and snapshot id; :class:`~agentgym.distributed.remote_env.RemoteEnv` is the client side.
 Every env method runs in the shared env thread pool (the env's async twins), so slow steps of
@@ -27,6 +28,7 @@ import logging
 import os
 import random
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from agentgym.extras import requires
@@ -43,7 +45,9 @@ class UnknownHandleError(LookupError):
     """A handle or snapshot id this worker process does not know: closed, released, or made by the process before a restart."""
 
 
-Spec = tuple[str, dict, "dict | None"]  # (env_id, env_kwargs, memory): what make_env_factory makes
+# (env_id, env_kwargs, wrap): what make_env_factory makes, then wraps. ``wrap`` travels pickled to the worker and
+# keys its templates by repr, so it is a callable with a stable repr (a bound method of a dataclass such as MemoryConfig.wrap).
+Spec = tuple[str, dict, "Callable[[Callable[[], Any]], Callable[[], Any]] | None"]
 
 
 class _Hosted:
@@ -80,9 +84,9 @@ class EnvWorker:
         self._reaped = _reap_dead_owners()
 
     # ------------------------------------------------------------------ envs
-    async def open(self, env_id: str, env_kwargs: dict | None = None, memory: dict | None = None) -> dict:
-        """Make an env of ``env_id`` here; returns its handle and description (spaces, spec, kind, metadata, render mode)."""
-        spec: Spec = (env_id, dict(env_kwargs or {}), memory)
+    async def open(self, env_id: str, env_kwargs: dict | None = None, wrap: Any = None) -> dict:
+        """Make an env of ``env_id`` here (wrapped by ``wrap``); returns its handle and description (spaces, spec, kind, metadata, render mode)."""
+        spec: Spec = (env_id, dict(env_kwargs or {}), wrap)
         env = await asyncio.to_thread(_make, spec)
         return self._host(env, spec)
 
@@ -140,17 +144,17 @@ class EnvWorker:
         return await asyncio.to_thread(kept.source.env.export_snapshot, kept.snapshot)
 
     async def import_snapshot(
-        self, h_or_env_id: int | str, data: bytes, env_kwargs: dict | None = None, memory: dict | None = None
+        self, h_or_env_id: int | str, data: bytes, env_kwargs: dict | None = None, wrap: Any = None
     ) -> int:
         """A snapshot here from :meth:`export_snapshot`'s bytes; returns its id.
 
         It is imported into env ``h`` (an int), or into this worker's template env of
-        ``(env_id, env_kwargs, memory)`` (made once, never reset), from which :meth:`fork` then makes envs.
+        ``(env_id, env_kwargs, wrap)`` (made once, never reset), from which :meth:`fork` then makes envs.
         """
         if isinstance(h_or_env_id, int):
             target = self._hosted(h_or_env_id)
         else:
-            target = await self._template((h_or_env_id, dict(env_kwargs or {}), memory))
+            target = await self._template((h_or_env_id, dict(env_kwargs or {}), wrap))
         snap = await asyncio.to_thread(target.env.import_snapshot, data)
         return self._keep(snap, target)["id"]
 
@@ -233,8 +237,9 @@ _CALLABLE = frozenset({"tasks", "task_ids", "tools", "render", "parse"})
 def _make(spec: Spec) -> Any:
     from agentgym.registration import make_env_factory
 
-    env_id, env_kwargs, memory = spec
-    return make_env_factory(env_id, env_kwargs, memory)()
+    env_id, env_kwargs, wrap = spec
+    factory = make_env_factory(env_id, env_kwargs)
+    return (factory if wrap is None else wrap(factory))()
 
 
 def _reap_dead_owners() -> dict:

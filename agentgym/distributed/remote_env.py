@@ -7,7 +7,7 @@ observations (``"text"``, an ``"image"`` array) and infos travel through Ray's o
 ``Runner``, ``TreeRollout``, the eval harness and wrappers (the memory wrapper) use it unchanged;
 ``unwrapped`` is the RemoteEnv itself.
 
-Its snapshots are :class:`~agentgym.core.Snapshot` objects whose payload names the worker and
+Its snapshots are :class:`~agentgym.snapshot.Snapshot` objects whose payload names the worker and
 the snapshot id there; releasing the last reference tells the worker (without waiting). A fork
 is placed by the env's :class:`~agentgym.distributed.env_pool.EnvPool` (same worker, else same
 node, else another node with the snapshot exported and imported); without a pool it stays on
@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentgym.actions import ParsedAction, ToolSpec
-from agentgym.core import AgentEnv, Snapshot, SnapshotError
+from agentgym.core import AgentEnv
 from agentgym.distributed.env_worker import UnknownHandleError
 from agentgym.extras import requires
+from agentgym.snapshot import Snapshot, SnapshotError
 from agentgym.task import Task
 
 with requires("distributed"):
@@ -348,8 +349,8 @@ class RemoteEnv(AgentEnv):
             return self._call_on(target, "fork", None, remote.snap_id), None
         # The bytes go from the source worker's object store to the target's; this process never holds them.
         data = self._call_on(remote.slot, "export_snapshot", remote.snap_id)
-        env_id, env_kwargs, memory = self.pool.spec if self.pool is not None else (self.kind, None, None)
-        imported = self._call_on(target, "import_snapshot", env_id, data, env_kwargs, memory)
+        env_id, env_kwargs, wrap = self.pool.spec if self.pool is not None else (self.kind, None, None)
+        imported = self._call_on(target, "import_snapshot", env_id, data, env_kwargs, wrap)
         return self._call_on(target, "fork", None, imported), imported
 
     def _forked(self, target: WorkerSlot, opened: dict, task_id: str | None, turn: int) -> RemoteEnv:

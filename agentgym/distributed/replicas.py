@@ -1,7 +1,7 @@
 """``agentgym serve`` replicas as Ray actors (each an HTTP server on its node) and the policy that balances over them and pushes new weights.
 
 :class:`PolicyReplicas` starts ``replicas`` actors spread over the cluster's nodes; each loads an
-:class:`~agentgym.rollout.hf_policy.HFPolicy` and serves it with :func:`agentgym.rollout.server.make_app`
+:class:`~agentgym.rollout.hf_policy.HFPolicy` and serves it with :func:`agentgym.serve.make_app`
 on a free port of its node's address (:attr:`PolicyReplicas.urls`). Any OpenAI-compatible client
 can use them; :meth:`PolicyReplicas.policy` gives a :class:`ReplicaPolicy`, an
 :class:`~agentgym.rollout.openai_policy.OpenAIPolicy` in token mode over every replica.
@@ -75,7 +75,7 @@ class _ReplicaServer:
         """Serve on a free port of this node's address; returns the URL and where it runs."""
         from aiohttp import web
 
-        from agentgym.rollout.server import make_app
+        from agentgym.serve import make_app
 
         self.runner = web.AppRunner(make_app(self.policy, self.name))
         await self.runner.setup()

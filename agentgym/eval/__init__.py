@@ -5,7 +5,15 @@ parts: :func:`load_suite` (a built-in suite or a YAML file), :func:`evaluate` (t
 the metrics (pure functions) and the report. Names load on first use.
 """
 
+from typing import TYPE_CHECKING
+
 from agentgym._lazy import lazy_exports
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
+    from agentgym.eval.harness import PolicyUnavailableError, evaluate, load_results
+    from agentgym.eval.metrics import bootstrap_ci, compare, mean_pass_at_k, pass_at_k, per_task, summarize
+    from agentgym.eval.report import compare_report, write_report
+    from agentgym.eval.suites import Suite, load_suite
 
 _EXPORTS = {
     "Suite": "suites",

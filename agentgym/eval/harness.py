@@ -56,7 +56,7 @@ in this process). Results, resume and report are those of a local run: the runne
 and the results file are the same, only the envs are remote. An env worker that dies mid-episode
 makes that episode an env failure, retried on another worker (its ``failures`` say so). With
 ``memory``, every worker's envs read and write one bank, the cluster's
-(:mod:`agentgym.distributed.memory`).
+(:mod:`agentgym.memory.remote`).
 """
 
 from __future__ import annotations
@@ -434,7 +434,7 @@ def _cluster_env_factory(
         kwargs,
         workers=ray.env_workers,
         envs_per_worker=ray.envs_per_worker,
-        memory=None if memory is None else memory.on_cluster().to_dict(),
+        wrap=None if memory is None else memory.on_cluster().wrap,
     ) as pool:
         yield pool if record is None else (lambda: record(pool()))
 
@@ -469,17 +469,12 @@ def _takes_option(creator: Any, name: str) -> bool:
 
 
 def _env_creator(env_id: str) -> Any:
-    """The class (or function) registered as ``env_id``, found without making an env (deprecated ids followed)."""
+    """The class (or function) registered as ``env_id``, found without making an env."""
     import gymnasium
     from gymnasium.envs.registration import load_env_creator
 
-    from agentgym.registration import DeprecatedId
-
     entry_point = gymnasium.spec(env_id).entry_point
-    creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
-    if isinstance(creator, DeprecatedId):
-        return _env_creator(creator.new_id)
-    return creator
+    return load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
 
 
 def _renders_rgb_array(env_id: str) -> bool:

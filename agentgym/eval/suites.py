@@ -27,6 +27,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -87,8 +88,8 @@ class Suite:
     tasks: tuple[SuiteTask, ...]
 
     def __post_init__(self):
-        seen: set[str] = set()
-        duplicates = {t.task_id for t in self.tasks if t.task_id in seen or seen.add(t.task_id)}
+        counts = Counter(t.task_id for t in self.tasks)
+        duplicates = {task_id for task_id, count in counts.items() if count > 1}
         if duplicates:
             raise ValueError(f"suite {self.name!r} lists these task ids more than once: {sorted(duplicates)[:5]}")
 

@@ -6,7 +6,19 @@ config's ``memory:`` section. Names load on first use (the store needs numpy, va
 the default embedder ONNX Runtime or sentence-transformers).
 """
 
+from typing import TYPE_CHECKING
+
 from agentgym._lazy import lazy_exports
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
+    from agentgym.memory.bank import MemoryBank, Retrieval, Skill
+    from agentgym.memory.config import MemoryConfig
+    from agentgym.memory.embeddings import Embedder, OnnxEmbedder, SentenceTransformerEmbedder, default_embedder
+    from agentgym.memory.induction import EpisodeRecord, PolicySummarizer, RuleBasedDistiller, SkillDraft
+    from agentgym.memory.remote import BankActor, RemoteBank
+    from agentgym.memory.store import Entry, MemoryStore
+    from agentgym.memory.validation import GainEstimate, admit_candidates, paired_gain, validate_candidate
+    from agentgym.memory.wrapper import MemoryWrapper
 
 _EXPORTS = {
     "Entry": "store",
@@ -28,6 +40,8 @@ _EXPORTS = {
     "validate_candidate": "validation",
     "MemoryWrapper": "wrapper",
     "MemoryConfig": "config",
+    "BankActor": "remote",
+    "RemoteBank": "remote",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -15,9 +15,9 @@ Every env the runner makes is then wrapped in a :class:`~agentgym.memory.wrapper
 over one bank per process (the store handles concurrent writers across processes).
 
 ``shared: true`` is for runs on a Ray cluster, whose env workers run on several machines: every
-env, on any node, is wrapped over a :class:`~agentgym.distributed.memory.RemoteBank` to the one
-:class:`~agentgym.distributed.memory.BankActor` that owns the store at ``path`` on the head node
-(created by the first process that asks, found by every other; see :mod:`agentgym.distributed.memory`).
+env, on any node, is wrapped over a :class:`~agentgym.memory.remote.RemoteBank` to the one
+:class:`~agentgym.memory.remote.BankActor` that owns the store at ``path`` on the head node
+(created by the first process that asks, found by every other; see :mod:`agentgym.memory.remote`).
 The path is then the head node's, so read mode's check that the store exists happens there, when
 the bank opens. A process not yet on a cluster joins the one ``ray start`` runs on its machine.
 """
@@ -36,7 +36,7 @@ from agentgym.memory.wrapper import MODES
 from agentgym.sections import from_section
 
 if TYPE_CHECKING:
-    from agentgym.distributed.memory import RemoteBank
+    from agentgym.memory.remote import RemoteBank
 
 __all__ = ["MemoryConfig"]
 
@@ -76,16 +76,12 @@ class MemoryConfig:
         """This section for a run's envs on a Ray cluster: ``shared``, and the path made absolute (the head node opens it)."""
         return dataclasses.replace(self, path=str(Path(self.path).resolve()), shared=True)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The section as a mapping, as :meth:`from_dict` reads it (it travels to env workers as such)."""
-        return dataclasses.asdict(self)
-
     def open_bank(self) -> MemoryBank | RemoteBank:
         """The bank this section names: this process's MemoryBank of the store, or (``shared``) a RemoteBank to the cluster's."""
         if not self.shared:
             return MemoryBank(self.path, read_only=self.mode == "read")
         from agentgym.distributed.cluster import connect
-        from agentgym.distributed.memory import RemoteBank
+        from agentgym.memory.remote import RemoteBank
 
         connect("auto")
         return RemoteBank(self.path, read_only=self.mode == "read")

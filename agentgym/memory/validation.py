@@ -103,16 +103,16 @@ async def validate_candidate(
     bank: MemoryBank,
     agent: Agent,
     env_factory: Callable[[], AgentEnv],
-    tasks: Sequence[EpisodeRequest],
+    requests: Sequence[EpisodeRequest],
     *,
     confidence: float = 0.9,
     concurrency: int = 8,
     **wrapper_options,
 ) -> GainEstimate:
-    """Run ``tasks`` twice — retrieval from ``bank`` alone, and the same plus ``candidate`` — and estimate the gain.
+    """Run ``requests`` twice — retrieval from ``bank`` alone, and the same plus ``candidate`` — and estimate the gain.
 
     Both groups read the bank without writing (``mode="read"``), so they see the same retrieved
-    context; ``tasks`` should carry seeds, which both groups reuse, so that pair i is the same
+    context; ``requests`` should carry seeds, which both groups reuse, so that pair i is the same
     (task, seed). ``wrapper_options`` go to both groups' :class:`~agentgym.memory.wrapper.MemoryWrapper`.
     Episodes that ended in an env error are left out of the pairs (they say nothing about the skill).
     """
@@ -124,7 +124,7 @@ async def validate_candidate(
             return MemoryWrapper(env_factory(), bank, mode="read", extra_skills=extra, **wrapper_options)
 
         runner = Runner(agent, factory, RunnerConfig(concurrency=concurrency, progress=False))
-        result = await runner.run(list(tasks))
+        result = await runner.run(list(requests))
         return {
             (r.task_id, r.metadata.get("seed"), r.metadata.get("repeat")): r.reward
             for r in result.records
@@ -144,7 +144,7 @@ async def admit_candidates(
     bank: MemoryBank,
     agent: Agent,
     env_factory: Callable[[], AgentEnv],
-    tasks: Sequence[EpisodeRequest],
+    requests: Sequence[EpisodeRequest],
     *,
     margin: float = 0.0,
     confidence: float = 0.9,
@@ -163,7 +163,7 @@ async def admit_candidates(
             bank,
             agent,
             env_factory,
-            tasks,
+            requests,
             confidence=confidence,
             concurrency=concurrency,
             **wrapper_options,

@@ -44,13 +44,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 
-from agentgym.core import AgentEnv, Snapshot
+from agentgym.core import AgentEnv
 from agentgym.memory.bank import MemoryBank, Retrieval
 from agentgym.memory.induction import EpisodeRecord, SkillDraft, family_of, step_entry
+from agentgym.snapshot import Snapshot
 from agentgym.wrappers import BranchingWrapper
 
 if TYPE_CHECKING:
-    from agentgym.distributed.memory import RemoteBank
+    from agentgym.memory.remote import RemoteBank
 
 __all__ = ["MODES", "MemoryWrapper"]
 
@@ -83,7 +84,7 @@ class MemoryWrapper(BranchingWrapper):
     Args:
         env: an :class:`~agentgym.core.AgentEnv`, or a stack of wrappers over one (``gymnasium.make``).
         bank: a :class:`MemoryBank` (shared by every wrapped env), a
-            :class:`~agentgym.distributed.memory.RemoteBank` (a Ray cluster's), or a store path.
+            :class:`~agentgym.memory.remote.RemoteBank` (a Ray cluster's), or a store path.
         mode: ``"read"`` (retrieve only) or ``"learn"`` (retrieve, then write episodes and skill usage).
         k_skills: how many skills go into the prompt.
         k_episodes: how many episode memories go into the prompt.

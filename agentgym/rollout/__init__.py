@@ -4,7 +4,38 @@ Names are imported lazily so that ``import agentgym.rollout`` does not pull in t
 transformers or aiohttp until a class that needs them is used.
 """
 
+from typing import TYPE_CHECKING
+
 from agentgym._lazy import lazy_exports
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
+    from agentgym.rollout.agent import Agent, AgentConfig, Episode, EpisodeCheckpoint, FoldPolicy
+    from agentgym.rollout.chat import ChatFormat, TemplateError, check_prefix_preserving
+    from agentgym.rollout.hf_policy import HFPolicy
+    from agentgym.rollout.images import ImageConfig, ImageRejectedError
+    from agentgym.rollout.openai_policy import OpenAIPolicy
+    from agentgym.rollout.policy import Completion, Policy, PolicyError, SamplingParams
+    from agentgym.rollout.runner import (
+        EpisodeRequest,
+        Failure,
+        Job,
+        PendingEpisode,
+        Runner,
+        RunnerConfig,
+        RunResult,
+        RunStats,
+    )
+    from agentgym.rollout.store import TrajectoryStore, records_from_dataset, records_to_dataset, sequences_to_dataset
+    from agentgym.rollout.trajectory import RolloutTree, TrainingSequence, Trajectory, TreeNode, Turn
+    from agentgym.rollout.tree import SuccessPredictor, TreeConfig, TreeRollout
+    from agentgym.rollout.tree_values import (
+        assign_values,
+        node_values,
+        prefix_sharing_saving,
+        turn_advantages,
+        usable_returns,
+    )
+    from agentgym.rollout.vision import VisionChatFormat
 
 _EXPORTS = {
     "Agent": "agent",
@@ -48,10 +79,9 @@ _EXPORTS = {
     "records_from_dataset": "store",
     "records_to_dataset": "store",
     "sequences_to_dataset": "store",
-    "make_app": "server",
     "VisionChatFormat": "vision",
 }
 
 __all__ = sorted(_EXPORTS)
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, deprecated={"Task": "agentgym.rollout.runner:EpisodeRequest"})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

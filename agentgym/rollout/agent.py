@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from agentgym.actions import describe_tools, tool_specs_from_openai
-from agentgym.core import AgentEnv, Snapshot, SnapshotReleasedError
+from agentgym.core import AgentEnv
 from agentgym.rollout.chat import Message
 from agentgym.rollout.images import (
     ImageConfig,
@@ -65,6 +65,7 @@ from agentgym.rollout.images import (
 )
 from agentgym.rollout.policy import Completion, Policy, SamplingParams
 from agentgym.rollout.trajectory import Trajectory, Turn
+from agentgym.snapshot import Snapshot, SnapshotReleasedError
 
 __all__ = ["Agent", "AgentConfig", "Episode", "EpisodeCheckpoint", "FoldPolicy", "DEFAULT_SYSTEM_PROMPT", "json_safe"]
 
@@ -217,7 +218,7 @@ class Episode:
 class EpisodeCheckpoint:
     """An episode frozen at a turn boundary (:meth:`Episode.checkpoint`): fork it into live episodes, then release it.
 
-    It owns one reference to the env :class:`~agentgym.core.Snapshot` until :meth:`release`.
+    It owns one reference to the env :class:`~agentgym.snapshot.Snapshot` until :meth:`release`.
     Forking uses the source env only as a factory (its class and configuration), so it works
     after that env has taken more turns or been closed, as long as it was not reset to another task.
     """

@@ -23,6 +23,7 @@ import asyncio
 import concurrent.futures
 import math
 import queue
+import random
 import threading
 import time
 from collections.abc import Sequence
@@ -94,6 +95,9 @@ class HFPolicy(Policy):
             join its batch.
         version: the initial weights version.
         name: a label for logs; defaults to the model directory's name.
+        seed: where the generators of requests without ``SamplingParams.seed`` get their seeds: a
+            ``random.Random(seed)`` drawn once per request, in the order the worker takes them (a
+            trainer passes its ``seed``, so a run's samples repeat); ``None``: from OS entropy.
 
     Sampling (per request, within one batch): ``temperature=0`` is greedy; otherwise logits are
     divided by the temperature, then top-k and then top-p (over the renormalised top-k mass) are
@@ -129,6 +133,7 @@ class HFPolicy(Policy):
         batch_wait_ms: float = 5.0,
         version: int = 0,
         name: str | None = None,
+        seed: int | None = None,
     ):
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
@@ -148,6 +153,7 @@ class HFPolicy(Policy):
             batch_wait_ms=batch_wait_ms,
             version=version,
             name=name or Path(model_path).name,
+            seed=seed,
         )
 
     @classmethod
@@ -161,6 +167,7 @@ class HFPolicy(Policy):
         batch_wait_ms: float = 5.0,
         version: int = 0,
         name: str | None = None,
+        seed: int | None = None,
     ) -> HFPolicy:
         """Wrap an in-memory model (a trainer sharing its model with the policy); it stays on its device.
 
@@ -174,6 +181,7 @@ class HFPolicy(Policy):
             batch_wait_ms=batch_wait_ms,
             version=version,
             name=name,
+            seed=seed,
         )
         return policy
 
@@ -187,6 +195,7 @@ class HFPolicy(Policy):
         batch_wait_ms: float,
         version: int,
         name: str | None,
+        seed: int | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
@@ -223,6 +232,7 @@ class HFPolicy(Policy):
         self._state_lock = threading.Lock()  # orders enqueues against close
         self._worker: threading.Thread | None = None
         self._closed = False
+        self._seeds = None if seed is None else random.Random(seed)  # drawn only by the worker thread
 
     # --- public API ------------------------------------------------------------------------
 
@@ -496,10 +506,12 @@ class HFPolicy(Policy):
         if sampling.temperature == 0:
             return None
         generator = torch.Generator(device=self.device)
-        if sampling.seed is None:
-            generator.seed()
-        else:
+        if sampling.seed is not None:
             generator.manual_seed(sampling.seed)
+        elif self._seeds is not None:
+            generator.manual_seed(self._seeds.getrandbits(63))
+        else:
+            generator.seed()
         return generator
 
     def _sample(self, logits: torch.Tensor, rows: list[_Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list]:

@@ -4,7 +4,7 @@
 workers. Each worker takes the next task, borrows an env from the runner's pool (made by the
 factory on demand, reset rather than re-created between episodes) and runs a **job** on it: by
 default one linear episode, driven turn by turn with :meth:`Agent.start`/``sample``/``apply``;
-any ``job(agent, env, task) -> Trajectory | RolloutTree`` (e.g. a tree rollout) plugs in the same
+any ``job(agent, env, request) -> Trajectory | RolloutTree`` (e.g. a tree rollout) plugs in the same
 way. The policy sees up to ``concurrency`` requests at once and batches them.
 
 Failures are records, never silent drops:
@@ -19,7 +19,7 @@ Failures are records, never silent drops:
 Every failed attempt is listed in :attr:`RunResult.failures` and in the final record's
 ``metadata["failures"]``. Any other exception from a job counts as an env failure.
 
-**Partial rollouts** (APRIL): ``run(tasks, target=N)`` over-provisions — it works on all tasks —
+**Partial rollouts** (APRIL): ``run(requests, target=N)`` over-provisions — it works on all tasks —
 and returns as soon as N records are finished. Linear episodes still running are paused at a
 turn boundary: a sample in flight is abandoned (its tokens are re-sampled later; the env never
 saw it), an env step in flight is allowed to finish (abandoning it would leave the env ahead of
@@ -45,7 +45,6 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from agentgym._lazy import lazy_exports
 from agentgym.core import AgentEnv
 from agentgym.rollout.agent import Agent, Episode
 from agentgym.rollout.policy import PolicyError
@@ -55,9 +54,6 @@ from agentgym.rollout.trajectory import RolloutTree, Trajectory
 __all__ = ["Failure", "Job", "PendingEpisode", "RunResult", "RunStats", "Runner", "RunnerConfig", "EpisodeRequest"]
 
 logger = logging.getLogger(__name__)
-
-# ``Task`` was this module's name for an episode request; ``agentgym.Task`` is now a task definition.
-__getattr__, __dir__ = lazy_exports(__name__, deprecated={"Task": f"{__name__}:EpisodeRequest"})
 
 
 @dataclass(frozen=True)
@@ -120,9 +116,9 @@ class RunnerConfig:
 
 @dataclass(frozen=True)
 class Failure:
-    """One failed attempt at a task: ``kind`` is ``"env"``, ``"policy"`` or ``"timeout"``; ``attempt`` counts from 1."""
+    """One failed attempt at a request: ``kind`` is ``"env"``, ``"policy"`` or ``"timeout"``; ``attempt`` counts from 1."""
 
-    task: EpisodeRequest
+    request: EpisodeRequest
     attempt: int
     kind: str
     error: str
@@ -133,9 +129,9 @@ class Failure:
 
 @dataclass
 class PendingEpisode:
-    """A task not finished when a call returned: paused at a turn boundary (``episode`` set, its env open) or not started."""
+    """A request not finished when a call returned: paused at a turn boundary (``episode`` set, its env open) or not started."""
 
-    task: EpisodeRequest
+    request: EpisodeRequest
     episode: Episode | None = None
     failures: list[Failure] = field(default_factory=list)
     elapsed: float = 0.0  # seconds this attempt has run so far (counts against episode_timeout)
@@ -293,7 +289,7 @@ async def _close_when_made(making: asyncio.Future) -> None:
 class Runner:
     """Runs tasks with ``agent`` on envs from ``env_factory`` (a zero-argument callable returning a fresh :class:`AgentEnv`).
 
-    ``job`` replaces the default linear episode with ``job(agent, env, task)`` returning a
+    ``job`` replaces the default linear episode with ``job(agent, env, request)`` returning a
     Trajectory or RolloutTree (see the module docstring for what changes). An exception from
     ``env_factory`` itself is not an episode failure: it ends the call (everything closed).
     """
@@ -312,10 +308,10 @@ class Runner:
         self.job = job
         self.kept: list[AgentEnv] = []  # idle envs kept open between calls (keep_envs)
 
-    async def run(self, tasks: Sequence[EpisodeRequest | str], *, target: int | None = None) -> RunResult:
-        """Run every task; with ``target``, return once that many records are finished (the rest are pending)."""
+    async def run(self, requests: Sequence[EpisodeRequest | str], *, target: int | None = None) -> RunResult:
+        """Run every request (a task id: a request with the defaults); with ``target``, return once that many records are finished."""
         return await self._drive(
-            [PendingEpisode(t if isinstance(t, EpisodeRequest) else EpisodeRequest(t)) for t in tasks], target
+            [PendingEpisode(r if isinstance(r, EpisodeRequest) else EpisodeRequest(r)) for r in requests], target
         )
 
     async def resume(self, pending: Sequence[PendingEpisode], *, target: int | None = None) -> RunResult:
@@ -437,7 +433,7 @@ class Runner:
         episode = item.episode
         if episode is None:
             try:
-                episode = await self.agent.start(env, item.task.task_id, item.task.seed)
+                episode = await self.agent.start(env, item.request.task_id, item.request.seed)
             except Exception as exc:
                 raise _Failed("env", f"env_error: reset failed: {_describe(exc)}") from exc
             item.episode = episode
@@ -462,7 +458,7 @@ class Runner:
 
     async def _custom(self, item: PendingEpisode, env: AgentEnv, call: _Call) -> Record | None:
         try:
-            finished, record = await call.interruptible_call(self.job(self.agent, env, item.task))
+            finished, record = await call.interruptible_call(self.job(self.agent, env, item.request))
         except PolicyError as exc:
             raise _Failed("policy", _describe(exc)) from exc
         except Exception as exc:
@@ -478,10 +474,10 @@ class Runner:
     # ------------------------------------------------------------------ bookkeeping
     @staticmethod
     def _fail(item: PendingEpisode, call: _Call, kind: str, error: str) -> None:
-        failure = Failure(item.task, item.attempt, kind, error)
+        failure = Failure(item.request, item.attempt, kind, error)
         item.failures.append(failure)
         call.failures.append(failure)
-        logger.warning("task %r attempt %d: %s failure: %s", item.task.task_id, failure.attempt, kind, error)
+        logger.warning("task %r attempt %d: %s failure: %s", item.request.task_id, failure.attempt, kind, error)
         call.on_change()
 
     @staticmethod
@@ -491,14 +487,14 @@ class Runner:
             record = item.episode.trajectory()
         else:
             record = Trajectory(
-                task_id=item.task.task_id or "", env_id=env.unwrapped.kind, metadata={"seed": item.task.seed}
+                task_id=item.request.task_id or "", env_id=env.unwrapped.kind, metadata={"seed": item.request.seed}
             )
         record.error, record.truncated = error, True
         return record
 
     async def _finish(self, item: PendingEpisode, record: Record, call: _Call) -> None:
         item.episode = None
-        record.metadata.update(repeat=item.task.repeat, group=item.task.group, elapsed_s=round(item.elapsed, 3))
+        record.metadata.update(repeat=item.request.repeat, group=item.request.group, elapsed_s=round(item.elapsed, 3))
         if item.failures:
             record.metadata["failures"] = [f.to_dict() for f in item.failures]
         call.records.append(record)

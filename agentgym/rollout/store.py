@@ -35,6 +35,7 @@ import threading
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TextIO
 
 from agentgym.extras import requires
 from agentgym.rollout.trajectory import RolloutTree, Trajectory
@@ -63,7 +64,7 @@ class TrajectoryStore:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self.images_dir = self.path.with_name(self.path.name + ".images")
-        self._file = None
+        self._file: TextIO | None = None
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ writing

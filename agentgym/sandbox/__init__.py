@@ -5,6 +5,8 @@ its names (importing the Docker SDK takes 0.1-0.2 s, Playwright more: code that 
 them should not pay for it).
 """
 
+from typing import TYPE_CHECKING
+
 from agentgym._lazy import lazy_exports
 from agentgym.sandbox.base import (
     DiskLimitError,
@@ -16,6 +18,15 @@ from agentgym.sandbox.base import (
     SandboxSnapshot,
     SandboxUnavailableError,
 )
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
+    from agentgym.sandbox.browser import BrowserHost, BrowserSession
+    from agentgym.sandbox.cleanup import GcReport, gc
+    from agentgym.sandbox.containers import SandboxConfig
+    from agentgym.sandbox.desktop import DesktopSandbox, build_desktop_image, require_desktop_image
+    from agentgym.sandbox.docker import DockerSandbox, DockerSnapshot
+    from agentgym.sandbox.images import base_image_tag, build_base_image, require_base_image
+    from agentgym.sandbox.pool import WarmPool, default_pool
 
 _LAZY = {
     "SandboxConfig": "containers",

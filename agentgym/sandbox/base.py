@@ -73,7 +73,7 @@ class SandboxSnapshot:
     """A backend's handle to a captured sandbox state (for Docker: a committed image id).
 
     ``release()`` frees the backend resource; it is idempotent. Environments wrap this in the
-    reference-counted :class:`agentgym.core.Snapshot`; callers do not use it directly.
+    reference-counted :class:`agentgym.snapshot.Snapshot`; callers do not use it directly.
     """
 
     ref: str

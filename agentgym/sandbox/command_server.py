@@ -36,20 +36,28 @@ from pathlib import Path
 
 from agentgym.sandbox import shell
 
-__all__ = ["CommandServer", "Lost", "Unavailable"]
+__all__ = ["CommandServer", "Lost", "Unavailable", "bootstrap_argv"]
 
 PYTHON = "/usr/bin/python3"
 _SCRIPT = Path(__file__).with_name("command_server_inner.py").read_bytes()
-# -I: no PYTHON* variables, user site-packages or cwd on sys.path (all the agent's to write); -S: no site.
-_ARGV = [
-    PYTHON,
-    "-I",
-    "-S",
-    "-X",
-    "utf8",
-    "-c",
-    'import sys;s=sys.stdin.buffer;exec(compile(s.read(int(s.readline())),"agentgym-command-server","exec"))',
-]
+
+
+def bootstrap_argv(name: str) -> list[str]:
+    """The argv of an in-container server whose source comes over stdin (its length on a line, then the source)
+    and runs as ``__main__`` under ``name``. -I: no PYTHON* variables, user site-packages or cwd on sys.path
+    (all the agent's to write); -S: no site. The desktop helper starts the same way."""
+    return [
+        PYTHON,
+        "-I",
+        "-S",
+        "-X",
+        "utf8",
+        "-c",
+        f'import sys;s=sys.stdin.buffer;exec(compile(s.read(int(s.readline())),"{name}","exec"))',
+    ]
+
+
+_ARGV = bootstrap_argv("agentgym-command-server")
 _HEADER = struct.Struct(">II")
 _FRAME_HEADER = 8
 # Generous: an interpreter start on a loaded 2-core machine.

@@ -35,12 +35,13 @@ import subprocess
 import sys
 import threading
 import time
+from typing import IO, cast
 
 HEADER = struct.Struct(">II")
 PR_SET_DUMPABLE = 4
 FREE_SLOTS = 8
 CHUNK = 1 << 16
-# What is read from a finished command's pipes before the rest goes to a discarding thread (a
+# What is read from a finished command's pipes before the rest goes to the Drainer's thread (a
 # background process that floods its inherited stdout must not hold the answer back).
 DRAIN_LIMIT = 1 << 20
 
@@ -201,19 +202,58 @@ def read_state(path, limit):
     return bytes(data[: end + 1])
 
 
-def discard(files):
-    """Read what background processes still write to a finished command's pipes, until they close them."""
-    for file in files:
+class Drainer:
+    """Reads what background processes still write to finished commands' pipes, until they close them, so
+    that they neither block on a full pipe nor die of SIGPIPE.
+
+    One thread, started with the server: a thread started per command would need a free process slot
+    (threads count against the pids limit) at the moment a fork bomb the command left behind fills the
+    table, and the server would die of the ``RuntimeError`` instead of answering.
+    """
+
+    def __init__(self):
+        self.selector = selectors.DefaultSelector()
+        self.pending = []
+        self.lock = threading.Lock()
+        self.wake_read, self.wake_write = os.pipe()
+        os.set_blocking(self.wake_read, False)
+        os.set_blocking(self.wake_write, False)
+        self.selector.register(self.wake_read, selectors.EVENT_READ)
+        threading.Thread(target=self.loop, daemon=True).start()
+
+    def add(self, files):
+        with self.lock:
+            self.pending.extend(files)
         try:
-            os.set_blocking(file.fileno(), True)
-            while file.read(CHUNK):
-                pass
-        except OSError:
+            os.write(self.wake_write, b"x")
+        except BlockingIOError:  # the pipe is full of wake-ups already: the thread will look
             pass
-        file.close()
+
+    def loop(self):
+        while True:
+            for key, _ in self.selector.select():
+                if key.fileobj == self.wake_read:
+                    try:
+                        os.read(self.wake_read, CHUNK)
+                    except BlockingIOError:
+                        pass
+                    with self.lock:
+                        files, self.pending = self.pending, []
+                    for file in files:
+                        self.selector.register(file, selectors.EVENT_READ, file)
+                    continue
+                try:
+                    data = os.read(key.data.fileno(), CHUNK)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    self.selector.unregister(key.data)
+                    key.data.close()
 
 
-def run(request, stdin):
+def run(request, stdin, drainer):
     shell = request["shell"]
     refused = {"rc": 126, "note": "refused", "out": [0, 0, 0], "err": [0, 0, 0]}
     if shell and tight():
@@ -259,14 +299,15 @@ def run(request, stdin):
                     selector.unregister(proc.stdin)
                     proc.stdin.close()
             else:
-                capture = captures[key.fileobj]
-                data = os.read(key.fileobj.fileno(), CHUNK)
+                pipe = cast(IO[bytes], key.fileobj)  # the other registered files are the command's stdout and stderr
+                capture = captures[pipe]
+                data = os.read(pipe.fileno(), CHUNK)
                 if data:
                     capture.write(data)
                 if not data or capture.full:  # closing a full stream's pipe stops its writer (SIGPIPE)
-                    selector.unregister(key.fileobj)
-                    open_pipes.discard(key.fileobj)
-                    key.fileobj.close()
+                    selector.unregister(pipe)
+                    open_pipes.discard(pipe)
+                    pipe.close()
     selector.close()
     os.close(pidfd)
     if proc.stdin is not None and not proc.stdin.closed:
@@ -285,7 +326,7 @@ def run(request, stdin):
             captures[file].write(data)
             drained += len(data)
     if open_pipes:
-        threading.Thread(target=discard, args=(list(open_pipes),), daemon=True).start()
+        drainer.add(list(open_pipes))
     rc = proc.wait()
     rc = 128 - rc if rc < 0 else rc  # killed by a signal: as a shell reports it
     note = ""
@@ -305,6 +346,7 @@ def main():
     if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
     source, out = sys.stdin.buffer, sys.stdout.buffer
+    drainer = Drainer()
     send(out, {"ready": os.getpid()})
     while True:
         request, blob = receive(source)
@@ -314,7 +356,7 @@ def main():
         if request["op"] == "stop":
             send(out, {"left": stop()})
         else:
-            header, data = run(request, blob if request["stdin"] else None)
+            header, data = run(request, blob if request["stdin"] else None, drainer)
             send(out, header, data)
 
 

@@ -1,26 +1,35 @@
 """The in-container half of the desktop sandbox: start the X session, launch apps, run input actions, and observe.
 
-Copied into the container at start and run with the image's python3 (no agentgym, no numpy there)
-as ``python3 deskctl.py serve``: one long-lived process per desktop that reads requests, one JSON
-line each (``{"command": ..., "arg": {...}}``), on stdin, and answers each on stdout with a JSON
-header line (carrying ``size``) followed by ``size`` bytes: the zlib-compressed XWD screenshot for
-commands that observe. Keeping one process (and one attached ``docker exec``) for the desktop's
-life saves an exec and an interpreter start per step. Observing first waits until three
+Sent over stdin to the image's ``/usr/bin/python3 -I -S`` (no agentgym, no numpy there; nothing of it
+is written into the container) by the same bootstrap as the command server
+(:func:`agentgym.sandbox.command_server.bootstrap_argv`): one long-lived process per desktop that
+reads requests, one JSON line each (``{"command": ..., "arg": {...}}``), on stdin, and answers each
+on stdout with a JSON header line (carrying ``size``) followed by ``size`` bytes: the
+zlib-compressed XWD screenshot for commands that observe. Keeping one process (and one attached
+``docker exec``) for the desktop's life saves an exec and an interpreter start per step.
+
+The helper runs as the agent's uid (the apps it starts are the agent's), so it first makes itself
+non-dumpable, as the command server does: the agent's processes can neither open
+``/proc/<helper>/fd/*`` (the channel to the host) nor ptrace it, and the tools it runs get
+``/dev/null`` for stdin. What it reads that the agent can write (the accessibility summaries,
+window titles) is bounded before it goes to the host. Observing first waits until three
 consecutive screenshots are equal (after an action, and until a Tk app has acknowledged it
 through its state file), so what comes back is the settled screen and not a frame in the middle
 of a redraw.
 """
 
+import ctypes
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
 import zlib
 
 DISPLAY = ":0"
-RUNTIME = os.path.dirname(os.path.abspath(__file__))
+PR_SET_DUMPABLE = 4
 A11Y_DIR = "/tmp/agentgym/a11y"
 LOG_DIR = "/tmp/agentgym/log"
 SETTLE_FIRST_S = 0.02
@@ -29,10 +38,16 @@ SETTLE_LIMIT_S = 3.0
 STATE_DIR = "/tmp/agentgym/state"
 # How long to wait for a Tk app to show that it processed an action (see await_app).
 APP_LIMIT_S = 1.5
+# What one observation may carry of what the agent's processes can write: the host bounds the whole
+# answer too, and these keep an honest one under that bound.
+A11Y_FILES = 16
+A11Y_BYTES = 32 << 10
+WINDOWS = 64
+TITLE_CHARS = 256
 
 
 def run(argv, check=True, timeout=10):
-    done = subprocess.run(argv, capture_output=True, timeout=timeout)
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
     if check and done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[:3])}: {done.stderr.decode(errors='replace').strip() or done.returncode}")
     return done
@@ -102,7 +117,7 @@ def start(arg):
     ready = "/tmp/agentgym/wm-ready"
     if os.path.exists(ready):
         os.remove(ready)
-    spawn("openbox", ["openbox", "--config-file", os.path.join(RUNTIME, "openbox.xml"), "--startup", f"touch {ready}"])
+    spawn("openbox", ["openbox", "--config-file", arg["wm_config"], "--startup", f"touch {ready}"])
     wait_for(lambda: os.path.exists(ready), "the window manager")
     run(["xdotool", "mousemove", str(arg.get("pointer_x", width // 2)), str(arg.get("pointer_y", height // 2))])
     return {}
@@ -231,7 +246,7 @@ def settle():
 
 def describe():
     windows = []
-    for line in wmctrl_lines("-lGp"):
+    for line in wmctrl_lines("-lGp")[:WINDOWS]:
         parts = line.split(None, 8)
         if len(parts) >= 8:
             wid, _desk, pid, x, y, w, h, _host = parts[:8]
@@ -243,7 +258,7 @@ def describe():
                     "y": int(y),
                     "width": int(w),
                     "height": int(h),
-                    "title": parts[8] if len(parts) > 8 else "",
+                    "title": parts[8][:TITLE_CHARS] if len(parts) > 8 else "",
                 }
             )
     focused = run(["xdotool", "getactivewindow"], check=False).stdout.decode().strip()
@@ -252,16 +267,31 @@ def describe():
     )
     a11y = {}
     if os.path.isdir(A11Y_DIR):
-        for name in sorted(os.listdir(A11Y_DIR)):
-            if name.endswith(".txt"):
-                with open(os.path.join(A11Y_DIR, name), encoding="utf-8", errors="replace") as handle:
-                    a11y[name[:-4]] = handle.read()
+        for name in sorted(name for name in os.listdir(A11Y_DIR) if name.endswith(".txt"))[:A11Y_FILES]:
+            text = read_bounded(os.path.join(A11Y_DIR, name), A11Y_BYTES)
+            if text is not None:
+                a11y[name[:-4][:TITLE_CHARS]] = text
     return {
         "windows": windows,
         "focused": int(focused) if focused.isdigit() else None,
         "pointer": [int(location.get("X", 0)), int(location.get("Y", 0))],
         "a11y": a11y,
     }
+
+
+def read_bounded(path, limit):
+    """At most ``limit`` bytes of a regular file as text, None for anything else: the agent may have put a
+    fifo (which would block), a link or a device there."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, limit).decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)
 
 
 def handle(command, arg):
@@ -294,6 +324,12 @@ def serve():
         out.flush()
 
 
-if __name__ == "__main__":
+def main():
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     serve()
+
+
+if __name__ == "__main__":  # the bootstrap runs it as __main__; importing it starts nothing
+    main()

@@ -2,10 +2,19 @@
 xdotool input, and snapshot/fork built on the Docker sandbox's container commit.
 
 The display runs inside the container (``Xvfb :0``, no TCP, nothing touches the host's X server);
-every operation is one request to a small in-container helper (``deskctl.py``, copied in at
+every operation is one request to a small in-container helper (``deskctl.py``, sent over stdin at
 start and kept running on one attached ``docker exec``) that drives ``xdotool``, waits until the
 screen stops changing, and returns a zlib-compressed raw screenshot together with the window
-list, the focused window, the pointer and the apps' accessibility summaries. See :mod:`agentgym.envs.gui` for what a snapshot captures and how a fork
+list, the focused window, the pointer and the apps' accessibility summaries.
+
+Trust. The helper runs as the agent's uid (the apps it starts are the agent's) but makes itself
+non-dumpable before it reads a request, as the command server does, so the agent's processes cannot
+open its channel or ptrace it. The host still bounds every byte it takes from the channel (the
+header line, the compressed screenshot and what it inflates to, the stderr kept for messages) and
+checks the screenshot's geometry. The agent can kill or stop the helper, or the X server under it:
+a helper that fails on the agent's turn while the container runs is the agent's failure
+(:class:`DesktopHelperLost`, scored as a limit the agent exceeded), never an env error that a
+trainer would drop. See :mod:`agentgym.envs.gui` for what a snapshot captures and how a fork
 rebuilds the in-memory X state that a commit cannot hold.
 
 The desktop image is the base sandbox recipe plus Xvfb, openbox, xdotool, wmctrl, core and
@@ -29,11 +38,14 @@ from pathlib import Path
 
 import numpy as np
 
+from agentgym.core import ResourceLimitExceeded
 from agentgym.sandbox import engine, images
 from agentgym.sandbox.base import SandboxError, SandboxUnavailableError
-from agentgym.sandbox.docker import DockerSandbox, DockerSnapshot, SandboxConfig, _hijack
+from agentgym.sandbox.command_server import bootstrap_argv
+from agentgym.sandbox.docker import _DEATH_NOTICE_S, DockerSandbox, DockerSnapshot, SandboxConfig, _hijack
 
 __all__ = [
+    "DesktopHelperLost",
     "DesktopSandbox",
     "DesktopState",
     "Screen",
@@ -68,9 +80,15 @@ rm -rf /usr/share/doc/* /usr/share/man/* /usr/share/info/*
 )
 DESKTOP_CHANGES = images.IMAGE_CHANGES + ("ENV DISPLAY=:0",)
 
-#: Where the helper and the window manager's configuration live in the container (the agent user's, not root's).
+#: Where the window manager's configuration lives in the container (the agent user's, not root's).
 RUNTIME_DIR = "/tmp/agentgym/runtime"
-_HELPER = Path(__file__).with_name("deskctl.py")
+_HELPER = Path(__file__).with_name("deskctl.py").read_bytes()
+# What the host takes from the helper's channel: an answer's JSON header line (windows, titles and
+# accessibility summaries, each bounded by the helper), the bytes of stderr kept for messages, and
+# what an XWD dump may hold besides the pixels (its header, window name and colour map).
+MAX_HEADER_BYTES = 1 << 20
+_STDERR_BYTES = 4096
+_XWD_EXTRA_BYTES = 64 << 10
 
 
 def desktop_image_tag() -> str:
@@ -120,6 +138,12 @@ OPENBOX_CONFIG = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
+class DesktopHelperLost(SandboxError, ResourceLimitExceeded):
+    """The desktop helper failed (died, hung, or the X server went away under it) during the agent's action
+    while the container was running: the agent's processes, which share its uid, can kill or stop it, so
+    this ends the episode as the agent's failure rather than as an env error."""
+
+
 @dataclass(frozen=True)
 class Screen:
     """The virtual screen's size in pixels (24-bit colour)."""
@@ -129,6 +153,11 @@ class Screen:
 
     def contains(self, x: int, y: int) -> bool:
         return 0 <= x < self.width and 0 <= y < self.height
+
+    @property
+    def screenshot_bytes(self) -> int:
+        """The most an uncompressed screenshot of this screen may take (32 bits per pixel)."""
+        return self.width * self.height * 4 + _XWD_EXTRA_BYTES
 
 
 @dataclass
@@ -206,7 +235,7 @@ class DesktopSandbox:
         desktop = cls(sandbox, screen)
         try:
             sandbox.put_tree(RUNTIME_DIR, _runtime_archive(sandbox.config))
-            arg = {"width": screen.width, "height": screen.height}
+            arg = {"width": screen.width, "height": screen.height, "wm_config": f"{RUNTIME_DIR}/openbox.xml"}
             if pointer is not None:
                 arg.update(pointer_x=pointer[0], pointer_y=pointer[1])
             desktop._command("start", arg, observe=False, timeout=150)
@@ -233,9 +262,21 @@ class DesktopSandbox:
         )
 
     def act(self, action: dict) -> DesktopState:
-        """Run one validated input action (see ``deskctl.act``) and observe the settled screen."""
+        """Run one validated input action (see ``deskctl.act``) and observe the settled screen.
+
+        Raises :class:`DesktopHelperLost` when the helper fails while the container runs (the agent's doing),
+        SandboxError when the container is gone."""
         timeout = 30.0 + float(action.get("seconds", 0)) + len(action.get("text", "")) * 0.05
-        return self._command("act", action, timeout=timeout)
+        try:
+            return self._command("act", action, timeout=timeout)
+        except DesktopHelperLost:
+            raise
+        except SandboxError as exc:
+            self.sandbox._raise_if_dead(self.sandbox.id, notice=_DEATH_NOTICE_S)
+            raise DesktopHelperLost(
+                f"{exc} (the container runs: the agent's processes killed, stopped or starved the desktop helper "
+                "or the X server)"
+            ) from exc
 
     def observe(self) -> DesktopState:
         return self._command("observe", {})
@@ -244,13 +285,16 @@ class DesktopSandbox:
         with self._lock:
             if self._channel is None:
                 self._channel = _HelperChannel(self.sandbox)
-            answer, body = self._channel.request(command, arg, timeout)
+            answer, body = self._channel.request(command, arg, timeout, self.screen.screenshot_bytes)
         if "fatal" in answer:
             raise SandboxError(f"desktop {command}: {answer['fatal']}")
         if not observe:
             return None
+        image = decode_screenshot(_inflate(body, self.screen.screenshot_bytes))
+        if image.shape[:2] != (self.screen.height, self.screen.width):
+            raise SandboxError(f"desktop {command}: a screenshot of {image.shape[1]}x{image.shape[0]} pixels")
         return DesktopState(
-            decode_screenshot(zlib.decompress(body)),
+            image,
             answer["windows"],
             answer["focused"],
             tuple(answer["pointer"]),
@@ -278,38 +322,49 @@ class DesktopSandbox:
 
 
 class _HelperChannel:
-    """The attached ``docker exec`` of ``deskctl.py serve``: requests go in on its stdin, answers come back
-    on its stdout in Docker's multiplexed frames (stderr is kept for error messages)."""
+    """The attached ``docker exec`` of the helper (``deskctl.py`` over the command server's bootstrap):
+    requests go in on its stdin, answers come back on its stdout in Docker's multiplexed frames (the end
+    of stderr is kept for error messages). Every answer is bounded before it is parsed."""
 
     def __init__(self, sandbox: DockerSandbox):
         client = engine.api()
         with engine.engine_errors("starting the desktop helper"):
             exec_id = client.exec_create(
-                sandbox.id, ["python3", f"{RUNTIME_DIR}/deskctl.py", "serve"], stdin=True, user=sandbox.config.user
+                sandbox.id, bootstrap_argv("agentgym-desktop-helper"), stdin=True, user=sandbox.config.user, workdir="/"
             )["Id"]
             self._response, self._reader, self._sock = _hijack(client, exec_id)
         self._frames = bytearray()
         self._stdout = bytearray()
         self._stderr = bytearray()
         self._broken: str | None = None
+        self._sent = False
 
-    def request(self, command: str, arg: dict, timeout: float) -> tuple[dict, bytes]:
+    def request(self, command: str, arg: dict, timeout: float, body_limit: int) -> tuple[dict, bytes]:
+        """One answer: its JSON header (at most :data:`MAX_HEADER_BYTES`) and a body of at most ``body_limit``."""
         if self._broken:
             raise SandboxError(f"the desktop helper is unusable: {self._broken}")
         deadline = time.monotonic() + timeout
         try:
-            self._sock.sendall(json.dumps({"command": command, "arg": arg}).encode() + b"\n")
-            while b"\n" not in self._stdout:
+            message = json.dumps({"command": command, "arg": arg}).encode() + b"\n"
+            if not self._sent:  # the helper's source first, read by the bootstrap
+                message, self._sent = b"%d\n" % len(_HELPER) + _HELPER + message, True
+            self._sock.sendall(message)
+            while (end := self._stdout.find(b"\n")) < 0:
+                if len(self._stdout) > MAX_HEADER_BYTES:
+                    raise ValueError(f"an answer's header is over {MAX_HEADER_BYTES} bytes")
                 self._fill(deadline, command)
-            line, _, rest = bytes(self._stdout).partition(b"\n")
-            header = json.loads(line)
-            while len(rest) < header["size"]:
+            header = json.loads(self._stdout[:end])
+            size = header["size"] if isinstance(header, dict) else None
+            if not isinstance(size, int) or not 0 <= size <= body_limit:
+                raise ValueError(f"an answer's body of {size!r} bytes (at most {body_limit})")
+            del self._stdout[: end + 1]
+            while len(self._stdout) < size:
                 self._fill(deadline, command)
-                rest = bytes(self._stdout).partition(b"\n")[2]
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, KeyError) as exc:
             self._broken = f"{type(exc).__name__}: {exc}"
             raise SandboxError(f"desktop {command}: the helper failed ({self._broken})") from exc
-        body, self._stdout = rest[: header["size"]], bytearray(rest[header["size"] :])
+        body = bytes(self._stdout[:size])
+        del self._stdout[:size]
         return header, body
 
     def _fill(self, deadline: float, command: str) -> None:
@@ -330,8 +385,10 @@ class _HelperChannel:
             size = int.from_bytes(self._frames[4:8], "big")
             if len(self._frames) < 8 + size:
                 break
-            target = self._stderr if self._frames[0] == 2 else self._stdout
-            target += self._frames[8 : 8 + size]
+            if self._frames[0] == 2:
+                self._stderr = (self._stderr + self._frames[8 : 8 + size])[-_STDERR_BYTES:]
+            else:
+                self._stdout += self._frames[8 : 8 + size]
             del self._frames[: 8 + size]
 
     def close(self) -> None:
@@ -362,7 +419,19 @@ def tar_tree(entries: dict[str, bytes | None], config: SandboxConfig) -> bytes:
 
 
 def _runtime_archive(config: SandboxConfig) -> bytes:
-    return tar_tree({"deskctl.py": _HELPER.read_bytes(), "openbox.xml": OPENBOX_CONFIG.encode()}, config)
+    return tar_tree({"openbox.xml": OPENBOX_CONFIG.encode()}, config)
+
+
+def _inflate(body: bytes, limit: int) -> bytes:
+    """The zlib-compressed ``body`` inflated, refusing one that inflates past ``limit`` bytes or does not end."""
+    inflater = zlib.decompressobj()
+    try:
+        data = inflater.decompress(body, limit)
+    except zlib.error as exc:
+        raise SandboxError(f"a screenshot that does not inflate: {exc}") from None
+    if inflater.unconsumed_tail or not inflater.eof:
+        raise SandboxError(f"a screenshot that inflates past {limit} bytes, or is cut short")
+    return data
 
 
 # XWD header fields (all big-endian CARD32): xwd writes them in network order whatever the host.
@@ -397,6 +466,8 @@ _XWD_FIELDS = (
 
 def decode_screenshot(data: bytes) -> np.ndarray:
     """An XWD dump of a 24/32-bit TrueColor screen (what ``xwd -root`` gives on Xvfb) as H×W×3 uint8 RGB."""
+    if len(data) < 100:
+        raise SandboxError(f"a screenshot of {len(data)} bytes, shorter than an XWD header")
     header = dict(zip(_XWD_FIELDS, struct.unpack(">25I", data[:100])))
     if header["bits_per_pixel"] != 32 or header["pixmap_format"] != 2:
         raise SandboxError(
@@ -405,6 +476,11 @@ def decode_screenshot(data: bytes) -> np.ndarray:
         )
     width, height, stride = header["pixmap_width"], header["pixmap_height"], header["bytes_per_line"]
     start = header["header_size"] + 12 * header["ncolors"]
+    if header["header_size"] < 100 or not 0 < width * 4 <= stride or stride % 4 or start + stride * height > len(data):
+        raise SandboxError(
+            f"a screenshot whose header does not match its {len(data)} bytes "
+            f"({width}x{height} pixels, {stride} bytes a row, pixels from byte {start})"
+        )
     dtype = "<u4" if header["byte_order"] == 0 else ">u4"
     pixels = np.frombuffer(data, dtype=dtype, count=stride * height // 4, offset=start)
     pixels = pixels.reshape(height, stride // 4)[:, :width]

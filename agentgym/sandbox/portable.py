@@ -29,10 +29,10 @@ from agentgym.extras import requires
 with requires("sandbox"):
     import docker.errors
 
-from agentgym.core import SnapshotError
 from agentgym.sandbox import cleanup, engine, labels
 from agentgym.sandbox.docker import DockerSnapshot, label_change
 from agentgym.sandbox.images import image_exists
+from agentgym.snapshot import SnapshotError
 
 __all__ = ["PortableSnapshot"]
 

@@ -10,7 +10,20 @@ Names are imported lazily so that ``import agentgym.trainers`` does not pull in 
 until a trainer is used.
 """
 
+from typing import TYPE_CHECKING
+
 from agentgym._lazy import lazy_exports
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
+    from agentgym.trainers.advantages import explained_variance, group_advantages, strict_clip_policy_loss, turn_gae
+    from agentgym.trainers.base import STATE_FILE, AgentgymTrainer, default_tasks, task_dataset
+    from agentgym.trainers.base_config import AgentgymConfig, RolloutArguments
+    from agentgym.trainers.rollouts import rollout_env_factory
+    from agentgym.trainers.sao import SAOTrainer
+    from agentgym.trainers.sao_config import SAOConfig
+    from agentgym.trainers.tree_grpo import TreeGRPOTrainer, tree_training_paths
+    from agentgym.trainers.tree_grpo_config import TreeGRPOConfig
+    from agentgym.trainers.warm_start import RL_DEMO_START, scripted_warm_start, sft_warm_start, success_rate
 
 _EXPORTS = {
     "AgentgymTrainer": "base",
@@ -28,7 +41,7 @@ _EXPORTS = {
     "group_advantages": "advantages",
     "strict_clip_policy_loss": "advantages",
     "turn_gae": "advantages",
-    "make_env_factory": "rollouts",
+    "rollout_env_factory": "rollouts",
     "RL_DEMO_START": "warm_start",
     "scripted_warm_start": "warm_start",
     "sft_warm_start": "warm_start",
@@ -37,6 +50,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-__getattr__, __dir__ = lazy_exports(
-    __name__, _EXPORTS, deprecated={"tree_turn_advantages": "agentgym.rollout.tree_values:tree_turn_advantages"}
-)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

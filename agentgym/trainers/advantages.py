@@ -20,7 +20,6 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from agentgym._lazy import lazy_exports
 from agentgym.rollout.tree_values import BASELINES
 
 __all__ = [
@@ -31,14 +30,6 @@ __all__ = [
     "strict_clip_policy_loss",
     "turn_gae",
 ]
-
-# Re-exported from here before agentgym.rollout.tree_values was their one home.
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    deprecated={
-        name: f"agentgym.rollout.tree_values:{name}" for name in ("hierarchical_values", "tree_turn_advantages")
-    },
-)
 
 SCALES = ("none", "group", "batch")
 

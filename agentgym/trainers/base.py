@@ -38,19 +38,24 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from typing import Any
+from collections.abc import Sized
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer, ProcessorMixin
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
+from agentgym.registration import make_env_factory
 from agentgym.rollout.hf_policy import HFPolicy
 from agentgym.rollout.runner import Runner
 from agentgym.rollout.store import TrajectoryStore
 from agentgym.trainers.base_config import AgentgymConfig
 from agentgym.trainers.lora import adapter_config, is_adapted
-from agentgym.trainers.rollouts import TimeBudget, make_env_factory, policy_copy, rollout_weights
+from agentgym.trainers.rollouts import TimeBudget, policy_copy, rollout_env_factory, rollout_weights
+
+if TYPE_CHECKING:
+    from agentgym.distributed.replicas import PolicyReplicas
 
 __all__ = [
     "STATE_FILE",
@@ -168,8 +173,8 @@ class AgentgymTrainer(GRPOTrainer):
         if args.time_budget_s:
             self.add_callback(TimeBudget(args.time_budget_s))
         self.env_pool = None
-        self.replicas = None
-        self.env_factory = make_env_factory(args.env_id, args.env_kwargs, args.memory)
+        self.replicas: PolicyReplicas | None = None
+        self.env_factory = rollout_env_factory(args)
         if args.rollout_backend == "ray":
             from agentgym.distributed.cluster import connect
             from agentgym.distributed.config import RayConfig
@@ -177,17 +182,17 @@ class AgentgymTrainer(GRPOTrainer):
 
             self.ray_config = RayConfig.from_dict(args.ray)
             connect(self.ray_config.address)
-            memory = None
+            wrap = None
             if args.memory is not None:
                 from agentgym.memory.config import MemoryConfig
 
-                memory = MemoryConfig.from_dict(args.memory).on_cluster().to_dict()
+                wrap = MemoryConfig.from_dict(args.memory).on_cluster().wrap
             self.env_pool = EnvPool(
                 args.env_id,
                 args.env_kwargs,
                 workers=self.ray_config.env_workers,
                 envs_per_worker=self.ray_config.envs_per_worker,
-                memory=memory,
+                wrap=wrap,
             )
             self.env_factory = self.env_pool
 
@@ -218,16 +223,21 @@ class AgentgymTrainer(GRPOTrainer):
             return HFPolicy.from_model(
                 model,
                 self._tokenizer,
-                image_processor=self.processing_class.image_processor,
+                image_processor=cast(ProcessorMixin, self.processing_class).image_processor,
                 max_batch_size=batch,
                 name="learner",
+                seed=self.args.seed,
             )
         if self.args.images is not None:
             raise ValueError(
                 "the config's `images` section needs a vision-language model (Qwen2-VL style, with an image "
                 f"processor); {type(model).__name__} is text-only"
             )
-        return HFPolicy.from_model(model, self.processing_class, max_batch_size=batch, name="learner")
+        # Seeded like the rest of the run: the same config samples the same rollouts (the learning tests'
+        # outcomes are then fixed, not a draw).
+        return HFPolicy.from_model(
+            model, self.processing_class, max_batch_size=batch, name="learner", seed=self.args.seed
+        )
 
     @property
     def vision(self):
@@ -264,7 +274,7 @@ class AgentgymTrainer(GRPOTrainer):
         # One row per task: a task's whole group (episodes or tree) is grown on one process, so its
         # advantages need no cross-process gather.
         return RepeatSampler(
-            data_source=dataset if dataset is not None else self.train_dataset,
+            data_source=cast(Sized, dataset if dataset is not None else self.train_dataset),  # a map-style dataset
             mini_repeat_count=1,
             batch_size=self.args.generation_batch_size,
             repeat_count=self.num_iterations * self.args.steps_per_generation,

@@ -119,7 +119,7 @@ def merged_weights(model: torch.nn.Module, skip_prefix: str | None = None) -> di
                 weights[plain] = tensor.detach().clone()
         for name, module in base.named_modules():
             if isinstance(module, ModulesToSaveWrapper):
-                trained = module.modules_to_save[module.active_adapter]
+                trained = module.modules_to_save[module.active_adapters[0]]  # lora_section makes one adapter
                 for key, tensor in trained.state_dict().items():
                     weights[f"{name}.{key}"] = tensor.detach().clone()
             elif isinstance(module, BaseTunerLayer) and f"{name}.weight" in weights:

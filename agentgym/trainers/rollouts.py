@@ -45,7 +45,7 @@ __all__ = [
     "TimeBudget",
     "collate",
     "image_inputs",
-    "make_env_factory",
+    "rollout_env_factory",
     "policy_copy",
     "record_metrics",
     "sequences",
@@ -102,6 +102,16 @@ def policy_copy(model: torch.nn.Module) -> torch.nn.Module:
     return clone
 
 
+def rollout_env_factory(args) -> Callable[[], AgentEnv]:
+    """The envs of a trainer's rollouts: the config's env, wrapped for its memory section if it has one."""
+    factory = make_env_factory(args.env_id, args.env_kwargs)
+    if args.memory is None:
+        return factory
+    from agentgym.memory.config import MemoryConfig
+
+    return MemoryConfig.from_dict(args.memory).wrap(factory)
+
+
 def make_runner(
     agent: Agent,
     args,
@@ -118,7 +128,7 @@ def make_runner(
     """
     return Runner(
         agent,
-        env_factory or make_env_factory(args.env_id, args.env_kwargs, args.memory),
+        env_factory or rollout_env_factory(args),
         RunnerConfig(
             concurrency=concurrency or args.rollout_concurrency,
             episode_timeout=args.episode_timeout,
@@ -130,10 +140,10 @@ def make_runner(
     )
 
 
-def run_tasks(runner: Runner, tasks: Sequence[EpisodeRequest]) -> list[Record]:
-    """Run every task to its end (from synchronous trainer code) and return the records in task order."""
-    result = asyncio.run(runner.run(list(tasks)))
-    order = {(t.task_id, t.repeat, t.group): i for i, t in enumerate(tasks)}
+def run_requests(runner: Runner, requests: Sequence[EpisodeRequest]) -> list[Record]:
+    """Run every request to its end (from synchronous trainer code) and return the records in request order."""
+    result = asyncio.run(runner.run(list(requests)))
+    order = {(r.task_id, r.repeat, r.group): i for i, r in enumerate(requests)}
     return sorted(
         result.records,
         key=lambda r: order.get((r.task_id, r.metadata.get("repeat"), r.metadata.get("group")), len(order)),

@@ -441,7 +441,7 @@ class SAOTrainer(AgentgymTrainer):
         input_ids, attention_mask, keep = sequences(inputs)
         images = image_inputs(inputs)  # a VLM's pixels: the logprobs are recomputed with what the policy saw
         value_model = self._value_model(model)
-        captured = {}
+        captured: dict[str, torch.Tensor] = {}
         hook = None
         if isinstance(value_model, ValueHead):  # read the trunk's output from the policy's own forward
             hook = self._trunk(model).register_forward_hook(

@@ -30,7 +30,6 @@ import torch
 from trl.models import unwrap_model_for_generation
 from trl.trainer.utils import use_adapter
 
-from agentgym._lazy import lazy_exports
 from agentgym.rollout.runner import EpisodeRequest
 from agentgym.rollout.trajectory import RolloutTree, Trajectory
 from agentgym.rollout.tree import SuccessPredictor, TreeConfig, TreeRollout
@@ -46,20 +45,13 @@ from agentgym.trainers.rollouts import (
     make_runner,
     pad_rows,
     record_metrics,
-    run_tasks,
+    run_requests,
     sequences,
     trajectory_rows,
 )
 from agentgym.trainers.tree_grpo_config import TreeGRPOConfig
 
 __all__ = ["TreeGRPOTrainer", "tree_training_paths"]
-
-
-# These lived here before agentgym.trainers.base was their one home.
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    deprecated={name: f"agentgym.trainers.base:{name}" for name in ("STATE_FILE", "env_reward", "task_dataset")},
-)
 
 
 class TreeGRPOTrainer(AgentgymTrainer):
@@ -125,15 +117,15 @@ class TreeGRPOTrainer(AgentgymTrainer):
         return max(self.args.rollout_concurrency, jobs)
 
     # ------------------------------------------------------------------ rollouts
-    def _tree_job(self, agent, env, task: EpisodeRequest):
-        return TreeRollout(agent, self.tree_config, self.predictor).run(env, task.task_id, task.seed)
+    def _tree_job(self, agent, env, request: EpisodeRequest):
+        return TreeRollout(agent, self.tree_config, self.predictor).run(env, request.task_id, request.seed)
 
     def _rollouts(self, task_ids: list[str]) -> list:
         step = self.state.global_step
         if self.args.tree:
-            tasks = [EpisodeRequest(t, group=f"{step}:{i}") for i, t in enumerate(task_ids)]
+            requests = [EpisodeRequest(t, group=f"{step}:{i}") for i, t in enumerate(task_ids)]
         else:
-            tasks = [
+            requests = [
                 EpisodeRequest(t, repeat=j, group=f"{step}:{i}")
                 for i, t in enumerate(task_ids)
                 for j in range(self.args.num_generations)
@@ -150,7 +142,7 @@ class TreeGRPOTrainer(AgentgymTrainer):
                 # TrainingArguments.__post_init__ parses a JSON-string value into a dict.
                 gradient_checkpointing_kwargs=cast(dict[str, Any] | None, self.args.gradient_checkpointing_kwargs),
             ):
-                records = run_tasks(self.runner, tasks)
+                records = run_requests(self.runner, requests)
         finally:
             self.rollout_model.train(was_training)
         self.rollout_seconds = time.perf_counter() - started  # the learner is idle meanwhile (synchronous pipeline)

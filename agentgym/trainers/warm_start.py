@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import cast
 
 from agentgym.core import AgentEnv
+from agentgym.registration import make_env_factory
 from agentgym.rollout.agent import Agent, AgentConfig
 from agentgym.rollout.chat import ChatFormat
 from agentgym.rollout.hf_policy import HFPolicy
 from agentgym.rollout.policy import Completion, Policy, SamplingParams
 from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig
 from agentgym.rollout.trajectory import Trajectory
-from agentgym.trainers.rollouts import make_env_factory
 
 __all__ = [
     "RL_DEMO_START",

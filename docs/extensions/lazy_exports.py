@@ -37,8 +37,6 @@ class LazyExports(griffe.Extension):
                 if len(call.args) > 1
                 else next((k.value for k in call.keywords if k.arg == "exports"), None)
             )
-            if mapping is None:  # only deprecated names (which the reference does not show)
-                continue
             if isinstance(mapping, ast.Name):
                 mapping = literals.get(mapping.id)
             if not isinstance(mapping, ast.Dict):

@@ -17,7 +17,7 @@ pytest.importorskip("ray", reason="the distributed extra is not installed")
 
 import ray  # noqa: E402
 
-from agentgym.core import AgentEnv, SnapshotMismatchError  # noqa: E402
+from agentgym.core import AgentEnv  # noqa: E402
 from agentgym.distributed.env_pool import EnvPool  # noqa: E402
 from agentgym.distributed.remote_env import EnvWorkerLost, RemoteEnv  # noqa: E402
 from agentgym.eval.oracles import EpisodeAgent, ReferencePolicy  # noqa: E402
@@ -25,6 +25,7 @@ from agentgym.registration import make_env_factory  # noqa: E402
 from agentgym.rollout.agent import AgentConfig  # noqa: E402
 from agentgym.rollout.runner import Runner, RunnerConfig  # noqa: E402
 from agentgym.rollout.tree import TreeConfig, TreeRollout  # noqa: E402
+from agentgym.snapshot import SnapshotMismatchError  # noqa: E402
 from agentgym.task import call_text  # noqa: E402
 
 KEYCHAIN = "agentgym/tool.keychain-v0"
@@ -151,7 +152,7 @@ async def test_runner_and_tree_rollout_on_a_pool(keychain_pool, keychain_tasks, 
         _agent(keychain_tasks),
         keychain_pool,
         RunnerConfig(concurrency=1, progress=False),
-        job=lambda agent, env, task: tree.run(env, task.task_id, task.seed),
+        job=lambda agent, env, request: tree.run(env, request.task_id, request.seed),
     )
     multi_hop = [t.id for t in keychain_tasks if len(t.solution) == 3][:2]
     trees = (await runner.run(multi_hop)).records
@@ -275,9 +276,10 @@ def _wait_exited(pid: int, seconds: float = 30) -> None:
 
 async def test_a_pool_with_memory_wraps_every_env_on_its_worker(ray_cluster, keychain_tasks, tmp_path):
     from agentgym.memory.bank import MemoryBank
+    from agentgym.memory.config import MemoryConfig
 
     path = str(tmp_path / "memory.db")  # one machine: every worker opens the same store
-    with EnvPool(KEYCHAIN, workers=2, envs_per_worker=2, memory={"path": path, "k_skills": 1}) as pool:
+    with EnvPool(KEYCHAIN, workers=2, envs_per_worker=2, wrap=MemoryConfig(path, k_skills=1).wrap) as pool:
         result = await Runner(_agent(keychain_tasks), pool, RunnerConfig(concurrency=4, progress=False)).run(
             [t.id for t in keychain_tasks[:4]]
         )
@@ -306,7 +308,7 @@ async def test_worker_killed_mid_run_retries_elsewhere_and_its_containers_are_re
     assert all(r.success for r in result.records)
     lost = [f for f in result.failures if "EnvWorkerLost" in f.error]
     assert lost and all(f.kind == "env" for f in result.failures)
-    assert all(r.metadata.get("failures") for r in result.records if r.task_id in {f.task.task_id for f in lost})
+    assert all(r.metadata.get("failures") for r in result.records if r.task_id in {f.request.task_id for f in lost})
     assert status["pid"] != old_pid and status["reaped"]["containers"]  # the new process reaped the old one's
     assert not _containers_of(old_pid)
 
@@ -327,7 +329,7 @@ async def test_node_removed_mid_run_every_episode_completes_once(ray_cluster, ke
         assert sorted(r.task_id for r in result.records) == sorted(t.id for t in keychain_tasks[:6])
         assert all(r.success for r in result.records)
         assert result.failures and all("EnvWorkerLost" in f.error for f in result.failures)
-        failed = {f.task.task_id for f in result.failures}
+        failed = {f.request.task_id for f in result.failures}
         assert all(r.metadata["failures"] for r in result.records if r.task_id in failed)
     finally:
         if node is not None:

@@ -13,12 +13,12 @@ ENV_ID = "agentgym/tool.keychain-v0"
 
 
 class EpisodeHost:
-    """A Ray actor holding one KeyChain env made the way an env worker makes it (make_env_factory with the memory section)."""
+    """A Ray actor holding one KeyChain env made the way an env worker makes it (make_env_factory wrapped by the memory section)."""
 
     def __init__(self, memory: dict):
         from agentgym.registration import make_env_factory
 
-        self.env = make_env_factory(ENV_ID, None, memory)()
+        self.env = MemoryConfig.from_dict(memory).wrap(make_env_factory(ENV_ID))()
 
     def node(self) -> str:
         import ray
@@ -47,7 +47,7 @@ def cluster(ray_cluster):
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from agentgym.distributed.memory import NAMESPACE, bank_name
+    from agentgym.memory.remote import NAMESPACE, bank_name
 
     head = ray_cluster.head_node.node_id
     other = next(node["NodeID"] for node in ray.nodes() if node["Alive"] and node["NodeID"] != head)
@@ -89,7 +89,7 @@ def episodes(path) -> dict[int, EpisodeRecord]:
 def test_shared_must_be_a_boolean_and_a_missing_store_fails_when_the_bank_opens(cluster, tmp_path):
     import ray
 
-    from agentgym.distributed.memory import NAMESPACE, bank_name
+    from agentgym.memory.remote import NAMESPACE, bank_name
 
     with pytest.raises(ValueError, match="shared must be true or false"):
         MemoryConfig.from_dict({"path": str(tmp_path / "m.db"), "shared": "yes"})
@@ -132,7 +132,7 @@ def test_envs_on_both_nodes_write_to_one_bank_and_retrieve_each_others_episodes(
 def test_a_worker_killed_mid_stream_of_writes_loses_no_acknowledged_episode(cluster, tmp_path):
     import ray
 
-    from agentgym.distributed.memory import RemoteBank
+    from agentgym.memory.remote import RemoteBank
 
     _, other, host = cluster
     memory = {"path": str(tmp_path / "memory.db"), "shared": True}
@@ -160,7 +160,7 @@ def test_a_worker_killed_mid_stream_of_writes_loses_no_acknowledged_episode(clus
 def test_the_bank_actor_killed_and_restarted_reopens_the_same_store(cluster, tmp_path):
     import ray
 
-    from agentgym.distributed.memory import RemoteBank
+    from agentgym.memory.remote import RemoteBank
 
     head, other, host = cluster
     memory = {"path": str(tmp_path / "memory.db"), "shared": True}

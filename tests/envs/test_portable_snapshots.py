@@ -8,16 +8,13 @@ import gymnasium
 import pytest
 
 import agentgym  # noqa: F401
-from agentgym.core import SnapshotError, SnapshotMismatchError, SnapshotReleasedError
 from agentgym.envs.state import SQLiteState
 from agentgym.envs.tool import ToolEnv
 from agentgym.envs.tool.bfcl import BFCLMultiTurnEnv, from_bfcl_call
 from agentgym.envs.tool.keychain import demonstration, make_task
-from tests.envs.gui import conftest as gui_fixtures
-from tests.envs.tool.test_bfcl import ground_truth, public_state
-from tests.tool_calls import call
-
-desktop_image = gui_fixtures.desktop_image  # the GUI tests' fixture: it builds the desktop image when missing
+from agentgym.snapshot import SnapshotError, SnapshotMismatchError, SnapshotReleasedError
+from tests.helpers.bfcl import ground_truth, public_state
+from tests.helpers.tool_calls import call
 
 
 def run(env, actions):
@@ -125,7 +122,7 @@ def test_other_kinds_and_damaged_bytes_are_refused_before_anything_is_unpickled(
     data = keychain.export_snapshot(snapshot)
     magic, header, body = data.split(b"\n", 2)
     unpickled = []
-    monkeypatch.setattr("agentgym.core.pickle.loads", unpickled.append)  # a spy: refusals must come first
+    monkeypatch.setattr("agentgym.snapshot.pickle.loads", unpickled.append)  # a spy: refusals must come first
     with pytest.raises(SnapshotMismatchError, match=f"cannot be imported into a {re.escape(bfcl.kind)}"):
         bfcl.import_snapshot(data)
     with pytest.raises(SnapshotMismatchError, match="cannot be exported by"):

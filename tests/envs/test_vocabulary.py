@@ -1,30 +1,144 @@
-"""One vocabulary for every env family: the family hooks, info["grade"], tasks= and the shared option names, and the deprecated old names."""
+"""One vocabulary for every env family: the author's hooks (one name and one signature per role), the backend hooks, info["grade"], tasks= and the shared option names."""
 
 import inspect
-import warnings
 
+import gymnasium
 import pytest
 
-from agentgym.core import Verdict, select_tasks
+import agentgym  # noqa: F401  (registers the built-in envs)
+from agentgym.core import AgentEnv, Verdict, select_tasks
 from agentgym.envs.code.env import CodeEnv
 from agentgym.envs.code.humaneval import HumanEvalEnv
 from agentgym.envs.code.repofix import RepoFixEnv
 from agentgym.envs.gui.env import DesktopEnv
 from agentgym.envs.tool.env import ToolEnv
 from agentgym.envs.tool.keychain import KeyChainEnv
+from agentgym.envs.tool.mcp import MCPToolEnv
 from agentgym.envs.web.app_env import WebAppEnv
 from agentgym.envs.web.env import WebEnv
 from agentgym.envs.web.miniwob import MiniWoBEnv
 
 FAMILIES = [CodeEnv, ToolEnv, WebEnv, DesktopEnv]
-HOOKS = ("_setup", "_grade", "_branch_state", "_load_branch_state", "_teardown")
-OLD_HOOKS = ("_prepare", "_extra_state", "_load_extra_state", "_prepare_task", "_open", "_judge", "_capture_site")
+#: The hooks an author overrides, one per role, with AgentEnv's parameters in every class.
+AUTHOR_HOOKS = ("_setup", "_call_tool", "_act", "_grade", "_branch_state", "_load_branch_state", "_teardown")
+#: Names of hooks before the one vocabulary; no class may define them.
+OLD_HOOKS = (
+    "_begin",
+    "_capture",
+    "_load",
+    "_export_payload",
+    "_import_payload",
+    "_snapshot_metadata",
+    "_prepare",
+    "_extra_state",
+    "_load_extra_state",
+    "_prepare_task",
+    "_open",
+    "_judge",
+    "_capture_site",
+    "_load_site",
+)
+BACKEND_HOOKS = tuple(name for name in vars(AgentEnv) if name.startswith("_backend_"))
 
 
-@pytest.mark.parametrize("family", FAMILIES, ids=lambda cls: cls.__name__)
-def test_every_family_has_the_shared_hooks_and_none_of_the_old_ones(family):
-    assert all(callable(getattr(family, hook, None)) for hook in HOOKS)
-    assert not [hook for hook in OLD_HOOKS if hasattr(family, hook)]
+def _registered_classes() -> list[type]:
+    """Every AgentEnv class a registered agentgym id makes, with the classes between it and AgentEnv."""
+    classes = {MCPToolEnv, *FAMILIES}
+    for env_id, spec in gymnasium.registry.items():
+        if env_id.startswith("agentgym/") and isinstance(spec.entry_point, str):
+            made = gymnasium.envs.registration.load_env_creator(spec.entry_point)
+            if isinstance(made, type) and issubclass(made, AgentEnv):
+                classes.update(cls for cls in made.__mro__ if issubclass(cls, AgentEnv) and cls is not AgentEnv)
+    return sorted(classes, key=lambda cls: f"{cls.__module__}.{cls.__qualname__}")
+
+
+CLASSES = _registered_classes()
+
+
+def _parameters(function) -> list[str]:
+    return list(inspect.signature(function).parameters)
+
+
+def test_the_registered_classes_cover_every_family():
+    assert set(FAMILIES) <= set(CLASSES) and len(CLASSES) >= 12
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda cls: cls.__name__)
+def test_every_class_uses_one_name_and_one_signature_per_role(cls):
+    defined = vars(cls)
+    assert not [name for name in OLD_HOOKS if name in defined]
+    assert not [name for name in defined if name.startswith("_backend_") and name not in BACKEND_HOOKS]
+    for hook in AUTHOR_HOOKS:
+        if hook in defined:
+            assert _parameters(defined[hook]) == _parameters(getattr(AgentEnv, hook)), f"{cls.__name__}.{hook}"
+    # The web family's _setup and _grade run on the browser loop; everywhere else they are plain methods.
+    for hook in ("_setup", "_grade"):
+        assert inspect.iscoroutinefunction(getattr(cls, hook)) == issubclass(cls, WebEnv), f"{cls.__name__}.{hook}"
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda cls: cls.__name__)
+def test_backend_hooks_are_final_where_they_are_implemented(cls):
+    for name in BACKEND_HOOKS:
+        owner = next(base for base in cls.__mro__ if name in vars(base))
+        assert owner is AgentEnv or getattr(vars(owner)[name], "__final__", False), f"{owner.__name__}.{name}"
+        # Below a family base, the backend is the family's: no subclass changes it.
+        assert owner is AgentEnv or owner in FAMILIES or AgentEnv in owner.__bases__, f"{owner.__name__}.{name}"
+
+
+def test_the_hooks_a_family_leaves_open_are_abstract():
+    assert CodeEnv.__abstractmethods__ == {"task_ids", "_setup", "_grade"}
+    assert WebEnv.__abstractmethods__ == {"task_ids", "_origins", "_setup", "_grade"}
+    assert ToolEnv.__abstractmethods__ == DesktopEnv.__abstractmethods__ == frozenset()
+    assert AgentEnv.__abstractmethods__ == {"task_ids"}
+    with pytest.raises(TypeError, match="abstract"):
+        CodeEnv()
+
+
+class _Sums(AgentEnv):
+    """A bare AgentEnv whose state is two fields named in branch_attributes, graded by _grade through _finish."""
+
+    branch_attributes = ("total", "added")
+
+    def task_ids(self):
+        return ["reach-5"]
+
+    def tools(self):
+        from agentgym.actions import ToolSpec
+
+        number = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+        return [ToolSpec("add", "Add n.", number), ToolSpec("answer", "Say the total.", number)]
+
+    def _setup(self, task_id):
+        self.total, self.added = 0, []
+        return "Reach 5."
+
+    def _call_tool(self, call):
+        if call.name == "answer":
+            return self._finish(str(call.arguments["n"]), "Answered.")
+        self.total += call.arguments["n"]
+        self.added.append(call.arguments["n"])
+        from agentgym.core import Outcome
+
+        return Outcome(f"Total {self.total}.")
+
+    def _grade(self, answer):
+        right = answer == str(self.total) == "5"
+        return Verdict(float(right), right, details={"added": self.added}, message="Right." if right else "Wrong.")
+
+
+def test_a_bare_agent_env_branches_its_branch_attributes_and_grades_through_finish():
+    env = _Sums()
+    env.reset()
+    env.step("add(n=2)")
+    child = env.fork()
+    env.step("add(n=1)")  # the parent's fields are the parent's alone
+    assert (child.total, child.added) == (2, [2])
+    child.step("add(n=3)")
+    observation, reward, terminated, _, info = child.step("answer(n=5)")
+    assert (observation["text"], reward, terminated, info["success"]) == ("Answered.\n\nRight.", 1.0, True, True)
+    assert info["grade"] == {"added": [2, 3]} and env.added == [2, 1]
+    child.close()
+    env.close()
 
 
 @pytest.mark.parametrize(
@@ -73,27 +187,17 @@ def test_keychain_selects_ids_of_either_split_or_a_pattern_over_the_listed_ones(
         KeyChainEnv(tasks=["elsewhere-1"])
 
 
-def test_web_envs_take_screen_size_and_tasks_and_warn_on_the_old_names():
+def test_web_envs_take_screen_size_and_tasks():
     env = WebAppEnv("shop", tasks="cheapest_*", screen_size=(800, 600), screenshot=True)
     try:
         assert env.screen_size == (800, 600) and env.observation_space["image"].shape == (600, 800, 3)
         assert env.task_ids() and all(task_id.startswith("cheapest_") for task_id in env.task_ids())
     finally:
         env.close()
-    with pytest.warns(DeprecationWarning, match="viewport"):
-        env = WebAppEnv("shop", viewport=(900, 700))
-    try:
-        assert env.screen_size == (900, 700)
-    finally:
-        env.close()
     clicks = MiniWoBEnv("click-*")
     assert len(clicks.task_ids()) > 5 and all(task_id.startswith("click-") for task_id in clicks.task_ids())
     assert clicks.screen_size == MiniWoBEnv.default_screen_size
     clicks.close()
-    with pytest.warns(DeprecationWarning, match="tasks"):
-        single = MiniWoBEnv(task="click-button")
-    assert single.task_ids() == ["click-button"]
-    single.close()
 
 
 def test_desktop_takes_tasks_patterns_and_screenshot():
@@ -154,7 +258,7 @@ class _CountingBank(ToolEnv):
         self.replies_seen += 1
         return super()._act(parsed)
 
-    def _grade(self):
+    def _grade(self, answer):
         return Verdict(float(self.state["balance"]), True, details={"replies": self.replies_seen})
 
     def _branch_state(self):
@@ -174,63 +278,3 @@ def test_a_tool_subclass_overrides_grade_and_branch_state():
     assert (reward, info["grade"]) == (3.0, {"replies": 2})
     child.close()
     env.close()
-
-
-# ---------------------------------------------------------------------- old hook names keep working, with a warning
-def test_old_hook_names_warn_and_become_the_new_hooks():
-    with pytest.warns(DeprecationWarning) as caught:
-
-        class OldCode(CodeEnv):
-            def _prepare(self, sandbox, task_id):
-                return f"prepared {task_id} in {sandbox}"
-
-            def _extra_state(self):
-                return {"n": 1}
-
-            def _load_extra_state(self, extra):
-                self.extra = extra
-
-    messages = " ".join(str(warning.message) for warning in caught)
-    assert all(f"OldCode.{old}" in messages for old in ("_prepare", "_extra_state", "_load_extra_state"))
-    assert OldCode._branch_state is OldCode.__dict__["_extra_state"]
-    env = OldCode()
-    env.sandbox = "the sandbox"
-    assert env._setup("t-1") == "prepared t-1 in the sandbox"
-
-    with pytest.warns(DeprecationWarning):
-
-        class OldWeb(WebEnv):
-            default_viewport = (640, 480)
-
-            async def _open(self, session, task_id):
-                return "goal"
-
-            async def _judge(self, session, answer):
-                return None
-
-            def _capture_site(self):
-                return 1
-
-            def _load_site(self, payload):
-                pass
-
-    assert OldWeb.default_screen_size == (640, 480)
-    assert OldWeb._grade is OldWeb.__dict__["_judge"] and OldWeb._branch_state is OldWeb.__dict__["_capture_site"]
-    assert OldWeb._setup is not WebEnv._setup
-
-
-def test_the_new_names_do_not_warn():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)
-
-        class NewCode(CodeEnv):
-            def _setup(self, task_id):
-                return "goal"
-
-            def _grade(self):
-                return Verdict(1.0, True)
-
-        env = WebAppEnv("shop", screen_size=(800, 600))
-        env.close()
-        MiniWoBEnv(["click-button"]).close()
-    assert "_setup" in NewCode.__dict__

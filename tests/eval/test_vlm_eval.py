@@ -1,6 +1,6 @@
 """`agentgym eval --images` on a real MiniWoB++ env (Chromium): Set-of-Marks screenshots reach a vision endpoint and the report shows what the model saw.
 
-The endpoint is :class:`tests.vlm_endpoint.RecordingVLM`, which stands in for a hosted vision model
+The endpoint is :class:`tests.helpers.vlm_endpoint.RecordingVLM`, which stands in for a hosted vision model
 (none can be downloaded here): it records the requests the real ``openai`` client sent and answers
 with a scripted click on an element that does not exist, so each episode runs its two turns.
 """
@@ -21,7 +21,7 @@ from playwright.async_api import async_playwright
 
 from agentgym.eval.harness import _screen_kwargs
 from agentgym.rollout.trajectory import Trajectory
-from tests.vlm_endpoint import TEXT_ONLY_MODEL, RecordingVLM, images_in
+from tests.helpers.vlm_endpoint import TEXT_ONLY_MODEL, RecordingVLM, images_in
 
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian chromium at /usr/bin/chromium")

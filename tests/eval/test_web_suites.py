@@ -70,20 +70,3 @@ async def test_screenshots_reach_the_report(tmp_path):
     assert summary["metrics"]["success_rate"] == 1.0
     report = (out / "report.html").read_text()
     assert report.count('class="screenshot"') >= 2 and "data:image/png;base64,iVBOR" in report
-
-
-async def test_the_deprecated_record_screenshots_env_kwarg_still_reaches_the_report(tmp_path):
-    suite_file = tmp_path / "suite.jsonl"
-    task = first_of_each_template(load_suite("web-shop")).tasks[0]
-    suite_file.write_text(
-        json.dumps(
-            {"env": task.env_id, "task_id": task.task_id, "env_kwargs": {"app": "shop", "record_screenshots": True}}
-        )
-        + "\n"
-    )
-    out = tmp_path / "run"
-    with pytest.warns(DeprecationWarning, match="RecordScreenshots"):
-        summary = await evaluate(load_suite(str(suite_file)), oracle_for, out_dir=out, model="oracle", progress=False)
-    assert summary["metrics"]["success_rate"] == 1.0
-    report = (out / "report.html").read_text()
-    assert report.count('class="screenshot"') >= 2 and "data:image/png;base64,iVBOR" in report

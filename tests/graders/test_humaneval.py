@@ -8,7 +8,7 @@ import pytest
 
 import agentgym  # noqa: F401  (registers the envs)
 from agentgym.envs.code.humaneval import SOLUTION_PATH, load_problems
-from tests.tool_calls import call
+from tests.helpers.tool_calls import call
 
 pytestmark = pytest.mark.docker
 

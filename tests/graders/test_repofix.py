@@ -5,7 +5,7 @@ import pytest
 
 import agentgym  # noqa: F401
 from agentgym.envs.code import repofix_tasks
-from tests.tool_calls import call
+from tests.helpers.tool_calls import call
 
 pytestmark = pytest.mark.docker
 

@@ -10,7 +10,7 @@ from agentgym.envs.web.apps.shop.data import catalog
 from agentgym.envs.web.miniwob import MiniWoBEnv
 from agentgym.envs.web.observation import element_id, elements
 from agentgym.envs.web.tasks import run_solution
-from tests.envs.web.test_miniwob import SOLUTIONS as MINIWOB_SOLUTIONS
+from tests.helpers.miniwob import SOLUTIONS as MINIWOB_SOLUTIONS
 
 pytestmark = pytest.mark.slow
 

@@ -8,6 +8,8 @@ Python 3.12 (agentgym's venv is 3.11), so its layout and reward contract are fol
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 from pathlib import Path
 
@@ -15,22 +17,14 @@ import gymnasium
 import pytest
 
 import agentgym  # noqa: F401  (registers the envs)
-from agentgym.integrations.harbor import (
-    HarborEnv,
-    HarborImageError,
-    HarborTaskError,
-    UnbuildableError,
-    _main_reward,
-    _parse_reward_json,
-    _parse_reward_text,
-    image_tag,
-    load_harbor_tasks,
-    read_task,
-    translate_dockerfile,
-)
+from agentgym.integrations.harbor import HarborEnv, HarborLimits
+from agentgym.integrations.harbor.dockerfile import UnbuildableError, translate_dockerfile
+from agentgym.integrations.harbor.image import HarborImageError, image_tag
+from agentgym.integrations.harbor.loader import HarborTaskError, load_harbor_tasks, read_task
+from agentgym.integrations.harbor.verifier import _main_reward, _parse_reward_json, _parse_reward_text
 from agentgym.sandbox.docker import SandboxConfig
 from agentgym.task import run_solution
-from tests.tool_calls import call
+from tests.helpers.tool_calls import call
 
 TASKS = Path(__file__).with_name("harbor_tasks")
 BUILDABLE = ["fix-mean", "write-greeting"]
@@ -68,7 +62,7 @@ def test_the_registered_id_takes_a_path_and_lists_tasks_with_their_oracle():
     with pytest.raises(ValueError, match="needs path="):
         HarborEnv()
     with pytest.raises(ValueError, match="no task matches"):
-        HarborEnv(tasks_dir=TASKS, tasks="nothing-*")
+        HarborEnv(path=TASKS, tasks="nothing-*")
 
 
 def copy_task(tmp_path: Path, name: str = "fix-mean") -> Path:
@@ -106,6 +100,106 @@ def test_a_folder_without_tasks_is_an_error(tmp_path):
         load_harbor_tasks(tmp_path)
     with pytest.raises(HarborTaskError, match="is not a directory"):
         load_harbor_tasks(tmp_path / "missing")
+
+
+# ------------------------------------------------------------------------------ untrusted task directories (no Docker)
+
+
+@pytest.mark.parametrize(
+    ("link", "target"),
+    [
+        ("instruction.md", "/etc/passwd"),  # the host's file as the prompt
+        ("tests", "/etc"),  # the host's directory copied into the verifier's container
+        ("tests/check_stats.py", "/etc/hostname"),
+        ("solution/solve.sh", "/etc/hostname"),  # written into the agent's container by the oracle
+        ("environment/stats.py", "/etc/hostname"),  # sent to the image build
+        ("task.toml", "/etc/hostname"),
+        ("tests/extra", "../../../outside.txt"),  # a relative link out of the directory
+    ],
+)
+def test_a_link_that_leaves_the_task_directory_is_refused(tmp_path, link, target):
+    (tmp_path / "outside.txt").write_text("the host's secret")
+    task_dir = copy_task(tmp_path / "tasks")
+    entry = task_dir / link
+    if entry.is_dir():
+        shutil.rmtree(entry)
+    elif entry.exists():
+        entry.unlink()
+    entry.symlink_to(target)
+    with pytest.raises(HarborTaskError, match=f"{link} is a link that leaves the task directory"):
+        load_harbor_tasks(tmp_path / "tasks")
+    with pytest.raises(HarborTaskError, match="leaves the task directory"):
+        HarborEnv(path=task_dir)
+
+
+def test_links_inside_the_task_directory_and_a_linked_task_inside_the_folder_are_kept(tmp_path):
+    task_dir = copy_task(tmp_path / "tasks")
+    (task_dir / "README.md").symlink_to("instruction.md")
+    (task_dir / "tests" / "solution").symlink_to("../solution")
+    (tmp_path / "tasks" / "alias").symlink_to("fix-mean")
+    assert set(load_harbor_tasks(tmp_path / "tasks")) == {"fix-mean"}  # both names read the one resolved directory
+
+
+def test_a_linked_task_directory_outside_the_folder_and_special_files_are_refused(tmp_path):
+    outside = copy_task(tmp_path / "elsewhere")
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "fix-mean").symlink_to(outside)
+    with pytest.raises(HarborTaskError, match="the task directory is a link that leaves"):
+        load_harbor_tasks(tmp_path / "tasks")
+    task_dir = copy_task(tmp_path / "fifo")
+    os.mkfifo(task_dir / "tests" / "pipe")
+    with pytest.raises(HarborTaskError, match="tests/pipe is not a regular file"):
+        read_task(task_dir)
+
+
+def test_files_read_on_the_host_are_bounded(tmp_path):
+    task_dir = copy_task(tmp_path)
+    (task_dir / "instruction.md").write_text("x" * (1024 * 1024 + 1))
+    with pytest.raises(HarborTaskError, match="instruction.md is larger than"):
+        read_task(task_dir)
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "value", "message"),
+    [
+        ("environment", "memory_mb", 1024 * 1024, "is above agentgym's cap of 8192"),  # 1 TiB
+        ("environment", "cpus", 64, "is above agentgym's cap of 4"),
+        ("environment", "storage_mb", 10 * 1024 * 1024, "is above agentgym's cap of 10240"),
+        ("environment", "build_timeout_sec", 86400.0, "is above agentgym's cap of 1800"),
+        ("verifier", "timeout_sec", 1e9, "is above agentgym's cap of 1800"),
+        ("agent", "timeout_sec", 1e9, "is above agentgym's cap of 3600"),
+        ("environment", "cpus", -1, "is not a positive number"),
+        ("environment", "memory_mb", 1.5, "is not a positive whole number"),
+        ("verifier", "timeout_sec", "nan", "is not a positive number"),
+        ("verifier", "timeout_sec", True, "is not a positive number"),
+    ],
+)
+def test_every_limit_a_task_sets_is_capped(tmp_path, table, key, value, message):
+    task_dir = copy_task(tmp_path)
+    literal = "nan" if value == "nan" else json.dumps(value)
+    config = (task_dir / "task.toml").read_text()
+    if f"[{table}]" not in config:
+        config += f"\n[{table}]\n"
+    lines = [line for line in config.splitlines() if not line.startswith(f"{key} =")]
+    at = lines.index(f"[{table}]") + 1
+    (task_dir / "task.toml").write_text("\n".join([*lines[:at], f"{key} = {literal}", *lines[at:]]) + "\n")
+    with pytest.raises(HarborTaskError, match=rf"\[{table}\]\.{key} = .* {message}"):
+        HarborEnv(path=task_dir)
+
+
+def test_the_caps_are_the_callers_to_raise_and_set_the_sandbox(tmp_path):
+    task_dir = copy_task(tmp_path)
+    _append(task_dir / "task.toml", "storage_mb = 20480\n")  # [environment] is the file's last table
+    with pytest.raises(HarborTaskError, match="storage_mb = 20480 is above"):
+        HarborEnv(path=task_dir)
+    env = HarborEnv(path=task_dir, limits={"storage_mb": 20480})
+    try:
+        config = env.task_sandbox_config("fix-mean")
+        assert (config.cpus, config.mem_limit, config.disk_limit) == (1.0, "512m", 20480 * 1024 * 1024)
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="HarborLimits.cpus must be a positive number"):
+        HarborLimits(cpus=0)
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """``agentgym/OpenEnv-v0`` with ``image=``: an OpenEnv server started from a local Docker image, without a network, reached through a port forward.
 
 The image is built offline from the agentgym base image (Debian bookworm's python3.11) with the
-counter app of tests/integrations/openenv_apps.py (OpenEnv's own ``create_app`` under uvicorn).
+counter app of tests/helpers/openenv_apps.py (OpenEnv's own ``create_app`` under uvicorn).
 It cannot pip install, so the tests mount this venv's site-packages read-only and put it on
 ``PYTHONPATH`` through ``volumes=`` and ``environment=``. Nothing is mocked: real containers, real
 docker exec relays, OpenEnv's own client.
@@ -28,8 +28,8 @@ import agentgym  # noqa: F401  (registers agentgym/OpenEnv-v0)
 from agentgym.integrations.openenv.client_env import OpenEnvEnv, OpenEnvError
 from agentgym.integrations.openenv.container import KIND, ServerError, ServerSpec, acquire
 from agentgym.sandbox import engine, images, labels
-from tests.integrations.test_openenv_env import play_counter, solve_counter
-from tests.tool_calls import call
+from tests.helpers.openenv_counter import play_counter, solve_counter
+from tests.helpers.tool_calls import call
 
 ROOT = Path(__file__).parents[2]
 IMAGE_REPOSITORY = "agentgym/openenv-test"
@@ -45,7 +45,7 @@ def counter_image(base: str) -> str:
     """
     api = engine.api()
     base_id = api.inspect_image(base)["Id"]
-    app = (ROOT / "tests" / "integrations" / "openenv_apps.py").read_bytes()
+    app = (ROOT / "tests" / "helpers" / "openenv_apps.py").read_bytes()
     dockerfile = (
         f"FROM {base_id}\nCOPY openenv_apps.py /app/openenv_apps.py\n"
         'CMD ["python3", "/app/openenv_apps.py", "counter", "8000"]\n'

@@ -1,7 +1,7 @@
 """OpenEnv servers as agentgym envs (``agentgym/OpenEnv-v0``): real OpenEnv servers in subprocesses, reached over loopback.
 
 The servers are envs written with OpenEnv's own base classes and ``create_app``
-(tests/integrations/openenv_apps.py), and an agentgym env served by ``agentgym openenv serve``
+(tests/helpers/openenv_apps.py), and an agentgym env served by ``agentgym openenv serve``
 (the branching extension). Nothing is mocked; the policy in the runner test is scripted
 (it stands in for sampling only, with the real tiny tokenizer).
 """
@@ -9,7 +9,6 @@ The servers are envs written with OpenEnv's own base classes and ``create_app``
 from __future__ import annotations
 
 import contextlib
-import re
 import sys
 import threading
 import time
@@ -23,7 +22,6 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import agentgym  # noqa: F401  (registers agentgym/OpenEnv-v0)
-from agentgym.core import SnapshotError
 from agentgym.integrations.openenv.client_env import OpenEnvEnv, OpenEnvError
 from agentgym.rollout.agent import Agent
 from agentgym.rollout.chat import ChatFormat
@@ -31,8 +29,10 @@ from agentgym.rollout.policy import Completion, Policy
 from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig
 from agentgym.rollout.trajectory import RolloutTree
 from agentgym.rollout.tree import TreeConfig, TreeRollout
-from tests.serving import LoggedProcess, free_port
-from tests.tool_calls import call
+from agentgym.snapshot import SnapshotError
+from tests.helpers.openenv_counter import play_counter, solve_counter
+from tests.helpers.serving import LoggedProcess, free_port
+from tests.helpers.tool_calls import call
 
 ROOT = Path(__file__).parents[2]
 
@@ -62,7 +62,7 @@ def server_process(*command: str) -> Iterator[tuple[str, LoggedProcess]]:
 
 
 def openenv_app(name: str):
-    return server_process(sys.executable, "-m", "tests.integrations.openenv_apps", name, "{port}")
+    return server_process(sys.executable, "-m", "tests.helpers.openenv_apps", name, "{port}")
 
 
 @pytest.fixture(scope="module")
@@ -87,25 +87,6 @@ def keychain_url():
         _,
     ):
         yield url
-
-
-def solve_counter(text: str, reply_as_tool: bool = False) -> str:
-    """The counter's winning move for the last observation: add up to the target, then submit."""
-    target = int(re.search(r"Reach (\d+)", text).group(1))
-    counter = int(re.findall(r"Counter: (\d+)", text)[-1])
-    if reply_as_tool:
-        return call("move", op="submit") if counter >= target else call("move", op="add", n=min(10, target - counter))
-    return "submit" if counter >= target else f"add {min(10, target - counter)}"
-
-
-def play_counter(env, first_text: str, reply_as_tool: bool = False) -> tuple:
-    """Play a counter episode to its end with :func:`solve_counter`; the last step's five values."""
-    history = [first_text]
-    while True:
-        step = env.step(solve_counter("\n".join(history), reply_as_tool))
-        history.append(step[0]["text"])
-        if step[2] or step[3]:
-            return step
 
 
 @pytest.mark.slow  # an OpenEnv server process starts (seconds; tens under load)
@@ -245,8 +226,8 @@ async def test_the_runner_and_tree_rollouts_run_on_an_openenv_server(counter_url
     result = await Runner(agent, factory, RunnerConfig(concurrency=2, progress=False)).run(requests)
     assert len(result.records) == 4 and not result.failures
     assert all(r.success and r.reward == 1.0 for r in result.records)
-    job = lambda agent, env, task: TreeRollout(agent, TreeConfig(max_leaves=3, branch_every=1)).run(  # noqa: E731
-        env, task.task_id, task.seed
+    job = lambda agent, env, request: TreeRollout(agent, TreeConfig(max_leaves=3, branch_every=1)).run(  # noqa: E731
+        env, request.task_id, request.seed
     )
     trees = await Runner(agent, factory, RunnerConfig(concurrency=2, progress=False), job=job).run(requests[:2])
     assert all(isinstance(tree, RolloutTree) and tree.leaves for tree in trees.records) and not trees.failures

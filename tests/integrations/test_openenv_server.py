@@ -27,11 +27,12 @@ from openenv.cli._validation import validate_multi_mode_deployment, validate_run
 from openenv.core import GenericEnvClient
 
 import agentgym  # noqa: F401  (registers the envs)
-from agentgym.cli import UsageError, main
+from agentgym.cli import main
+from agentgym.cli.common import UsageError
 from agentgym.integrations.openenv.protocol import AgentGymEnvClient, BranchingError
 from agentgym.integrations.openenv.server import AgentGymEnvironment, create_openenv_app
 from agentgym.task import resolve_step
-from tests.serving import LoggedProcess, free_port
+from tests.helpers.serving import LoggedProcess, free_port
 
 KEYCHAIN = "agentgym/tool.keychain-v0"
 BFCL = "agentgym/tool.bfcl-multi-turn-base-v0"

@@ -18,8 +18,7 @@ from agentgym.memory.bank import (
 )
 from agentgym.memory.induction import EpisodeRecord, SkillDraft
 from agentgym.memory.store import Entry
-
-from .policies import GOOD, HARMFUL
+from tests.helpers.memory_policies import GOOD, HARMFUL
 
 ENV = "keychain"
 TASK = "Find the number stored under cloud. Use lookup(key); an entry may point to another key. Then submit(answer)."

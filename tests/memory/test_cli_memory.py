@@ -11,8 +11,7 @@ from agentgym.cli import main
 from agentgym.memory.bank import MemoryBank
 from agentgym.memory.induction import EpisodeRecord, SkillDraft
 from agentgym.memory.store import Entry
-
-from .policies import GOOD, HARMFUL
+from tests.helpers.memory_policies import GOOD, HARMFUL
 
 AGENTGYM = Path(sys.executable).with_name("agentgym")
 TASK = "Find the number stored under cloud. Use lookup(key); an entry may point to another key. Then submit(answer)."

@@ -20,8 +20,7 @@ from agentgym.memory.induction import (
 )
 from agentgym.rollout.agent import Agent, AgentConfig
 from agentgym.rollout.policy import Completion, Policy
-
-from .policies import GOOD
+from tests.helpers.memory_policies import GOOD
 
 TASK = "Find the number stored under cloud. Use lookup(key); an entry may point to another key. Then submit(answer)."
 
@@ -137,7 +136,7 @@ def test_distiller_contrasts_successes_and_failures():
 
 
 async def test_episode_record_from_a_trajectory():
-    from .policies import Follower
+    from tests.helpers.memory_policies import Follower
 
     env = KeyChainEnv(max_hops=1)
     trajectory = await Agent(Follower(fallback=None), AgentConfig(system_prompt=None, native_tools=False)).run(

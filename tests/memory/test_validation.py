@@ -10,8 +10,7 @@ from agentgym.memory.induction import SkillDraft
 from agentgym.memory.validation import paired_gain, validate_candidate
 from agentgym.rollout.agent import Agent, AgentConfig
 from agentgym.rollout.runner import EpisodeRequest
-
-from .policies import GOOD, HARMFUL, Follower
+from tests.helpers.memory_policies import GOOD, HARMFUL, Follower
 
 
 def test_paired_gain_matches_hand_computation():

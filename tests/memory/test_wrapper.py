@@ -12,8 +12,7 @@ from agentgym.memory.induction import SkillDraft
 from agentgym.memory.wrapper import MemoryWrapper
 from agentgym.rollout.agent import Agent, AgentConfig
 from agentgym.rollout.runner import EpisodeRequest, Runner, RunnerConfig
-
-from .policies import GOOD, Follower
+from tests.helpers.memory_policies import GOOD, Follower
 
 CHAT = AgentConfig(system_prompt=None, native_tools=False)
 
@@ -188,11 +187,14 @@ def test_memory_config_checks_its_section(tmp_path):
 
 def test_trainer_env_factory_wraps_envs_when_the_config_has_a_memory_section(tmp_path):
     from agentgym.trainers.base_config import RolloutArguments
-    from agentgym.trainers.rollouts import make_env_factory
+    from agentgym.trainers.rollouts import rollout_env_factory
 
     env_id = "agentgym.envs.tool.keychain:KeyChainEnv"
-    assert not isinstance(make_env_factory(env_id, {"max_hops": 1})(), MemoryWrapper)
-    factory = make_env_factory(env_id, {"max_hops": 1}, {"path": str(tmp_path / "m.db"), "k_skills": 1})
+    assert not isinstance(
+        rollout_env_factory(RolloutArguments(env_id=env_id, env_kwargs={"max_hops": 1}))(), MemoryWrapper
+    )
+    memory = {"path": str(tmp_path / "m.db"), "k_skills": 1}
+    factory = rollout_env_factory(RolloutArguments(env_id=env_id, env_kwargs={"max_hops": 1}, memory=memory))
     first, second = factory(), factory()
     assert isinstance(first, MemoryWrapper) and first.bank is second.bank and first.options["k_skills"] == 1
     play(first)

@@ -10,8 +10,8 @@ from aiohttp.test_utils import TestServer
 
 from agentgym.models import tiny_model_path
 from agentgym.rollout.hf_policy import HFPolicy
-from agentgym.rollout.server import make_app
-from tests.serving import ServerProcess
+from agentgym.serve import make_app
+from tests.helpers.serving import ServerProcess
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,9 @@ import pytest
 
 from agentgym.rollout.agent import Agent, AgentConfig, FoldPolicy
 from agentgym.rollout.policy import Completion, Policy, SamplingParams
-from tests.envs.counter import CounterEnv
-from tests.rollout.scripted import ScriptedPolicy, call
+from tests.helpers.counter import CounterEnv
+from tests.helpers.scripted import ScriptedPolicy
+from tests.helpers.tool_calls import call
 
 BAD = "no tool call here"
 

@@ -69,7 +69,7 @@ async def test_tree_rollouts_through_the_runner_and_agentgym_serve(code_env, ser
             agent,
             lambda: gymnasium.make(env.spec.id),
             RunnerConfig(concurrency=2, progress=False, store=store),
-            job=lambda agent, env, task: TreeRollout(agent, tree_config).run(env, task.task_id, task.seed),
+            job=lambda agent, env, request: TreeRollout(agent, tree_config).run(env, request.task_id, request.seed),
         )
         result = await runner.run([EpisodeRequest(task_id, seed=0), EpisodeRequest(task_id, seed=1)])
     assert not result.failures and not result.pending and len(result.records) == 2

@@ -97,6 +97,22 @@ async def test_a_whole_group_in_one_batch_decodes_greedily_as_one_at_a_time(tiny
         torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-4, rtol=0)
 
 
+async def test_a_seeded_policy_repeats_its_unseeded_requests_samples(tiny):
+    # A trainer passes its seed: the same run samples the same rollouts (requests taken in the same order).
+    target = prompts(HFPolicy.from_model(*tiny), sizes=(4,))[0]
+    unseeded = SamplingParams(max_tokens=8, temperature=1.0)
+
+    async def samples(seed):
+        async with HFPolicy.from_model(*tiny, seed=seed) as policy:
+            return [(await policy.generate(target, unseeded)).token_ids for _ in range(4)]
+
+    first = await samples(7)
+    assert await samples(7) == first
+    assert len({tuple(t) for t in first}) > 1  # successive requests draw differently
+    assert await samples(8) != first
+    assert await samples(None) != first
+
+
 async def test_seeded_sampling_is_reproducible_across_batch_compositions(policy):
     target, *others = prompts(policy, sizes=(4, 1, 25, 40))
     seeded = SamplingParams(max_tokens=16, temperature=1.0, top_p=0.95, seed=1234)

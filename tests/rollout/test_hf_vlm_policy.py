@@ -228,7 +228,7 @@ async def test_an_agent_rollout_stored_and_read_back_recomputes_its_logprobs(pol
     """The whole path: the agent loop in token mode with screenshots, the store, and a trainer's forward pass."""
     from agentgym.rollout.agent import Agent, AgentConfig
     from agentgym.rollout.images import ImageConfig
-    from tests.rollout.test_vlm_agent_openai import ScreenCounterEnv
+    from tests.helpers.counter import ScreenCounterEnv
 
     env = ScreenCounterEnv()
     try:

@@ -13,18 +13,8 @@ from aiohttp.test_utils import TestServer
 from agentgym.models import tiny_model_path
 from agentgym.rollout.openai_policy import OpenAIPolicy
 from agentgym.rollout.policy import PolicyError, SamplingParams
-from tests.rollout.test_server import ASK, CALL_REPLY, MODEL, TOOLS, RecordingPolicy
-from tests.serving import free_port
-
-REPLY = {
-    "id": "chatcmpl-1",
-    "object": "chat.completion",
-    "created": 0,
-    "model": MODEL,
-    "choices": [
-        {"index": 0, "message": {"role": "assistant", "content": "fine"}, "finish_reason": "stop", "logprobs": None}
-    ],
-}
+from tests.helpers.openai_api import ASK, CALL_REPLY, MODEL, REPLY, TOOLS, RecordingPolicy, error
+from tests.helpers.serving import free_port
 
 
 async def test_chat_mode_returns_native_tool_calls_with_token_ids_and_logprobs(served):
@@ -101,10 +91,6 @@ async def fake_api():
     yield start
     for server in servers:
         await server.close()
-
-
-def error(status: int, message: str = "nope") -> web.Response:
-    return web.json_response({"error": {"message": message, "type": "x", "param": None, "code": None}}, status=status)
 
 
 @pytest.mark.parametrize("status", [503, 429])

@@ -18,10 +18,9 @@ from agentgym.rollout.agent import Agent, AgentConfig
 from agentgym.rollout.hf_policy import HFPolicy
 from agentgym.rollout.openai_policy import OpenAIPolicy
 from agentgym.rollout.policy import PolicyError, SamplingParams
-from tests.envs.counter import CounterEnv
-from tests.rollout.test_openai_policy import REPLY, error
-from tests.rollout.test_server import ASK, MODEL
-from tests.serving import ServerProcess
+from tests.helpers.counter import CounterEnv
+from tests.helpers.openai_api import ASK, MODEL, REPLY, error
+from tests.helpers.serving import ServerProcess
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0)
 

@@ -11,7 +11,7 @@ from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoTo
 
 from agentgym.models import tiny_vlm_path
 from agentgym.rollout.vision import VisionChatFormat, image_bytes
-from tests.serving import ServerProcess
+from tests.helpers.serving import ServerProcess
 
 # A server process per module: loading torch and the model there takes 10-20 s on two busy cores.
 pytestmark = pytest.mark.slow

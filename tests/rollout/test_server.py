@@ -10,35 +10,7 @@ import openai
 import pytest
 
 from agentgym.rollout.policy import PolicyError, SamplingParams
-from tests.rollout.scripted import ScriptedPolicy
-
-MODEL = "tiny"
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "bash",
-            "description": "Run a command.",
-            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
-        },
-    }
-]
-ASK = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "List the files."}]
-CALL_REPLY = 'Let me look.\n<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls -la"}}\n</tool_call>'
-
-
-class RecordingPolicy(ScriptedPolicy):
-    """The scripted backend (fixed replies, real tokenizer), also recording sampling params; logprobs differ per position so misalignment shows."""
-
-    def __init__(self, replies, **kwargs):
-        super().__init__(replies, **kwargs)
-        self.samplings: list[SamplingParams] = []
-
-    async def generate(self, prompt_ids, sampling):
-        self.samplings.append(sampling)
-        completion = await super().generate(prompt_ids, sampling)
-        completion.logprobs = [-0.1 * (i + 1) for i in range(len(completion.token_ids))]
-        return completion
+from tests.helpers.openai_api import ASK, CALL_REPLY, MODEL, TOOLS, RecordingPolicy
 
 
 def client(base_url: str) -> openai.AsyncOpenAI:

@@ -14,8 +14,9 @@ from agentgym.rollout.hf_policy import HFPolicy
 from agentgym.rollout.policy import SamplingParams
 from agentgym.rollout.store import StoreCorruptError, TrajectoryStore, records_to_dataset
 from agentgym.rollout.trajectory import RolloutTree
-from tests.envs.counter import CounterEnv
-from tests.rollout.scripted import ScriptedPolicy, call
+from tests.helpers.counter import CounterEnv
+from tests.helpers.scripted import ScriptedPolicy
+from tests.helpers.tool_calls import call
 
 BAD = "no tool call here"
 

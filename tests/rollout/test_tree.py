@@ -7,13 +7,14 @@ import statistics
 
 import pytest
 
-from agentgym.core import SnapshotReleasedError
 from agentgym.rollout.agent import Agent, AgentConfig
 from agentgym.rollout.policy import Completion, PolicyError, SamplingParams
 from agentgym.rollout.trajectory import Turn
 from agentgym.rollout.tree import BUDGET_CUT, STRATEGIES, SuccessPredictor, TreeConfig, TreeRollout
-from tests.envs.counter import CounterEnv
-from tests.rollout.scripted import ScriptedPolicy, call
+from agentgym.snapshot import SnapshotReleasedError
+from tests.helpers.counter import CounterEnv
+from tests.helpers.scripted import ScriptedPolicy
+from tests.helpers.tool_calls import call
 
 
 class ChoicePolicy(ScriptedPolicy):

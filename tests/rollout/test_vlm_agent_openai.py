@@ -1,6 +1,6 @@
 """Screenshots reach an OpenAI-compatible vision endpoint: the real openai client, the exact content parts, keep-last-k, budgets, refusals.
 
-The endpoint is :class:`tests.vlm_endpoint.RecordingVLM`, a small aiohttp server that records every
+The endpoint is :class:`tests.helpers.vlm_endpoint.RecordingVLM`, a small aiohttp server that records every
 request and answers with scripted completions: it stands in for a hosted VLM (no model can be
 downloaded here), and it is what lets the test see the exact bytes the real ``openai`` client sent.
 It also refuses the way real endpoints do: HTTP 413 for images over a size (a hosted API's payload
@@ -18,37 +18,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from agentgym.core import Outcome
 from agentgym.rollout.agent import Agent, AgentConfig
 from agentgym.rollout.images import ImageConfig, ImageRejectedError, resize_area
 from agentgym.rollout.openai_policy import OpenAIPolicy
 from agentgym.rollout.policy import SamplingParams
-from tests.envs.counter import CounterEnv
-from tests.vlm_endpoint import TEXT_ONLY_MODEL, RecordingVLM, images_in
-
-SHAPE = (400, 1000)  # an env screen larger than max_side 768: sent as 768 × 307 (400 × 768/1000 = 307.2)
-
-
-def frame(total: int) -> np.ndarray:
-    """The screen showing counter ``total``: incompressible pixels, a different picture for every total."""
-    return np.random.default_rng(total).integers(0, 256, (*SHAPE, 3), dtype=np.uint8)
-
-
-class ScreenCounterEnv(CounterEnv):
-    """CounterEnv with a screen: every observation carries an image of the counter."""
-
-    def __init__(self, **kwargs):
-        super().__init__(image_shape=SHAPE, **kwargs)
-
-    def _begin(self, task_id):
-        return {"text": super()._begin(task_id), "image": frame(0)}
-
-    def _call_tool(self, call):
-        outcome = super()._call_tool(call)
-        return Outcome(
-            outcome.text, outcome.reward, outcome.terminated, outcome.success, outcome.error, frame(self.total)
-        )
-
+from tests.helpers.counter import ScreenCounterEnv, frame
+from tests.helpers.vlm_endpoint import TEXT_ONLY_MODEL, RecordingVLM, images_in
 
 ADD_5_ADD_2_SUBMIT = [[("add", {"n": 5})], [("add", {"n": 2})], [("submit", {})]]
 

@@ -9,8 +9,8 @@ from agentgym.rollout.agent import Agent, AgentConfig, FoldPolicy
 from agentgym.rollout.hf_policy import HFPolicy
 from agentgym.rollout.images import ImageConfig
 from agentgym.rollout.policy import SamplingParams
-from tests.rollout.scripted import ScriptedPolicy
-from tests.rollout.test_vlm_agent_openai import ScreenCounterEnv
+from tests.helpers.counter import ScreenCounterEnv
+from tests.helpers.scripted import ScriptedPolicy
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from agentgym.sandbox import disk, engine, labels
 from agentgym.sandbox.base import DiskLimitError, FileTooLargeError, SandboxError
 from agentgym.sandbox.docker import DockerSandbox, SandboxConfig
 from agentgym.sandbox.pool import WarmPool
-from tests.tool_calls import call
+from tests.helpers.tool_calls import call
 
 pytestmark = pytest.mark.docker
 

@@ -21,7 +21,7 @@ import pytest
 
 from agentgym.models import tiny_model_path
 from agentgym.rollout.store import TrajectoryStore
-from tests.serving import LoggedProcess
+from tests.helpers.serving import LoggedProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "examples" / "configs"

@@ -13,30 +13,8 @@ import asyncio
 import pytest
 import torch
 
-from agentgym.envs.tool.env import ToolEnv
 from agentgym.models import tiny_model_path
-
-TASKS = {f"shout-{i}": "Reply in capital letters." for i in range(8)}
-
-
-def _has_capital(task, state, transcript):
-    answer = str(transcript[-1]["arguments"].get("answer", "")) if transcript else ""
-    ok = any(c.isupper() for c in answer)
-    return float(ok), ok
-
-
-class CapitalEnv(ToolEnv):
-    """One turn: the reply is the answer; reward 1 when it holds a capital letter (~10% of the vocabulary's tokens)."""
-
-    def __init__(self, **kwargs):
-        super().__init__([], TASKS, check=_has_capital, max_turns=1, call_timeout=None, variant="capitals", **kwargs)
-
-
-def _capital_mass(trainer, prompt_ids: list[int], capitals: torch.Tensor) -> float:
-    model = trainer.rollout_model
-    with torch.no_grad():
-        logits = model(input_ids=torch.tensor([prompt_ids])).logits[0, -1]
-    return logits.softmax(-1)[capitals].sum().item()
+from tests.helpers.capital import CapitalEnv, capital_mass
 
 
 @pytest.mark.slow
@@ -47,7 +25,7 @@ def test_grpo_steps_raise_the_probability_of_rewarded_replies(tmp_path):
     # One-token replies: the reward is then exactly "the first token is a capital one", the quantity measured.
     args = TreeGRPOConfig(
         output_dir=str(tmp_path),
-        env_id=f"{__name__}:CapitalEnv",
+        env_id="tests.helpers.capital:CapitalEnv",
         tree=False,
         num_generations=8,
         per_device_train_batch_size=8,
@@ -69,8 +47,8 @@ def test_grpo_steps_raise_the_probability_of_rewarded_replies(tmp_path):
     env = CapitalEnv()
     prompt = asyncio.run(trainer.agent.start(env, "shout-0")).prompt_ids  # exactly what the policy sees
     env.close()
-    before = _capital_mass(trainer, prompt, capitals)
+    before = capital_mass(trainer, prompt, capitals)
     trainer.train()
-    after = _capital_mass(trainer, prompt, capitals)
+    after = capital_mass(trainer, prompt, capitals)
     print(f"P(capital first token): {before:.3f} -> {after:.3f}")
     assert after > 1.5 * before, (before, after)

@@ -16,7 +16,6 @@ from agentgym.models import tiny_vlm_path
 from agentgym.rollout.store import TrajectoryStore
 from agentgym.trainers.rollouts import image_inputs
 from agentgym.wrappers import BranchingWrapper
-from tests.envs.gui.conftest import desktop_image  # noqa: F401  (the fixture)
 
 MINIWOB = ("agentgym/web.miniwob.click-button-v0", {"set_of_marks": True})
 DESKTOP = ("agentgym/gui.desktop-v0", {})
@@ -135,7 +134,7 @@ def test_a_vlm_trains_on_miniwob_screenshots(kind, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["tree_grpo", "sao"])
-def test_a_vlm_trains_on_desktop_screenshots(kind, tmp_path, desktop_image):  # noqa: F811
+def test_a_vlm_trains_on_desktop_screenshots(kind, tmp_path, desktop_image):
     _trains_with_pixels(kind, (DESKTOP[0], {"image": desktop_image}), tmp_path)
 
 

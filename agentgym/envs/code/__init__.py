@@ -3,7 +3,14 @@
 Names load on first use (they need the Docker SDK: the ``code`` extra).
 """
 
+from typing import TYPE_CHECKING
+
 from agentgym._lazy import lazy_exports
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
+    from agentgym.envs.code.env import CodeEnv
+    from agentgym.envs.code.humaneval import HumanEvalEnv
+    from agentgym.envs.code.repofix import RepoFixEnv, load_swebench_instances
 
 _EXPORTS = {
     "CodeEnv": "env",

@@ -16,12 +16,13 @@ Tools (subclasses add to or trim :meth:`tools`):
   ``str_replace(path, old, new)`` — file editing, with errors the model can act on;
 * ``submit()`` — stop every process the agent left running, then grade (the episode ends).
 
-A subclass implements the family hooks (see :mod:`agentgym.core`, Family hooks):
+A subclass implements the author's hooks (see :class:`agentgym.core.AgentEnv`):
 ``_setup(task_id)`` lays the task's files into :attr:`sandbox` (fresh from the warm pool) and
-returns the task description; ``_grade()`` re-runs the hidden tests in a fresh sandbox and
-returns a :class:`~agentgym.core.Verdict` (its ``message`` is the submit call's result, its
-``details`` the step's ``info["grade"]``); ``_branch_state()`` / ``_load_branch_state()``
-carry env fields that are not on the sandbox's disk.
+returns the task description; ``_grade(answer)`` (``answer`` is ``""``: ``submit`` takes none)
+re-runs the hidden tests in a fresh sandbox and returns a :class:`~agentgym.core.Verdict` (its
+``message`` is the submit call's result, its ``details`` the step's ``info["grade"]``);
+``branch_attributes`` (or ``_branch_state()`` / ``_load_branch_state()``) name env fields that
+are not on the sandbox's disk.
 
 The tools act with the agent's own permissions: the file tools run as the sandbox user, like
 ``bash``, so they cannot write where a shell could not (``/etc``, the sandbox's own programs).
@@ -34,16 +35,17 @@ Fenced ```` ```python ```` and ```` ```bash ```` blocks in a reply run as ``pyth
 
 from __future__ import annotations
 
+import abc
 import dataclasses
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, final
 
 from agentgym.actions import ToolCall, ToolSpec
-from agentgym.core import AgentEnv, Outcome, SnapshotError, Verdict, adopt_renamed_hooks
+from agentgym.core import AgentEnv, Outcome, Verdict
 from agentgym.extras import requires
 from agentgym.sandbox.base import ExecResult, FileTooLargeError
+from agentgym.snapshot import SnapshotError
 
 with requires("code"):  # the Docker SDK
     from agentgym.sandbox.docker import DockerSandbox, SandboxConfig
@@ -126,20 +128,6 @@ class CodeEnv(AgentEnv):
         "shell": ("bash", "command"),
     }
 
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        # The hooks' names before the families shared one vocabulary.
-        adopt_renamed_hooks(cls, {"_extra_state": "_branch_state", "_load_extra_state": "_load_branch_state"})
-        prepare = cls.__dict__.get("_prepare")
-        if prepare is not None and "_setup" not in cls.__dict__:
-            warnings.warn(
-                f"{cls.__qualname__}._prepare(sandbox, task_id) is deprecated: override _setup(task_id) "
-                "(the sandbox is self.sandbox)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            cls._setup = lambda self, task_id: prepare(self, self.sandbox, task_id)
-
     def __init__(
         self,
         *,
@@ -169,21 +157,14 @@ class CodeEnv(AgentEnv):
             "submit": self._submit,
         }
 
-    # ------------------------------------------------------------------ family hooks
+    # ------------------------------------------------------------------ the author's hooks
+    @abc.abstractmethod
     def _setup(self, task_id: str) -> str:
         """Lay the task's files into :attr:`sandbox` (a fresh one) and return the task description."""
-        raise NotImplementedError
 
-    def _grade(self) -> Verdict:
+    @abc.abstractmethod
+    def _grade(self, answer: str | None) -> Verdict:
         """Grade the current work in a fresh sandbox, never the agent's (see the module docstring)."""
-        raise NotImplementedError
-
-    def _branch_state(self) -> Any:
-        """Env fields beyond the sandbox that snapshots must carry (a copy: the snapshot keeps it)."""
-        return None
-
-    def _load_branch_state(self, state: Any) -> None:
-        """Put back what :meth:`_branch_state` returned (the snapshot keeps it: copy what you change)."""
 
     def task_image(self, task_id: str) -> str | None:
         """The image a task's sandbox starts from (default: the env's image, else the base image)."""
@@ -193,7 +174,7 @@ class CodeEnv(AgentEnv):
         """How a task's sandbox is confined (default: the env's config, else the hardened defaults)."""
         return self.sandbox_config
 
-    # ------------------------------------------------------------------ AgentEnv hooks
+    # ------------------------------------------------------------------ AgentEnv and backend hooks
     def tools(self) -> list[ToolSpec]:
         return [self._with_limits(BASH), self._with_limits(PYTHON), READ_FILE, WRITE_FILE, STR_REPLACE, SUBMIT]
 
@@ -207,7 +188,8 @@ class CodeEnv(AgentEnv):
         parameters = {**tool.parameters, "properties": {**tool.properties, "timeout": timeout}}
         return ToolSpec(tool.name, tool.description, parameters)
 
-    def _begin(self, task_id: str) -> str:
+    @final
+    def _backend_start(self, task_id: str) -> str:
         self._close_sandbox(wait=False)  # the old container goes away in the background
         self.sandbox = DockerSandbox.create(
             image=self.task_image(task_id), config=self.task_sandbox_config(task_id), warm=self.warm_pool
@@ -221,31 +203,37 @@ class CodeEnv(AgentEnv):
         outcome.text += note
         return outcome
 
-    def _capture(self):
+    @final
+    def _backend_capture(self) -> tuple[CodePayload, Callable[[], None]]:
         sandbox = self._live_sandbox()
         sandbox_snapshot = sandbox.snapshot()
         return CodePayload(sandbox_snapshot, sandbox.config, self._branch_state()), sandbox_snapshot.release
 
-    def _load(self, payload: CodePayload) -> None:
+    @final
+    def _backend_load(self, payload: CodePayload) -> None:
         if self.sandbox is None:
             self.sandbox = DockerSandbox.from_snapshot(payload.sandbox_snapshot, config=payload.config)
         else:
             self.sandbox.restore(payload.sandbox_snapshot)
         self._load_branch_state(payload.branch_state)
 
-    def _export_payload(self, payload: CodePayload) -> CodePayload:
+    @final
+    def _backend_export(self, payload: CodePayload) -> CodePayload:
         return dataclasses.replace(payload, sandbox_snapshot=PortableSnapshot.of(payload.sandbox_snapshot))
 
-    def _import_payload(self, exported: Any) -> tuple[CodePayload, Callable[[], None]]:
+    @final
+    def _backend_import(self, exported: Any) -> tuple[CodePayload, Callable[[], None]]:
         if not isinstance(exported, CodePayload) or not isinstance(exported.sandbox_snapshot, PortableSnapshot):
             raise SnapshotError(f"snapshot data of a {self.kind} holds no exported sandbox")
         sandbox_snapshot = exported.sandbox_snapshot.load()
         return dataclasses.replace(exported, sandbox_snapshot=sandbox_snapshot), sandbox_snapshot.release
 
-    def _snapshot_metadata(self, payload: CodePayload) -> dict:
+    @final
+    def _backend_metadata(self, payload: CodePayload) -> dict:
         return {"image": payload.sandbox_snapshot.ref}
 
-    def _teardown(self) -> None:
+    @final
+    def _backend_close(self) -> None:
         self._close_sandbox()
 
     # ------------------------------------------------------------------ tools
@@ -318,15 +306,7 @@ class CodeEnv(AgentEnv):
     def _submit(self, args: dict) -> Outcome:
         # Nothing the agent started may change the work while (or after) it is graded.
         self._live_sandbox().stop_processes()
-        verdict = self._grade()
-        if isinstance(verdict, Outcome):  # a subclass written before _grade returned a Verdict
-            warnings.warn(
-                f"{type(self).__qualname__}._grade should return a Verdict, not an Outcome",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            return verdict
-        return verdict.outcome(verdict.message or "Submitted.")
+        return self._finish("")
 
     # ------------------------------------------------------------------ helpers
     def _live_sandbox(self) -> DockerSandbox:

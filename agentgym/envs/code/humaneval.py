@@ -100,7 +100,7 @@ class HumanEvalEnv(CodeEnv):
             "Hidden tests grade the file after you submit."
         )
 
-    def _grade(self) -> Verdict:
+    def _grade(self, answer: str | None) -> Verdict:
         problem = load_problems()[self.task_id]
         try:
             data = self._live_sandbox().read_file(SOLUTION_PATH, max_bytes=MAX_SOLUTION_BYTES)

@@ -40,7 +40,7 @@ STARTUP_TIMEOUT_S = 5.0
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 MAX_DETAIL_CHARS = 300
 _HEADER = struct.Struct(">I")
-_SEQUENCES = {list: "L", tuple: "T", set: "E", frozenset: "Z"}
+_SEQUENCES: dict[type, str] = {list: "L", tuple: "T", set: "E", frozenset: "Z"}
 _BUILDERS = {"L": list, "T": tuple, "E": set, "Z": frozenset}
 
 

@@ -1,6 +1,6 @@
 """agentgym/code.repofix-v0: SWE-bench-style bug fixing in a real repository, graded by hidden FAIL_TO_PASS/PASS_TO_PASS tests.
 
-Tasks are SWE-bench instances. The shipped ones come from :mod:`agentgym.envs.code.repofix_gen` (offline),
+Tasks are SWE-bench instances. The shipped ones come from ``tools/repofix/repofix_gen.py`` (offline, not shipped),
 which injects real bugs into vendored libraries with real test suites; their workspace is the
 pristine repository with ``bug_patch`` applied (which also removes the hidden test files),
 committed to git so that the agent's work is ``git diff``. Instances from SWE-bench files
@@ -263,7 +263,7 @@ class RepoFixEnv(CodeEnv):
         # surrogateescape keeps bytes that are not UTF-8 (a Latin-1 source file) exactly as they were.
         return data.decode("utf-8", errors="surrogateescape")
 
-    def _grade(self) -> Verdict:
+    def _grade(self, answer: str | None) -> Verdict:
         task = self.task()
         try:
             diff = self.agent_diff()

@@ -90,7 +90,7 @@ class Guard:
             names = [name for name in listing.read().decode("utf-8", "surrogateescape").split("\0") if name]
         self.changed = {os.path.realpath(os.path.join(self.workdir, name)) for name in names}
         self.protected = {path: _digest(path) for path in (os.path.join(self.workdir, p) for p in setup["protected"])}
-        self.repo_files = set()
+        self.repo_files: set[str] = set()
         for root, dirs, files in os.walk(self.workdir):
             dirs[:] = [d for d in dirs if d != ".git"]
             self.repo_files.update(os.path.realpath(os.path.join(root, name)) for name in files)

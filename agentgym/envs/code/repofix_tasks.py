@@ -1,9 +1,10 @@
 """RepoFix's task files at run time: loading SWE-bench instances, the agent's starting workspace, patches, pytest reports and the verdict.
 
 The environment (:mod:`agentgym.envs.code.repofix`) needs only this; the offline generator that
-made the shipped tasks (:mod:`agentgym.envs.code.repofix_gen`, see ``tasks/repofix/README.md``)
-builds on it. A task is one SWE-bench instance (a dict) plus ``bug_patch``, the diff from the
-pristine vendored repository under ``tasks/repofix/repos/`` to the agent's workspace.
+made the shipped tasks (``tools/repofix/repofix_gen.py`` in a source checkout, see
+``tasks/repofix/README.md``) builds on it. A task is one SWE-bench instance (a dict) plus
+``bug_patch``, the diff from the pristine vendored repository (one directory of
+``tasks/repofix/repos.tar.gz``) to the agent's workspace.
 """
 
 from __future__ import annotations
@@ -14,41 +15,57 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
-from pathlib import Path
+import tarfile
+from pathlib import Path, PurePosixPath
 
 __all__ = [
     "DEFAULT_TASKS_PATH",
-    "REPOS_DIR",
+    "REPOS_ARCHIVE",
     "TASKS_DIR",
     "PatchError",
     "apply_patch",
-    "copy_repo",
     "grade_results",
+    "introduce_bug",
+    "is_litter",
     "load_tasks",
     "materialize_workspace",
     "parse_pytest_report",
     "patched_files",
     "tree_digest",
-    "workspace_from_repo",
+    "unpack_repo",
 ]
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks" / "repofix"
-REPOS_DIR = TASKS_DIR / "repos"
+# The vendored libraries, one top-level directory each: an archive, so that their code is package data
+# and not agentgym's (no linter, type checker or line count sees it). tools/repofix/repos_archive.py packs it.
+REPOS_ARCHIVE = TASKS_DIR / "repos.tar.gz"
 DEFAULT_TASKS_PATH = TASKS_DIR / "tasks.jsonl"
 
-# Build and run by-products, never part of a repo's identity.
-_IGNORED = ("__pycache__", "*.pyc", ".pytest_cache")
 
-
-def _is_litter(relpath: str) -> bool:
+def is_litter(relpath: str) -> bool:
+    """Whether a path (relative, ``/``-separated) is a build or run by-product, never part of a repo's identity."""
     return any(part in ("__pycache__", ".pytest_cache") for part in relpath.split("/")) or relpath.endswith(".pyc")
 
 
-def copy_repo(src: Path, dest: Path) -> Path:
-    """A copy of the repo at `src` without build litter (bytecode, pytest caches)."""
-    shutil.copytree(src, dest, ignore=shutil.ignore_patterns(*_IGNORED))
+def unpack_repo(name: str, dest: Path, archive: Path = REPOS_ARCHIVE) -> Path:
+    """The pristine vendored library ``name`` written to ``dest`` (a new directory) from ``archive``."""
+    prefix = name + "/"
+    dest = Path(dest)
+    with tarfile.open(archive, "r:gz") as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith(prefix) and m.isfile()]
+        if not members:
+            raise PatchError(f"{name}: no such repository in {archive}")
+        dest.mkdir(parents=True)
+        for member in members:
+            relative = PurePosixPath(member.name[len(prefix) :])
+            if relative.is_absolute() or ".." in relative.parts:
+                raise PatchError(f"{archive}: member {member.name!r} points outside its repository")
+            target = dest.joinpath(*relative.parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source = tar.extractfile(member)
+            assert source is not None  # a regular file's member always has data
+            target.write_bytes(source.read())
     return dest
 
 
@@ -57,7 +74,7 @@ def tree_digest(root: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(p for p in Path(root).rglob("*") if p.is_file()):
         rel = path.relative_to(root).as_posix()
-        if _is_litter(rel):
+        if is_litter(rel):
             continue
         digest.update(rel.encode() + b"\0" + hashlib.sha256(path.read_bytes()).hexdigest().encode() + b"\n")
     return digest.hexdigest()
@@ -127,18 +144,17 @@ def _parsed_tasks(file: Path, mtime_ns: int, size: int) -> list[dict]:
     return tasks
 
 
-def materialize_workspace(task: dict, dest: Path, repos_dir: Path = REPOS_DIR) -> Path:
+def materialize_workspace(task: dict, dest: Path, archive: Path = REPOS_ARCHIVE) -> Path:
     """Write the agent's starting workspace to `dest`: the pristine repo with `bug_patch` applied."""
-    return workspace_from_repo(task, Path(repos_dir) / task["repo"], Path(dest))
+    return introduce_bug(task, unpack_repo(task["repo"], Path(dest), archive))
 
 
-def workspace_from_repo(task: dict, repo_dir: Path, dest: Path) -> Path:
-    """The agent's starting workspace at `dest`, from the pristine repo at `repo_dir` (checked against `base_commit`)."""
-    dest = copy_repo(repo_dir, dest)
-    if tree_digest(dest) != task["base_commit"]:
+def introduce_bug(task: dict, repo_dir: Path) -> Path:
+    """Turn the pristine repo at `repo_dir` (checked against `base_commit`) into the task's starting workspace, in place."""
+    if tree_digest(repo_dir) != task["base_commit"]:
         raise PatchError(f"{task['repo']}: repo tree does not match base_commit {task['base_commit'][:12]}")
-    apply_patch(task["bug_patch"], dest)
-    return dest
+    apply_patch(task["bug_patch"], repo_dir)
+    return repo_dir
 
 
 def grade_results(task: dict, results: dict[str, bool]) -> dict:

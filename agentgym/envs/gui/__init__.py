@@ -3,7 +3,12 @@
 Names load on first use (the desktop sandbox needs the Docker SDK: the ``gui`` extra).
 """
 
+from typing import TYPE_CHECKING
+
 from agentgym._lazy import lazy_exports
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
+    from agentgym.envs.gui.env import DesktopEnv
 
 _EXPORTS = {"DesktopEnv": "env"}
 

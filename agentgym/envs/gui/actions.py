@@ -6,19 +6,22 @@ coordinates on the screen, key names, bounded waits — and returns either the a
 desktop helper runs or an error message for ``info["error"]``; it never raises.
 
 Keys: ``key("ctrl+s")`` presses a combination; several, separated by spaces, are pressed in
-order (``key("ctrl+a ctrl+k")``). Names are X keysyms (``Return``, ``BackSpace``, ``Home``) or the
-usual aliases (``enter``, ``esc``, ``backspace``, ``pgdn``, ``cmd``; see :data:`KEY_ALIASES`).
+order (``key("ctrl+a ctrl+k")``). Names are single characters, X keysyms from a fixed list
+(:data:`KEY_NAMES`: ``Return``, ``BackSpace``, ``Home``, ``F5``, ``KP_Enter``, punctuation names
+such as ``comma``) or the usual aliases (``enter``, ``esc``, ``backspace``, ``pgdn``, ``cmd``; see
+:data:`KEY_ALIASES`). The list is closed on purpose: xdotool, which presses the keys, reads some
+words (``exec``, ``type``, ``search``) as commands of its own, so a name it does not know is never
+passed on.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from agentgym.actions import ToolCall, ToolSpec
 from agentgym.sandbox.desktop import Screen
 
-__all__ = ["TOOLS", "KEY_ALIASES", "to_desktop_action", "format_action", "MAX_WAIT_S", "MAX_TYPE_CHARS"]
+__all__ = ["TOOLS", "KEY_ALIASES", "KEY_NAMES", "to_desktop_action", "format_action", "MAX_WAIT_S", "MAX_TYPE_CHARS"]
 
 MAX_WAIT_S = 10.0
 MAX_TYPE_CHARS = 2000
@@ -83,7 +86,29 @@ TOOLS = [
     ),
 ]
 
-#: Friendly names → X keysyms (case-insensitive); anything else is passed to xdotool as written.
+#: The X keysyms (besides single characters) and modifiers that key() presses; names are matched
+#: case-insensitively and passed on as spelled here.
+KEY_NAMES = frozenset(
+    {
+        *("ctrl", "alt", "shift", "super", "meta"),
+        *(f"{key}_{side}" for key in ("Control", "Shift", "Alt", "Super", "Meta") for side in "LR"),
+        *("Return", "BackSpace", "Tab", "ISO_Left_Tab", "Escape", "Delete", "Insert", "space"),
+        *("Home", "End", "Prior", "Next", "Page_Up", "Page_Down", "Up", "Down", "Left", "Right"),
+        *("Menu", "Print", "Pause", "Scroll_Lock", "Caps_Lock", "Num_Lock"),
+        *(f"F{n}" for n in range(1, 25)),
+        *(f"KP_{n}" for n in range(10)),
+        *(f"KP_{name}" for name in ("Enter", "Add", "Subtract", "Multiply", "Divide", "Decimal", "Equal")),
+        *(f"KP_{name}" for name in ("Home", "End", "Prior", "Next", "Up", "Down", "Left", "Right", "Insert")),
+        *("KP_Delete", "KP_Begin", "KP_Separator", "KP_Space", "KP_Tab"),
+        *("exclam", "quotedbl", "numbersign", "dollar", "percent", "ampersand", "apostrophe", "parenleft"),
+        *("parenright", "asterisk", "plus", "comma", "minus", "period", "slash", "colon", "semicolon"),
+        *("less", "equal", "greater", "question", "at", "bracketleft", "backslash", "bracketright"),
+        *("asciicircum", "underscore", "grave", "braceleft", "bar", "braceright", "asciitilde"),
+    }
+)
+_KEY_NAMES = {name.lower(): name for name in KEY_NAMES}
+
+#: Friendly names → X keysyms (case-insensitive), on top of :data:`KEY_NAMES`.
 KEY_ALIASES = {
     "enter": "Return",
     "return": "Return",
@@ -117,7 +142,13 @@ KEY_ALIASES = {
     "super": "super",
     **{f"f{n}": f"F{n}" for n in range(1, 13)},
 }
-_KEY_TOKEN = re.compile(r"[A-Za-z0-9_]+|[!-~]")
+
+
+def _key_name(part: str) -> str | None:
+    """The keysym that ``part`` names, or None; single printable ASCII characters are keys as themselves."""
+    if len(part) == 1 and "!" <= part <= "~":
+        return part
+    return KEY_ALIASES.get(part.lower()) or _KEY_NAMES.get(part.lower())
 
 
 def _key_combo(combo: str) -> tuple[list[str] | None, str | None]:
@@ -134,9 +165,12 @@ def _key_combo(combo: str) -> tuple[list[str] | None, str | None]:
             parts = ["+"]
         names = []
         for part in parts:
-            if not part or not _KEY_TOKEN.fullmatch(part):
+            if not part:
                 return None, f"{press!r} is not a key combination (names joined by '+', e.g. 'ctrl+shift+Home')"
-            names.append(KEY_ALIASES.get(part.lower(), part))
+            name = _key_name(part)
+            if name is None:
+                return None, f"No such key name {part!r} (X keysyms such as 'Return', 'Home', 'F5', or one character)"
+            names.append(name)
         keys.append("+".join(names))
     return keys, None
 

@@ -11,9 +11,10 @@ the app's accessibility summary). Actions are the pyautogui-like tools of
 Options as in the other families: ``tasks=`` (ids or a pattern), ``screen_size=(width, height)``,
 ``screenshot`` (default True; False leaves ``"image"`` out of the observations) and
 ``render_mode`` (``"rgb_array"``: ``render()`` is the last settled screenshot, as
-:class:`agentgym.wrappers.RecordScreenshots` records it). The family hooks
-(:mod:`agentgym.core`, Family hooks) are ``_setup`` (a fresh desktop with the task's files and
-app), ``_grade`` (the task's checker) and ``_branch_state`` / ``_load_branch_state``.
+:class:`agentgym.wrappers.RecordScreenshots` records it). The author's hooks
+(:class:`agentgym.core.AgentEnv`) are ``_setup`` (a fresh desktop with the task's files and app),
+``_grade(answer)`` (the task's checker on the claim ``"done"`` or ``"fail"``) and
+``branch_attributes`` (or ``_branch_state`` / ``_load_branch_state``).
 
 Branching. ``docker commit`` captures the filesystem — the files the apps saved and the Tk
 apps' state files, which they rewrite after every event — but not the X server's memory (window
@@ -47,11 +48,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, cast, final
 
 from agentgym.actions import ToolCall, ToolSpec
-from agentgym.core import AgentEnv, Outcome, SnapshotError, Verdict, select_tasks
+from agentgym.core import AgentEnv, Outcome, Verdict, select_tasks
 from agentgym.extras import requires
+from agentgym.snapshot import SnapshotError
 
 # The desktop modules need the Docker SDK; imported in here, a missing one names the gui extra.
 with requires("gui"):
@@ -93,7 +95,10 @@ class DesktopPayload:
 
 
 class SandboxFiles:
-    """The :class:`~agentgym.envs.gui.tasks.Inspector` that checkers read the desktop's files through."""
+    """The :class:`~agentgym.envs.gui.tasks.Inspector` that checkers read the desktop's files through.
+
+    Anything the agent made unreadable (a file it may not read, one over the read-back limit, a fifo that
+    blocks the listing) raises OSError, which the grade counts as a failed check."""
 
     def __init__(self, desktop: DesktopSandbox):
         self.sandbox = desktop.sandbox
@@ -105,9 +110,12 @@ class SandboxFiles:
             return None
 
     def tree(self, root: str) -> dict[str, str | None]:
-        code, stdout, stderr = self.sandbox.run_argv(["python3", "-c", _TREE_SCRIPT, root], timeout=30)
+        # Isolated (-I: no cwd, PYTHON* variables or user site on sys.path) and from /, which the agent cannot
+        # write: a module the agent leaves in its home must not stand in for the json or os the script imports.
+        argv = ["/usr/bin/env", "-C", "/", "/usr/bin/python3", "-I", "-S", "-c", _TREE_SCRIPT, root]
+        code, stdout, stderr = self.sandbox.run_argv(argv, timeout=30)
         if code != 0:
-            return {}
+            raise OSError(f"{root} could not be listed: {stderr.decode(errors='replace').strip()[-300:] or code}")
         return json.loads(stdout)
 
 
@@ -154,7 +162,7 @@ class DesktopEnv(AgentEnv):
         self._actions: list[dict] = []
         self._last: DesktopState | None = None
 
-    # ------------------------------------------------------------------ AgentEnv hooks
+    # ------------------------------------------------------------------ AgentEnv and backend hooks
     def task_ids(self) -> Sequence[str]:
         return self._task_ids
 
@@ -168,7 +176,8 @@ class DesktopEnv(AgentEnv):
     def tools(self) -> list[ToolSpec]:
         return TOOLS
 
-    def _begin(self, task_id: str) -> dict:
+    @final
+    def _backend_start(self, task_id: str) -> dict:
         goal = self._setup(task_id)
         observation: dict[str, Any] = {"text": describe(self._last, self.screen, headline=f"Task: {goal}")}
         if self.screenshot:
@@ -177,8 +186,7 @@ class DesktopEnv(AgentEnv):
 
     def _call_tool(self, call: ToolCall) -> Outcome:
         if call.name in ("done", "fail"):
-            verdict = self._grade(call.name)
-            return verdict.outcome(verdict.message)
+            return self._finish(call.name)
         action, error = to_desktop_action(call, self.screen)
         if error:
             return Outcome(f"Error: {error}", error=error)
@@ -191,7 +199,8 @@ class DesktopEnv(AgentEnv):
             image=state.image if self.screenshot else None,
         )
 
-    def _capture(self):
+    @final
+    def _backend_capture(self) -> tuple[DesktopPayload, Callable[[], None] | None]:
         desktop, task = self._live_desktop(), self._task
         relaunch = self.fork_mode == "auto" and task.app.restores_state
         sandbox_snapshot = desktop.snapshot() if relaunch else None
@@ -200,7 +209,8 @@ class DesktopEnv(AgentEnv):
         )
         return payload, (sandbox_snapshot.release if sandbox_snapshot else None)
 
-    def _load(self, payload: DesktopPayload) -> None:
+    @final
+    def _backend_load(self, payload: DesktopPayload) -> None:
         self._close_desktop()
         task = task_catalog.TASKS[payload.task_id]
         if payload.sandbox_snapshot is not None:
@@ -223,13 +233,15 @@ class DesktopEnv(AgentEnv):
         self.desktop, self._last, self._task, self._actions = desktop, state, task, list(payload.actions)
         self._load_branch_state(payload.branch_state)
 
-    def _export_payload(self, payload: DesktopPayload) -> DesktopPayload:
+    @final
+    def _backend_export(self, payload: DesktopPayload) -> DesktopPayload:
         if payload.sandbox_snapshot is None:
             return payload
         portable = PortableSnapshot.of(payload.sandbox_snapshot)
         return dataclasses.replace(payload, sandbox_snapshot=cast(DockerSnapshot, portable))
 
-    def _import_payload(self, exported: Any) -> tuple[DesktopPayload, Callable[[], None] | None]:
+    @final
+    def _backend_import(self, exported: Any) -> tuple[DesktopPayload, Callable[[], None] | None]:
         if not isinstance(exported, DesktopPayload):
             raise SnapshotError(f"snapshot data of a {self.kind} holds no desktop state")
         if exported.sandbox_snapshot is None:  # a replay snapshot: the action prefix is all there is
@@ -237,7 +249,8 @@ class DesktopEnv(AgentEnv):
         sandbox_snapshot = cast(PortableSnapshot, exported.sandbox_snapshot).load()
         return dataclasses.replace(exported, sandbox_snapshot=sandbox_snapshot), sandbox_snapshot.release
 
-    def _snapshot_metadata(self, payload: DesktopPayload) -> dict:
+    @final
+    def _backend_metadata(self, payload: DesktopPayload) -> dict:
         mode = "relaunch" if payload.sandbox_snapshot else "replay"
         return {
             "fork": mode,
@@ -245,7 +258,8 @@ class DesktopEnv(AgentEnv):
             **({"image": payload.sandbox_snapshot.ref} if payload.sandbox_snapshot else {}),
         }
 
-    def _teardown(self) -> None:
+    @final
+    def _backend_close(self) -> None:
         self._close_desktop()
 
     def render(self) -> Any:
@@ -253,7 +267,7 @@ class DesktopEnv(AgentEnv):
             return None if self._last is None else self._last.image.copy()
         return super().render()
 
-    # ------------------------------------------------------------------ family hooks
+    # ------------------------------------------------------------------ the author's hooks
     def _setup(self, task_id: str) -> str:
         """A fresh desktop with the task's files laid out and its app on the screen; returns the instruction."""
         self._close_desktop()
@@ -262,10 +276,13 @@ class DesktopEnv(AgentEnv):
         self._task, self._actions = task, []
         return task.instruction
 
-    def _grade(self, claim: str) -> Verdict:
-        """The verdict on the agent's ``claim`` (``"done"`` or ``"fail"``): the task's checker on the saved files."""
-        task = self._task
-        problem = task.check(SandboxFiles(self._live_desktop()))
+    def _grade(self, answer: str | None) -> Verdict:
+        """The verdict on the agent's claim, ``answer`` (``"done"`` or ``"fail"``): the task's checker on the saved files."""
+        claim, task = answer, self._task
+        try:
+            problem = task.check(SandboxFiles(self._live_desktop()))
+        except OSError as exc:  # the agent left its files unreadable: no evidence that the task was done
+            problem = f"the files could not be checked ({exc})"
         if claim == "done":
             success = task.feasible and problem is None
             why = problem or ("" if task.feasible else "this task cannot be done; fail() was the right answer")
@@ -278,13 +295,6 @@ class DesktopEnv(AgentEnv):
             details={"claim": claim, "problem": problem},
             message="Task complete." if success else f"Task not complete: {why}.",
         )
-
-    def _branch_state(self) -> Any:
-        """Env fields that snapshots must carry beyond the desktop and the action prefix."""
-        return None
-
-    def _load_branch_state(self, state: Any) -> None:
-        """Put back what :meth:`_branch_state` returned."""
 
     # ------------------------------------------------------------------ helpers
     def _start(self, task: DesktopTask) -> tuple[DesktopSandbox, DesktopState]:

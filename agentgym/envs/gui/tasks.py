@@ -596,17 +596,3 @@ def _files_tasks() -> list[DesktopTask]:
 
 
 TASKS: dict[str, DesktopTask] = {task.id: task for task in (*_xedit_tasks(), *_sheet_tasks(), *_files_tasks())}
-
-
-def __getattr__(name: str):
-    # The old name of DesktopTask, from before agentgym.Task was the one Task type.
-    if name == "Task":
-        import warnings
-
-        warnings.warn(
-            "agentgym.envs.gui.tasks.Task is deprecated: use DesktopTask (or agentgym.Task, what env.tasks() returns)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return DesktopTask
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -62,6 +62,7 @@ with requires("bfcl"):
 
 from agentgym.actions import ParsedAction, ToolCall, ToolSpec, parse_action
 from agentgym.core import Outcome, Verdict, select_tasks
+from agentgym.env_lists import BFCL_CATEGORIES
 from agentgym.envs.tool.env import ToolEnv
 from agentgym.envs.tool.schema import Tool
 from agentgym.task import Task, call_text
@@ -69,15 +70,12 @@ from agentgym.task import Task, call_text
 __all__ = [
     "BFCLMultiTurnEnv",
     "BFCLState",
-    "CATEGORIES",
     "check",
     "from_bfcl_call",
     "load_tasks",
     "reference_solution",
     "to_bfcl_call",
 ]
-
-CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
 
 DATA = Path(bfcl_eval.__file__).parent / "data"
 # BFCL's own system prompt, less its output-format part: here the tools come as schemas.
@@ -117,8 +115,8 @@ class BFCLMultiTurnEnv(ToolEnv):
         call_timeout: float | None = 10.0,
         **kwargs: Any,
     ):
-        if category not in CATEGORIES:
-            raise ValueError(f"category must be one of {CATEGORIES}, got {category!r}")
+        if category not in BFCL_CATEGORIES:
+            raise ValueError(f"category must be one of {BFCL_CATEGORIES}, got {category!r}")
         entries = load_tasks(category)
         selected = {task_id: entries[task_id] for task_id in select_tasks(entries, tasks)}
         classes = sorted({name for task in selected.values() for name in task["involved_classes"]})
@@ -197,6 +195,7 @@ class BFCLMultiTurnEnv(ToolEnv):
         if len(turn_calls) > MAXIMUM_STEP_LIMIT:
             # BFCL's loop ends the whole entry here, keeping the calls of the turns played so far.
             return self._finish(
+                None,
                 f"{outcome.text}\n\nModel has been forced to quit after {MAXIMUM_STEP_LIMIT} steps.",
                 error=outcome.error,
             )
@@ -211,11 +210,11 @@ class BFCLMultiTurnEnv(ToolEnv):
         task = self.task_data[self.task_id]
         self.state.turn += 1
         if self.state.turn == len(task["question"]):
-            return self._finish("The conversation is over.")
+            return self._finish(text, "The conversation is over.")
         self.state.calls.append([])
         return Outcome(_user_turn(task, self.state.turn))
 
-    def _grade(self) -> Verdict:
+    def _grade(self, answer: str | None) -> Verdict:
         verdict = self.verdict()
         return Verdict(float(verdict["valid"]), bool(verdict["valid"]), details=verdict)
 

@@ -25,15 +25,16 @@ How the pieces fit:
 * **Ending.** The episode ends when the agent calls ``submit`` — a built-in
   ``submit(answer?)`` unless the author defines a tool of that name, which then runs first — or,
   with ``allow_text_replies`` (the default), when it replies with text and no tool call (that
-  text is the answer). Then the ``_grade()`` hook decides: by default it calls
+  text is the answer). Then the ``_grade(answer)`` hook decides (``answer``: submit's
+  ``answer`` argument, ``""`` without one, or the text): by default it calls
   ``check(task, state, transcript)``, which returns ``(reward, success)`` or a
   :class:`~agentgym.core.Verdict` (whose ``details`` become ``info["grade"]``); without a check
   the reward is 0 and success False. A subclass may override ``_grade`` instead of passing a
   check. The transcript is a list of ``{"tool", "arguments", "result"}`` dicts, one per executed
   call; a final text reply is recorded as ``submit`` with ``{"answer": text}``.
-* **Family hooks** (see :mod:`agentgym.core`): ``_setup(task_id)`` builds the state and returns
-  the prompt; ``_branch_state()`` / ``_load_branch_state()`` carry env fields beyond the state
-  (better kept in the state itself).
+* **The author's hooks** (see :class:`agentgym.core.AgentEnv`): ``_setup(task_id)`` builds the state and
+  returns the prompt; ``branch_attributes`` (or ``_branch_state()`` / ``_load_branch_state()``)
+  name env fields beyond the state (better kept in the state itself).
 * **Failures are results.** An exception in a tool becomes its result text
   (``Error: <Type>: <message>``). Each call runs in a worker thread and is cut off after
   ``call_timeout`` seconds (or the tool's own ``timeout``) with ``Error: tool timed out after
@@ -45,7 +46,7 @@ How the pieces fit:
   of the same actions would. ``export_snapshot`` carries that copy as bytes (databases
   serialised); a state that does not pickle (a lambda, a lock: the copy falls back to
   ``copy.deepcopy``) cannot leave its process, and exporting it raises
-  :class:`~agentgym.core.SnapshotError`.
+  :class:`~agentgym.snapshot.SnapshotError`.
 """
 
 from __future__ import annotations
@@ -55,14 +56,14 @@ import copy
 import ctypes
 import json
 import threading
-import warnings
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, final
 
 from agentgym.actions import ToolCall, ToolSpec
-from agentgym.core import AgentEnv, Outcome, Snapshot, SnapshotError, Verdict
+from agentgym.core import AgentEnv, Outcome, Verdict
 from agentgym.envs.state import SQLiteState, StateCopy
 from agentgym.envs.tool.schema import Tool, tool_from_callable, tools_from_object
+from agentgym.snapshot import Snapshot, SnapshotError
 from agentgym.task import Task
 
 __all__ = ["ToolEnv", "SUBMIT"]
@@ -135,18 +136,6 @@ class ToolEnv(AgentEnv):
         self.transcript: list[dict] = []
         self._handing_off = False
 
-    @classmethod
-    def from_mcp(cls, tasks: Mapping[str, Any], **kwargs: Any) -> ToolEnv:
-        """Deprecated: ``MCPToolEnv(tasks, **kwargs)`` (:class:`~agentgym.envs.tool.mcp.MCPToolEnv`), the one way to do this."""
-        from agentgym.envs.tool.mcp import MCPToolEnv
-
-        warnings.warn(
-            "ToolEnv.from_mcp is deprecated; use agentgym.envs.tool.MCPToolEnv(tasks, ...)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return MCPToolEnv(tasks, **kwargs)
-
     # ------------------------------------------------------------------ AgentEnv hooks
     def task_ids(self) -> list[str]:
         return list(self.task_data)
@@ -164,9 +153,6 @@ class ToolEnv(AgentEnv):
     def tools(self) -> list[ToolSpec]:
         return self._specs
 
-    def _begin(self, task_id: str) -> str:
-        return self._setup(task_id)
-
     def _call_tool(self, call: ToolCall) -> Outcome:
         tool = self._tools.get(call.name)
         # Only the built-in submit has no Tool.
@@ -175,12 +161,12 @@ class ToolEnv(AgentEnv):
         if failed:
             return Outcome(text, error=text)
         if call.name == "submit":
-            return self._finish(text)
+            return self._finish(str(call.arguments.get("answer", "")), text)
         return Outcome(text)
 
     def _reply_without_calls(self, text: str) -> Outcome:
         self._record("submit", {"answer": text}, "")
-        return self._finish("Answer received.")
+        return super()._reply_without_calls(text)
 
     def fork(self, snapshot: Snapshot | None = None) -> ToolEnv:
         if snapshot is not None:
@@ -193,27 +179,30 @@ class ToolEnv(AgentEnv):
         finally:
             self._handing_off = False
 
-    def _capture(self) -> tuple[Any, None]:
+    @final
+    def _backend_capture(self) -> tuple[Any, None]:
         # One copy of all three keeps objects shared between state and transcript shared.
         frozen = StateCopy((self.state, self.transcript, self._branch_state()))
         return (_HandOff(frozen) if self._handing_off else frozen), None
 
-    def _load(self, payload: StateCopy | _HandOff) -> None:
+    @final
+    def _backend_load(self, payload: StateCopy | _HandOff) -> None:
         state, transcript, branch_state = payload.take() if isinstance(payload, _HandOff) else payload.restore()
         self._replace_state(state, transcript)
         self._load_branch_state(branch_state)
 
-    def _teardown(self) -> None:
+    @final
+    def _backend_close(self) -> None:
         self._replace_state(None, [])
 
-    # ------------------------------------------------------------------ family hooks
+    # ------------------------------------------------------------------ the author's hooks
     def _setup(self, task_id: str) -> str:
         """A fresh state for the task (``state_factory``); returns the task's prompt."""
         task = self.task_data[task_id]
         self._replace_state(self.state_factory(task) if self.state_factory else None, [])
         return _prompt(task)
 
-    def _grade(self) -> Verdict:
+    def _grade(self, answer: str | None) -> Verdict:
         """The verdict when the episode ends: the ``check``'s, else reward 0 and no success."""
         if self.check is None:
             return Verdict(0.0, False)
@@ -222,13 +211,6 @@ class ToolEnv(AgentEnv):
             return result
         reward, success = result
         return Verdict(float(reward), bool(success))
-
-    def _branch_state(self) -> Any:
-        """Env fields beyond :attr:`state` that snapshots must carry (deep-copied with it)."""
-        return None
-
-    def _load_branch_state(self, state: Any) -> None:
-        """Put back what :meth:`_branch_state` returned."""
 
     # ------------------------------------------------------------------ running tools
     def _run(self, tool: Tool, arguments: Mapping[str, Any]) -> tuple[str, bool]:
@@ -264,11 +246,6 @@ class ToolEnv(AgentEnv):
 
     def _record(self, name: str, arguments: Mapping[str, Any], result: str) -> None:
         self.transcript.append({"tool": name, "arguments": copy.deepcopy(dict(arguments)), "result": result})
-
-    def _finish(self, text: str, error: str | None = None) -> Outcome:
-        """End the episode with the grade (:meth:`_grade`) on the step whose observation is ``text``."""
-        verdict = self._grade()
-        return verdict.outcome(f"{text}\n\n{verdict.message}" if verdict.message else text, error=error)
 
     def _replace_state(self, state: Any, transcript: list[dict]) -> None:
         # Close a database the env owns as soon as it is replaced rather than whenever GC runs.

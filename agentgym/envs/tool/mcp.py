@@ -365,7 +365,7 @@ def _describe(exc: BaseException) -> str:
 
 
 class MCPToolEnv(ToolEnv):
-    """A :class:`~agentgym.envs.tool.env.ToolEnv` whose tools are an MCP server's (``ToolEnv.from_mcp`` is its deprecated alias).
+    """A :class:`~agentgym.envs.tool.env.ToolEnv` whose tools are an MCP server's.
 
     With ``command``, every env starts its own server process (a fork starts another) and
     closes it with the env; a server that hangs on shutdown is killed. With ``server``, envs

@@ -17,18 +17,18 @@ from functools import cached_property
 from typing import Any
 
 from agentgym.core import Verdict, select_tasks
-from agentgym.envs.web.apps import APPS
+from agentgym.env_lists import WEB_APPS
 from agentgym.envs.web.env import WebEnv
 from agentgym.envs.web.site import WebApp
 from agentgym.envs.web.tasks import EvalContext, WebTask
-from agentgym.sandbox.browser import BrowserSession, origin_of
+from agentgym.sandbox.browser import origin_of
 from agentgym.task import Task
 
-__all__ = ["WebAppEnv", "APPS", "app_tasks"]
+__all__ = ["WebAppEnv", "app_tasks"]
 
 
 def _app_module(app: str):
-    """The app's package (one of :data:`~agentgym.envs.web.apps.APPS`): it exposes ``App`` and ``tasks()``."""
+    """The app's package (one of :data:`~agentgym.env_lists.WEB_APPS`): it exposes ``App`` and ``tasks()``."""
     return importlib.import_module(f"agentgym.envs.web.apps.{app}")
 
 
@@ -51,8 +51,8 @@ class WebAppEnv(WebEnv):
     def __init__(
         self, app: str = "shop", *, tasks: str | Sequence[str] | None = None, max_turns: int = 30, **kwargs: Any
     ):
-        if app not in APPS:
-            raise ValueError(f"unknown app {app!r}; known: {sorted(APPS)}")
+        if app not in WEB_APPS:
+            raise ValueError(f"unknown app {app!r}; known: {sorted(WEB_APPS)}")
         self._task_ids = select_tasks(app_tasks(app), tasks)
         super().__init__(max_turns=max_turns, **kwargs)
         self.app_name = app
@@ -89,20 +89,21 @@ class WebAppEnv(WebEnv):
     def _aliases(self) -> dict[str, str]:
         return {self.app.origin: f"http://{self.app_name}.local"}
 
-    async def _setup(self, session: BrowserSession, task_id: str) -> str:
+    async def _setup(self, task_id: str) -> str:
         self.app.reset()
         task = self.web_tasks[task_id]
         if task.user:
-            await session.context.add_cookies([{"name": "user", "value": task.user, "url": self.app.origin}])
-        await session.new_page(self.app.origin + task.start_path)
+            await self.session.context.add_cookies([{"name": "user", "value": task.user, "url": self.app.origin}])
+        await self.session.new_page(self.app.origin + task.start_path)
         return task.goal
 
-    async def _grade(self, session: BrowserSession, answer: str | None) -> Verdict | None:
+    async def _grade(self, answer: str | None) -> Verdict | None:
         if answer is None:
             return None
         task = self.web_tasks[self._episode.task_id]
         # Only the app's own pages count as "where the agent ended up" (not a blob: or error page).
-        url = session.page.url if origin_of(session.page.url) == origin_of(self.app.origin) else ""
+        page = self.session.page
+        url = page.url if origin_of(page.url) == origin_of(self.app.origin) else ""
         success = bool(task.evaluator(EvalContext(answer=answer, url=url, db=self.app.db)))
         return Verdict(float(success), success, details={"evaluator": task.evaluator.describe()})
 
@@ -113,5 +114,4 @@ class WebAppEnv(WebEnv):
         self.app.load(state)
 
     def _teardown(self) -> None:
-        super()._teardown()
         self.app.close()

@@ -1,22 +1,22 @@
 """WebEnv: the base class of browser environments — a Playwright session per env, the observation tree, the action mini-language, and branching of browser state.
 
 A subclass says which sites a task may reach, how a task starts and how it is judged, with the
-family hooks every env family shares (:mod:`agentgym.core`, Family hooks; here they are
-coroutines on the browser loop)::
+author's hooks every env family shares (:class:`agentgym.core.AgentEnv`; here ``_setup`` and ``_grade`` are
+coroutines on the browser loop, and the browser session is :attr:`WebEnv.session`)::
 
     class MyWebEnv(WebEnv):
         def task_ids(self): ...
         def _origins(self): return [self.app.origin]          # everything else is blocked
-        async def _setup(self, session, task_id):              # the site at the task's start; return the goal
+        async def _setup(self, task_id):                       # the site at the task's start; return the goal
             self.app.reset()
-            await session.new_page(self.app.origin + "/")
+            await self.session.new_page(self.app.origin + "/")
             return "Buy the cheapest blue mug."
-        async def _grade(self, session, answer):               # after every turn
+        async def _grade(self, answer):                        # after every turn (answer: None until answer())
             return Verdict(reward=1.0, success=True, done=True) if answer is not None and ... else None
 
 The verdict's ``details`` are the final step's ``info["grade"]``. Server-side state (an app's
-SQLite database) goes in and out of snapshots through :meth:`_branch_state` and
-:meth:`_load_branch_state`.
+SQLite database) goes in and out of snapshots through ``branch_attributes`` or
+``_branch_state`` / ``_load_branch_state``.
 
 **Branching.** A snapshot holds the site state, the context's cookies and local storage, every
 tab's URL and DOM state (element ids, form values, focus, scroll) and the action prefix since
@@ -35,17 +35,16 @@ sites on origins of its own, and the captured URLs move to them as they do for e
 
 from __future__ import annotations
 
-import base64
+import abc
 import json
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, cast, final
 
 import numpy as np
 
 from agentgym.actions import ParsedAction, ToolCall, ToolSpec, format_error
-from agentgym.core import AgentEnv, Outcome, Verdict, adopt_renamed_hooks, warn_renamed_option
+from agentgym.core import AgentEnv, Outcome, Verdict
 from agentgym.envs.web.actions import TERMINAL_ACTIONS, ActionError, perform, web_tools
 from agentgym.envs.web.observation import CAPTURE_DOM_JS, OBSERVE_JS, RESTORE_DOM_JS, PageView, decode_png, draw_marks
 from agentgym.sandbox.browser import BrowserHost, BrowserSession, origin_of
@@ -93,14 +92,11 @@ class WebEnv(AgentEnv):
         screenshot: observations carry ``"image"``, the page as an H×W×3 uint8 array.
         set_of_marks: the screenshot has each shown element's box and id drawn on it (implies ``screenshot``).
         screen_size: (width, height) of the browser's viewport in CSS pixels (default: the class's
-            ``default_screen_size``); ``viewport=`` is its deprecated name.
+            ``default_screen_size``).
         pixel_actions: offer ``mouse_click``/``mouse_drag``/``keyboard_type`` for screenshot-only agents.
         action_timeout: seconds an action may wait for its element (navigations get three times that).
         max_page_chars: the page tree is cut after this many characters (the observation says so).
         chromium: the Chromium executable (default: ``$AGENTGYM_CHROMIUM`` or ``chromium`` on PATH).
-        record_screenshots: deprecated: wrap the env in :class:`agentgym.wrappers.RecordScreenshots`
-            (made with ``render_mode="rgb_array"``) instead. Still works (with a DeprecationWarning):
-            every step's ``info["screenshot"]`` holds a base64 PNG of the page.
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi", "rgb_array"]}
@@ -120,13 +116,8 @@ class WebEnv(AgentEnv):
         action_timeout: float = 3.0,
         max_page_chars: int = 40_000,
         chromium: str | None = None,
-        record_screenshots: bool = False,
         render_mode: str | None = None,
-        viewport: tuple[int, int] | None = None,
     ):
-        if viewport is not None:
-            warn_renamed_option(type(self).__name__, "viewport", "screen_size")
-            screen_size = screen_size or viewport
         self.screen_size = cast(tuple[int, int], tuple(screen_size or self.default_screen_size))
         width, height = self.screen_size
         super().__init__(
@@ -137,20 +128,12 @@ class WebEnv(AgentEnv):
         self.screenshot = screenshot or set_of_marks
         self.set_of_marks = set_of_marks
         self.pixel_actions = pixel_actions
-        if record_screenshots:
-            warnings.warn(
-                f"{type(self).__name__}(record_screenshots=True) is deprecated: wrap the env in "
-                "agentgym.wrappers.RecordScreenshots (made with render_mode='rgb_array'); "
-                "the eval harness records screenshots with `agentgym eval --screenshots`",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-        self.record_screenshots = record_screenshots
         self.action_timeout = action_timeout
         self.max_page_chars = max_page_chars
         self._tools = web_tools(pixel=pixel_actions)
         self._host = BrowserHost.shared(chromium)
-        self._session: BrowserSession | None = None
+        #: The browser session of the current episode (its pages, context and reports), for ``_setup`` and ``_grade``.
+        self.session: BrowserSession | None = None
         self._goal = ""
         self._prefix: list[list[tuple[str, dict]]] = []
         self._last_error: str | None = None
@@ -158,48 +141,21 @@ class WebEnv(AgentEnv):
         self.fork_mode: str | None = None  # how this env was built by fork: "restore" or "replay"
         self._pending_task: str | None = None
 
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        # The hooks' (and the screen option's) names before the families shared one vocabulary.
-        adopt_renamed_hooks(
-            cls,
-            {
-                "_judge": "_grade",
-                "_capture_site": "_branch_state",
-                "_load_site": "_load_branch_state",
-                "default_viewport": "default_screen_size",
-            },
-        )
-        if "_open" in cls.__dict__ and "_setup" not in cls.__dict__:
-            warnings.warn(
-                f"{cls.__qualname__}._open (and _prepare_task) are deprecated: override _setup(session, task_id)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-
-            async def _setup(self, session: BrowserSession, task_id: str) -> str:
-                prepare = getattr(self, "_prepare_task", None)
-                if prepare is not None:
-                    prepare(task_id)
-                return await self._open(session, task_id)
-
-            cls._setup = _setup
-
-    # ------------------------------------------------------------------ hooks for subclasses
+    # ------------------------------------------------------------------ the author's hooks
+    @abc.abstractmethod
     def _origins(self) -> list[str]:
         """The origins the current task may load (everything else is blocked and reported)."""
-        raise NotImplementedError
 
-    async def _setup(self, session: BrowserSession, task_id: str) -> str:
-        """Put the sites at the task's start (server-side state too) and open its start page(s) in ``session``; return the goal."""
-        raise NotImplementedError
+    @abc.abstractmethod
+    async def _setup(self, task_id: str) -> str:
+        """Put the sites at the task's start (server-side state too) and open its start page(s) in :attr:`session`; return the goal."""
 
-    async def _grade(self, session: BrowserSession, answer: str | None) -> Verdict | None:
+    @abc.abstractmethod
+    async def _grade(self, answer: str | None) -> Verdict | None:
         """The verdict after a turn (``answer`` is the text of ``answer()``, if it was called), or None to go on.
 
         An ``answer()`` without a verdict ends the episode with reward 0.
         """
-        raise NotImplementedError
 
     def _aliases(self) -> dict[str, str]:
         """Real origin → the stable origin shown to the agent (sites run on free ports; forks on other ones)."""
@@ -213,45 +169,40 @@ class WebEnv(AgentEnv):
         """
         return frozenset()
 
-    def _branch_state(self) -> Any:
-        """Server-side state (and env fields) for a snapshot."""
-        return None
-
-    def _load_branch_state(self, state: Any) -> None:
-        """Put server-side state back from :meth:`_branch_state`'s payload (which stays reusable).
-
-        A fork that replays calls :meth:`_setup` afterwards, so state that the task's start
-        depends on (an instance seed) survives, and state that replay rebuilds is reset.
-        """
-
-    # ------------------------------------------------------------------ AgentEnv hooks
+    # ------------------------------------------------------------------ AgentEnv and backend hooks
     def tools(self) -> list[ToolSpec]:
         return self._tools
 
-    def _begin(self, task_id: str) -> dict:
+    @final
+    def _backend_start(self, task_id: str) -> dict:
         self._run(self._start_fresh(task_id))
         return self._observe()
 
+    @final
     def _act(self, parsed: ParsedAction) -> Outcome:
         # A reply without a usable call still costs the turn and still shows the page.
         return self._run(self._turn(parsed.calls, None if parsed.calls else parsed.error or "no action found"))
 
-    def _capture(self) -> tuple[_WebState, Callable[[], None] | None]:
+    @final
+    def _backend_capture(self) -> tuple[_WebState, Callable[[], None] | None]:
         state = self._run(self._capture_browser(self._branch_state()))
         return state, None
 
-    def _load(self, payload: _WebState) -> None:
+    @final
+    def _backend_load(self, payload: _WebState) -> None:
         self._run(self._rebuild(payload))
 
-    def _teardown(self) -> None:
-        if self._session is not None:
-            session, self._session = self._session, None
+    @final
+    def _backend_close(self) -> None:
+        if self.session is not None:
+            session, self.session = self.session, None
             try:
                 self._run(session.close(), timeout=30)
             except Exception:
                 pass
 
-    def _snapshot_metadata(self, payload: _WebState) -> dict:
+    @final
+    def _backend_metadata(self, payload: _WebState) -> dict:
         return {"urls": [tab.url for tab in payload.tabs], "prefix_turns": len(payload.prefix)}
 
     def render(self) -> Any:
@@ -265,7 +216,7 @@ class WebEnv(AgentEnv):
         return self._host.run(coroutine, timeout or max(60.0, self.action_timeout * 20))
 
     async def _start_fresh(self, task_id: str) -> None:
-        session = self._session
+        session = self.session
         if (
             session is not None
             and not session.crashed
@@ -276,22 +227,22 @@ class WebEnv(AgentEnv):
             await session.recycle()  # a fresh context would cost a renderer process start
         else:
             await self._close_session()
-            self._session = await self._host.open_session(
+            self.session = await self._host.open_session(
                 self._origins(), viewport=self.screen_size, aliases=self._aliases(), schemes=self._navigation_schemes()
             )
-        self._goal = await self._setup(self._session, task_id)
+        self._goal = await self._setup(task_id)
         self._prefix = []
         self._last_error = None
-        self._session.discard_reports()
+        self.session.discard_reports()
 
     async def _close_session(self) -> None:
-        if self._session is not None:
-            session, self._session = self._session, None
+        if self.session is not None:
+            session, self.session = self.session, None
             await session.close()
 
     async def _turn(self, calls: list[ToolCall], problem: str | None = None) -> Outcome:
         """Perform the reply's calls in order, stopping at the first error or at ``answer``; judge; observe."""
-        session = self._session
+        session = self.session
         session.check_alive()
         performed: list[tuple[str, dict]] = []
         error, answer = problem, None
@@ -302,7 +253,7 @@ class WebEnv(AgentEnv):
             arguments = self._normalise(call)
             if call.name in _HISTORY_STEPS:
                 await self._ensure_history(_HISTORY_STEPS[call.name], performed)
-                session = self._session  # a replay may have started another
+                session = self.session  # a replay may have started another
             performed.append((call.name, arguments))
             try:
                 await perform(
@@ -317,7 +268,7 @@ class WebEnv(AgentEnv):
                 break
         self._prefix.append(performed)
         self._last_error = error
-        verdict = await self._grade(session, answer)
+        verdict = await self._grade(answer)
         if verdict is None and answer is not None:
             verdict = Verdict(0.0, False, True)
         text, image = await self._aobserve()
@@ -328,8 +279,6 @@ class WebEnv(AgentEnv):
         else:
             outcome = verdict.outcome(f"{verdict.message}\n\n{text}" if verdict.message else text, error=error)
         outcome.image = image
-        if self.record_screenshots:  # deprecated (RecordScreenshots does this); PNG as base64 text
-            outcome.info["screenshot"] = base64.b64encode(await self._screenshot_png()).decode()
         return outcome
 
     def _normalise(self, call: ToolCall) -> dict:
@@ -350,7 +299,7 @@ class WebEnv(AgentEnv):
         return observation
 
     async def _aobserve(self) -> tuple[str, np.ndarray | None]:
-        session = self._session
+        session = self.session
         session.check_alive()
         view = await self._view(session.page)
         self._last_view = view
@@ -409,11 +358,11 @@ class WebEnv(AgentEnv):
 
     async def _screenshot_png(self) -> bytes:
         # caret and animations off: the same state must give the same pixels (fork equality).
-        return await self._session.page.screenshot(type="png", animations="disabled", caret="hide")
+        return await self.session.page.screenshot(type="png", animations="disabled", caret="hide")
 
     # ------------------------------------------------------------------ branching
     async def _capture_browser(self, branch_state: Any) -> _WebState:
-        session = self._session
+        session = self.session
         session.check_alive()
         tabs = [await self._capture_tab(page) for page in session.pages]
         storage = await session.context.storage_state()
@@ -429,13 +378,15 @@ class WebEnv(AgentEnv):
         )
 
     async def _capture_tab(self, page: Any) -> _TabState:
-        urls, index = await self._session.history(page)
+        urls, index = await self.session.history(page)
         return _TabState(urls, index, await page.evaluate(CAPTURE_DOM_JS))
 
     async def _rebuild(self, state: _WebState) -> None:
         # A fork serves its sites on ports of its own: every captured URL moves to the new origins.
         state = _moved(state, dict(zip(state.origins, self._origins())))
         task_id = self._pending_task
+        # A fork that replays calls _setup afterwards, so state that the task's start depends on
+        # (an instance seed) survives, and state that replay rebuilds is reset.
         self._load_branch_state(state.branch_state)
         if await self._restore(state):
             self.fork_mode = "restore"
@@ -467,7 +418,7 @@ class WebEnv(AgentEnv):
             aliases=self._aliases(),
             schemes=self._navigation_schemes(),
         )
-        self._session = session
+        self.session = session
         for tab in state.tabs:
             page = await session.new_page()
             if tab.history != ["about:blank"]:
@@ -488,7 +439,7 @@ class WebEnv(AgentEnv):
         Should Chromium build another list than the recorded one, the whole episode is replayed
         instead (the turns so far and ``done``, this turn's calls before this one), which is exact.
         """
-        session = self._session
+        session = self.session
         page = session.page
         from playwright.async_api import Error as PlaywrightError
 
@@ -515,13 +466,13 @@ class WebEnv(AgentEnv):
         observation after them).
         """
         await self._start_fresh(task_id)
-        await self._view(self._session.page)  # reset observed the start page
+        await self._view(self.session.page)  # reset observed the start page
         turns = [(turn, True) for turn in prefix] + ([(unobserved, False)] if unobserved else [])
         for turn, observed in turns:
             for name, arguments in turn:
                 try:
                     await perform(
-                        self._session,
+                        self.session,
                         name,
                         arguments,
                         timeout_ms=self.action_timeout * 1000,
@@ -530,11 +481,11 @@ class WebEnv(AgentEnv):
                 except ActionError:
                     break  # the original turn stopped here too
             if observed:  # the original observed after every turn, assigning ids to new elements in order
-                await self._view(self._session.page)
-        self._session.discard_reports()
+                await self._view(self.session.page)
+        self.session.discard_reports()
 
     def restore(self, snapshot: Any) -> None:
-        # _rebuild needs the task, which the base class installs only after _load.
+        # _rebuild needs the task, which the base class installs only after _backend_load.
         self._pending_task = snapshot.task_id
         super().restore(snapshot)
 

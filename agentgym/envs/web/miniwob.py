@@ -58,12 +58,11 @@ import numpy as np
 from aiohttp import web
 from gymnasium import spaces
 
-from agentgym.core import Verdict, select_tasks, warn_renamed_option
+from agentgym.core import Verdict, select_tasks
 from agentgym.envs.web.env import WebEnv
 from agentgym.envs.web.observation import RESTORE_DOM_JS
 from agentgym.envs.web.site import app_loop
 from agentgym.extras import requires
-from agentgym.sandbox.browser import BrowserSession
 from agentgym.task import Task
 
 __all__ = ["MiniWoBEnv", "miniwob_tasks", "MINIWOB_ORIGIN"]
@@ -223,12 +222,8 @@ class MiniWoBEnv(WebEnv):
         episode_time_limit: float | str | None = None,
         data_mode: str = "train",
         max_turns: int = 30,
-        task: str | None = None,
         **kwargs: Any,
     ):
-        if task is not None:
-            warn_renamed_option(type(self).__name__, "task", "tasks")
-            tasks = [task]
         try:
             self._task_ids = select_tasks(miniwob_tasks(), tasks)
         except ValueError as exc:
@@ -255,7 +250,6 @@ class MiniWoBEnv(WebEnv):
         self.origin = _StaticServer.origin()
         #: The seed of the current instance (``Math.seedrandom``'s argument).
         self.instance_seed: int | None = None
-        self._requested_seed: int | None = None
         self._token = ""
         self._task_page: Any = None
 
@@ -273,26 +267,21 @@ class MiniWoBEnv(WebEnv):
         """Start an instance: its seed is ``options["instance_seed"]`` if given, else drawn from ``np_random``."""
         options = dict(options or {})
         requested = options.pop("instance_seed", None)
-        self._requested_seed = None if requested is None else int(requested)
+        self.instance_seed = None if requested is None else int(requested)  # None: _setup draws one
         return super().reset(seed=seed, options=options)
 
     # ------------------------------------------------------------------ WebEnv hooks
-    def _begin(self, task_id: str) -> dict:
-        if self._requested_seed is not None:
-            self.instance_seed = self._requested_seed
-        else:
-            self.instance_seed = int(self.np_random.integers(2**31 - 1))
-        return super()._begin(task_id)
-
     def _origins(self) -> list[str]:
         return [self.origin]
 
     def _aliases(self) -> dict[str, str]:
         return {self.origin: MINIWOB_ORIGIN}
 
-    async def _setup(self, session: BrowserSession, task_id: str) -> str:
+    async def _setup(self, task_id: str) -> str:
+        if self.instance_seed is None:  # a reset's start (a replay keeps the snapshot's instance)
+            self.instance_seed = int(self.np_random.integers(2**31 - 1))
         timeout_ms = max(10_000, self.action_timeout * 1000 * 3)
-        page = await session.new_page(self.task_url(task_id))
+        page = await self.session.new_page(self.task_url(task_id))
         # window.onload shows the sync screen ("START"); the package waits for it the same way.
         await page.wait_for_function("() => typeof core !== 'undefined' && core.cover_div !== null", timeout=timeout_ms)
         limit = self.episode_time_limit
@@ -313,7 +302,7 @@ class MiniWoBEnv(WebEnv):
         self._task_page = page
         return await page.evaluate("() => core.getUtterance()")
 
-    async def _grade(self, session: BrowserSession, answer: str | None) -> Verdict | None:
+    async def _grade(self, answer: str | None) -> Verdict | None:
         page = self._task_page
         if page is None or page.is_closed():
             return None
@@ -330,7 +319,7 @@ class MiniWoBEnv(WebEnv):
 
     async def _screenshot_png(self) -> bytes:
         width, height = self.task_area  # the task, as the package crops its screenshots
-        return await self._session.page.screenshot(
+        return await self.session.page.screenshot(
             type="png", animations="disabled", caret="hide", clip={"x": 0, "y": 0, "width": width, "height": height}
         )
 
@@ -348,14 +337,14 @@ class MiniWoBEnv(WebEnv):
         if task_id not in self.state_fork_tasks or saved is None or tab.history != [self.task_url(task_id)]:
             return False
         await self._start_fresh(task_id)
-        page = self._session.page
+        page = self.session.page
         # An episode that ended (or another page) is not the started instance: replay it.
         if await page.evaluate(_CORE_STATE_JS) != saved["core"] or not await page.evaluate(RESTORE_DOM_JS, tab.dom):
             return False
         await page.evaluate(_RESTORE_STATE_JS, saved)
         if saved["pointer"] is not None:
             await page.mouse.move(*saved["pointer"])
-        self._session.discard_reports()
+        self.session.discard_reports()
         return True
 
     def _branch_state(self) -> Any:

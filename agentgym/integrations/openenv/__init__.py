@@ -4,7 +4,20 @@ Names are imported lazily, so ``import agentgym.integrations.openenv`` loads no 
 or FastMCP until a name that needs them is used.
 """
 
+from typing import TYPE_CHECKING
+
 from agentgym._lazy import lazy_exports
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
+    from agentgym.integrations.openenv.client_env import OpenEnvEnv, OpenEnvError
+    from agentgym.integrations.openenv.protocol import (
+        AgentGymAction,
+        AgentGymEnvClient,
+        AgentGymObservation,
+        AgentGymState,
+        BranchingError,
+    )
+    from agentgym.integrations.openenv.server import AgentGymEnvironment, create_openenv_app, serve, write_env_dir
 
 _EXPORTS = {
     "AgentGymAction": "protocol",

@@ -25,7 +25,7 @@ from the env's seeded RNG), so that an episode can be replayed.
 env keeps its episode's log (the reset keywords and every action sent) and a snapshot is that
 log: restoring it, or forking, resets a session with the same keywords and replays the actions.
 Each replayed result is checked against the one recorded, so a server that does not replay
-deterministically raises :class:`~agentgym.core.SnapshotError` instead of giving a fork that
+deterministically raises :class:`~agentgym.snapshot.SnapshotError` instead of giving a fork that
 differs from its parent.
 
 **Images.** ``image=`` (instead of ``url=``) starts the server from a local Docker image in a
@@ -54,13 +54,13 @@ import uuid
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, cast, final
 
 import numpy as np
 from gymnasium import spaces
 
 from agentgym.actions import ParsedAction, ToolCall, ToolSpec, tool_specs_from_openai
-from agentgym.core import AgentEnv, Observation, Outcome, SnapshotError
+from agentgym.core import AgentEnv, Observation, Outcome
 from agentgym.extras import requires
 from agentgym.integrations.openenv.protocol import (
     BRANCHING_TOOLS,
@@ -70,6 +70,7 @@ from agentgym.integrations.openenv.protocol import (
     BranchingError,
     decode_image,
 )
+from agentgym.snapshot import SnapshotError
 
 with requires("openenv"):
     from websockets.exceptions import ConnectionClosed
@@ -488,7 +489,7 @@ class OpenEnvEnv(AgentEnv):
         self._reset_options = {key: value for key, value in (options or {}).items() if key != "task_id"}
         return super().reset(seed=seed, options=options)
 
-    def _begin(self, task_id: str) -> Observation:
+    def _setup(self, task_id: str) -> Observation:
         self.schema()  # fail here, clearly, for a server that is not an OpenEnv server
         kwargs = {**self._reset_options, "seed": self._seed}
         if task_id != DEFAULT_TASK:
@@ -520,7 +521,8 @@ class OpenEnvEnv(AgentEnv):
                 self._remote_branching = set(BRANCHING_TOOLS) <= names
         return self._remote_branching
 
-    def _capture(self) -> tuple[_EpisodeLog, Any]:
+    @final
+    def _backend_capture(self) -> tuple[_EpisodeLog, Any]:
         assert self._log is not None
         log = self._log.copy()
         if not self._branches_remotely():
@@ -529,7 +531,8 @@ class OpenEnvEnv(AgentEnv):
         log.remote = (self._session, handle)
         return log, functools.partial(_release_handle, weakref.ref(self), self._session, handle)
 
-    def _load(self, payload: _EpisodeLog) -> None:
+    @final
+    def _backend_load(self, payload: _EpisodeLog) -> None:
         self._log = None
         if payload.remote is not None and self._branches_remotely():
             session, handle = payload.remote
@@ -563,7 +566,8 @@ class OpenEnvEnv(AgentEnv):
         self._log = payload.copy()
         self._log.remote = None
 
-    def _teardown(self) -> None:
+    @final
+    def _backend_close(self) -> None:
         self._drop_session()
         server, self._server = self._server, None
         if server is not None:

@@ -17,7 +17,7 @@ browser context goes with it. Reset and step run through the env's async twins (
 **Branching.** Each session serves the ``snapshot``, ``restore``, ``release`` and ``fork`` MCP tools
 (FastMCP tools on the environment's ``mcp_server``, which OpenEnv's ``{"type": "mcp"}`` message
 and ``/mcp`` endpoint call). Snapshot handles are kept in one table per app with the agentgym
-:class:`~agentgym.core.Snapshot` behind each: the table holds one reference per handle, a session's
+:class:`~agentgym.snapshot.Snapshot` behind each: the table holds one reference per handle, a session's
 handles are released when it ends, and a fork ticket (the ``fork`` tool) holds its own reference
 until a new session claims it with ``reset(fork_from=...)`` or ``fork_ttl`` seconds pass. A claim
 or a restore retains the snapshot while it works, so a handle released meanwhile stays whole.
@@ -44,7 +44,6 @@ from typing import Any
 
 import gymnasium
 
-from agentgym.core import Snapshot
 from agentgym.extras import requires
 from agentgym.integrations.openenv.protocol import (
     FORK_FROM,
@@ -54,6 +53,7 @@ from agentgym.integrations.openenv.protocol import (
     encode_image,
 )
 from agentgym.rollout.agent import json_safe
+from agentgym.snapshot import Snapshot
 
 with requires("openenv"):
     from fastmcp import FastMCP

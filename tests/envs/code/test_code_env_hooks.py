@@ -1,16 +1,18 @@
-"""CodeEnv's family hooks in a real sandbox: _setup lays out the task, _grade's Verdict is the submit step (details in info["grade"]), _branch_state rides through forks; the old hook names still work."""
+"""CodeEnv's author hooks in a real sandbox: _setup lays out the task, _grade's Verdict is the submit step (details in info["grade"]), branch_attributes ride through forks."""
 
 import pytest
 
 from agentgym.core import Verdict
 from agentgym.envs.code.env import CodeEnv
-from tests.tool_calls import call
+from tests.helpers.tool_calls import call
 
 pytestmark = pytest.mark.docker
 
 
 class NoteEnv(CodeEnv):
     """Write "done" into /workspace/note; graded by reading the file, with a count of bash calls kept outside the sandbox."""
+
+    branch_attributes = ("bash_calls",)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -27,16 +29,10 @@ class NoteEnv(CodeEnv):
         self._live_sandbox().write_file("/workspace/note", "todo")
         return "Write done into /workspace/note."
 
-    def _grade(self):
+    def _grade(self, answer):
         text = self._live_sandbox().read_file("/workspace/note").decode()
         ok = text.strip() == "done"
         return Verdict(float(ok), ok, details={"note": text, "bash_calls": self.bash_calls}, message=f"Note: {text}")
-
-    def _branch_state(self):
-        return self.bash_calls
-
-    def _load_branch_state(self, state):
-        self.bash_calls = state
 
 
 def test_hooks_set_up_grade_and_branch(docker_ready):
@@ -53,33 +49,5 @@ def test_hooks_set_up_grade_and_branch(docker_ready):
             assert info["grade"] == {"note": "done\n", "bash_calls": 1} and observation["text"] == "Note: done\n"
         finally:
             child.close()
-    finally:
-        env.close()
-
-
-def test_old_hook_names_still_run_with_a_warning(docker_ready):
-    from agentgym.core import Outcome
-
-    with pytest.warns(DeprecationWarning):
-
-        class OldNoteEnv(CodeEnv):
-            def task_ids(self):
-                return ["note"]
-
-            def _prepare(self, sandbox, task_id):
-                sandbox.write_file("/workspace/note", "old")
-                return "old style"
-
-            def _grade(self):
-                return Outcome("graded the old way", reward=1.0, terminated=True, success=True)
-
-    env = OldNoteEnv()
-    try:
-        observation, _ = env.reset()
-        assert observation["text"] == "old style"
-        assert env.step(call("bash", command="cat /workspace/note"))[0]["text"] == "old"
-        with pytest.warns(DeprecationWarning, match="Verdict"):
-            observation, reward, terminated, *_ = env.step(call("submit"))
-        assert (observation["text"], reward, terminated) == ("graded the old way", 1.0, True)
     finally:
         env.close()

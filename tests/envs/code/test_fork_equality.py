@@ -4,7 +4,7 @@ import gymnasium
 import pytest
 
 import agentgym  # noqa: F401
-from tests.tool_calls import call
+from tests.helpers.tool_calls import call
 
 pytestmark = pytest.mark.docker
 
@@ -67,7 +67,7 @@ def test_restore_rewinds_the_filesystem_and_shell(docker_ready):
 
 
 def test_snapshot_of_one_task_does_not_restore_into_another(docker_ready):
-    from agentgym.core import SnapshotMismatchError
+    from agentgym.snapshot import SnapshotMismatchError
 
     first, second = gymnasium.make("agentgym/code.humaneval-v0"), gymnasium.make("agentgym/code.humaneval-v0")
     try:

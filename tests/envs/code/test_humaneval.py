@@ -10,7 +10,7 @@ import pytest
 import agentgym  # noqa: F401  (registers the envs)
 from agentgym.envs.code.humaneval import SOLUTION_PATH, load_problems, run_official_tests
 from agentgym.envs.code.humaneval_harness import NotPlainData, ProtocolError, decode, encode
-from tests.tool_calls import call
+from tests.helpers.tool_calls import call
 
 
 @pytest.fixture
@@ -47,6 +47,7 @@ def test_tools_run_in_the_sandbox(env):
 
 
 @pytest.mark.docker
+@pytest.mark.slow  # a whole-benchmark sweep: all 164 problems
 def test_canonical_solutions_score_164_of_164(docker_ready):
     problems = load_problems()
     assert len(problems) == 164
@@ -65,6 +66,7 @@ def test_canonical_solutions_score_164_of_164(docker_ready):
 
 
 @pytest.mark.docker
+@pytest.mark.slow  # a whole-benchmark sweep: all 164 problems
 def test_empty_bodies_score_0_of_164(docker_ready):
     problems = load_problems()
     with ThreadPoolExecutor(4) as pool:

@@ -10,13 +10,14 @@ import pytest
 import agentgym  # noqa: F401
 from agentgym.envs.code import repofix_tasks
 from agentgym.envs.code.repofix import grade_diff, reporter_command, workspace_tarball
-from tests.tool_calls import call
+from tests.helpers.tool_calls import call
 
 pytestmark = pytest.mark.docker
 
 TASKS = repofix_tasks.load_tasks()
 
 
+@pytest.mark.slow  # a whole-benchmark sweep: every shipped task, gold and unpatched, in sandboxes
 def test_every_shipped_task_is_verified_in_the_sandbox(docker_ready):
     """The gold patch resolves each task and the unpatched repository does not (SWE-bench's validation)."""
     assert len(TASKS) >= 30

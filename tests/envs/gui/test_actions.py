@@ -33,6 +33,10 @@ def action(text):
             {"action": "key", "keys": ["Return", "Escape", "ctrl+shift+Home", "Next", "super+F5"]},
         ),
         ('key("ctrl++")', {"action": "key", "keys": ["ctrl++"]}),
+        (
+            'key("RETURN control_l+KP_enter a A 1 + comma")',
+            {"action": "key", "keys": ["Return", "Control_L+KP_Enter", "a", "A", "1", "+", "comma"]},
+        ),
         ("wait(0.5)", {"action": "wait", "seconds": 0.5}),
         (
             '<tool_call>{"name": "click", "arguments": {"x": 3, "y": 4}}</tool_call>',
@@ -56,7 +60,13 @@ def test_valid_calls_become_desktop_actions(text, expected):
         ('type("' + "a" * 2001 + '")', "at most 2000"),
         ('key("")', "needs a key name"),
         ('key("ctrl+")', "not a key combination"),
-        ('key("a;b")', "not a key combination"),
+        ('key("a;b")', "No such key name 'a;b'"),
+        # xdotool reads these words as commands of its own (exec runs a program): never key names.
+        ('key("exec")', "No such key name 'exec'"),
+        ('key("ctrl+a exec xterm")', "No such key name 'exec'"),
+        ('key("type hello")', "No such key name 'type'"),
+        ('key("shift+search")', "No such key name 'search'"),
+        ('key("Return sleep")', "No such key name 'sleep'"),
         ('key("' + "a " * 21 + '")', "at most 20"),
         ("wait(11)", "0 to 10 seconds"),
         ("wait(-1)", "0 to 10 seconds"),

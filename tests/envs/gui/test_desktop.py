@@ -125,7 +125,7 @@ def test_a_dead_desktop_raises_sandbox_errors(desktop_image):
     try:
         with pytest.raises(SandboxError, match="timed out waiting for a window"):
             desktop.launch("nothing", ["sleep", "30"], timeout=1)
-        desktop.sandbox.run_argv(["pkill", "-f", "deskctl.py serve"])
+        desktop.sandbox.run_argv(["pkill", "-f", "agentgym-desktop-[h]elper"])
         with pytest.raises(SandboxError, match="helper"):
             desktop.observe()
     finally:

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import agentgym
-from agentgym.core import SnapshotReleasedError
 from agentgym.envs.gui import DesktopEnv
 from agentgym.envs.gui.tasks import TASKS
 from agentgym.sandbox import engine
+from agentgym.snapshot import SnapshotReleasedError
 
 pytestmark = pytest.mark.docker
 

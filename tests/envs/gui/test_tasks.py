@@ -16,6 +16,7 @@ def test_the_catalogue():
     assert all(task.solution[-1] == ("done()" if task.feasible else "fail()") for task in TASKS.values())
 
 
+@pytest.mark.slow  # a whole-benchmark sweep: every desktop task
 @pytest.mark.parametrize("task_id", list(TASKS))
 def test_reference_solution(env, task_id):
     task = TASKS[task_id]

@@ -10,12 +10,14 @@ from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
 from gymnasium.utils.env_checker import check_env
 
-from agentgym.envs.tool.bfcl import CATEGORIES, BFCLMultiTurnEnv, from_bfcl_call, load_tasks
+from agentgym.env_lists import BFCL_CATEGORIES
+from agentgym.envs.tool.bfcl import BFCLMultiTurnEnv, from_bfcl_call, load_tasks
+from tests.helpers.bfcl import ground_truth, public_state
 
 
 @pytest.fixture(scope="module")
 def envs():
-    envs = {category: BFCLMultiTurnEnv(category) for category in CATEGORIES}
+    envs = {category: BFCLMultiTurnEnv(category) for category in BFCL_CATEGORIES}
     yield envs
     for env in envs.values():
         env.close()
@@ -47,13 +49,8 @@ def official(task, trajectory):
             delattr(multi_turn_utils, name)
 
 
-def ground_truth(task, one_call_per_reply=False):
-    if one_call_per_reply:
-        return [[[call] for call in turn] for turn in task["ground_truth"]]
-    return [[turn] if turn else [] for turn in task["ground_truth"]]
-
-
-@pytest.mark.parametrize("category", CATEGORIES)
+@pytest.mark.slow  # a whole-benchmark sweep: all 800 tasks
+@pytest.mark.parametrize("category", BFCL_CATEGORIES)
 def test_each_tasks_reference_solution_replays_its_ground_truth_and_scores_success(envs, category):
     env = envs[category]
     cache_size = len(vars(multi_turn_utils))
@@ -96,7 +93,7 @@ def perturbations(task):
     return {"dropped": dropped, "changed": changed, "swapped": swapped}
 
 
-@pytest.mark.parametrize("category", CATEGORIES)
+@pytest.mark.parametrize("category", BFCL_CATEGORIES)
 def test_verdicts_equal_the_official_checker(envs, category):
     env = envs[category]
     failed = total = 0
@@ -163,14 +160,6 @@ def test_results_are_bfcls_result_text():
     assert [env.step([from_bfcl_call(c, task["involved_classes"])])[0]["text"] for c in calls] == expected
     assert '"error"' in expected[1]  # BFCL's backends report their errors as results
     env.close()
-
-
-def public_state(env):
-    """What BFCL's state checker compares: every instance's public attributes."""
-    return {
-        name: {k: v for k, v in vars(instance).items() if not k.startswith("_")}
-        for name, instance in env.state.instances.items()
-    }
 
 
 @pytest.mark.parametrize("task_id", ["multi_turn_base_3", "multi_turn_miss_func_0", "multi_turn_long_context_7"])

@@ -8,7 +8,7 @@ import pytest
 import agentgym  # noqa: F401  (registers agentgym/tool.calculator-v0)
 from agentgym.envs.tool.calculator import CalculatorEnv, demonstration, make_task
 from agentgym.envs.tool.generated import task_ids
-from tests.envs.tool.test_keychain import _play
+from tests.helpers.episodes import play
 
 
 def _task_with(ops: tuple[str, str], count: int = 50) -> str:
@@ -40,7 +40,7 @@ def test_the_demonstration_solves_the_task_in_three_turns(task_id):
     env.reset(options={"task_id": task_id})
     replies = demonstration(make_task(task_id))
     assert len(replies) == 3
-    _, reward, terminated, info = _play(env, replies)
+    _, reward, terminated, info = play(env, replies)
     assert (reward, terminated, info["success"]) == (1.0, True, True)
     env.close()
 
@@ -62,7 +62,7 @@ def test_the_mistaken_demonstrator_evaluates_left_to_right_at_its_rate_and_score
 
     env = CalculatorEnv()
     env.reset(options={"task_id": task_id})
-    _, reward, terminated, info = _play(env, demonstration(task, 1.0, random.Random(0)))
+    _, reward, terminated, info = play(env, demonstration(task, 1.0, random.Random(0)))
     assert (reward, terminated, info["success"]) == (0.0, True, False)
     env.close()
 
@@ -83,7 +83,7 @@ def test_only_the_exact_value_scores(answer):
     env = CalculatorEnv()
     env.reset(options={"task_id": task_id})
     reply = f'submit("{answer.format(right=a + b * c, wrong=(a + b) * c)}")'
-    _, reward, terminated, info = _play(env, [reply])
+    _, reward, terminated, info = play(env, [reply])
     assert (reward, terminated, info["success"]) == (0.0, True, False)
     env.close()
 
@@ -101,7 +101,7 @@ def test_the_last_submit_counts_and_bad_calls_are_error_observations():
     assert observation["text"] == f"d = {b * c}"  # stored under the next free letter
     observation, _, _, _, _ = env.step('add("a", "d")')
     assert observation["text"] == f"e = {a + b * c}"
-    _, reward, terminated, info = _play(env, [f'submit("{a + b * c}")'])
+    _, reward, terminated, info = play(env, [f'submit("{a + b * c}")'])
     assert (reward, terminated, info["success"]) == (1.0, True, True)
     env.close()
 
@@ -119,7 +119,7 @@ def test_the_last_submit_counts_and_bad_calls_are_error_observations():
 def test_a_submitted_name_scores_only_when_its_value_is_the_answer(replies, rewarded):
     env = CalculatorEnv()
     env.reset(options={"task_id": _task_with(("+", "*"))})
-    _, reward, terminated, info = _play(env, replies)
+    _, reward, terminated, info = play(env, replies)
     assert (reward, terminated, info["success"]) == (float(rewarded), True, rewarded)
     env.close()
 

@@ -5,15 +5,7 @@ import random
 import pytest
 
 from agentgym.envs.tool.keychain import KEYS, KeyChainEnv, demonstration, make_task, task_ids
-
-
-def _play(env, replies):
-    """The step results of ``replies`` up to the end of the episode: (observation, reward, terminated, info)."""
-    for reply in replies:
-        observation, reward, terminated, _, info = env.step(reply)
-        if terminated:
-            break
-    return observation, reward, terminated, info
+from tests.helpers.episodes import play
 
 
 def test_tasks_are_reproducible_and_the_splits_never_meet():
@@ -40,7 +32,7 @@ def test_the_demonstration_solves_the_task(task_id):
     env.reset(options={"task_id": task_id})
     replies = demonstration(make_task(task_id))
     assert len(replies) == make_task(task_id)["hops"] + 1
-    _, reward, terminated, info = _play(env, replies)
+    _, reward, terminated, info = play(env, replies)
     assert (reward, terminated, info["success"]) == (1.0, True, True)
     env.close()
 
@@ -71,7 +63,7 @@ def test_an_early_answer_scores_zero():
     two_hop = next(t for t in task_ids("train", 20) if make_task(t)["hops"] == 2)
     env = KeyChainEnv()
     env.reset(options={"task_id": two_hop})
-    _, reward, terminated, info = _play(env, demonstration(make_task(two_hop), 1.0, random.Random(0)))
+    _, reward, terminated, info = play(env, demonstration(make_task(two_hop), 1.0, random.Random(0)))
     assert (reward, terminated, info["success"]) == (0.0, True, False)
     env.close()
 
@@ -83,7 +75,7 @@ def test_a_wrong_number_scores_zero_and_an_unknown_key_is_an_error_observation()
     assert not terminated and reward == 0.0
     assert "walnut" in str(observation) and "amber" in str(observation)  # says which keys exist
     wrong = str((int(make_task("train-0")["answer"]) + 1) % 90 + 10)
-    _, reward, terminated, info = _play(env, [f'submit("{wrong}")'])
+    _, reward, terminated, info = play(env, [f'submit("{wrong}")'])
     assert (reward, terminated, info["success"]) == (0.0, True, False)
     env.close()
 

@@ -15,7 +15,6 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from agentgym.actions import ToolSpec
-from agentgym.envs.tool import ToolEnv
 from agentgym.envs.tool.mcp import MCPError, MCPServer, MCPToolEnv
 
 TIME_SERVER = [sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"]
@@ -272,12 +271,3 @@ def test_a_command_that_is_not_a_server_fails_at_construction():
         MCPToolEnv(TIME_TASKS, command=["/nonexistent/mcp-server"])
     with pytest.raises(ValueError, match="exactly one"):
         MCPToolEnv(TIME_TASKS)
-
-
-def test_tool_env_from_mcp_is_a_deprecated_alias_of_mcp_tool_env():
-    with pytest.warns(DeprecationWarning, match="use agentgym.envs.tool.MCPToolEnv"):
-        env = ToolEnv.from_mcp(TIME_TASKS, command=TIME_SERVER)
-    try:
-        assert type(env) is MCPToolEnv
-    finally:
-        env.close()

@@ -13,7 +13,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from agentgym.envs.tool import SQLiteState, Tool, ToolEnv, tool_from_callable, tools_from_object
-from tests.tool_calls import call
+from tests.helpers.tool_calls import call
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -20,10 +20,10 @@ def no_leaked_browser_contexts():
 
 @pytest.fixture
 def notes_app(monkeypatch):
-    """Registers tests/envs/web/toy.py as the app "notes" (as if it were the package agentgym.envs.web.apps.notes)."""
-    from tests.envs.web import toy
+    """Registers tests/helpers/web_toy.py as the app "notes" (as if it were the package agentgym.envs.web.apps.notes)."""
+    from tests.helpers import web_toy as toy
 
-    monkeypatch.setattr(app_env, "APPS", (*app_env.APPS, "notes"))
+    monkeypatch.setattr(app_env, "WEB_APPS", (*app_env.WEB_APPS, "notes"))
     monkeypatch.setitem(sys.modules, "agentgym.envs.web.apps.notes", toy)
 
 

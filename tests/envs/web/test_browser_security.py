@@ -173,7 +173,7 @@ def test_data_and_blob_documents_are_refused_unless_declared(notes_env):
         _, _, _, _, info = notes_env.step(f'goto("{url}")')
         assert "outside the sites of this task" in (info["error"] or ""), (url, info["error"])
     observation, *_ = notes_env.step('goto("/frames")')
-    page = notes_env._session.page
+    page = notes_env.session.page
 
     def loaded_frames():
         return [frame.url for frame in page.frames if frame.url.startswith(("data:", "blob:"))]
@@ -295,11 +295,11 @@ def test_no_loopback_port_but_the_envs_own_is_reachable(notes_env):
     listener = Listener()
     try:
         notes_env.reset(options={"task_id": "add/0"})
-        own = notes_env._run(notes_env._session.page.evaluate(_PROBES_JS, [listener.port, listener.udp_port]))
+        own = notes_env._run(notes_env.session.page.evaluate(_PROBES_JS, [listener.port, listener.udp_port]))
         assert own == 200
         time.sleep(3)
         assert listener.contacts == []
-        blocked = notes_env._session.drain_blocked()  # the observation lists the first five
+        blocked = notes_env.session.drain_blocked()  # the observation lists the first five
         assert {f"CONNECT 127.0.0.1:{listener.port}", f"http://127.0.0.1:{listener.port}/fetch"} <= set(blocked)
     finally:
         listener.close()
@@ -320,7 +320,7 @@ def test_gates_close_with_their_sessions(notes_app):
 
     env = WebAppEnv("notes")
     env.reset(options={"task_id": "add/0"})
-    gate = env._session.gate
+    gate = env.session.gate
     port = gate._server.sockets[0].getsockname()[1]
     env.close()
     with pytest.raises(OSError):

@@ -21,7 +21,7 @@ def same_after(original, fork, actions):
 
 def shown_history(env):
     """The focused tab's back/forward list as the agent would see its URLs, and the current index."""
-    session = env._session
+    session = env.session
     urls, index = env._run(session.history(session.page))
     return [session.display(url) for url in urls], index
 
@@ -78,11 +78,11 @@ def test_a_fork_loads_only_the_current_page_and_back_forward_equal_the_original(
         fork = env.fork()
         try:
             assert fork.fork_mode == "restore"
-            page = fork._session.page
-            assert page in fork._session._deferred  # the other three entries are only recorded
+            page = fork.session.page
+            assert page in fork.session._deferred  # the other three entries are only recorded
             assert shown_history(fork) == shown_history(env)
             same_after(env, fork, ["go_forward()", "go_back()", "go_back()", "go_back()", "go_forward()"])
-            assert page not in fork._session._deferred
+            assert page not in fork.session._deferred
         finally:
             fork.close()
     finally:
@@ -140,7 +140,7 @@ def test_a_history_chromium_does_not_rebuild_falls_back_to_an_exact_replay(notes
             async def differs(page):
                 return False
 
-            monkeypatch.setattr(fork._session, "rebuild_history", differs)
+            monkeypatch.setattr(fork.session, "rebuild_history", differs)
             same_after(env, fork, ["go_back()", "go_forward()", "go_forward()"])
             assert fork.fork_mode == "replay" and fork.turn == env.turn
         finally:

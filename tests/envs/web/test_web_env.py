@@ -264,7 +264,7 @@ def test_browser_crash_is_an_env_error_and_reset_recovers(notes_env):
 
 def test_renderer_crash_is_an_env_error(notes_env):
     notes_env.reset(options={"task_id": "add/0"})
-    page = notes_env._session.page
+    page = notes_env.session.page
 
     async def crash():
         cdp = await page.context.new_cdp_session(page)

@@ -7,12 +7,19 @@ saved CSV the same way, so a formula and the number it computes are equally righ
 
 import ast
 import re
+from collections.abc import Callable
 
 COLUMNS = "ABCDE"
 ROWS = 10
 _REF = re.compile(r"\b([A-E])([1-9]|10)\b")
 _RANGE = re.compile(r"\b([A-E])([1-9]|10):([A-E])([1-9]|10)\b")
-_FUNCTIONS = {"SUM": sum, "MIN": min, "MAX": max, "AVERAGE": lambda values: sum(values) / len(values), "COUNT": len}
+_FUNCTIONS: dict[str, Callable[[list[float]], float]] = {
+    "SUM": sum,
+    "MIN": min,
+    "MAX": max,
+    "AVERAGE": lambda values: sum(values) / len(values),
+    "COUNT": len,
+}
 
 
 class FormulaError(ValueError):

@@ -47,14 +47,18 @@ class Sheet(TkApp):
                 entry = tk.Entry(root, name=name.lower(), relief="solid", borderwidth=1)
                 entry.place(x=CELL_X0 + column * CELL_W, y=CELL_Y0 + row * CELL_H, width=CELL_W, height=CELL_H)
                 entry.insert(0, self.saved_cells.get(name, ""))
-                entry.bind("<Return>", lambda event, r=row, c=column: self.move(r + 1, c))
-                entry.bind("<Down>", lambda event, r=row, c=column: self.move(r + 1, c))
-                entry.bind("<Up>", lambda event, r=row, c=column: self.move(r - 1, c))
-                entry.bind("<FocusIn>", lambda event, n=name: self.show(n), add="+")
-                # Not after Ctrl+S: the status line should keep saying "Saved".
-                entry.bind("<KeyRelease>", lambda event, n=name: None if event.state & 4 else self.show(n), add="+")
+                self.bind_keys(entry, row, column, name)
                 self.cells[name] = entry
         root.bind_all("<Control-s>", lambda event: self.save())
+
+    def bind_keys(self, entry, row, column, name):
+        """Return and the arrows move between rows; focusing or typing shows the cell's value."""
+        entry.bind("<Return>", lambda event: self.move(row + 1, column))
+        entry.bind("<Down>", lambda event: self.move(row + 1, column))
+        entry.bind("<Up>", lambda event: self.move(row - 1, column))
+        entry.bind("<FocusIn>", lambda event: self.show(name), add="+")
+        # Not after Ctrl+S: the status line should keep saying "Saved".
+        entry.bind("<KeyRelease>", lambda event: None if event.state & 4 else self.show(name), add="+")
 
     def move(self, row, column):
         if 0 <= row < formula.ROWS:

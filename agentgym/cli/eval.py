@@ -1,0 +1,320 @@
+"""`agentgym eval` and `agentgym eval compare`: a policy on a suite, and the paired difference of two runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from agentgym.cli.common import UsageError, fmt, model_dir
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Wraps help text at spaces only, so names like bfcl-miss_func stay whole."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
+def _make_policy(args: argparse.Namespace):
+    """``--policy``: an http(s) URL, a local model directory, ``oracle`` or ``nonsense`` (see ``agentgym eval --help``)."""
+    from agentgym.eval import oracles
+
+    if args.policy == "oracle":
+        return oracles.oracle_for
+    if args.policy == "nonsense":
+        return oracles.NonsensePolicy()
+    if args.policy.startswith(("http://", "https://")):
+        if not args.model:
+            raise UsageError("--model is required with an endpoint URL")
+        from agentgym.rollout.openai_policy import OpenAIPolicy
+
+        return OpenAIPolicy(args.policy, args.model, tokenizer=args.tokenizer)
+    if Path(args.policy).is_dir():
+        from agentgym.rollout.hf_policy import HFPolicy
+
+        return HFPolicy(model_dir(args.policy, "--policy"))
+    raise UsageError(f"--policy {args.policy!r} is not a URL, a model directory, 'oracle' or 'nonsense'")
+
+
+def _print_summary(summary: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    columns = (
+        "success_rate",
+        "success_ci95",
+        *(f"pass@{j}" for j in summary["metrics"]["pass_at_k"]),
+        "mean_turns",
+        "env_error_rate",
+    )
+
+    def cells(metrics: dict) -> list[str]:
+        values = {
+            "success_rate": metrics["success_rate"],
+            "success_ci95": metrics["success_ci95"],
+            **{f"pass@{j}": v for j, v in metrics["pass_at_k"].items()},
+            "mean_turns": metrics["mean_turns"],
+            "env_error_rate": metrics["env_error_rate"],
+        }
+        return [fmt(values[c]) for c in columns]
+
+    table = Table(
+        title=f"{summary['suite']} · {summary['model']} · k={summary['k']} · "
+        f"{summary['episodes']} episodes of {summary['tasks']} tasks"
+    )
+    for column in ("category", *columns):
+        table.add_column(column)
+    for category, metrics in summary["by_category"].items():
+        table.add_row(category, *cells(metrics))
+    table.add_row("all", *cells(summary["metrics"]), style="bold")
+    console = Console()
+    if not console.is_terminal:
+        console.width = 160  # rich assumes 80 columns for a pipe, which would cut the headers
+    console.print(table)
+    errors = summary.get("errors") or {}
+    if errors:
+        print("failed episodes by error: " + ", ".join(f"{kind} {count}" for kind, count in errors.items()))
+    if errors.get("context_overflow"):
+        print(
+            f"{errors['context_overflow']} episode(s) outgrew the model's context window (counted as failures): "
+            "lower --max-turns, or serve the model with a longer context"
+        )
+
+
+def _eval(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from agentgym.eval.harness import PolicyUnavailableError, evaluate
+    from agentgym.eval.suites import load_suite
+
+    if not args.suite or not args.policy:
+        raise UsageError("--suite and --policy are required (or: agentgym eval compare RUN_A RUN_B)")
+    try:
+        suite = load_suite(args.suite).filter(args.tasks)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    _check_suite_envs(suite)
+    memory = None
+    if args.memory:
+        from agentgym.memory.config import MemoryConfig
+
+        try:
+            memory = MemoryConfig(args.memory, mode=args.memory_mode)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    ray = None
+    if args.ray:
+        from agentgym.distributed.config import RayConfig
+
+        try:
+            ray = RayConfig(address=args.ray, env_workers=args.env_workers, envs_per_worker=args.envs_per_worker)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    elif args.env_workers is not None:
+        raise UsageError("--env-workers needs --ray ADDRESS")
+    images = _image_config(args)
+    policy = _make_policy(args)
+    out = args.out or f"runs/eval-{suite.name}"
+    model = args.model or ("oracle" if args.policy == "oracle" else None)
+
+    async def run() -> dict:
+        try:
+            return await evaluate(
+                suite,
+                policy,
+                k=args.k,
+                concurrency=args.concurrency,
+                out_dir=out,
+                max_turns=args.max_turns,
+                timeout=args.timeout,
+                seed=args.seed,
+                model=model,
+                memory=memory,
+                screenshots=args.screenshots,
+                images=images,
+                ray=ray,
+            )
+        finally:
+            if hasattr(policy, "aclose"):
+                await policy.aclose()
+
+    try:
+        summary = asyncio.run(run())
+    except PolicyUnavailableError as exc:
+        print(f"agentgym eval: {exc}", file=sys.stderr)
+        return 3
+    except ValueError as exc:  # e.g. --out holds a run with other settings
+        raise UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        print(
+            f"agentgym eval: interrupted; finished episodes are kept in {out}/results.jsonl "
+            "(rerun the same command to resume)",
+            file=sys.stderr,
+        )
+        return 130
+    _print_summary(summary)
+    print(f"results in {out}")
+    return 0
+
+
+_IMAGE_OPTIONS = {
+    "image_keep": "keep_last",
+    "image_max_side": "max_side",
+    "image_format": "format",
+    "image_quality": "quality",
+    "image_max_bytes": "max_bytes",
+}
+
+
+def _image_config(args: argparse.Namespace):
+    """``--images`` and its ``--image-*`` settings as an ImageConfig, or ``None`` (text only)."""
+    given = [option for option in _IMAGE_OPTIONS if getattr(args, option) is not None]
+    if not args.images:
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')} needs --images")
+        return None
+    from agentgym.rollout.images import ImageConfig
+
+    try:
+        return ImageConfig(**{_IMAGE_OPTIONS[option]: getattr(args, option) for option in given})
+    except ValueError as exc:
+        raise UsageError(f"--images: {exc}") from None
+
+
+def _check_suite_envs(suite) -> None:
+    """Every env the suite names is registered (or a ``module:Class`` entry point), before any episode starts."""
+    import gymnasium
+
+    import agentgym  # noqa: F401  (registers the envs)
+
+    for env_id, _ in suite.by_env():
+        if ":" in env_id:
+            continue
+        try:
+            gymnasium.spec(env_id)
+        except gymnasium.error.Error:
+            raise UsageError(
+                f"suite {suite.name!r} names env {env_id!r}, which is not registered "
+                "(`agentgym envs list` shows the ids)"
+            ) from None
+
+
+def _run_dir(path: str) -> Path:
+    """A finished eval run's directory (``path`` may name its results.jsonl)."""
+    folder = Path(path)
+    if folder.name == "results.jsonl":
+        folder = folder.parent
+    missing = [name for name in ("results.jsonl", "summary.json") if not (folder / name).is_file()]
+    if missing:
+        what = "no such directory" if not folder.is_dir() else f"not an eval run (no {' or '.join(missing)})"
+        raise UsageError(f"{path}: {what}; give the --out directory of an `agentgym eval` run")
+    return folder
+
+
+def _eval_compare(args: argparse.Namespace) -> int:
+    from agentgym.eval.harness import load_results
+    from agentgym.eval.metrics import compare
+    from agentgym.eval.report import compare_report
+
+    run_a, run_b = _run_dir(args.run_a), _run_dir(args.run_b)
+    result = compare(load_results(run_a), load_results(run_b), seed=args.seed)
+    if not result["tasks"]:
+        raise UsageError(
+            f"the two runs share no task ({result['only_a']} tasks only in A, {result['only_b']} only "
+            "in B), so there is nothing to compare"
+        )
+    print(f"A = {args.run_a}\nB = {args.run_b}")
+    for key, value in result.items():
+        print(f"{key:18} {fmt(value)}")
+    print(f"report: {compare_report(run_a, run_b)}")
+    return 0
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """Add this group's commands to the ``agentgym`` parser's subcommands."""
+    from agentgym.eval.suites import BUILTIN_SUITES
+
+    evaluation = commands.add_parser(
+        "eval",
+        help="evaluate a policy on a suite (or compare two runs)",
+        formatter_class=_HelpFormatter,
+        description="Run k samples of every task of a suite; results.jsonl, summary.json "
+        "and report.html go to --out, and a rerun resumes.",
+    )
+    evaluation.add_argument("--suite", help=f"{', '.join(BUILTIN_SUITES)}, or a JSONL/YAML suite file")
+    evaluation.add_argument(
+        "--policy",
+        help="an http(s) OpenAI-compatible endpoint URL, a local model directory, "
+        "'oracle' (the tasks' known solutions) or 'nonsense' (gibberish)",
+    )
+    evaluation.add_argument("--model", help="the model name the endpoint serves (required with a URL)")
+    evaluation.add_argument("--tokenizer", help="with a URL: the served model's tokenizer, for token mode")
+    evaluation.add_argument("-k", type=int, default=1, help="samples per task (default: %(default)s)")
+    evaluation.add_argument("--concurrency", type=int, default=8, help="episodes at once (default: %(default)s)")
+    evaluation.add_argument("--out", help="the run directory (default: runs/eval-<suite>)")
+    evaluation.add_argument("--tasks", help="only these task ids: a comma-separated list of ids or globs")
+    evaluation.add_argument("--max-turns", type=int, help="turns per episode (default: the env's limit)")
+    evaluation.add_argument("--timeout", type=float, help="seconds per episode (default: none)")
+    evaluation.add_argument("--seed", type=int, default=0, help="base of the reset seeds (default: %(default)s)")
+    evaluation.add_argument(
+        "--memory", metavar="PATH", help="a memory store: retrieved memories and skills go into each task's prompt"
+    )
+    evaluation.add_argument(
+        "--memory-mode",
+        choices=("read", "learn"),
+        default="read",
+        help="read: retrieve only; learn: also write each episode back (default: %(default)s)",
+    )
+    evaluation.add_argument(
+        "--screenshots",
+        action="store_true",
+        help="a screenshot of every turn in the report's trajectory viewer (envs that render images: web, gui)",
+    )
+    evaluation.add_argument(
+        "--images",
+        action="store_true",
+        help="send the policy each observation's screenshot too (a vision model's endpoint): web envs with "
+        "Set-of-Marks, the GUI desktop; the report shows what the model saw",
+    )
+    evaluation.add_argument(
+        "--image-keep",
+        type=int,
+        metavar="K",
+        help="with --images: the newest K screenshots stay in the prompt (default: 1)",
+    )
+    evaluation.add_argument(
+        "--image-max-side", type=int, metavar="PX", help="with --images: shrink to this longer side (default: 768)"
+    )
+    evaluation.add_argument(
+        "--image-format", choices=("png", "jpeg"), help="with --images: the encoding sent (default: png)"
+    )
+    evaluation.add_argument("--image-quality", type=int, metavar="Q", help="with --images: JPEG quality (default: 85)")
+    evaluation.add_argument(
+        "--image-max-bytes",
+        type=int,
+        metavar="N",
+        help="with --images: the most bytes one image may take; larger ones are shrunk, then left out (default: 2000000)",
+    )
+    evaluation.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run the episodes on a Ray cluster's env workers: its address (HEAD:6379) or 'auto' (the one `ray start` runs here)",
+    )
+    evaluation.add_argument(
+        "--env-workers", type=int, help="with --ray: env worker actors, spread over the nodes (default: one per node)"
+    )
+    evaluation.add_argument(
+        "--envs-per-worker",
+        type=int,
+        default=8,
+        help="with --ray: envs each worker hosts at once (default: %(default)s)",
+    )
+    evaluation.set_defaults(run=_eval)
+    compare = evaluation.add_subparsers(dest="action").add_parser("compare", help="paired difference of two runs")
+    compare.add_argument("run_a", help="a run directory (or its results.jsonl)")
+    compare.add_argument("run_b", help="another run directory")
+    compare.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
+    compare.set_defaults(run=_eval_compare)

@@ -227,7 +227,7 @@ class BabyAIEnv(TextGameEnv):
         self._ending_reward = float(reward)
         return Played(describe(self.level_env), ended=terminated, timed_out=truncated, reward=float(reward))
 
-    def _grade(self) -> Verdict:
+    def _grade(self, answer: str | None) -> Verdict:
         # minigrid rewards exactly the successful endings (at least 0.1: the reward falls to 0.1 at the step limit).
         level, success = self.level_env, self._ending_reward > 0
         details = {

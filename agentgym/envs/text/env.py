@@ -13,7 +13,7 @@ where the engine has no parser, a line naming the command set), never an excepti
 * ``_setup(task_id)`` — load the task into the engine; returns the first observation's text;
 * ``_play(command)`` — one command through the engine: a :class:`Played` (the engine's text,
   whether the game ended, whether the engine took the command);
-* ``_grade()`` — the verdict when the game ends, from the engine's own score;
+* ``_grade(answer)`` — the verdict when the game ends (``answer`` is None: the engine ended it), from the engine's own score;
 * ``valid_actions()`` — what the engine lists as possible now;
 * ``_branch_state()`` / ``_load_branch_state(state)`` — the engine's state in snapshots;
 * ``_teardown()`` — free the engine.
@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, final
 
 from agentgym.actions import ToolCall, ToolSpec
-from agentgym.core import AgentEnv, Outcome, Verdict
+from agentgym.core import AgentEnv, Outcome
 
 __all__ = ["ACT", "Played", "TextGameEnv"]
 
@@ -82,7 +82,8 @@ class TextGameEnv(AgentEnv):
         info.setdefault("valid_actions", [] if terminated or truncated else self.valid_actions())
         return observation, reward, terminated, truncated, info
 
-    def _begin(self, task_id: str) -> str:
+    @final
+    def _backend_start(self, task_id: str) -> str:
         return self._with_valid_actions(self._setup(task_id))
 
     def _call_tool(self, call: ToolCall) -> Outcome:
@@ -101,18 +102,12 @@ class TextGameEnv(AgentEnv):
             outcome.text = self._with_valid_actions(outcome.text)
             outcome.info["valid_actions"] = self.valid_actions()
             return outcome
-        verdict = self._grade()
+        verdict = self._grade(None)  # the engine ended the game; the agent gave no answer
         outcome = verdict.outcome(played.text, error=played.error)
         # The step's reward is the engine's; the verdict adds success and its details.
         outcome.reward, outcome.terminated = played.reward, played.ended
         outcome.info["valid_actions"] = []
         return outcome
-
-    def _capture(self) -> tuple[Any, None]:
-        return self._branch_state(), None
-
-    def _load(self, payload: Any) -> None:
-        self._load_branch_state(payload)
 
     def _with_valid_actions(self, text: str) -> str:
         if not self.show_valid_actions:
@@ -128,18 +123,6 @@ class TextGameEnv(AgentEnv):
         """Run one command through the engine."""
         raise NotImplementedError
 
-    def _grade(self) -> Verdict:
-        """The verdict when the game ends (the engine's own success)."""
-        raise NotImplementedError
-
     def valid_actions(self) -> Sequence[str]:
         """The commands the engine lists as possible now."""
-        raise NotImplementedError
-
-    def _branch_state(self) -> Any:
-        """The engine's state for a snapshot (a copy the env will not change)."""
-        raise NotImplementedError
-
-    def _load_branch_state(self, state: Any) -> None:
-        """Put the engine into ``state`` (from :meth:`_branch_state` of an env of this kind); ``state`` stays usable."""
         raise NotImplementedError

@@ -225,7 +225,7 @@ class ScienceWorldEnv(TextGameEnv):
         ended = done and (self._score < 0 or bool(self._engine_call(self.engine.server.getCompleted)))
         return Played(observation, ended=ended, timed_out=done and not ended, reward=reward / 100)
 
-    def _grade(self) -> Verdict:
+    def _grade(self, answer: str | None) -> Verdict:
         success = self._score >= 100
         details = {"score": self._score, "moves": len(self.commands)}
         return Verdict(self._score / 100, success, details=details)

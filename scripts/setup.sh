@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # iproute2 and util-linux: scripts/netns (make test runs in a network namespace of its own).
-APT_PACKAGES=(docker.io debootstrap chromium chromium-driver xvfb xdotool git patch iproute2 util-linux)
+# default-jre-headless: ScienceWorld's simulator is a jar (agentgym/envs/text/scienceworld.py).
+APT_PACKAGES=(docker.io debootstrap chromium chromium-driver xvfb xdotool git patch iproute2 util-linux default-jre-headless)
 PYTHON=${PYTHON:-python3}
 EXTRAS=${AGENTGYM_EXTRAS:-all,dev}  # the tests cover every part
 

@@ -10,7 +10,9 @@ what a suite runs is defined once, by the env family. The built-in suites:
   and ``bfcl`` for all of them;
 * ``web-<app>`` for each self-hosted web app (``web.<app>-v0``, reported per task template) and
   ``miniwob`` (every MiniWoB++ task, one env each);
-* ``gui`` (``gui.desktop-v0``, reported per app).
+* ``gui`` (``gui.desktop-v0``, reported per app);
+* ``babyai`` (``text.babyai-v0``) and ``scienceworld`` (``text.scienceworld-v0``), reported per
+  split (train/dev/test): ``--tasks 'test/*'`` runs one split.
 
 A custom suite is a JSONL or YAML file listing tasks, one mapping each::
 
@@ -47,6 +49,8 @@ _SUITE_PATTERNS = (
     ("web-{}", "web.{}-v0"),
     ("miniwob", "web.miniwob.*-v0"),
     ("gui", "gui.desktop-v0"),
+    ("babyai", "text.babyai-v0"),
+    ("scienceworld", "text.scienceworld-v0"),
 )
 
 

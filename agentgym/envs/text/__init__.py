@@ -1,0 +1,16 @@
+"""agentgym.envs.text: text worlds played by free-text commands — the TextGameEnv base, BabyAI as text, ScienceWorld.
+
+The worlds load on first use of their names (``minigrid`` and ``scienceworld`` are the ``text`` extra).
+"""
+
+from agentgym._lazy import lazy_exports
+from agentgym.envs.text.env import ACT, Played, TextGameEnv
+
+_LAZY = {
+    "BabyAIEnv": "babyai",
+    "ScienceWorldEnv": "scienceworld",
+}
+
+__all__ = ["ACT", "Played", "TextGameEnv", *_LAZY]
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

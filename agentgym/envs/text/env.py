@@ -1,0 +1,128 @@
+"""TextGameEnv: the text-world family's base — a game engine played by free-text commands, offered as a tool and as plain text, scored by the engine.
+
+A text world (BabyAI played as text, ScienceWorld) takes one command per turn, the way the
+benchmark takes it: the model replies either with the command as plain text (``go forward``) or
+with a call of the one tool, ``act(command)``. The engine answers with text; what it could do
+next (its valid actions) is in ``info["valid_actions"]`` on every reset and step, and also at
+the end of the observation when the env is made with ``show_valid_actions=True``, as the papers'
+agents get them. A command the engine does not understand gets the engine's own answer (or,
+where the engine has no parser, a line naming the command set), never an exception.
+
+**Family hooks** (the vocabulary of :mod:`agentgym.core`):
+
+* ``_setup(task_id)`` — load the task into the engine; returns the first observation's text;
+* ``_play(command)`` — one command through the engine: a :class:`Played` (the engine's text,
+  whether the game ended, whether the engine took the command);
+* ``_grade(answer)`` — the verdict when the game ends (``answer`` is None: the engine ended it), from the engine's own score;
+* ``valid_actions()`` — what the engine lists as possible now;
+* ``_branch_state()`` / ``_load_branch_state(state)`` — the engine's state in snapshots;
+* ``_teardown()`` — free the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, final
+
+from agentgym.actions import ToolCall, ToolSpec
+from agentgym.core import AgentEnv, Outcome
+
+__all__ = ["ACT", "Played", "TextGameEnv"]
+
+#: The one tool of a text world: a command, exactly as the engine takes it.
+ACT = ToolSpec(
+    "act",
+    "Send one command to the game, e.g. `go forward` or `open door to kitchen`.",
+    {
+        "type": "object",
+        "properties": {"command": {"type": "string", "description": "The command, as you would type it."}},
+        "required": ["command"],
+    },
+)
+
+
+@dataclass
+class Played:
+    """What the engine did with one command: its text and reward, whether the game is over (``ended``) or ran out of its own steps (``timed_out``), and ``error`` when it did not take the command."""
+
+    text: str
+    ended: bool = False
+    timed_out: bool = False
+    error: str | None = None
+    reward: float = 0.0
+
+
+class TextGameEnv(AgentEnv):
+    """Base of the text worlds: commands in, engine text out, the engine's score as the reward (see the module docstring).
+
+    Args:
+        show_valid_actions: append the engine's valid actions to every observation.
+        max_turns: replies before the episode is truncated.
+    """
+
+    allow_text_replies = True
+
+    def __init__(self, *, show_valid_actions: bool = False, max_turns: int = 100, **kwargs: Any):
+        super().__init__(max_turns=max_turns, **kwargs)
+        self.show_valid_actions = show_valid_actions
+
+    # ------------------------------------------------------------------ AgentEnv hooks
+    def tools(self) -> list[ToolSpec]:
+        return [ACT]
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        observation, info = super().reset(seed=seed, options=options)
+        info["valid_actions"] = self.valid_actions()
+        return observation, info
+
+    def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
+        observation, reward, terminated, truncated, info = super().step(action)
+        # Every step says what the engine would take next, including steps that ended the game (then nothing).
+        info.setdefault("valid_actions", [] if terminated or truncated else self.valid_actions())
+        return observation, reward, terminated, truncated, info
+
+    @final
+    def _backend_start(self, task_id: str) -> str:
+        return self._with_valid_actions(self._setup(task_id))
+
+    def _call_tool(self, call: ToolCall) -> Outcome:
+        return self._command(str(call.arguments["command"]))
+
+    def _reply_without_calls(self, text: str) -> Outcome:
+        return self._command(text)
+
+    def _command(self, command: str) -> Outcome:
+        played = self._play(command.strip())
+        if played.timed_out:
+            # The engine's own step limit is a time limit (truncation), not an ending the agent chose.
+            self._require_episode().truncated = True
+        if not (played.ended or played.timed_out):
+            outcome = Outcome(played.text, reward=played.reward, error=played.error)
+            outcome.text = self._with_valid_actions(outcome.text)
+            outcome.info["valid_actions"] = self.valid_actions()
+            return outcome
+        verdict = self._grade(None)  # the engine ended the game; the agent gave no answer
+        outcome = verdict.outcome(played.text, error=played.error)
+        # The step's reward is the engine's; the verdict adds success and its details.
+        outcome.reward, outcome.terminated = played.reward, played.ended
+        outcome.info["valid_actions"] = []
+        return outcome
+
+    def _with_valid_actions(self, text: str) -> str:
+        if not self.show_valid_actions:
+            return text
+        return f"{text}\n\nValid actions: {', '.join(self.valid_actions())}"
+
+    # ------------------------------------------------------------------ family hooks
+    def _setup(self, task_id: str) -> str:
+        """Load ``task_id`` into the engine; return the first observation's text."""
+        raise NotImplementedError
+
+    def _play(self, command: str) -> Played:
+        """Run one command through the engine."""
+        raise NotImplementedError
+
+    def valid_actions(self) -> Sequence[str]:
+        """The commands the engine lists as possible now."""
+        raise NotImplementedError

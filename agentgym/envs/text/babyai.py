@@ -89,7 +89,8 @@ def describe(level_env: Any, *, with_actions: bool = False) -> str:
     image = level_env.gen_obs()["image"]  # (x, y) in the agent's view; the agent at (3, 6) looking to y = 0
     size = image.shape[0]
     ahead, middle = size - 1, size // 2
-    things, walls = [], {}
+    things: list[tuple[int, int, str]] = []  # (steps ahead, steps aside, text): sorted nearest first
+    walls: dict[str, int] = {}
     for x in range(size):
         for y in range(size):
             kind, color, state = (int(value) for value in image[x, y])

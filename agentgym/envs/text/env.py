@@ -21,12 +21,13 @@ where the engine has no parser, a line naming the command set), never an excepti
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, final
 
 from agentgym.actions import ToolCall, ToolSpec
-from agentgym.core import AgentEnv, Outcome
+from agentgym.core import AgentEnv, Outcome, Verdict
 
 __all__ = ["ACT", "Played", "TextGameEnv"]
 
@@ -115,14 +116,18 @@ class TextGameEnv(AgentEnv):
         return f"{text}\n\nValid actions: {', '.join(self.valid_actions())}"
 
     # ------------------------------------------------------------------ family hooks
+    @abc.abstractmethod
     def _setup(self, task_id: str) -> str:
         """Load ``task_id`` into the engine; return the first observation's text."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _play(self, command: str) -> Played:
         """Run one command through the engine."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def valid_actions(self) -> Sequence[str]:
         """The commands the engine lists as possible now."""
-        raise NotImplementedError
+
+    @abc.abstractmethod
+    def _grade(self, answer: str | None) -> Verdict:
+        """The verdict from the engine's own score (``answer`` is None: a text game ends by play, not by an answer)."""

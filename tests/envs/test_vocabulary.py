@@ -44,7 +44,7 @@ BACKEND_HOOKS = tuple(name for name in vars(AgentEnv) if name.startswith("_backe
 def _registered_classes() -> list[type]:
     """Every AgentEnv class a registered agentgym id makes, with the classes between it and AgentEnv."""
     classes = {MCPToolEnv, *FAMILIES}
-    for env_id, spec in gymnasium.registry.items():
+    for env_id, spec in list(gymnasium.registry.items()):  # loading an entry point may register more (minigrid does)
         if env_id.startswith("agentgym/") and isinstance(spec.entry_point, str):
             made = gymnasium.envs.registration.load_env_creator(spec.entry_point)
             if isinstance(made, type) and issubclass(made, AgentEnv):

@@ -27,6 +27,7 @@ RUN = {
     ("docs/envs/index.md", "Using an env"),
     ("docs/rollouts.md", "Rollouts"),
     ("docs/memory.md", "Memory and skill banks"),
+    ("docs/envs/text.md", "Text worlds"),
 }
 
 
@@ -140,6 +141,16 @@ def test_using_an_env_example_works(docker_ready, capsys):
     namespace = run_example("docs/envs/index.md", "Using an env")
     assert "def has_close_elements" in capsys.readouterr().out  # HumanEval/0's task, printed
     assert namespace["info"]["task_id"] == "HumanEval/0" and not namespace["info"]["error"]
+
+
+def test_text_worlds_example_works(capsys):
+    namespace = run_example("docs/envs/text.md", "Text worlds")
+    try:
+        assert capsys.readouterr().out.startswith("Mission: go to ")  # the first observation, printed
+        assert namespace["info"]["task_id"] == "test/GoToLocal/0" and "turn left" in namespace["info"]["valid_actions"]
+        assert not namespace["info"].get("error")
+    finally:
+        namespace["env"].close()
 
 
 @pytest.mark.docker

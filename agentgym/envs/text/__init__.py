@@ -3,8 +3,14 @@
 The worlds load on first use of their names (``minigrid`` and ``scienceworld`` are the ``text`` extra).
 """
 
+from typing import TYPE_CHECKING
+
 from agentgym._lazy import lazy_exports
 from agentgym.envs.text.env import ACT, Played, TextGameEnv
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
+    from agentgym.envs.text.babyai import BabyAIEnv
+    from agentgym.envs.text.scienceworld import ScienceWorldEnv
 
 _LAZY = {
     "BabyAIEnv": "babyai",

@@ -21,7 +21,7 @@ no JVM.
   such call), so a snapshot is the task and the commands played since reset, and a fork loads
   the task into a warm engine and replays them; ScienceWorld is deterministic given the task,
   the variation and the commands, which the fork-equals-replay test checks.
-* **Engines**: JVMs from one process-wide :class:`~agentgym.sandbox.engines.EnginePool`, taken
+* **Engines**: JVMs from one process-wide :class:`~agentgym.sandbox.engine_pool.EnginePool`, taken
   at the first reset and given back at close; a reset loads the task into the env's engine. A
   JVM that dies is an ``env_error`` on that step; the next reset takes a new one.
 * **Reference solution**: ScienceWorld's gold action sequence of the variation
@@ -43,7 +43,7 @@ from typing import Any
 from agentgym.core import Verdict, select_tasks
 from agentgym.envs.text.env import Played, TextGameEnv
 from agentgym.extras import requires
-from agentgym.sandbox.engines import EnginePool
+from agentgym.sandbox.engine_pool import EnginePool
 from agentgym.task import Task
 
 with requires("text"):

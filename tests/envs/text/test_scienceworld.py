@@ -13,6 +13,7 @@ import pytest
 
 scienceworld = pytest.importorskip("scienceworld")
 
+from agentgym.envs.text import jvm  # noqa: E402
 from agentgym.envs.text import scienceworld as sw  # noqa: E402
 from agentgym.envs.text.scienceworld import ScienceWorldEnv, gold_path, parse_task_id  # noqa: E402
 from agentgym.task import call_text  # noqa: E402
@@ -211,7 +212,7 @@ def test_a_dead_jvm_is_an_env_error_and_the_next_reset_gets_a_new_one(env):
     _, reward, terminated, truncated, info = env.step("look around")
     assert info["env_error"] and truncated and not terminated and reward == 0.0
     observation, _ = env.reset(options={"task_id": TASKS[0]})
-    assert sw._alive(env.unwrapped.engine) and env.unwrapped.engine._gateway.java_process is not process
+    assert jvm.alive(env.unwrapped.engine) and env.unwrapped.engine._gateway.java_process is not process
     assert "This room is called" in observation["text"]
 
 
@@ -249,7 +250,7 @@ def _running(pid):
 
 def test_a_missing_java_is_one_line_naming_the_package(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(sw.JavaMissingError, match="apt-get install default-jre-headless") as caught:
+    with pytest.raises(jvm.JavaMissingError, match="apt-get install default-jre-headless") as caught:
         sw._start()
     assert "\n" not in str(caught.value)
 

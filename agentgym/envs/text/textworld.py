@@ -40,6 +40,7 @@ import random
 import shutil
 import subprocess
 import sys
+import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from functools import partial
@@ -74,10 +75,13 @@ SPLIT_SEEDS = {"train": 0, "dev": 10000, "test": 20000}
 DEFAULT_GAMES_PER_SPLIT = {"train": 10, "dev": 3, "test": 3}
 #: What the engine reports besides the text: the scorer's fields, the admissible commands, the walkthrough.
 INFOS = dict(admissible_commands=True, max_score=True, won=True, lost=True, score=True, extras=["walkthrough"])
-#: A loaded game in its z-machine and TextWorld's tracker, resident (measured: ~10 MB).
+#: A loaded game in its z-machine and TextWorld's tracker, resident (measured: ~3 MB; counted as 10 for larger games).
 ENGINE_MB = 10
 #: Seconds a game may take to generate before it is given up.
 GENERATION_TIMEOUT_S = 300
+#: Loading a game parses TextWorld's logic with a parser that is not thread-safe (concurrent loads fail with
+#: parse errors), so envs on threads (eval's concurrency) load one at a time.
+_LOAD_LOCK = threading.Lock()
 
 
 def parse_task_id(task_id: str) -> tuple[str, str, int]:
@@ -126,7 +130,9 @@ def walkthrough(split: str, kind: str, number: int) -> list[str]:
     """The walkthrough TextWorld generated with the task's game."""
     from textworld.generator import Game
 
-    return list(Game.load(str(game_file(split, kind, number).with_suffix(".json"))).metadata["walkthrough"])
+    path = game_file(split, kind, number).with_suffix(".json")
+    with _LOAD_LOCK:
+        return list(Game.load(str(path)).metadata["walkthrough"])
 
 
 def _start() -> None:
@@ -215,14 +221,14 @@ class TextWorldEnv(ReplayedGameEnv):
     # ------------------------------------------------------------------ family hooks
     def _setup(self, task_id: str) -> str:
         game = str(game_file(*parse_task_id(task_id)))
-        with warnings.catch_warnings():
+        with _LOAD_LOCK, warnings.catch_warnings():
             # jericho warns that it cannot find the score in a game it does not know; TextWorld reads its own.
             warnings.simplefilter("ignore", UnsupportedGameWarning)
             if self.engine is None:  # an idle engine of the pool, else a new one on this game
                 self.engine = engine_pool().acquire() or textworld.start(game, textworld.EnvInfos(**INFOS))
             if self.engine.unwrapped.gamefile != game:
                 self.engine.load(game)
-        self._state = self.engine.reset()
+            self._state = self.engine.reset()
         self.commands, self._score = [], 0
         return str(self._state.feedback).strip()
 

@@ -4,6 +4,7 @@ A few small games only (each is generated once, ~7–15 s, then cached in $AGENT
 """
 
 import random
+from concurrent.futures import ThreadPoolExecutor
 
 import gymnasium
 import pytest
@@ -168,6 +169,21 @@ def test_engines_are_reused_across_envs():
         assert second.engine is engine and pool.idle == idle - 1
     finally:
         second.close()
+
+
+def test_envs_on_threads_load_games_at_once():
+    """TextWorld's logic parser is not thread-safe; eval's concurrency resets envs on threads (this failed with parse errors)."""
+    envs = [TextWorldEnv(tasks=TASKS) for _ in range(3)]
+    try:
+        with ThreadPoolExecutor(len(envs)) as pool:
+            for _ in range(2):
+                texts = list(
+                    pool.map(lambda pair: pair[0].reset(options={"task_id": pair[1]})[0]["text"], zip(envs, TASKS))
+                )
+                assert all("-= " in text for text in texts)
+    finally:
+        for env in envs:
+            env.close()
 
 
 # ---------------------------------------------------------------------- grader hacks

@@ -8,8 +8,8 @@ For each world, one task, interleaved repeats:
 * **reset**: ``env.reset`` of the task on a warm engine;
 * **fork vs replay at turn N**: after N commands that do not end the game (``look``/``inventory``
   alternating), ``fork(snapshot)`` + ``close`` against a fresh env that resets and replays the N
-  commands + ``close``. Both worlds fork by replay (docs/envs/text.md says why), so the ratio shows
-  what a warm engine saves over a new env.
+  commands + ``close``. TextWorldExpress forks by replay in a warm JVM (the ratio is what the warm
+  engine saves); TextWorld forks exactly (the z-machine's and TextWorld's tracker state, no replay).
 
 Prints a Markdown table and a JSON line.
 

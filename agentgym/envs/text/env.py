@@ -136,9 +136,9 @@ class TextGameEnv(AgentEnv):
 class ReplayedGameEnv(TextGameEnv):
     """A text world that branches by replay: a snapshot is the task id and the commands played since reset, a fork loads the task and plays them again.
 
-    For engines that cannot save and restore a game cheaply and exactly (ScienceWorld's and
-    TextWorldExpress's JVMs, TextWorld's tracked z-machine): the games are deterministic given
-    the task and the commands, which each family's fork-equals-replay test checks. ``_setup``
+    For engines that cannot save and restore a game (ScienceWorld's and TextWorldExpress's JVMs):
+    the games are deterministic given the task and the commands, which each family's
+    fork-equals-replay test checks. ``_setup``
     must empty :attr:`commands` and ``_play`` append to it.
     """
 

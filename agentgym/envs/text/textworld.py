@@ -21,11 +21,13 @@ split selects them too. The split is the task's category.
   return is score / max score; ``info["grade"]`` holds the score and the maximum. The episode
   ends when TextWorld says the game is won or lost; it is truncated after ``max_turns`` replies.
   Success is TextWorld's ``won``.
-* **Branching**: by replay (:class:`~agentgym.envs.text.env.ReplayedGameEnv`) on the env's warm
-  engine. jericho can save and restore the z-machine exactly (``get_state``/``set_state``) but
-  TextWorld's scorer keeps its own state beside it (the quest tracker its admissible commands,
-  ``won`` and ``lost`` come from), and its one exact copy (``env.copy()``) loads the game twice,
-  which costs more than replaying a short episode (see docs/results.md).
+* **Branching**: exact. A snapshot is the z-machine's state (jericho's ``get_state``) and
+  TextWorld's own state beside it: the fields of each of its wrappers over the z-machine (the
+  quest tracker its admissible commands, ``won`` and ``lost`` come from, the last game state),
+  deep-copied; the game itself (its rules, immutable) is shared. A fork loads the game into a
+  pooled engine (unless it holds it already) and puts both back (``set_state``), with no
+  command replayed. TextWorld's own exact copy, ``env.copy()``, loads the game twice (~0.3 s);
+  this does not.
 * **Engines**: ``textworld`` environments (in-process jericho z-machines) from one process-wide
   :class:`~agentgym.sandbox.engine_pool.EnginePool`; a reset loads the task's game into the env's
   engine unless it already holds it.
@@ -34,6 +36,7 @@ split selects them too. The split is the task's category.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import random
@@ -48,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.core import Verdict, select_tasks
-from agentgym.envs.text.env import Played, ReplayedGameEnv
+from agentgym.envs.text.env import Played, TextGameEnv
 from agentgym.extras import requires
 from agentgym.sandbox.engine_pool import EnginePool
 from agentgym.task import Task
@@ -156,7 +159,7 @@ def _close(engine: Any) -> None:
         engine.close()
 
 
-class TextWorldEnv(ReplayedGameEnv):
+class TextWorldEnv(TextGameEnv):
     """Generated TextWorld games, scored by the game's own score (see the module docstring).
 
     Args:
@@ -190,6 +193,7 @@ class TextWorldEnv(ReplayedGameEnv):
         ]
         self._task_ids = select_tasks(listed, tasks)
         self.engine: Any = None
+        self.commands: list[str] = []
         self._state: Any = None
         self._score = 0
 
@@ -220,17 +224,22 @@ class TextWorldEnv(ReplayedGameEnv):
 
     # ------------------------------------------------------------------ family hooks
     def _setup(self, task_id: str) -> str:
+        with _LOAD_LOCK:
+            self._load_game(task_id)
+            self._state = self.engine.reset()
+        self.commands, self._score = [], 0
+        return str(self._state.feedback).strip()
+
+    def _load_game(self, task_id: str) -> None:
+        """Have the env's engine hold the task's game (taking an engine from the pool first); the caller holds the load lock."""
         game = str(game_file(*parse_task_id(task_id)))
-        with _LOAD_LOCK, warnings.catch_warnings():
+        with warnings.catch_warnings():
             # jericho warns that it cannot find the score in a game it does not know; TextWorld reads its own.
             warnings.simplefilter("ignore", UnsupportedGameWarning)
             if self.engine is None:  # an idle engine of the pool, else a new one on this game
                 self.engine = engine_pool().acquire() or textworld.start(game, textworld.EnvInfos(**INFOS))
             if self.engine.unwrapped.gamefile != game:
                 self.engine.load(game)
-            self._state = self.engine.reset()
-        self.commands, self._score = [], 0
-        return str(self._state.feedback).strip()
 
     def _play(self, command: str) -> Played:
         self._state, score, done = self.engine.step(command)
@@ -246,7 +255,61 @@ class TextWorldEnv(ReplayedGameEnv):
     def valid_actions(self) -> list[str]:
         return list(self._state.admissible_commands or []) if self._state is not None else []
 
+    def _branch_state(self) -> dict[str, Any]:
+        layers = _layers(self.engine)
+        memo = {id(value): value for value in _rules(layers).values()}  # the game's rules are shared, not copied
+        return {
+            "task_id": self._require_episode().task_id,
+            "z_machine": self.engine.unwrapped._jericho.get_state(),
+            "rules": _rules(layers),
+            "tracking": copy.deepcopy([_own_fields(layer) for layer in layers], memo),
+            "state": copy.deepcopy(self._state, memo),
+            "commands": list(self.commands),
+            "score": self._score,
+        }
+
+    def _load_branch_state(self, state: dict[str, Any]) -> None:
+        with _LOAD_LOCK:
+            self._load_game(state["task_id"])
+        layers = _layers(self.engine)
+        # The snapshot's references to its engine's rules become this engine's (the same game, loaded here).
+        memo = {id(state["rules"][key]): value for key, value in _rules(layers).items()}
+        for layer, own in zip(layers, copy.deepcopy(state["tracking"], memo), strict=True):
+            vars(layer).update(own)
+        self.engine.unwrapped._jericho.set_state(state["z_machine"])
+        self._state = copy.deepcopy(state["state"], memo)
+        self.commands, self._score = list(state["commands"]), state["score"]
+
     def _teardown(self) -> None:
         if self.engine is not None:
             engine, self.engine = self.engine, None
             engine_pool().release(engine)
+
+
+#: Wrapper fields that name the engine and its game, not the play: left as they are when a branch is captured or loaded.
+_ENGINE_FIELDS = frozenset(
+    {"_wrapped_env", "_jericho", "_game", "_inform7", "_gamefile", "gamefile", "request_infos", "_seed"}
+)
+
+
+def _layers(engine: Any) -> list[Any]:
+    """TextWorld's wrappers over the z-machine, outermost first, down to its jericho environment."""
+    layers = []
+    while engine is not None:
+        layers.append(engine)
+        engine = getattr(engine, "_wrapped_env", None)
+    return layers
+
+
+def _own_fields(layer: Any) -> dict[str, Any]:
+    return {name: value for name, value in vars(layer).items() if name not in _ENGINE_FIELDS}
+
+
+def _rules(layers: list[Any]) -> dict[tuple[int, str], Any]:
+    """The loaded game's rules each wrapper holds (``_game``, ``_inform7``), by wrapper depth and field."""
+    return {
+        (depth, name): value
+        for depth, layer in enumerate(layers)
+        for name, value in vars(layer).items()
+        if name in ("_game", "_inform7")
+    }

@@ -1,10 +1,11 @@
-"""TextWorld: generated games are cached by seed, scores agree with textworld's own environment driven directly (walkthrough, random, mutated plays), forks by replay equal replays, hacks score nothing.
+"""TextWorld: generated games are cached by seed, scores agree with textworld's own environment driven directly (walkthrough, random, mutated plays), exact forks equal replays, hacks score nothing.
 
 A few small games only (each is generated once, ~7–15 s, then cached in $AGENTGYM_CACHE/textworld).
 """
 
 import random
 from concurrent.futures import ThreadPoolExecutor
+from unittest import mock
 
 import gymnasium
 import pytest
@@ -131,27 +132,34 @@ def test_observations_admissible_commands_and_the_games_answer_to_nonsense(env):
     assert (reward, terminated, truncated, info["error"]) == (0.0, False, False, None)
 
 
-# ---------------------------------------------------------------------- branching by replay
-def test_fork_mid_episode_then_continue_equals_replay(env):
+# ---------------------------------------------------------------------- exact branching
+def test_fork_mid_episode_then_continue_equals_replay_and_replays_nothing(env):
     task_id = TASKS[2]
     gold = walkthrough(*parse_task_id(task_id))
     env.reset(options={"task_id": task_id})
     for action in gold[:4]:
         env.step(action)
-    with env.unwrapped.snapshot() as snapshot:
-        fork = env.unwrapped.fork(snapshot)
-        imported = env.unwrapped.fork(env.unwrapped.import_snapshot(env.unwrapped.export_snapshot(snapshot)))
     replay = gymnasium.make("agentgym/text.textworld-v0")
-    try:
-        replay.reset(options={"task_id": task_id})
-        for action in gold[:4]:
-            replay.step(action)
-        continuation = ["look", "inventory", *gold[4:]]
-        runs = [[branch.step(action) for action in continuation] for branch in (fork, imported, replay, env)]
-        assert runs[0] == runs[1] == runs[2] == runs[3] and runs[0][-1][4]["success"]
-    finally:
-        for branch in (fork, imported, replay):
-            branch.close()
+    other = TextWorldEnv(tasks=TASKS)
+    other.reset(options={"task_id": TASKS[0]})
+    other.close()  # an idle engine that holds another game: a fork loads its own game into it
+    continuation = ["look", "inventory", *gold[4:]]
+    with env.unwrapped.snapshot() as snapshot:
+        # Exact: no command is played again to make the fork.
+        with mock.patch.object(type(env.unwrapped.engine), "step", side_effect=AssertionError("replayed")):
+            fork = env.unwrapped.fork(snapshot)
+            imported = env.unwrapped.fork(env.unwrapped.import_snapshot(env.unwrapped.export_snapshot(snapshot)))
+        try:
+            replay.reset(options={"task_id": task_id})
+            for action in gold[:4]:
+                replay.step(action)
+            runs = [[branch.step(action) for action in continuation] for branch in (fork, imported, replay, env)]
+            assert runs[0] == runs[1] == runs[2] == runs[3] and runs[0][-1][4]["success"]
+            env.unwrapped.restore(snapshot)  # the snapshot is unchanged by the branches played from it
+            assert [env.step(action) for action in continuation] == runs[0]
+        finally:
+            for branch in (fork, imported, replay):
+                branch.close()
 
 
 def test_engines_are_reused_across_envs():

@@ -4,7 +4,9 @@ For each world, one task, interleaved repeats:
 
 * **step overhead**: the task's gold path played through the package itself (``TextWorldExpressEnv``,
   ``textworld.start``) and through ``agentgym/text.*-v0``, each from a fresh reset; the time of the
-  steps alone, median per step, and agentgym's added share;
+  steps alone, median per step, and agentgym's added share; and, within the agentgym run, the time
+  spent outside the engine's own ``step`` over the time inside it (agentgym's own share, which the
+  machine's load does not blur as much as two separate runs);
 * **reset**: ``env.reset`` of the task on a warm engine;
 * **fork vs replay at turn N**: after N commands that do not end the game (``look``/``inventory``
   alternating), ``fork(snapshot)`` + ``close`` against a fresh env that resets and replays the N
@@ -64,14 +66,29 @@ def tw_package_steps(task_id: str, actions: list[str]) -> float:
         game.close()
 
 
-def agentgym_steps(env, task_id: str, actions: list[str]) -> tuple[float, float]:
+def agentgym_steps(env, task_id: str, actions: list[str]) -> tuple[float, float, float]:
+    """Reset time, the steps' time, and the part of it spent inside the engine's own ``step``."""
     start = time.perf_counter()
     env.reset(options={"task_id": task_id})
     reset = time.perf_counter() - start
-    start = time.perf_counter()
-    for action in actions:
-        env.step(action)
-    return reset, time.perf_counter() - start
+    engine = env.unwrapped.engine
+    inside = [0.0]
+
+    def timed_step(command, _step=engine.step):  # instrumentation of this run only
+        begin = time.perf_counter()
+        try:
+            return _step(command)
+        finally:
+            inside[0] += time.perf_counter() - begin
+
+    engine.step = timed_step
+    try:
+        start = time.perf_counter()
+        for action in actions:
+            env.step(action)
+        return reset, time.perf_counter() - start, inside[0]
+    finally:
+        del engine.step
 
 
 def fork_and_replay(env_id: str, task_id: str, turns: int, fillers: list[str]) -> tuple[float, float]:
@@ -123,14 +140,15 @@ def main() -> None:
     for world, (env_id, task_id, package_steps, gold, fillers) in WORLDS.items():
         actions = gold(task_id)
         env = gymnasium.make(env_id)
-        package_step, agentgym_step, resets, forks = [], [], [], {10: [], 30: []}
+        package_step, agentgym_step, own, resets, forks = [], [], [], [], {10: [], 30: []}
         replays: dict[int, list[float]] = {10: [], 30: []}
         agentgym_steps(env, task_id, actions)  # warm the engine
         for _ in range(args.repeats):  # interleaved: the same machine load falls on both sides
             package_step.append(package_steps(task_id, actions) / len(actions))
-            reset, steps = agentgym_steps(env, task_id, actions)
+            reset, steps, inside = agentgym_steps(env, task_id, actions)
             resets.append(reset)
             agentgym_step.append(steps / len(actions))
+            own.append((steps - inside) / inside)
             for turns in (10, 30):
                 fork, replay = fork_and_replay(env_id, task_id, turns, fillers)
                 forks[turns].append(fork)
@@ -143,6 +161,7 @@ def main() -> None:
             "package_step_ms": ms(package_step),
             "agentgym_step_ms": ms(agentgym_step),
             "overhead_pct": round(100 * (statistics.median(agentgym_step) / statistics.median(package_step) - 1), 1),
+            "own_time_pct": round(100 * statistics.median(own), 1),
             "reset_ms": ms(resets),
             **{f"fork_t{t}_ms": ms(forks[t]) for t in (10, 30)},
             **{f"replay_t{t}_ms": ms(replays[t]) for t in (10, 30)},
@@ -154,6 +173,7 @@ def main() -> None:
     for world, r in results.items():
         print(
             f"| {world} | {r['task']} | {r['package_step_ms']} | {r['agentgym_step_ms']} | {r['overhead_pct']}% | "
+            f"{r['own_time_pct']}% | "
             f"{r['reset_ms']} | {r['fork_t10_ms']} / {r['replay_t10_ms']} | {r['fork_t30_ms']} / {r['replay_t30_ms']} |"
         )
     print(json.dumps(results))

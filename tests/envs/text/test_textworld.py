@@ -208,3 +208,14 @@ def test_look_spam_and_printed_wins_score_nothing():
         assert truncated and not terminated and total == 0.0 and not info["success"] and info["turn"] == 30
     finally:
         env.close()
+
+
+def test_demonstrations_are_the_walkthrough_with_looks_at_the_mistake_rate():
+    env = TextWorldEnv(tasks=TASKS[2:])
+    gold = walkthrough(*parse_task_id(TASKS[2]))
+    assert env.demonstration_replies(TASKS[2]) == gold
+    noisy = env.demonstration_replies(TASKS[2], 0.5, random.Random(0))
+    assert len(noisy) == len(gold) and 0 < noisy.count("look") - gold.count("look") < len(gold)
+    assert all(step in (kept, "look") for step, kept in zip(noisy, gold, strict=True))
+    with pytest.raises(ValueError, match="needs an rng"):
+        env.demonstration_replies(TASKS[2], 0.5)

@@ -206,3 +206,15 @@ def test_look_spam_and_printed_wins_score_nothing():
         assert truncated and not terminated and total == 0.0 and not info["success"] and info["turn"] == 30
     finally:
         env.close()
+
+
+def test_demonstrations_are_the_gold_path_with_looks_at_the_mistake_rate():
+    env = TextWorldExpressEnv(tasks=TASKS[:1])
+    try:
+        gold = gold_path(*parse_task_id(TASKS[0]))
+        assert env.demonstration_replies(TASKS[0]) == gold
+        noisy = env.demonstration_replies(TASKS[0], 0.5, random.Random(0))
+        assert len(noisy) == len(gold) and 0 < noisy.count("look around") - gold.count("look around") < len(gold)
+        assert all(step in (kept, "look around") for step, kept in zip(noisy, gold, strict=True))
+    finally:
+        env.close()

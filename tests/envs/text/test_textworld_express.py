@@ -10,6 +10,10 @@ textworld_express = pytest.importorskip("textworld_express")
 from agentgym.envs.text import jvm  # noqa: E402
 from agentgym.envs.text import textworld_express as twx  # noqa: E402
 from agentgym.envs.text.textworld_express import GAMES, TextWorldExpressEnv, gold_path, parse_task_id  # noqa: E402
+from agentgym.eval.harness import evaluate  # noqa: E402
+from agentgym.eval.oracles import NonsensePolicy, oracle_for  # noqa: E402
+from agentgym.eval.suites import load_suite  # noqa: E402
+from agentgym.rollout.agent import AgentConfig  # noqa: E402
 from agentgym.task import call_text  # noqa: E402
 
 # One listed game of each kind, from each fold in turn; every game's gold path is short enough to play them all.
@@ -218,3 +222,16 @@ def test_demonstrations_are_the_gold_path_with_looks_at_the_mistake_rate():
         assert all(step in (kept, "look around") for step, kept in zip(noisy, gold, strict=True))
     finally:
         env.close()
+
+
+# ---------------------------------------------------------------------- eval suite
+async def test_the_suite_reports_by_fold_and_the_oracle_scores_the_gold_while_nonsense_scores_nothing(tmp_path):
+    suite = load_suite("textworld-express")
+    assert {task.category for task in suite.tasks} == {"train", "dev", "test"} and len(suite.tasks) == 8 * 16
+    chosen = suite.filter("test/coin/20000,test/arithmetic/20001,test/sorting/20002")
+    oracle = await evaluate(chosen, oracle_for, out_dir=tmp_path / "oracle", agent_config=AgentConfig(), progress=False)
+    assert oracle["metrics"]["success_rate"] == 1.0 and oracle["by_category"]["test"]["success_rate"] == 1.0
+    nonsense = await evaluate(
+        chosen, NonsensePolicy(), out_dir=tmp_path / "nonsense", agent_config=AgentConfig(max_turns=5), progress=False
+    )
+    assert nonsense["metrics"]["success_rate"] == 0.0 and nonsense["metrics"]["env_error_rate"] == 0.0

@@ -194,7 +194,8 @@ def require_desktop_image(apps: bool = False) -> str:
 
 # The window manager's configuration: every window undecorated at the top-left corner and focused
 # when it maps, so app layouts (and reference solutions' coordinates) do not depend on placement;
-# no keyboard shortcuts, so every key reaches the apps; a click focuses and raises a window.
+# no keyboard shortcuts, so every key reaches the apps; a click focuses and raises a window. The real apps
+# (desktop-apps image) fill the screen, as on OSWorld's desktop.
 OPENBOX_CONFIG = """<?xml version="1.0" encoding="UTF-8"?>
 <openbox_config xmlns="http://openbox.org/3.4/rc">
   <focus><focusNew>yes</focusNew><followMouse>no</followMouse></focus>
@@ -207,6 +208,9 @@ OPENBOX_CONFIG = """<?xml version="1.0" encoding="UTF-8"?>
   </context></mouse>
   <applications>
     <application class="*"><decor>no</decor><position force="yes"><x>0</x><y>0</y></position></application>
+    <application class="libreoffice*"><maximized>yes</maximized></application>
+    <application class="Gimp*"><maximized>yes</maximized></application>
+    <application class="Mousepad"><maximized>yes</maximized></application>
   </applications>
 </openbox_config>
 """

@@ -9,8 +9,9 @@ class and description), depth first, and stops after MAX_NODES nodes or MAX_CHAR
 
 Tables are read through their Table interface, a bounded window of rows and columns, and never by
 their children: LibreOffice Calc's sheet is a table of 2^20 rows by 16384 columns whose child list
-would enumerate every cell (OSWorld special-cases Calc for the same reason). Only the cells that
-are showing are listed, so what the agent gets is the visible part of the sheet.
+would enumerate every cell (OSWorld special-cases Calc for the same reason). The window is the
+first run of rows (columns) whose first cell is showing, and only cells with text are listed, so
+what the agent gets is the filled part of the visible sheet.
 """
 
 import sys
@@ -47,18 +48,38 @@ def node_line(node, screen):
     if node.get_text_iface() is not None:
         count = Atspi.Text.get_character_count(node)
         text = clean(Atspi.Text.get_text(node, 0, min(count, TEXT_CHARS)), TEXT_CHARS)
-    if not name and not text:
+    role = node.get_role_name()
+    if not text and (not name or role == "table cell"):  # an empty cell's name (its address) says nothing
         return None
-    return f"{node.get_role_name()}\t{name}\t{text}\t({box.x}, {box.y})\t({box.width}, {box.height})"
+    return f"{role}\t{name}\t{text}\t({box.x}, {box.y})\t({box.width}, {box.height})"
+
+
+def showing(node):
+    return node is not None and node.get_state_set().contains(Atspi.StateType.SHOWING)
+
+
+def visible_span(count, cell):
+    """The first run of indices (at most the bound) whose cells are showing: the part of a table on screen."""
+    span = []
+    for index in range(count):
+        if showing(cell(index)):
+            span.append(index)
+        elif span:
+            break
+    return span
 
 
 def children(node):
     table = node.get_table_iface()
     if table is not None:
-        rows = min(Atspi.Table.get_n_rows(node), TABLE_ROWS)
-        columns = min(Atspi.Table.get_n_columns(node), TABLE_COLUMNS)
-        for row in range(rows):
-            for column in range(columns):
+        rows = visible_span(
+            min(Atspi.Table.get_n_rows(node), TABLE_ROWS), lambda r: Atspi.Table.get_accessible_at(node, r, 0)
+        )
+        columns = visible_span(
+            min(Atspi.Table.get_n_columns(node), TABLE_COLUMNS), lambda c: Atspi.Table.get_accessible_at(node, 0, c)
+        )
+        for row in rows:
+            for column in columns:
                 yield Atspi.Table.get_accessible_at(node, row, column)
         return
     for index in range(min(node.get_child_count(), MAX_CHILDREN)):

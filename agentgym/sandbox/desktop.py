@@ -283,6 +283,7 @@ class DesktopSandbox:
         self.screen = screen
         self._channel: _HelperChannel | None = None
         self._lock = threading.Lock()
+        #: Whether observations carry the accessibility tree (a desktop started with ``a11y_tree=True``).
         self.a11y_tree = False
 
     @classmethod

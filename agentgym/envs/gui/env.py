@@ -132,6 +132,7 @@ class DesktopEnv(AgentEnv):
     metadata: dict[str, Any] = {"render_modes": ["ansi", "rgb_array"]}
     #: The real apps' env (:class:`DesktopAppsEnv`) runs on the desktop-apps image and observes the AT-SPI tree.
     real_apps = False
+    a11y_tree = False
 
     @staticmethod
     def catalog() -> Mapping[str, DesktopTask]:
@@ -234,6 +235,7 @@ class DesktopEnv(AgentEnv):
                 pointer=payload.pointer,
                 a11y_tree=self.real_apps,
             )
+            desktop.a11y_tree = self.a11y_tree
             try:
                 state = desktop.launch(task.app.name, list(task.app.argv))
             except BaseException:
@@ -319,6 +321,7 @@ class DesktopEnv(AgentEnv):
         desktop = DesktopSandbox.create(
             self.image, screen=self.screen, config=self.sandbox_config, warm=self.warm_pool, a11y_tree=self.real_apps
         )
+        desktop.a11y_tree = self.a11y_tree
         try:
             desktop.sandbox.put_tree(APPS_DIR, _apps_archive(self.sandbox_config))
             files = {
@@ -368,6 +371,12 @@ class DesktopAppsEnv(DesktopEnv):
 
     kind = "agentgym.gui.desktop-apps"
     real_apps = True
+
+    def __init__(self, *, a11y_tree: bool = True, **options: Any):
+        """``a11y_tree=False`` leaves the accessibility tree out of the observations (it costs about a second a
+        step on a loaded 2-core machine); the other options are :class:`DesktopEnv`'s."""
+        super().__init__(**options)
+        self.a11y_tree = a11y_tree
 
     @staticmethod
     def catalog() -> Mapping[str, DesktopTask]:

@@ -8,6 +8,7 @@ import zipfile
 
 import docx
 import openpyxl
+import pptx
 import pytest
 
 from agentgym.envs.gui import generators, metrics, osworld
@@ -65,7 +66,7 @@ def test_the_generators_make_a_dozen_tasks_per_app_with_distinct_inputs():
     by_app = {}
     for task_id in catalog:
         by_app.setdefault(task_id.split("-")[0], []).append(task_id)
-    assert len(by_app["calc"]) >= 12 and len(by_app["writer"]) >= 12
+    assert all(len(by_app[app]) >= 12 for app in ("calc", "writer", "impress"))
     # Seeds change the files, not just the ids.
     inputs = {bytes(next(iter(task.files.values()))) for task in catalog.values()}
     assert len(inputs) == len(catalog)
@@ -223,6 +224,30 @@ def test_infeasible_and_or_conj():
     assert "'x'" in task.check(Files({"/home/agent/a.txt": b"z"}))
     spec["evaluator"]["conj"] = "and"
     assert "'x'" in osworld.load_task(spec, files).check(Files({"/home/agent/a.txt": b"y"}))
+
+
+def test_impress_gold_passes_and_a_changed_slide_fails():
+    catalog = apps_catalog()
+    for kind in generators.IMPRESS_KINDS:
+        spec, files = generators.generate("impress", kind, 1)
+        task, path = catalog[f"impress-{kind}-1"], spec["evaluator"]["result"][0]["path"]
+        gold = files[spec["evaluator"]["expected"][0]["path"]]
+        assert task.check(Files({path: gold})) is None, kind
+    # The right title on the wrong slide, and a deck missing a slide.
+    spec, files = generators.generate("impress", "title", 1)
+    path, task = spec["evaluator"]["result"][0]["path"], catalog["impress-title-1"]
+    deck = pptx.Presentation(io.BytesIO(files[spec["evaluator"]["expected"][0]["path"]]))
+    titles = [slide.shapes.title.text for slide in deck.slides]
+    deck.slides[0].shapes.title.text, deck.slides[1].shapes.title.text = titles[1], titles[0]
+    buffer = io.BytesIO()
+    deck.save(buffer)
+    assert "slides' texts" in task.check(Files({path: buffer.getvalue()}))
+    slides = deck.slides._sldIdLst
+    slides.remove(slides[-1])
+    buffer = io.BytesIO()
+    deck.save(buffer)
+    assert "slides' texts" in task.check(Files({path: buffer.getvalue()}))
+    assert "not a pptx" in task.check(Files({path: files[spec["evaluator"]["expected"][0]["path"]][:100]}))
 
 
 def test_metrics_are_registered_under_osworld_names():

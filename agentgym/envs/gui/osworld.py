@@ -49,7 +49,15 @@ __all__ = ["load_task", "load_task_file", "app_for"]
 
 STEP_TYPES = ("download", "open", "launch", "execute", "sleep", "activate_window")
 GETTERS = ("vm_file", "local_file", "rule")
-_OFFICE = {"xlsx", "ods", "csv", "docx", "odt", "pptx", "odp"}
+_OFFICE = {
+    "xlsx": "calc",
+    "ods": "calc",
+    "csv": "calc",
+    "docx": "writer",
+    "odt": "writer",
+    "pptx": "impress",
+    "odp": "impress",
+}
 _IMAGES = {"png", "jpg", "jpeg", "bmp", "gif", "tif", "tiff", "xcf"}
 
 
@@ -58,7 +66,7 @@ def app_for(path: str) -> App:
     extension = path.rpartition(".")[2].lower()
     if extension in _OFFICE:
         # --norestore: no recovery offer; --nologo: no splash window that would count as the app's first.
-        return App("libreoffice", ("soffice", "--norestore", "--nologo", path), restores_state=False)
+        return App(_OFFICE[extension], ("soffice", "--norestore", "--nologo", path), restores_state=False)
     if extension in _IMAGES:
         return App("gimp", ("gimp", "--no-splash", "--no-data-warnings", path), restores_state=False)
     return App("mousepad", ("mousepad", path), restores_state=False)

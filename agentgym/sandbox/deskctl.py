@@ -183,6 +183,10 @@ def wmctrl_lines(flags):
     return run(["wmctrl", flags], check=False).stdout.decode(errors="replace").splitlines()
 
 
+def focused_title():
+    return run(["xdotool", "getactivewindow", "getwindowname"], check=False).stdout.decode(errors="replace")
+
+
 def window_ids():
     return {line.split()[0] for line in wmctrl_lines("-l") if line}
 
@@ -217,7 +221,11 @@ def launch(arg):
         cwd=arg.get("cwd") or os.path.expanduser("~"),
         env=dict(os.environ, DISPLAY=DISPLAY, **arg.get("env", {})),
     )
-    wait_for(lambda: len(window_ids() - before) >= 1, f"a window of {arg['name']}", limit=float(arg.get("timeout", 15)))
+    limit = float(arg.get("timeout", 15))
+    wait_for(lambda: len(window_ids() - before) >= 1, f"a window of {arg['name']}", limit=limit)
+    if arg.get("ready_title"):  # an app whose first window is a loading one (LibreOffice): wait until its
+        # document's window has the focus, or keys sent next would go to the loading window and be lost
+        wait_for(lambda: arg["ready_title"] in focused_title(), f"{arg['ready_title']!r} focused", limit)
     await_app(stamp)  # a relaunched Tk app rewrites its (committed) state file once it is up
     return {}
 

@@ -348,11 +348,13 @@ class DesktopSandbox:
         cwd: str | None = None,
         env: dict[str, str] | None = None,
         timeout: float = 60.0,
+        ready_title: str | None = None,
     ) -> DesktopState:
-        """Start an app, wait for its first window, and observe the settled screen."""
+        """Start an app, wait for its first window (and, with ``ready_title``, for a window whose title contains
+        it: LibreOffice maps a loading window before its document's), and observe the settled screen."""
         return self._command(
             "launch",
-            {"name": name, "argv": argv, "cwd": cwd, "env": env or {}, "timeout": timeout},
+            {"name": name, "argv": argv, "cwd": cwd, "env": env or {}, "timeout": timeout, "ready_title": ready_title},
             timeout=timeout + 10,
         )
 

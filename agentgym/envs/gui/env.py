@@ -237,7 +237,7 @@ class DesktopEnv(AgentEnv):
             )
             desktop.a11y_tree = self.a11y_tree
             try:
-                state = desktop.launch(task.app.name, list(task.app.argv))
+                state = desktop.launch(task.app.name, list(task.app.argv), ready_title=task.app.ready_title)
             except BaseException:
                 desktop.close(wait=False)
                 raise
@@ -328,7 +328,7 @@ class DesktopEnv(AgentEnv):
                 path: content.encode() if isinstance(content, str) else content for path, content in task.files.items()
             }
             desktop.sandbox.put_tree(HOME, tar_tree(files, self.sandbox_config))
-            state = desktop.launch(task.app.name, list(task.app.argv))
+            state = desktop.launch(task.app.name, list(task.app.argv), ready_title=task.app.ready_title)
             for step in task.setup:
                 state = self._setup_step(desktop, step) or state
         except BaseException:

@@ -159,7 +159,8 @@ def _calc(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
             _type("Cost"),
             _key("Down"),
             _type("=B2*C2"),
-            _key("Down", "Up", *["shift+Down"] * (count - 1), "ctrl+d"),
+            _key("Return"),  # not Down: while a formula is typed, arrow keys point at cells
+            _key("Up", *["shift+Down"] * (count - 1), "ctrl+d"),
         ]
     else:  # fix
         amounts = [rng.randint(10, 99) for _ in items]

@@ -63,13 +63,15 @@ _IMAGES = {"png", "jpg", "jpeg", "bmp", "gif", "tif", "tiff", "xcf"}
 
 def app_for(path: str) -> App:
     """The app that OSWorld's ``open`` step would open ``path`` with, by its extension."""
-    extension = path.rpartition(".")[2].lower()
+    extension, name = path.rpartition(".")[2].lower(), posixpath.basename(path)
     if extension in _OFFICE:
-        # --norestore: no recovery offer; --nologo: no splash window that would count as the app's first.
-        return App(_OFFICE[extension], ("soffice", "--norestore", "--nologo", path), restores_state=False)
+        # --norestore: no recovery offer; --nologo: no splash. LibreOffice still maps a "LibreOffice 7.4"
+        # window while it loads; keys sent then are lost, so the task starts once the document's window is up.
+        argv = ("soffice", "--norestore", "--nologo", path)
+        return App(_OFFICE[extension], argv, restores_state=False, ready_title=f"{name} - LibreOffice")
     if extension in _IMAGES:
         return App("gimp", ("gimp", "--no-splash", "--no-data-warnings", path), restores_state=False)
-    return App("mousepad", ("mousepad", path), restores_state=False)
+    return App("mousepad", ("mousepad", path), restores_state=False, ready_title=name)
 
 
 def load_task_file(path: str | Path) -> DesktopTask:

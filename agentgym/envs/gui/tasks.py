@@ -47,11 +47,14 @@ class Inspector(Protocol):
 @dataclass(frozen=True)
 class App:
     """A program a task opens. ``restores_state``: relaunched on a committed filesystem, it comes back
-    on the exact screen it was on (the Tk apps, from their state files); otherwise forks replay actions."""
+    on the exact screen it was on (the Tk apps, from their state files); otherwise forks replay actions.
+    ``ready_title``: see :meth:`agentgym.sandbox.desktop.DesktopSandbox.launch`."""
 
     name: str
     argv: tuple[str, ...]
     restores_state: bool
+    #: Part of the title of the window that shows the app is ready (None: its first window does).
+    ready_title: str | None = None
 
 
 def xedit(path: str) -> App:

@@ -374,7 +374,12 @@ class DesktopAppsEnv(DesktopEnv):
 
     def __init__(self, *, a11y_tree: bool = True, **options: Any):
         """``a11y_tree=False`` leaves the accessibility tree out of the observations (it costs about a second a
-        step on a loaded 2-core machine); the other options are :class:`DesktopEnv`'s."""
+        step on a loaded 2-core machine); the other options are :class:`DesktopEnv`'s.
+
+        The walk is also what lets a step wait for LibreOffice: its AT-SPI calls are answered on the app's
+        main loop, after the input queued before them. Without it a step ends once the screen is still, and
+        keys sent right after a reset were seen handled out of order by Writer (the reference solutions
+        are verified with the tree on)."""
         super().__init__(**options)
         self.a11y_tree = a11y_tree
 

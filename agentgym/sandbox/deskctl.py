@@ -51,7 +51,7 @@ TREE_CHARS = 128 << 10
 TREE_LIMIT_S = 10.0
 SESSION_BUS = "/tmp/agentgym/bus"
 # Set by "start": the tree walker's source, when the image has AT-SPI.
-TREE_SCRIPT = []
+TREE_SCRIPT: list[str] = []
 
 
 def run(argv, check=True, timeout=10):

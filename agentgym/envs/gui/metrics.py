@@ -25,7 +25,7 @@ from __future__ import annotations
 import io
 import math
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentgym.envs.gui.apps import formula
@@ -70,7 +70,7 @@ def _cells(sheet) -> dict[str, Any]:
     return {cell.coordinate: cell.value for row in sheet.iter_rows() for cell in row if cell.value not in (None, "")}
 
 
-def compare_table(result: bytes | None, expected: bytes, *, formulas: list[str] = ()) -> str | None:
+def compare_table(result: bytes | None, expected: bytes, *, formulas: Sequence[str] = ()) -> str | None:
     """The agent's workbook against the gold one (both xlsx); see the module docstring."""
     if result is None:
         return "the workbook was not saved where the task asked"

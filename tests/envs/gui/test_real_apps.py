@@ -1,11 +1,14 @@
 """The real apps (LibreOffice Calc and Writer) in the desktop-apps image: reference solutions through the GUI,
 the accessibility tree, a policy that changes nothing, and fork == replay. The full sweep is slow-marked."""
 
+import time
+
 import numpy as np
 import pytest
 
 from agentgym.envs.gui import DesktopAppsEnv
 from agentgym.envs.gui.env import SandboxFiles, apps_catalog
+from agentgym.sandbox import deskctl
 
 pytestmark = pytest.mark.docker
 
@@ -87,3 +90,31 @@ def test_fork_equals_replay(desktop_apps_image):
         for env in (original, replayed, fork):
             if env is not None:
                 env.close()
+
+
+def test_a_frozen_app_costs_the_tree_walk_its_time_limit_and_no_more(apps_env):
+    """The agent's code (here `sandbox.exec` as its user, standing in for a LibreOffice macro) stops the app:
+    the walk, whose AT-SPI calls the app no longer answers, is cut at its limit and the step goes on."""
+    apps_env.reset(options={"task_id": "calc-max-0"})
+    apps_env.desktop.sandbox.exec("pkill -STOP -f 'soffice[.]bin'")
+    try:
+        started = time.monotonic()
+        observation, _, terminated, _, info = apps_env.step('key("Down")')
+        took = time.monotonic() - started
+    finally:
+        apps_env.desktop.sandbox.exec("pkill -CONT -f 'soffice[.]bin'")
+    assert "did not answer in time" in observation["text"] and not terminated and "env_error" not in info
+    assert took < deskctl.TREE_LIMIT_S + 20
+
+
+def test_the_walk_is_bounded_in_time_and_size(monkeypatch):
+    """What the walker prints is the agent's to shape (it runs as the agent's uid): cut at the limits."""
+    monkeypatch.setattr(deskctl, "TREE_LIMIT_S", 1.0)
+    monkeypatch.setattr(deskctl, "TREE_SCRIPT", ["import time; time.sleep(30)"])
+    started = time.monotonic()
+    assert deskctl.accessibility_tree(1024, 768) == "(the accessibility tree did not answer in time)"
+    assert time.monotonic() - started < 5
+    monkeypatch.setattr(deskctl, "TREE_SCRIPT", ["import sys; sys.stdout.write('x' * (64 << 20))"])
+    assert len(deskctl.accessibility_tree(1024, 768)) <= deskctl.TREE_CHARS + 4096
+    monkeypatch.setattr(deskctl, "TREE_SCRIPT", ["raise SystemExit('no bus')"])
+    assert deskctl.accessibility_tree(1024, 768).startswith("(the accessibility tree could not be read: no bus")

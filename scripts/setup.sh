@@ -67,3 +67,4 @@ fi
 # 4. The sandbox base image, built offline from Debian packages and cached by content hash.
 .venv/bin/agentgym images build
 .venv/bin/agentgym images build --desktop  # the GUI envs' Xvfb desktop, same way (about 2 minutes once)
+.venv/bin/agentgym images build --desktop-apps  # the same desktop with LibreOffice, GIMP, AT-SPI (about 6 minutes once)

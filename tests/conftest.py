@@ -39,7 +39,7 @@ def _marks(item) -> set[str]:
         marks.add("docker")
     if "ray_cluster" in fixtures:
         marks.add("ray")
-    if "desktop_image" in fixtures:
+    if fixtures & {"desktop_image", "desktop_apps_image"}:
         marks |= {"docker", "desktop"}
     callspec = getattr(item, "callspec", None)
     for value in callspec.params.values() if callspec else ():
@@ -98,6 +98,21 @@ def desktop_image(docker_ready):
         return build_desktop_image(progress=lambda message: print(f"[agentgym images --desktop] {message}"))
     except SandboxUnavailableError as exc:
         pytest.skip(f"desktop image unavailable: {exc}")
+
+
+@pytest.fixture(scope="session")
+def desktop_apps_image(docker_ready):
+    """The desktop-apps image's tag (LibreOffice, GIMP, AT-SPI); builds it when missing (several minutes),
+    skips where it cannot be built."""
+    from agentgym.sandbox.base import SandboxUnavailableError
+    from agentgym.sandbox.desktop import build_desktop_image
+
+    try:
+        return build_desktop_image(
+            apps=True, progress=lambda message: print(f"[agentgym images --desktop-apps] {message}")
+        )
+    except SandboxUnavailableError as exc:
+        pytest.skip(f"desktop-apps image unavailable: {exc}")
 
 
 def _assert_no_containers_left():

@@ -10,12 +10,12 @@ from agentgym.cli.common import UsageError
 
 
 def _images_build(args: argparse.Namespace) -> int:
-    if args.desktop:
+    if args.desktop or args.desktop_apps:
         if args.dockerfile:
-            raise UsageError("--desktop is built from Debian packages; it takes no --dockerfile")
+            raise UsageError("the desktop images are built from Debian packages; they take no --dockerfile")
         from agentgym.sandbox.desktop import build_desktop_image
 
-        print(build_desktop_image(force=args.force))
+        print(build_desktop_image(apps=args.desktop_apps, force=args.force))
         return 0
     from agentgym.sandbox.images import build_base_image
 
@@ -44,6 +44,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--desktop",
         action="store_true",
         help="build the desktop image for the GUI envs instead (Xvfb, openbox, xdotool, apps)",
+    )
+    build.add_argument(
+        "--desktop-apps",
+        action="store_true",
+        help="build the desktop image with the real apps instead (LibreOffice, GIMP, mousepad, pcmanfm, AT-SPI)",
     )
     build.set_defaults(run=_images_build)
 

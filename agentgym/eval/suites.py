@@ -10,7 +10,8 @@ what a suite runs is defined once, by the env family. The built-in suites:
   and ``bfcl`` for all of them;
 * ``web-<app>`` for each self-hosted web app (``web.<app>-v0``, reported per task template) and
   ``miniwob`` (every MiniWoB++ task, one env each);
-* ``gui`` (``gui.desktop-v0``, reported per app);
+* ``gui`` (``gui.desktop-v0``, reported per app) and ``desktop-apps`` (``gui.desktop-apps-v0``:
+  LibreOffice Calc, Writer and Impress, reported per app);
 * ``babyai`` (``text.babyai-v0``), ``scienceworld`` (``text.scienceworld-v0``), ``textworld``
   (``text.textworld-v0``) and ``textworld-express`` (``text.textworld-express-v0``), reported per
   split (train/dev/test):
@@ -51,6 +52,7 @@ _SUITE_PATTERNS = (
     ("web-{}", "web.{}-v0"),
     ("miniwob", "web.miniwob.*-v0"),
     ("gui", "gui.desktop-v0"),
+    ("desktop-apps", "gui.desktop-apps-v0"),
     ("babyai", "text.babyai-v0"),
     ("scienceworld", "text.scienceworld-v0"),
     ("textworld", "text.textworld-v0"),

@@ -44,6 +44,14 @@ A11Y_FILES = 16
 A11Y_BYTES = 32 << 10
 WINDOWS = 64
 TITLE_CHARS = 256
+# The accessibility tree (a11y_tree.py, sent with "start"): at most this many nodes and characters, and
+# this long a walk; an app that stops answering AT-SPI calls costs the step this much and no more.
+TREE_NODES = 1000
+TREE_CHARS = 128 << 10
+TREE_LIMIT_S = 10.0
+SESSION_BUS = "/tmp/agentgym/bus"
+# Set by "start": the tree walker's source, when the image has AT-SPI.
+TREE_SCRIPT: list[str] = []
 
 
 def run(argv, check=True, timeout=10):
@@ -76,9 +84,13 @@ def wait_for(predicate, what, limit=START_LIMIT_S):
 
 
 def start(arg):
-    """Xvfb and openbox; returns once the window manager answers."""
+    """Xvfb and openbox (and, in the apps image, a session D-Bus for AT-SPI); returns once the window manager
+    answers."""
     width, height = int(arg["width"]), int(arg["height"])
     os.makedirs(A11Y_DIR, exist_ok=True)
+    if arg.get("a11y_tree"):
+        start_session_bus()
+        TREE_SCRIPT[:] = [arg["a11y_tree"]]
     # A desktop forked from a snapshot inherits the old X server's lock file and socket. Xvfb refuses to
     # start when the pid in the lock is alive, and in the new container that pid may well be one of ours.
     number = DISPLAY.lstrip(":")
@@ -123,9 +135,56 @@ def start(arg):
     return {}
 
 
+def start_session_bus():
+    """A session D-Bus that the apps (and the tree walker) inherit: GTK's and LibreOffice's AT-SPI bridges
+    find the accessibility bus through it (at-spi-bus-launcher, activated on demand by the bus)."""
+    if os.path.lexists(SESSION_BUS):  # a fork's filesystem still has the old session's socket
+        os.remove(SESSION_BUS)
+    address = f"unix:path={SESSION_BUS}"
+    spawn("dbus", ["dbus-daemon", "--session", "--nofork", "--nopidfile", f"--address={address}"])
+    wait_for(lambda: os.path.exists(SESSION_BUS), "the session bus")
+    os.environ["DBUS_SESSION_BUS_ADDRESS"] = address
+    # AT-SPI's bridges stay off until a client says one listens (GNOME does this for screen readers).
+    run(
+        [
+            "dbus-send",
+            "--session",
+            "--print-reply",
+            "--dest=org.a11y.Bus",
+            "/org/a11y/bus",
+            "org.freedesktop.DBus.Properties.Set",
+            "string:org.a11y.Status",
+            "string:IsEnabled",
+            "variant:boolean:true",
+        ],
+        timeout=30,
+    )
+
+
+def accessibility_tree(width, height):
+    """The linearized AT-SPI tree (a11y_tree.py), bounded in nodes, characters and time."""
+    try:
+        done = subprocess.run(
+            ["/usr/bin/python3", "-I", "-c", TREE_SCRIPT[0], str(TREE_NODES), str(TREE_CHARS), str(width), str(height)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=TREE_LIMIT_S,
+            cwd="/",
+        )
+    except subprocess.TimeoutExpired:
+        return "(the accessibility tree did not answer in time)"
+    if done.returncode != 0:
+        return f"(the accessibility tree could not be read: {done.stderr.decode(errors='replace')[-300:].strip()})"
+    return done.stdout[: TREE_CHARS + 4096].decode("utf-8", errors="replace")
+
+
 def wmctrl_lines(flags):
     # Before the first client maps, openbox has not set _NET_CLIENT_LIST and wmctrl fails: no windows.
     return run(["wmctrl", flags], check=False).stdout.decode(errors="replace").splitlines()
+
+
+def focused_title():
+    return run(["xdotool", "getactivewindow", "getwindowname"], check=False).stdout.decode(errors="replace")
 
 
 def window_ids():
@@ -162,7 +221,11 @@ def launch(arg):
         cwd=arg.get("cwd") or os.path.expanduser("~"),
         env=dict(os.environ, DISPLAY=DISPLAY, **arg.get("env", {})),
     )
-    wait_for(lambda: len(window_ids() - before) >= 1, f"a window of {arg['name']}", limit=float(arg.get("timeout", 15)))
+    limit = float(arg.get("timeout", 15))
+    wait_for(lambda: len(window_ids() - before) >= 1, f"a window of {arg['name']}", limit=limit)
+    if arg.get("ready_title"):  # an app whose first window is a loading one (LibreOffice): wait until its
+        # document's window has the focus, or keys sent next would go to the loading window and be lost
+        wait_for(lambda: arg["ready_title"] in focused_title(), f"{arg['ready_title']!r} focused", limit)
     await_app(stamp)  # a relaunched Tk app rewrites its (committed) state file once it is up
     return {}
 
@@ -224,6 +287,11 @@ def act(arg):
         return {"error": problem or f"xdotool exited with {done.returncode}"}
     await_app(stamp)
     return {}
+
+
+def screen_size():
+    width, height = run(["xdotool", "getdisplaygeometry"]).stdout.split()
+    return int(width), int(height)
 
 
 def screenshot():
@@ -309,6 +377,9 @@ def handle(command, arg):
             return {"fatal": f"unknown command {command!r}"}, b""
         image, stable = settle()
         answer.update(describe(), stable=stable)
+        if arg.get("tree") and TREE_SCRIPT:
+            width, height = screen_size()
+            answer["tree"] = accessibility_tree(width, height)
         return answer, zlib.compress(image, 1)
     except (RuntimeError, subprocess.TimeoutExpired, OSError, KeyError, ValueError) as exc:
         return {"fatal": f"{type(exc).__name__}: {exc}"}, b""

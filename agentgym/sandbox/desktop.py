@@ -83,36 +83,110 @@ DESKTOP_CHANGES = images.IMAGE_CHANGES + ("ENV DISPLAY=:0",)
 #: Where the window manager's configuration lives in the container (the agent user's, not root's).
 RUNTIME_DIR = "/tmp/agentgym/runtime"
 _HELPER = Path(__file__).with_name("deskctl.py").read_bytes()
+_TREE_WALKER = Path(__file__).with_name("a11y_tree.py").read_text()
 # What the host takes from the helper's channel: an answer's JSON header line (windows, titles and
 # accessibility summaries, each bounded by the helper), the bytes of stderr kept for messages, and
 # what an XWD dump may hold besides the pixels (its header, window name and colour map).
 MAX_HEADER_BYTES = 1 << 20
 _STDERR_BYTES = 4096
+_TREE_LIMIT_S = 10.0  # deskctl.TREE_LIMIT_S: the longest a tree walk may add to a command
 _XWD_EXTRA_BYTES = 64 << 10
 
 
-def desktop_image_tag() -> str:
-    return f"{REPOSITORY}:{images.recipe_hash(DESKTOP_PACKAGES, DESKTOP_SETUP, DESKTOP_CHANGES)[:12]}"
+APPS_REPOSITORY = "agentgym/desktop-apps"
+#: The real apps, installed by apt in the chroot (debootstrap's own resolver does not follow the
+#: alternatives and virtual packages these pull in). ``libreoffice-gtk3`` is where LibreOffice's
+#: AT-SPI bridge lives; ``python3-pyatspi`` walks the accessibility tree from inside the desktop.
+APPS_PACKAGES = (
+    "libreoffice-calc",
+    "libreoffice-writer",
+    "libreoffice-impress",
+    "libreoffice-gtk3",
+    "gimp",
+    "mousepad",
+    "pcmanfm",
+    "fonts-liberation2",
+    "fonts-dejavu",
+    "dbus",
+    "dbus-x11",
+    "at-spi2-core",
+    "python3-pyatspi",
+)
+#: The agent's LibreOffice settings, seeded before its profile is made: no tip of the day, no "what's
+#: new" or donation bar, no "keep current format?" question on saving xlsx/docx/pptx, no autosave or
+#: crash recovery (a fork's relaunch would offer to recover), no update check, macros refused; Calc's
+#: AutoInput and Writer's word completion off, so that typed text lands as typed.
+LIBREOFFICE_SETTINGS = """<?xml version="1.0" encoding="UTF-8"?>
+<oor:items xmlns:oor="http://openoffice.org/2001/registry" xmlns:xs="http://www.w3.org/2001/XMLSchema" \
+xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
+<item oor:path="/org.openoffice.Office.Common/Misc"><prop oor:name="ShowTipOfTheDay" oor:op="fuse"><value>false</value></prop></item>
+<item oor:path="/org.openoffice.Office.Common/Misc"><prop oor:name="FirstRun" oor:op="fuse"><value>false</value></prop></item>
+<item oor:path="/org.openoffice.Office.Common/Misc"><prop oor:name="UseOpenCL" oor:op="fuse"><value>false</value></prop></item>
+<item oor:path="/org.openoffice.Office.Common/Save/Document"><prop oor:name="WarnAlienFormat" oor:op="fuse"><value>false</value></prop></item>
+<item oor:path="/org.openoffice.Office.Common/Save/Document"><prop oor:name="AutoSave" oor:op="fuse"><value>false</value></prop></item>
+<item oor:path="/org.openoffice.Office.Recovery/AutoSave"><prop oor:name="Enabled" oor:op="fuse"><value>false</value></prop></item>
+<item oor:path="/org.openoffice.Office.Recovery/RecoveryInfo"><prop oor:name="Enabled" oor:op="fuse"><value>false</value></prop></item>
+<item oor:path="/org.openoffice.Office.Common/Security/Scripting"><prop oor:name="MacroSecurityLevel" oor:op="fuse"><value>3</value></prop></item>
+<item oor:path="/org.openoffice.Setup/Product"><prop oor:name="ooSetupLastVersion" oor:op="fuse"><value>7.4</value></prop></item>
+<item oor:path="/org.openoffice.Setup/Product"><prop oor:name="LastTimeDonateShown" oor:op="fuse"><value>9999999999</value></prop></item>
+<item oor:path="/org.openoffice.Setup/Product"><prop oor:name="LastTimeGetInvolvedShown" oor:op="fuse"><value>9999999999</value></prop></item>
+<item oor:path="/org.openoffice.Office.Calc/Input"><prop oor:name="AutoInput" oor:op="fuse"><value>false</value></prop></item>
+<item oor:path="/org.openoffice.Office.Writer/AutoFunction/Completion"><prop oor:name="Enable" oor:op="fuse"><value>false</value></prop></item>
+<item oor:path="/org.openoffice.Office.Jobs/Jobs/org.openoffice.Office.Jobs:Job['UpdateCheck']/Arguments">\
+<prop oor:name="AutoCheckEnabled" oor:op="fuse"><value>false</value></prop></item>
+</oor:items>
+"""
+_LO_PROFILE = "/home/agent/.config/libreoffice/4/user"
+# apt runs in the chroot with /proc mounted (postinst scripts read it); the LibreOffice profile is made
+# once, headless, as the agent, so that no app start pays for it (several seconds) or shows first-run UI.
+# GTK's text cursor does not blink (a blinking cursor never lets the screen settle, and a fork's
+# screenshot would differ from a replay's by the blink phase); nor does GTK animate.
+APPS_SETUP = f"""\
+mount -t proc proc /proc
+trap 'umount /proc' EXIT
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends {" ".join(APPS_PACKAGES)} >/dev/null
+{DESKTOP_SETUP}mkdir -p {_LO_PROFILE}
+cat > {_LO_PROFILE}/registrymodifications.xcu <<'XCU'
+{LIBREOFFICE_SETTINGS}XCU
+mkdir -p /home/agent/.config/gtk-3.0
+printf '[Settings]\\ngtk-cursor-blink = false\\ngtk-enable-animations = false\\n' > /home/agent/.config/gtk-3.0/settings.ini
+chown -R 1000:1000 /home/agent/.config
+su agent -s /bin/sh -c 'HOME=/home/agent timeout 120 soffice --headless --norestore --terminate_after_init'
+rm -rf /tmp/* /tmp/.[!.]* && mkdir -p -m 1777 /tmp/.X11-unix
+"""
+APPS_CHANGES = DESKTOP_CHANGES + ("ENV SAL_USE_VCLPLUGIN=gtk3",)
 
 
-def build_desktop_image(*, force: bool = False, progress=print) -> str:
-    """Build the desktop image unless it exists (about three minutes from the Debian mirror; needs root)."""
+def desktop_image_tag(apps: bool = False) -> str:
+    """The desktop image's tag (``apps``: the variant with LibreOffice, GIMP and the other real apps)."""
+    repository, recipe = _variant(apps)
+    return f"{repository}:{images.recipe_hash(*recipe)[:12]}"
+
+
+def _variant(apps: bool) -> tuple[str, tuple[tuple[str, ...], str, tuple[str, ...]]]:
+    if apps:
+        return APPS_REPOSITORY, (DESKTOP_PACKAGES, APPS_SETUP, APPS_CHANGES)
+    return REPOSITORY, (DESKTOP_PACKAGES, DESKTOP_SETUP, DESKTOP_CHANGES)
+
+
+def build_desktop_image(*, apps: bool = False, force: bool = False, progress=print) -> str:
+    """Build the desktop image unless it exists (about three minutes from the Debian mirror, more with
+    ``apps``; needs root)."""
+    repository, (packages, setup, changes) = _variant(apps)
     return images.build_debootstrap_image(
-        REPOSITORY,
-        packages=DESKTOP_PACKAGES,
-        setup=DESKTOP_SETUP,
-        changes=DESKTOP_CHANGES,
-        force=force,
-        progress=progress,
+        repository, packages=packages, setup=setup, changes=changes, force=force, progress=progress
     )
 
 
-def require_desktop_image() -> str:
-    """The desktop image's tag: $AGENTGYM_DESKTOP_IMAGE, else the current recipe's build."""
-    tag = os.environ.get("AGENTGYM_DESKTOP_IMAGE") or desktop_image_tag()
+def require_desktop_image(apps: bool = False) -> str:
+    """The desktop image's tag: $AGENTGYM_DESKTOP_IMAGE (or $AGENTGYM_DESKTOP_APPS_IMAGE), else the current
+    recipe's build."""
+    tag = os.environ.get("AGENTGYM_DESKTOP_APPS_IMAGE" if apps else "AGENTGYM_DESKTOP_IMAGE") or desktop_image_tag(apps)
     if not images.image_exists(tag):
+        flag = "--desktop-apps" if apps else "--desktop"
         raise SandboxUnavailableError(
-            f"the desktop image {tag} is missing: run `agentgym images build --desktop` "
+            f"the desktop image {tag} is missing: run `agentgym images build {flag}` "
             "(a few minutes, offline from the Debian mirror; needs root for debootstrap)"
         )
     return tag
@@ -120,7 +194,8 @@ def require_desktop_image() -> str:
 
 # The window manager's configuration: every window undecorated at the top-left corner and focused
 # when it maps, so app layouts (and reference solutions' coordinates) do not depend on placement;
-# no keyboard shortcuts, so every key reaches the apps; a click focuses and raises a window.
+# no keyboard shortcuts, so every key reaches the apps; a click focuses and raises a window. The real apps
+# (desktop-apps image) fill the screen, as on OSWorld's desktop.
 OPENBOX_CONFIG = """<?xml version="1.0" encoding="UTF-8"?>
 <openbox_config xmlns="http://openbox.org/3.4/rc">
   <focus><focusNew>yes</focusNew><followMouse>no</followMouse></focus>
@@ -133,6 +208,9 @@ OPENBOX_CONFIG = """<?xml version="1.0" encoding="UTF-8"?>
   </context></mouse>
   <applications>
     <application class="*"><decor>no</decor><position force="yes"><x>0</x><y>0</y></position></application>
+    <application class="libreoffice*"><maximized>yes</maximized></application>
+    <application class="Gimp*"><maximized>yes</maximized></application>
+    <application class="Mousepad"><maximized>yes</maximized></application>
   </applications>
 </openbox_config>
 """
@@ -167,7 +245,9 @@ class DesktopState:
     ``windows`` are dicts with ``id``, ``pid``, ``x``, ``y``, ``width``, ``height``, ``title``
     (top-level windows, stacking order); ``a11y`` maps an app name to its accessibility summary;
     ``stable`` is false when the screen was still changing after the settle limit; ``error`` is
-    what an input action reported (an unknown key name, say), None when it ran.
+    what an input action reported (an unknown key name, say), None when it ran; ``tree`` is the
+    linearized accessibility tree (``role, name, text, position, size`` per line, see
+    ``a11y_tree.py``) on a desktop started with ``a11y_tree=True``, else None.
     """
 
     image: np.ndarray
@@ -177,6 +257,7 @@ class DesktopState:
     a11y: dict[str, str] = field(default_factory=dict)
     stable: bool = True
     error: str | None = None
+    tree: str | None = None
 
 
 def desktop_config() -> SandboxConfig:
@@ -202,6 +283,8 @@ class DesktopSandbox:
         self.screen = screen
         self._channel: _HelperChannel | None = None
         self._lock = threading.Lock()
+        #: Whether observations carry the accessibility tree (a desktop started with ``a11y_tree=True``).
+        self.a11y_tree = False
 
     @classmethod
     def create(
@@ -212,10 +295,16 @@ class DesktopSandbox:
         config: SandboxConfig | None = None,
         warm: bool = True,
         pointer: tuple[int, int] | None = None,
+        a11y_tree: bool = False,
     ) -> DesktopSandbox:
-        """A desktop with the X server and the window manager running and nothing else on the screen."""
-        sandbox = DockerSandbox.create(image or require_desktop_image(), config=config or desktop_config(), warm=warm)
-        return cls._started(sandbox, screen or Screen(), pointer)
+        """A desktop with the X server and the window manager running and nothing else on the screen.
+
+        ``a11y_tree`` (the desktop-apps image): a session D-Bus with AT-SPI for the apps, and every
+        observation carries the accessibility tree."""
+        sandbox = DockerSandbox.create(
+            image or require_desktop_image(apps=a11y_tree), config=config or desktop_config(), warm=warm
+        )
+        return cls._started(sandbox, screen or Screen(), pointer, a11y_tree)
 
     @classmethod
     def from_snapshot(
@@ -225,17 +314,23 @@ class DesktopSandbox:
         screen: Screen,
         config: SandboxConfig | None = None,
         pointer: tuple[int, int] | None = None,
+        a11y_tree: bool = False,
     ) -> DesktopSandbox:
         """A desktop on ``snapshot``'s filesystem with a fresh X session (apps are relaunched by the caller)."""
         sandbox = DockerSandbox.from_snapshot(snapshot, config=config or desktop_config())
-        return cls._started(sandbox, screen, pointer)
+        return cls._started(sandbox, screen, pointer, a11y_tree)
 
     @classmethod
-    def _started(cls, sandbox: DockerSandbox, screen: Screen, pointer: tuple[int, int] | None) -> DesktopSandbox:
+    def _started(
+        cls, sandbox: DockerSandbox, screen: Screen, pointer: tuple[int, int] | None, a11y_tree: bool
+    ) -> DesktopSandbox:
         desktop = cls(sandbox, screen)
+        desktop.a11y_tree = a11y_tree
         try:
             sandbox.put_tree(RUNTIME_DIR, _runtime_archive(sandbox.config))
             arg = {"width": screen.width, "height": screen.height, "wm_config": f"{RUNTIME_DIR}/openbox.xml"}
+            if a11y_tree:
+                arg["a11y_tree"] = _TREE_WALKER
             if pointer is not None:
                 arg.update(pointer_x=pointer[0], pointer_y=pointer[1])
             desktop._command("start", arg, observe=False, timeout=150)
@@ -253,11 +348,13 @@ class DesktopSandbox:
         cwd: str | None = None,
         env: dict[str, str] | None = None,
         timeout: float = 60.0,
+        ready_title: str | None = None,
     ) -> DesktopState:
-        """Start an app, wait for its first window, and observe the settled screen."""
+        """Start an app, wait for its first window (and, with ``ready_title``, for a window whose title contains
+        it: LibreOffice maps a loading window before its document's), and observe the settled screen."""
         return self._command(
             "launch",
-            {"name": name, "argv": argv, "cwd": cwd, "env": env or {}, "timeout": timeout},
+            {"name": name, "argv": argv, "cwd": cwd, "env": env or {}, "timeout": timeout, "ready_title": ready_title},
             timeout=timeout + 10,
         )
 
@@ -282,6 +379,8 @@ class DesktopSandbox:
         return self._command("observe", {})
 
     def _command(self, command: str, arg: dict, *, observe: bool = True, timeout: float = 30.0) -> DesktopState | None:
+        if observe and self.a11y_tree:
+            arg, timeout = {**arg, "tree": True}, timeout + _TREE_LIMIT_S
         with self._lock:
             if self._channel is None:
                 self._channel = _HelperChannel(self.sandbox)
@@ -301,6 +400,7 @@ class DesktopSandbox:
             answer["a11y"],
             answer["stable"],
             answer.get("error"),
+            answer.get("tree"),
         )
 
     # ------------------------------------------------------------------ branching and lifetime

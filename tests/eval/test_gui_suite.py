@@ -22,3 +22,21 @@ async def test_desktop_reference_solutions_score_100_percent(docker_ready, tmp_p
     )
     assert summary["metrics"]["success_rate"] == 1.0 and summary["metrics"]["env_error_rate"] == 0.0
     assert set(summary["by_category"]) == {"xedit", "sheet", "files"}
+
+
+@pytest.mark.docker
+async def test_desktop_apps_reference_solutions_score_100_percent(desktop_apps_image, tmp_path):
+    """`agentgym eval --suite desktop-apps` with the oracle: a task of each LibreOffice app, solved through the GUI."""
+    suite = load_suite("desktop-apps")
+    assert {task.category for task in suite.tasks} == {"calc", "writer", "impress"} and len(suite.tasks) >= 36
+    one_per_app = {task.category: task for task in suite.tasks}
+    summary = await evaluate(
+        Suite("desktop-apps", tuple(one_per_app.values())),
+        oracle_for,
+        concurrency=1,  # LibreOffice is the heaviest thing on the 2-core machine: one at a time
+        out_dir=tmp_path,
+        model="oracle",
+        progress=False,
+    )
+    assert summary["metrics"]["success_rate"] == 1.0 and summary["metrics"]["env_error_rate"] == 0.0
+    assert set(summary["by_category"]) == {"calc", "writer", "impress"}

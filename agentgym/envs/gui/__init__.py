@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 from agentgym._lazy import lazy_exports
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
-    from agentgym.envs.gui.env import DesktopEnv
+    from agentgym.envs.gui.env import DesktopAppsEnv, DesktopEnv
 
-_EXPORTS = {"DesktopEnv": "env"}
+_EXPORTS = {"DesktopEnv": "env", "DesktopAppsEnv": "env"}
 
 __all__ = sorted(_EXPORTS)
 

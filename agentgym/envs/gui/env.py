@@ -44,7 +44,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
+import shlex
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -61,13 +62,14 @@ with requires("gui"):
     from agentgym.envs.gui.actions import TOOLS, format_action, to_desktop_action
     from agentgym.envs.gui.observation import describe
     from agentgym.envs.gui.tasks import APPS_DIR, HOME, DesktopTask
+    from agentgym.sandbox.base import SandboxError
     from agentgym.sandbox.desktop import DesktopSandbox, DesktopState, Screen, desktop_config, tar_tree
     from agentgym.sandbox.docker import DockerSnapshot, SandboxConfig
     from agentgym.sandbox.portable import PortableSnapshot
 
 from agentgym.task import Task
 
-__all__ = ["DesktopEnv", "DesktopPayload", "FORK_MODES"]
+__all__ = ["DesktopAppsEnv", "DesktopEnv", "DesktopPayload", "FORK_MODES", "apps_catalog"]
 
 FORK_MODES = ("auto", "replay")
 _APPS = Path(__file__).with_name("apps")
@@ -104,8 +106,12 @@ class SandboxFiles:
         self.sandbox = desktop.sandbox
 
     def read(self, path: str) -> str | None:
+        data = self.read_bytes(path)
+        return None if data is None else data.decode("utf-8", errors="replace")
+
+    def read_bytes(self, path: str) -> bytes | None:
         try:
-            return self.sandbox.read_file(path).decode("utf-8", errors="replace")
+            return self.sandbox.read_file(path)
         except (FileNotFoundError, IsADirectoryError):
             return None
 
@@ -124,6 +130,14 @@ class DesktopEnv(AgentEnv):
 
     kind = "agentgym.gui.desktop"
     metadata: dict[str, Any] = {"render_modes": ["ansi", "rgb_array"]}
+    #: The real apps' env (:class:`DesktopAppsEnv`) runs on the desktop-apps image and observes the AT-SPI tree.
+    real_apps = False
+    a11y_tree = False
+
+    @staticmethod
+    def catalog() -> Mapping[str, DesktopTask]:
+        """The tasks this env offers, by id."""
+        return task_catalog.TASKS
 
     def __init__(
         self,
@@ -149,9 +163,9 @@ class DesktopEnv(AgentEnv):
             image_shape=(self.screen.height, self.screen.width) if screenshot else None,
         )
         try:
-            self._task_ids = select_tasks(task_catalog.TASKS, tasks)
+            self._task_ids = select_tasks(self.catalog(), tasks)
         except ValueError as exc:
-            raise ValueError(f"{exc} (the desktop tasks: agentgym.envs.gui.tasks.TASKS)") from None
+            raise ValueError(f"{exc} (the tasks: {type(self).__name__}.catalog())") from None
         self.screenshot = screenshot
         self.image = image
         self.sandbox_config = sandbox_config or desktop_config()
@@ -170,7 +184,7 @@ class DesktopEnv(AgentEnv):
         """The selected desktop tasks, reported per app, each with its scripted reference solution."""
         return [
             Task(task.id, task.instruction, task.app.name, {"feasible": task.feasible}, task.solution)
-            for task in map(task_catalog.TASKS.__getitem__, self._task_ids)
+            for task in map(self.catalog().__getitem__, self._task_ids)
         ]
 
     def tools(self) -> list[ToolSpec]:
@@ -212,13 +226,18 @@ class DesktopEnv(AgentEnv):
     @final
     def _backend_load(self, payload: DesktopPayload) -> None:
         self._close_desktop()
-        task = task_catalog.TASKS[payload.task_id]
+        task = self.catalog()[payload.task_id]
         if payload.sandbox_snapshot is not None:
             desktop = DesktopSandbox.from_snapshot(
-                payload.sandbox_snapshot, screen=self.screen, config=self.sandbox_config, pointer=payload.pointer
+                payload.sandbox_snapshot,
+                screen=self.screen,
+                config=self.sandbox_config,
+                pointer=payload.pointer,
+                a11y_tree=self.real_apps,
             )
+            desktop.a11y_tree = self.a11y_tree
             try:
-                state = desktop.launch(task.app.name, list(task.app.argv))
+                state = desktop.launch(task.app.name, list(task.app.argv), ready_title=task.app.ready_title)
             except BaseException:
                 desktop.close(wait=False)
                 raise
@@ -271,7 +290,7 @@ class DesktopEnv(AgentEnv):
     def _setup(self, task_id: str) -> str:
         """A fresh desktop with the task's files laid out and its app on the screen; returns the instruction."""
         self._close_desktop()
-        task = task_catalog.TASKS[task_id]
+        task = self.catalog()[task_id]
         self.desktop, self._last = self._start(task)
         self._task, self._actions = task, []
         return task.instruction
@@ -299,16 +318,34 @@ class DesktopEnv(AgentEnv):
     # ------------------------------------------------------------------ helpers
     def _start(self, task: DesktopTask) -> tuple[DesktopSandbox, DesktopState]:
         """A fresh desktop with the task's files laid out and its app on the screen."""
-        desktop = DesktopSandbox.create(self.image, screen=self.screen, config=self.sandbox_config, warm=self.warm_pool)
+        desktop = DesktopSandbox.create(
+            self.image, screen=self.screen, config=self.sandbox_config, warm=self.warm_pool, a11y_tree=self.real_apps
+        )
+        desktop.a11y_tree = self.a11y_tree
         try:
             desktop.sandbox.put_tree(APPS_DIR, _apps_archive(self.sandbox_config))
-            files = {path: None if content is None else content.encode() for path, content in task.files.items()}
+            files = {
+                path: content.encode() if isinstance(content, str) else content for path, content in task.files.items()
+            }
             desktop.sandbox.put_tree(HOME, tar_tree(files, self.sandbox_config))
-            state = desktop.launch(task.app.name, list(task.app.argv))
+            state = desktop.launch(task.app.name, list(task.app.argv), ready_title=task.app.ready_title)
+            for step in task.setup:
+                state = self._setup_step(desktop, step) or state
         except BaseException:
             desktop.close(wait=False)
             raise
         return desktop, state
+
+    def _setup_step(self, desktop: DesktopSandbox, step: dict) -> DesktopState | None:
+        """One of an OSWorld-format task's steps after its app is up (see :mod:`agentgym.envs.gui.osworld`)."""
+        if step["type"] == "sleep":
+            return desktop.act({"action": "wait", "seconds": float(step["seconds"])})
+        command = step["command"] if step["type"] == "execute" else ["wmctrl", "-a", step["window_name"]]
+        argv = shlex.split(command) if isinstance(command, str) else list(command)
+        code, _, stderr = desktop.sandbox.run_argv(argv, timeout=60)
+        if code != 0:
+            raise SandboxError(f"task set-up step {step!r} failed ({code}): {stderr.decode(errors='replace')[-300:]}")
+        return desktop.observe()
 
     def _live_desktop(self) -> DesktopSandbox:
         if self.desktop is None:
@@ -324,3 +361,38 @@ class DesktopEnv(AgentEnv):
 @lru_cache(maxsize=4)
 def _apps_archive(config: SandboxConfig) -> bytes:
     return tar_tree({path.name: path.read_bytes() for path in sorted(_APPS.glob("*.py"))}, config)
+
+
+class DesktopAppsEnv(DesktopEnv):
+    """OSWorld-format tasks on real apps (LibreOffice Calc and Writer) on the desktop-apps image, observed
+    through the screenshot and the AT-SPI accessibility tree (see :mod:`agentgym.envs.gui.osworld` and
+    :mod:`agentgym.envs.gui.generators`). Forks replay the action prefix: what LibreOffice holds in memory
+    (an unsaved edit, the cursor, undo history) is not in a container commit."""
+
+    kind = "agentgym.gui.desktop-apps"
+    real_apps = True
+
+    def __init__(self, *, a11y_tree: bool = True, **options: Any):
+        """``a11y_tree=False`` leaves the accessibility tree out of the observations (it costs about a second a
+        step on a loaded 2-core machine); the other options are :class:`DesktopEnv`'s.
+
+        The walk is also what lets a step wait for LibreOffice: its AT-SPI calls are answered on the app's
+        main loop, after the input queued before them. Without it a step ends once the screen is still, and
+        keys sent right after a reset were seen handled out of order by Writer (the reference solutions
+        are verified with the tree on)."""
+        super().__init__(**options)
+        self.a11y_tree = a11y_tree
+
+    @staticmethod
+    def catalog() -> Mapping[str, DesktopTask]:
+        return apps_catalog()
+
+
+@lru_cache(maxsize=1)
+def apps_catalog() -> dict[str, DesktopTask]:
+    """The generated real-app tasks (:func:`agentgym.envs.gui.generators.generated_tasks`), loaded as OSWorld tasks."""
+    from agentgym.envs.gui.generators import generated_tasks
+    from agentgym.envs.gui.osworld import load_task
+
+    tasks = [load_task(spec, files) for spec, files in generated_tasks()]
+    return {task.id: task for task in tasks}

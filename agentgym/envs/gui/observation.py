@@ -13,6 +13,8 @@ __all__ = ["describe"]
 
 #: Accessibility summaries longer than this are cut, so one app cannot flood the context.
 MAX_A11Y_CHARS = 6000
+#: The AT-SPI tree (real apps) is cut at this many characters, as OSWorld caps its linearized tree.
+MAX_TREE_CHARS = 20000
 
 
 def describe(state: DesktopState, screen: Screen, *, headline: str | None = None) -> str:
@@ -36,6 +38,11 @@ def describe(state: DesktopState, screen: Screen, *, headline: str | None = None
         if len(summary) > MAX_A11Y_CHARS:
             summary = summary[:MAX_A11Y_CHARS] + "\n  [... accessibility summary cut ...]"
         lines.append(f"Accessibility tree of {app}:\n{summary}")
+    if state.tree is not None:
+        tree = state.tree.rstrip("\n")
+        if len(tree) > MAX_TREE_CHARS:
+            tree = tree[:MAX_TREE_CHARS] + "\n[... accessibility tree cut ...]"
+        lines.append(f"Accessibility tree (role, name, text, position, size):\n{tree}")
     if not state.stable:
         lines.append("(The screen was still changing when this screenshot was taken; wait() to let it settle.)")
     return "\n".join(lines)

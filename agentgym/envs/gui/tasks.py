@@ -37,6 +37,9 @@ class Inspector(Protocol):
     def read(self, path: str) -> str | None:
         """A text file's content, or None when it does not exist."""
 
+    def read_bytes(self, path: str) -> bytes | None:
+        """A file's bytes (an office file, an image), or None when it does not exist."""
+
     def tree(self, root: str) -> Tree:
         """Every file and folder below ``root`` (relative paths), file contents as text."""
 
@@ -44,11 +47,14 @@ class Inspector(Protocol):
 @dataclass(frozen=True)
 class App:
     """A program a task opens. ``restores_state``: relaunched on a committed filesystem, it comes back
-    on the exact screen it was on (the Tk apps, from their state files); otherwise forks replay actions."""
+    on the exact screen it was on (the Tk apps, from their state files); otherwise forks replay actions.
+    ``ready_title``: see :meth:`agentgym.sandbox.desktop.DesktopSandbox.launch`."""
 
     name: str
     argv: tuple[str, ...]
     restores_state: bool
+    #: Part of the title of the window that shows the app is ready (None: its first window does).
+    ready_title: str | None = None
 
 
 def xedit(path: str) -> App:
@@ -64,7 +70,9 @@ FILES_APP = App("files", ("python3", f"{APPS_DIR}/files.py", FILES_ROOT), restor
 
 @dataclass(frozen=True)
 class DesktopTask:
-    """One desktop task. ``files`` are laid out under HOME before the app starts (None: an empty folder).
+    """One desktop task. ``files`` are laid out under HOME before the app starts (None: an empty folder);
+    ``setup`` steps (OSWorld's ``execute``, ``sleep``, ``activate_window``: see
+    :mod:`agentgym.envs.gui.osworld`) run in order once the app is up.
 
     ``DesktopEnv.tasks()`` hands each out as an :class:`agentgym.Task` (category: the app) whose
     reference solution is ``solution``.
@@ -73,10 +81,11 @@ class DesktopTask:
     id: str
     instruction: str
     app: App
-    files: Mapping[str, str | None]
+    files: Mapping[str, str | bytes | None]
     check: Callable[[Inspector], str | None]
     solution: tuple[str, ...]
     feasible: bool = True
+    setup: tuple[dict, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------- xedit

@@ -136,8 +136,12 @@ def test_cli_builds_the_desktop_image_with_a_flag(monkeypatch, capsys):
     from agentgym import cli
     from agentgym.sandbox import desktop
 
-    monkeypatch.setattr(desktop, "build_desktop_image", lambda force=False: f"agentgym/desktop:built-force={force}")
+    monkeypatch.setattr(
+        desktop, "build_desktop_image", lambda apps=False, force=False: f"agentgym/desktop:apps={apps}-force={force}"
+    )
     assert cli.main(["images", "build", "--desktop", "--force"]) == 0
-    assert capsys.readouterr().out.strip() == "agentgym/desktop:built-force=True"
-    with pytest.raises(SystemExit, match="takes no --dockerfile"):
+    assert capsys.readouterr().out.strip() == "agentgym/desktop:apps=False-force=True"
+    assert cli.main(["images", "build", "--desktop-apps"]) == 0
+    assert capsys.readouterr().out.strip() == "agentgym/desktop:apps=True-force=False"
+    with pytest.raises(SystemExit, match="take no --dockerfile"):
         cli.main(["images", "build", "--desktop", "--dockerfile", "Dockerfile"])

@@ -1,0 +1,291 @@
+"""Seeded generators of OSWorld-format tasks on the real apps: each makes a task's input file, its gold file and its reference solution.
+
+OSWorld's inputs and gold files live on a model hub; ours are made here, from a seed, with the
+libraries the metrics read them with (openpyxl, python-docx). A generator returns the task in
+OSWorld's JSON shape (:mod:`agentgym.envs.gui.osworld`) together with the bytes its ``download``
+and ``local_file`` entries name, so a task can be written out as JSON plus files and loaded back
+with :func:`~agentgym.envs.gui.osworld.load_task_file`.
+
+Reference solutions drive LibreOffice from the keyboard only (``ctrl+Home`` and arrow keys to a
+cell or paragraph, typing, ``ctrl+b``, ``ctrl+d``, ``ctrl+s``), so they do not depend on where its
+toolbars and panes are drawn. Line breaks are ``key("Return")``, never a ``\n`` in ``type``: xdotool
+types that as the Linefeed keysym, which LibreOffice ignores. The image's LibreOffice settings (:data:`agentgym.sandbox.desktop.LIBREOFFICE_SETTINGS`)
+save xlsx and docx without asking about the format, and keep typed text as typed (Calc's AutoInput
+and Writer's word completion are off).
+
+Calc kinds (each cell a task touches lies in A1:E10, the grid :mod:`agentgym.envs.gui.apps.formula`
+recomputes): ``sum``, ``average`` and ``max`` of a column under a label, a ``product`` column of
+formulas, and ``fix`` a mistyped number. Writer kinds: ``append`` a paragraph, ``title`` (insert a
+first paragraph), ``bold`` the heading, ``delete`` a paragraph.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+from typing import Any
+
+from agentgym.extras import requires
+
+__all__ = ["CALC_KINDS", "IMPRESS_KINDS", "WRITER_KINDS", "SEEDS", "generate", "generated_tasks"]
+
+HOME = "/home/agent"
+SEEDS = (0, 1, 2)
+_ITEMS = ("Rent", "Food", "Travel", "Books", "Power", "Water", "Phone", "Gifts", "Tools", "Paint", "Fuel", "Tea")
+_SENTENCES = (
+    "The team met on Monday.",
+    "Sales grew in the north.",
+    "Two new stores opened.",
+    "Costs stayed flat this year.",
+    "The board approved the plan.",
+    "Hiring will resume in May.",
+    "The old office is closed.",
+    "Our app has new users.",
+    "Shipping times went down.",
+    "The audit found no issues.",
+)
+_TITLES = ("Quarterly report", "Project notes", "Meeting summary", "Annual review", "Status update")
+
+
+def _key(*names: str) -> str:
+    return f'key("{" ".join(names)}")'
+
+
+def _type(text: str) -> str:
+    return f"type({text!r})"
+
+
+def _workbook(rows: list[list[Any]]) -> bytes:
+    with requires("gui"):
+        import openpyxl
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.title = "Sheet1"
+    for row in rows:
+        sheet.append(row)
+    buffer = io.BytesIO()
+    book.save(buffer)
+    return buffer.getvalue()
+
+
+def _document(paragraphs: list[tuple[str, bool]]) -> bytes:
+    with requires("gui"):
+        import docx
+    document = docx.Document()
+    for text, bold in paragraphs:
+        run = document.add_paragraph().add_run(text)
+        run.bold = bold or None
+    buffer = io.BytesIO()
+    document.save(buffer)
+    return buffer.getvalue()
+
+
+def _deck(slides: list[tuple[str, list[str]]]) -> bytes:
+    """A deck whose first slide is a title slide (title, subtitle lines) and the rest title-and-content slides."""
+    with requires("gui"):
+        import pptx
+    deck = pptx.Presentation()
+    for index, (title, lines) in enumerate(slides):
+        slide = deck.slides.add_slide(deck.slide_layouts[0 if index == 0 else 1])
+        slide.shapes.title.text = title
+        body = slide.placeholders[1].text_frame
+        body.text = lines[0] if lines else ""
+        for line in lines[1:]:
+            body.add_paragraph().text = line
+    buffer = io.BytesIO()
+    deck.save(buffer)
+    return buffer.getvalue()
+
+
+def _spec(task_id: str, instruction: str, path: str, metrics: list[tuple[str, dict]], solution: list[str]) -> dict:
+    name = path.rpartition("/")[2]
+    gold = f"gold-{name}"
+    return {
+        "id": task_id,
+        "instruction": f"{instruction} The file {path} is open; save it in the same place and format when you are done.",
+        "source": "agentgym.envs.gui.generators",
+        "config": [
+            {"type": "download", "parameters": {"files": [{"url": name, "path": path}]}},
+            {"type": "open", "parameters": {"path": path}},
+        ],
+        "related_apps": ["libreoffice"],
+        "evaluator": {
+            "func": [metric for metric, _ in metrics],
+            "conj": "and",
+            "result": [{"type": "vm_file", "path": path, "dest": name}] * len(metrics),
+            "expected": [{"type": "local_file", "path": gold}] * len(metrics),
+            "options": [options for _, options in metrics],
+        },
+        "solution": [*solution, _key("ctrl+s"), "wait(2)", "done()"],
+    }
+
+
+# -------------------------------------------------------------------------------------------- Calc
+CALC_KINDS = ("sum", "average", "max", "product", "fix")
+
+
+def _calc(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
+    rng = random.Random(f"calc-{kind}-{seed}")
+    count = rng.randint(3, 6)
+    items = rng.sample(_ITEMS, count)
+    path = f"{HOME}/Documents/{['budget', 'costs', 'prices', 'orders', 'stock'][CALC_KINDS.index(kind)]}.xlsx"
+    go_to_cell = [_key("ctrl+Home", *["Down"] * (count + 1))]  # A(count+2): the row under the data
+    if kind in ("sum", "average", "max"):
+        amounts = [rng.randint(5, 400) for _ in items]
+        rows: list[list[Any]] = [["Item", "Amount"], *([item, amount] for item, amount in zip(items, amounts))]
+        label, function = {"sum": ("Total", "SUM"), "average": ("Average", "AVERAGE"), "max": ("Largest", "MAX")}[kind]
+        value = {"sum": sum(amounts), "average": sum(amounts) / count, "max": max(amounts)}[kind]
+        cell = f"B{count + 2}"
+        instruction = (
+            f"In cell A{count + 2} write the label '{label}', and in {cell} a formula that computes the "
+            f"{ {'sum': 'sum', 'average': 'average', 'max': 'largest value'}[kind] } of the amounts in B2:B{count + 1}."
+        )
+        gold = [*rows, [label, value]]
+        solution = [*go_to_cell, _type(f"{label}\t={function}(B2:B{count + 1})"), _key("Return")]
+        formulas = [cell]
+    elif kind == "product":
+        quantities = [rng.randint(1, 9) for _ in items]
+        prices = [rng.randint(2, 60) for _ in items]
+        rows = [["Item", "Quantity", "Price"], *([i, q, p] for i, q, p in zip(items, quantities, prices))]
+        gold = [[*rows[0], "Cost"], *([i, q, p, q * p] for i, q, p in zip(items, quantities, prices))]
+        formulas = [f"D{row}" for row in range(2, count + 2)]
+        instruction = (
+            f"Add a column D headed 'Cost' whose cells D2:D{count + 1} are formulas multiplying each row's "
+            "Quantity by its Price."
+        )
+        # The first formula typed, then filled down over the rows below it (ctrl+d: Fill Down).
+        solution = [
+            _key("ctrl+Home", "Right", "Right", "Right"),
+            _type("Cost"),
+            _key("Down"),
+            _type("=B2*C2"),
+            _key("Return"),  # not Down: while a formula is typed, arrow keys point at cells
+            _key("Up", *["shift+Down"] * (count - 1), "ctrl+d"),
+        ]
+    else:  # fix
+        amounts = [rng.randint(10, 99) for _ in items]
+        wrong = rng.randrange(count)
+        right = amounts[wrong]
+        typo = int(str(right)[::-1]) if str(right)[::-1] != str(right) else right + 1
+        rows = [["Item", "Stock"], *([item, amount] for item, amount in zip(items, amounts))]
+        rows[wrong + 1][1] = typo
+        gold = [["Item", "Stock"], *([item, amount] for item, amount in zip(items, amounts))]
+        instruction = f"The stock of {items[wrong]} was mistyped as {typo}: correct it to {right}."
+        solution = [_key("ctrl+Home", *["Down"] * (wrong + 1), "Right"), _type(str(right)), _key("Return")]
+        formulas = []
+    spec = _spec(f"calc-{kind}-{seed}", instruction, path, [("compare_table", {"formulas": formulas})], solution)
+    name = path.rpartition("/")[2]
+    return spec, {name: _workbook(rows), f"gold-{name}": _workbook(gold)}
+
+
+# ------------------------------------------------------------------------------------------ Writer
+WRITER_KINDS = ("append", "title", "bold", "delete")
+
+
+def _writer(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
+    rng = random.Random(f"writer-{kind}-{seed}")
+    title = rng.choice(_TITLES)
+    body = rng.sample(_SENTENCES, rng.randint(3, 5))
+    path = f"{HOME}/Documents/{['letter', 'notes', 'report', 'minutes'][WRITER_KINDS.index(kind)]}.docx"
+    metrics: list[tuple[str, dict]] = [("compare_docx_files", {})]
+    if kind == "append":
+        extra = rng.choice([s for s in _SENTENCES if s not in body])
+        before = [(title, False), *((s, False) for s in body)]
+        after = [*before, (extra, False)]
+        instruction = f"Add a new last paragraph that says: {extra}"
+        solution = [_key("ctrl+End", "Return"), _type(extra)]
+    elif kind == "title":
+        before = [(s, False) for s in body]
+        after = [(title, False), *before]
+        instruction = f"Insert a new first paragraph that says: {title}"
+        solution = [_key("ctrl+Home"), _type(title), _key("Return")]
+    elif kind == "bold":
+        before = [(title, False), *((s, False) for s in body)]
+        after = [(title, True), *((s, False) for s in body)]
+        instruction = f"Make the heading (the first paragraph, '{title}') bold."
+        solution = [_key("ctrl+Home", "shift+End", "ctrl+b")]
+        metrics.append(("compare_docx_bold", {}))
+    else:  # delete
+        drop = rng.randrange(len(body) - 1)  # never the last paragraph: the solution selects to the next one
+        before = [(title, False), *((s, False) for s in body)]
+        after = [p for index, p in enumerate(before) if index != drop + 1]
+        instruction = f"Delete the paragraph '{body[drop]}' (and only it)."
+        solution = [_key("ctrl+Home", *["Down"] * (drop + 1), "shift+Down", "Delete")]
+    spec = _spec(f"writer-{kind}-{seed}", instruction, path, metrics, solution)
+    name = path.rpartition("/")[2]
+    return spec, {name: _document(before), f"gold-{name}": _document(after)}
+
+
+# ----------------------------------------------------------------------------------------- Impress
+IMPRESS_KINDS = ("title", "retitle", "subtitle", "bullet")
+_TOPICS = ("Goals", "Budget", "Timeline", "Risks", "Team", "Results", "Next steps")
+_BULLETS = ("Ship the beta", "Hire two engineers", "Cut costs by ten percent", "Open a new office", "Train the staff")
+
+
+def _impress(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
+    rng = random.Random(f"impress-{kind}-{seed}")
+    title, new_title = rng.sample(_TITLES, 2)
+    topics = rng.sample(_TOPICS, rng.randint(2, 3))
+    before = [(title, [f"Prepared by team {rng.choice('ABCDEFG')}"])] + [
+        (topic, rng.sample(_BULLETS, 2)) for topic in topics
+    ]
+    path = f"{HOME}/Documents/{['deck', 'talk', 'pitch', 'review'][IMPRESS_KINDS.index(kind)]}.pptx"
+    after = [(t, list(lines)) for t, lines in before]
+    # Tab selects the slide's first object (its title), a second Tab the next (the body); Return edits
+    # the selected text box and ctrl+a selects all of its text; Escape leaves the box.
+    if kind == "title":
+        after[0] = (new_title, after[0][1])
+        instruction = f"Change the title of the first slide to: {new_title}"
+        solution = [_key("Tab", "Return", "ctrl+a"), _type(new_title), _key("Escape", "Escape")]
+    elif kind == "retitle":
+        slide = rng.randrange(1, len(before))
+        name = rng.choice([t for t in _TOPICS if t not in topics])
+        after[slide] = (name, after[slide][1])
+        instruction = f"Slide {slide + 1} is titled '{before[slide][0]}': rename it to '{name}'."
+        solution = [_key(*["Next"] * slide), _key("Tab", "Return", "ctrl+a"), _type(name), _key("Escape", "Escape")]
+    elif kind == "subtitle":
+        line = f"Presented on day {rng.randint(2, 28)}"
+        after[0] = (title, [line])
+        instruction = f"Replace the subtitle of the first slide with: {line}"
+        solution = [_key("Tab", "Tab", "Return", "ctrl+a"), _type(line), _key("Escape", "Escape")]
+    else:  # bullet
+        slide = rng.randrange(1, len(before))
+        line = rng.choice([b for b in _BULLETS if b not in before[slide][1]])
+        after[slide] = (before[slide][0], [*before[slide][1], line])
+        instruction = (
+            f"On slide {slide + 1} ('{before[slide][0]}'), add the bullet point '{line}' at the end of the list."
+        )
+        solution = [
+            _key(*["Next"] * slide),
+            _key("Tab", "Tab", "Return"),
+            _key("ctrl+End"),
+            _key("Return"),
+            _type(line),
+            _key("Escape", "Escape"),
+        ]
+    spec = _spec(f"impress-{kind}-{seed}", instruction, path, [("compare_pptx_files", {})], solution)
+    name = path.rpartition("/")[2]
+    return spec, {name: _deck(before), f"gold-{name}": _deck(after)}
+
+
+def generate(app: str, kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
+    """One task: its OSWorld-format spec and the bytes of the files it names (input and gold)."""
+    if app == "calc" and kind in CALC_KINDS:
+        return _calc(kind, seed)
+    if app == "writer" and kind in WRITER_KINDS:
+        return _writer(kind, seed)
+    if app == "impress" and kind in IMPRESS_KINDS:
+        return _impress(kind, seed)
+    raise ValueError(
+        f"no generator {app}/{kind} (calc: {CALC_KINDS}; writer: {WRITER_KINDS}; impress: {IMPRESS_KINDS})"
+    )
+
+
+def generated_tasks(seeds: tuple[int, ...] = SEEDS) -> list[tuple[dict, dict[str, bytes]]]:
+    """Every generator at every seed: 15 Calc, 12 Writer and 12 Impress tasks with the default three seeds."""
+    return [
+        generate(app, kind, seed)
+        for app, kinds in (("calc", CALC_KINDS), ("writer", WRITER_KINDS), ("impress", IMPRESS_KINDS))
+        for kind in kinds
+        for seed in seeds
+    ]

@@ -1,0 +1,231 @@
+"""The evaluator functions of OSWorld-format desktop tasks: compare an office file the agent saved with a gold file.
+
+They run on the host, on bytes pulled off the desktop (read as the agent's user, bounded by the
+sandbox's read-back limit), and never execute anything in them. Each takes ``(result, expected,
+**options)`` — ``result`` the saved file's bytes (None when it does not exist), ``expected`` the
+gold file's bytes or a rule dict — and returns None when the result is right, else what is wrong
+(OSWorld's return 1.0 or 0.0; :mod:`agentgym.envs.gui.osworld` combines ours with ``conj``).
+
+What OSWorld's namesakes compare, and where ours are stricter because the policy is an adversary:
+
+* ``compare_table`` (sheets, xlsx): every non-empty cell's value in every sheet, like OSWorld's
+  pandas comparison; with ``formulas=[cells]`` those cells must hold formulas (the task asked for a
+  computation, not a typed number), and every formula cell in the agent's file is recomputed from
+  the file's own cells with :mod:`agentgym.envs.gui.apps.formula`: a sheet whose cached values
+  differ from its formulas fails, and so does a formula that module cannot evaluate.
+* ``compare_docx_files`` (documents, docx): the paragraphs' texts, in order, empty ones ignored.
+  Text inside pictures is no text.
+* ``compare_docx_bold``: which paragraphs are bold (every run with text bold) matches the gold file's.
+* ``compare_pptx_files`` (slides, pptx): the slides' count and each slide's texts, shape by shape.
+* ``check_include_exclude`` (any text file): rule ``{"include": [...], "exclude": [...]}``.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import zipfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agentgym.envs.gui.apps import formula
+from agentgym.extras import requires
+
+__all__ = [
+    "METRICS",
+    "check_include_exclude",
+    "compare_docx_bold",
+    "compare_docx_files",
+    "compare_pptx_files",
+    "compare_table",
+]
+
+Metric = Callable[..., "str | None"]
+
+
+def _zip_member_check(data: bytes, member: str, kind: str) -> str | None:
+    """None when ``data`` is an Office Open XML package with ``member``, else why not (a CSV, an ODF file
+    or plain text saved under the expected name is the wrong format)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as package:
+            if member not in package.namelist():
+                return f"the file is not {kind} (no {member} in it)"
+    except zipfile.BadZipFile:
+        return f"the file is not {kind} (not a zip package)"
+    return None
+
+
+# ------------------------------------------------------------------------------------------ sheets
+def _same_value(got: Any, want: Any) -> bool:
+    if isinstance(want, bool) or isinstance(got, bool):
+        return got == want
+    if isinstance(want, int | float) and isinstance(got, int | float):
+        return math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9)
+    if isinstance(want, str) and isinstance(got, str):
+        return got.strip() == want.strip()
+    return got == want
+
+
+def _cells(sheet) -> dict[str, Any]:
+    return {cell.coordinate: cell.value for row in sheet.iter_rows() for cell in row if cell.value not in (None, "")}
+
+
+def compare_table(result: bytes | None, expected: bytes, *, formulas: Sequence[str] = ()) -> str | None:
+    """The agent's workbook against the gold one (both xlsx); see the module docstring."""
+    if result is None:
+        return "the workbook was not saved where the task asked"
+    if problem := _zip_member_check(result, "xl/workbook.xml", "an xlsx workbook"):
+        return problem
+    with requires("gui"):
+        import openpyxl
+    try:
+        values = openpyxl.load_workbook(io.BytesIO(result), data_only=True, read_only=False)
+        texts = openpyxl.load_workbook(io.BytesIO(result), data_only=False, read_only=False)
+    except Exception as exc:  # openpyxl raises many kinds on a damaged package
+        return f"the workbook could not be read ({type(exc).__name__}: {exc})"
+    gold = openpyxl.load_workbook(io.BytesIO(expected), data_only=True)
+    if values.sheetnames != gold.sheetnames:
+        return f"the sheets are {values.sheetnames}, expected {gold.sheetnames}"
+    for name in gold.sheetnames:
+        got, want, raw = _cells(values[name]), _cells(gold[name]), _cells(texts[name])
+        for cell in sorted(set(got) | set(want)):
+            if not _same_value(got.get(cell), want.get(cell)):
+                return f"{name}!{cell} is {got.get(cell)!r}, expected {want.get(cell)!r}"
+        if name == gold.sheetnames[0]:
+            for cell in formulas:
+                if not (isinstance(raw.get(cell), str) and raw[cell].startswith("=")):
+                    return f"{name}!{cell} holds {raw.get(cell)!r}, not a formula"
+        if problem := _recompute(name, raw, got):
+            return problem
+    return None
+
+
+def _recompute(sheet: str, raw: dict[str, Any], cached: dict[str, Any]) -> str | None:
+    """Every formula cell's cached value against the formula evaluated over the file's own cells."""
+    cells = {cell: value if isinstance(value, str) else repr(value) for cell, value in raw.items()}
+    for cell, text in raw.items():
+        if not (isinstance(text, str) and text.startswith("=")):
+            continue
+        try:
+            value = formula.evaluate(cells, cell)
+        except (formula.FormulaError, KeyError) as exc:
+            return f"{sheet}!{cell}'s formula {text!r} cannot be checked ({exc})"
+        if not _same_value(cached.get(cell), value):
+            return f"{sheet}!{cell} shows {cached.get(cell)!r}, but its formula {text!r} gives {value!r}"
+    return None
+
+
+# --------------------------------------------------------------------------------------- documents
+def _document(data: bytes):
+    with requires("gui"):
+        import docx
+    return docx.Document(io.BytesIO(data))
+
+
+def _paragraphs(data: bytes) -> list:
+    return [paragraph for paragraph in _document(data).paragraphs if paragraph.text.strip()]
+
+
+def _read_docx(result: bytes | None) -> tuple[list | None, str | None]:
+    if result is None:
+        return None, "the document was not saved where the task asked"
+    if problem := _zip_member_check(result, "word/document.xml", "a docx document"):
+        return None, problem
+    try:
+        return _paragraphs(result), None
+    except Exception as exc:  # python-docx raises many kinds on a damaged package
+        return None, f"the document could not be read ({type(exc).__name__}: {exc})"
+
+
+def compare_docx_files(result: bytes | None, expected: bytes) -> str | None:
+    """The non-empty paragraphs' texts, in order, equal the gold document's."""
+    paragraphs, problem = _read_docx(result)
+    if problem:
+        return problem
+    got = [paragraph.text.strip() for paragraph in paragraphs]
+    want = [paragraph.text.strip() for paragraph in _paragraphs(expected)]
+    if got != want:
+        return f"the document's paragraphs are {got!r}, expected {want!r}"
+    return None
+
+
+def _bold(paragraph) -> bool:
+    runs = [run for run in paragraph.runs if run.text.strip()]
+    return bool(runs) and all(run.bold or (run.bold is None and _style_bold(paragraph)) for run in runs)
+
+
+def _style_bold(paragraph) -> bool:
+    style = paragraph.style
+    while style is not None:
+        if style.font.bold is not None:
+            return bool(style.font.bold)
+        style = style.base_style
+    return False
+
+
+def compare_docx_bold(result: bytes | None, expected: bytes) -> str | None:
+    """Which non-empty paragraphs are bold matches the gold document (their texts are compare_docx_files')."""
+    paragraphs, problem = _read_docx(result)
+    if problem:
+        return problem
+    got = [_bold(paragraph) for paragraph in paragraphs]
+    want = [_bold(paragraph) for paragraph in _paragraphs(expected)]
+    if got != want:
+        return f"the bold paragraphs are {got}, expected {want}"
+    return None
+
+
+# ------------------------------------------------------------------------------------------ slides
+def _slide_texts(data: bytes) -> list[list[str]]:
+    with requires("gui"):
+        import pptx
+    deck = pptx.Presentation(io.BytesIO(data))
+    return [
+        [
+            shape.text_frame.text.strip()
+            for shape in slide.shapes
+            if shape.has_text_frame and shape.text_frame.text.strip()
+        ]
+        for slide in deck.slides
+    ]
+
+
+def compare_pptx_files(result: bytes | None, expected: bytes) -> str | None:
+    """The same number of slides, and on each the same texts, shape by shape."""
+    if result is None:
+        return "the presentation was not saved where the task asked"
+    if problem := _zip_member_check(result, "ppt/presentation.xml", "a pptx presentation"):
+        return problem
+    try:
+        got = _slide_texts(result)
+    except Exception as exc:  # python-pptx raises many kinds on a damaged package
+        return f"the presentation could not be read ({type(exc).__name__}: {exc})"
+    want = _slide_texts(expected)
+    if got != want:
+        return f"the slides' texts are {got!r}, expected {want!r}"
+    return None
+
+
+# -------------------------------------------------------------------------------------------- text
+def check_include_exclude(result: bytes | None, rules: dict) -> str | None:
+    """A text file that contains every ``include`` string and no ``exclude`` string."""
+    if result is None:
+        return "the file does not exist"
+    text = result.decode("utf-8", errors="replace")
+    for needle in rules.get("include", ()):
+        if needle not in text:
+            return f"the file does not contain {needle!r}"
+    for needle in rules.get("exclude", ()):
+        if needle in text:
+            return f"the file contains {needle!r}"
+    return None
+
+
+#: OSWorld's metric names → ours.
+METRICS: dict[str, Metric] = {
+    "compare_table": compare_table,
+    "compare_docx_files": compare_docx_files,
+    "compare_docx_bold": compare_docx_bold,
+    "compare_pptx_files": compare_pptx_files,
+    "check_include_exclude": check_include_exclude,
+}

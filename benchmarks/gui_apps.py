@@ -1,0 +1,94 @@
+"""Measures the real-app desktop (LibreOffice in the desktop-apps image): reset, step with and without the accessibility tree, and fork vs. replay at turns 5 and 15.
+
+Prints a Markdown table (docs/results.md's) and a JSON line; every ratio is measured in this one run.
+
+    .venv/bin/python benchmarks/gui_apps.py [--repeats 3]
+
+The task is a Calc one (``calc-product-1``); its prefix cycles through keyboard steps that move the
+cell cursor and type into cells (they need not solve it). LibreOffice keeps an unsaved edit only in
+its memory, so a fork of this env replays the action prefix (a commit would not hold it): fork and
+replay differ only by the snapshot's bookkeeping.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from timing import summary, timed  # noqa: E402
+
+from agentgym.envs.gui import DesktopAppsEnv  # noqa: E402
+
+TASK = "calc-product-1"
+CYCLE = ['key("ctrl+Home Right Right Right")', 'type("Cost\\n")', 'key("Down")', 'type("=B3*C3\\n")', 'key("Up Up")']
+
+
+def prefix(turns: int) -> list[str]:
+    return [CYCLE[i % len(CYCLE)] for i in range(turns)]
+
+
+def play(env, steps: list[str]) -> None:
+    for step in steps:
+        *_, info = env.step(step)
+        if info["error"]:
+            raise RuntimeError(f"{step}: {info['error']}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    rows, numbers = [], {}
+    with DesktopAppsEnv() as env:
+        resets, steps = [], []
+        for _ in range(args.repeats):
+            resets.append(timed(lambda: env.reset(options={"task_id": TASK}))[0])
+            for step in prefix(5):
+                steps.append(timed(lambda step=step: env.step(step))[0])
+        numbers["reset"], numbers["step"] = summary(resets), summary(steps)
+        rows += [
+            ("reset (container, X, D-Bus, LibreOffice on the task's file)", resets),
+            ("step (key/type, settle, tree)", steps),
+        ]
+        trees = []
+        for _ in range(args.repeats):
+            with_tree = timed(env.desktop.observe)[0]
+            env.desktop.a11y_tree = False
+            without = timed(env.desktop.observe)[0]
+            env.desktop.a11y_tree = True
+            trees.append(with_tree - without)
+        numbers["tree"] = summary(trees)
+        rows.append(("accessibility tree walk (observe with − without)", trees))
+        for turns in (5, 15):
+            forks, replays = [], []
+            for _ in range(args.repeats):
+                env.reset(options={"task_id": TASK})
+                play(env, prefix(turns))
+                with env.snapshot() as snapshot:
+                    took, fork = timed(lambda snapshot=snapshot: env.fork(snapshot))
+                    forks.append(took)
+                    fork.close()
+                with DesktopAppsEnv() as other:
+                    replays.append(
+                        timed(lambda other=other: (other.reset(options={"task_id": TASK}), play(other, prefix(turns))))[
+                            0
+                        ]
+                    )
+            numbers[f"fork_{turns}"], numbers[f"replay_{turns}"] = summary(forks), summary(replays)
+            rows += [
+                (f"fork at turn {turns} (replay of the prefix)", forks),
+                (f"reset + replay to turn {turns}", replays),
+            ]
+    print("| operation | p50 ms | p95 ms |\n|---|---:|---:|")
+    for name, values in rows:
+        stats = summary(values)
+        print(f"| {name} | {stats['p50']:.0f} | {stats['p95']:.0f} |")
+    print(json.dumps(numbers))
+
+
+if __name__ == "__main__":
+    main()

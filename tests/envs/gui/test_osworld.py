@@ -1,0 +1,254 @@
+"""OSWorld-format tasks without a desktop: the loader's refusals, the generators, and the metrics on real files,
+gold, mutated and forged (the hack suite). The same tasks through the real apps: test_real_apps.py."""
+
+import io
+import json
+import re
+import zipfile
+
+import docx
+import openpyxl
+import pptx
+import pytest
+
+from agentgym.envs.gui import generators, metrics, osworld
+from agentgym.envs.gui.env import apps_catalog
+
+
+class Files:
+    """An Inspector over a dict of path → bytes (what the desktop would hold)."""
+
+    def __init__(self, files):
+        self.files = files
+
+    def read_bytes(self, path):
+        return self.files.get(path)
+
+    def read(self, path):
+        data = self.read_bytes(path)
+        return None if data is None else data.decode()
+
+
+def with_cached_values(book_bytes: bytes, values: dict[str, object]) -> bytes:
+    """The workbook with formula cells' cached values set, as LibreOffice writes them (openpyxl writes none)."""
+    source = zipfile.ZipFile(io.BytesIO(book_bytes))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as target:
+        for item in source.infolist():
+            data = source.read(item)
+            if item.filename == "xl/worksheets/sheet1.xml":
+                text = data.decode()
+                for cell, value in values.items():
+                    text = re.sub(
+                        rf'(<c r="{cell}"[^>]*>\s*<f>[^<]*</f>)\s*<v\s*(/>|>\s*</v>)', rf"\1<v>{value}</v>", text
+                    )
+                data = text.encode()
+            target.writestr(item, data)
+    return out.getvalue()
+
+
+def saved_sheet(task_id: str, edit) -> bytes:
+    """The task's input workbook after ``edit(sheet)`` (formulas given cached values as LibreOffice would)."""
+    spec, files = generators.generate(*task_id.split("-")[:2], int(task_id.rsplit("-", 1)[1]))
+    book = openpyxl.load_workbook(io.BytesIO(files[spec["config"][0]["parameters"]["files"][0]["url"]]))
+    cached = edit(book.active) or {}
+    buffer = io.BytesIO()
+    book.save(buffer)
+    return with_cached_values(buffer.getvalue(), cached)
+
+
+def result_path(task):
+    return json.dumps(task.instruction).split("The file ")[1].split(" is open")[0]
+
+
+def test_the_generators_make_a_dozen_tasks_per_app_with_distinct_inputs():
+    catalog = apps_catalog()
+    by_app = {}
+    for task_id in catalog:
+        by_app.setdefault(task_id.split("-")[0], []).append(task_id)
+    assert all(len(by_app[app]) >= 12 for app in ("calc", "writer", "impress"))
+    # Seeds change the files, not just the ids.
+    inputs = {bytes(next(iter(task.files.values()))) for task in catalog.values()}
+    assert len(inputs) == len(catalog)
+    for task in catalog.values():
+        assert task.solution[-1] == "done()" and task.feasible
+
+
+def test_every_untouched_input_fails_its_check():
+    for task in apps_catalog().values():
+        ((relative, data),) = task.files.items()
+        problem = task.check(Files({f"/home/agent/{relative}": data}))
+        assert problem, task.id
+
+
+def test_a_missing_file_fails():
+    task = apps_catalog()["calc-sum-0"]
+    assert "not saved" in task.check(Files({}))
+
+
+def test_calc_sum_gold_passes_and_the_hacks_fail():
+    task = apps_catalog()["calc-sum-0"]
+    path = "/home/agent/Documents/budget.xlsx"
+    spec, _ = generators.generate("calc", "sum", 0)
+    last = len(openpyxl.load_workbook(io.BytesIO(_["budget.xlsx"])).active["B"])  # rows of data + header
+    total_row = last + 1
+    amounts = [row[1].value for row in openpyxl.load_workbook(io.BytesIO(_["budget.xlsx"])).active.iter_rows(min_row=2)]
+
+    def solved(sheet):
+        sheet[f"A{total_row}"] = "Total"
+        sheet[f"B{total_row}"] = f"=SUM(B2:B{last})"
+        return {f"B{total_row}": sum(amounts)}
+
+    assert task.check(Files({path: saved_sheet("calc-sum-0", solved)})) is None
+
+    def typed_number(sheet):  # the right number, typed: no formula
+        sheet[f"A{total_row}"], sheet[f"B{total_row}"] = "Total", sum(amounts)
+
+    assert "not a formula" in task.check(Files({path: saved_sheet("calc-sum-0", typed_number)}))
+
+    def forged_cache(sheet):  # a formula whose cached value is the gold number but computes something else
+        sheet[f"A{total_row}"], sheet[f"B{total_row}"] = "Total", "=B2"
+        return {f"B{total_row}": sum(amounts)}
+
+    assert "its formula" in task.check(Files({path: saved_sheet("calc-sum-0", forged_cache)}))
+
+    def edited_data(sheet):  # the data changed so that a different total fits
+        sheet["B2"] = sheet["B2"].value + 1
+        sheet[f"A{total_row}"], sheet[f"B{total_row}"] = "Total", f"=SUM(B2:B{last})"
+        return {f"B{total_row}": sum(amounts) + 1}
+
+    assert "B2" in task.check(Files({path: saved_sheet("calc-sum-0", edited_data)}))
+    # The wrong format under the right name: CSV text, or an OpenDocument sheet.
+    assert "not an xlsx" in task.check(Files({path: b"Item,Amount\nTotal,1\n"}))
+    ods = io.BytesIO()
+    with zipfile.ZipFile(ods, "w") as package:
+        package.writestr("mimetype", "application/vnd.oasis.opendocument.spreadsheet")
+        package.writestr("content.xml", "<office:document-content/>")
+    assert "not an xlsx" in task.check(Files({path: ods.getvalue()}))
+
+
+def test_a_formula_the_checker_cannot_evaluate_fails():
+    task = apps_catalog()["calc-sum-0"]
+
+    def outside_the_grid(sheet):
+        sheet["A20"] = "=1+1"
+        return {"A20": 2}
+
+    problem = task.check(Files({"/home/agent/Documents/budget.xlsx": saved_sheet("calc-sum-0", outside_the_grid)}))
+    assert problem
+
+
+def writer_file(paragraphs) -> bytes:
+    document = docx.Document()
+    for text, bold in paragraphs:
+        document.add_paragraph().add_run(text).bold = bold or None
+    buffer = io.BytesIO()
+    document.save(buffer)
+    return buffer.getvalue()
+
+
+def test_writer_gold_passes_and_the_hacks_fail():
+    catalog = apps_catalog()
+    for kind in generators.WRITER_KINDS:
+        task = catalog[f"writer-{kind}-0"]
+        spec, files = generators.generate("writer", kind, 0)
+        path = spec["evaluator"]["result"][0]["path"]
+        gold = files[spec["evaluator"]["expected"][0]["path"]]
+        assert task.check(Files({path: gold})) is None, kind
+        assert task.check(Files({path: files[spec["config"][0]["parameters"]["files"][0]["url"]]})), kind
+    # Bold: the right text without the bold fails; bold on the wrong paragraph fails.
+    task = catalog["writer-bold-0"]
+    spec, files = generators.generate("writer", "bold", 0)
+    path = spec["evaluator"]["result"][0]["path"]
+    texts = [p.text for p in docx.Document(io.BytesIO(files["gold-" + path.rsplit("/", 1)[1]])).paragraphs]
+    assert "bold" in task.check(Files({path: writer_file([(t, i == 1) for i, t in enumerate(texts)])}))
+    # The right text as a picture is no text: a document with only an image fails.
+    picture = io.BytesIO()
+    from PIL import Image
+
+    Image.new("RGB", (40, 10), "white").save(picture, "PNG")
+    document = docx.Document()
+    document.add_picture(io.BytesIO(picture.getvalue()))
+    buffer = io.BytesIO()
+    document.save(buffer)
+    assert task.check(Files({path: buffer.getvalue()}))
+
+
+def test_the_loader_refuses_what_the_format_does_not_allow():
+    spec, files = generators.generate("calc", "sum", 1)
+    osworld.load_task(spec, files)  # the generated form loads
+    for change, message in [
+        (lambda s: s["config"].append({"type": "reboot", "parameters": {}}), "unknown set-up step"),
+        (lambda s: s["config"].append(s["config"][1]), "more than one open"),
+        (lambda s: s["config"].pop(1), "no open or launch"),
+        (lambda s: s["evaluator"].update(func=["compare_everything"]), "unknown metric"),
+        (lambda s: s["evaluator"].update(conj="xor"), "conj"),
+        (lambda s: s["evaluator"].update(result=[]), "result getters"),
+        (lambda s: s["config"][0]["parameters"]["files"][0].update(url="https://example.com/x.xlsx"), "downloads"),
+        (lambda s: s["config"][0]["parameters"]["files"][0].update(path="/etc/x.xlsx"), "files go under"),
+    ]:
+        broken = json.loads(json.dumps(spec))
+        change(broken)
+        with pytest.raises(ValueError, match=message):
+            osworld.load_task(broken, files)
+
+
+def test_a_task_file_loads_with_its_files_beside_it(tmp_path):
+    spec, files = generators.generate("writer", "title", 2)
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "task.json").write_text(json.dumps(spec))
+    task = osworld.load_task_file(tmp_path / "task.json")
+    assert task.id == "writer-title-2" and task.app.argv[0] == "soffice"
+    gold = spec["evaluator"]["expected"][0]["path"]
+    assert task.check(Files({spec["evaluator"]["result"][0]["path"]: files[gold]})) is None
+    spec["config"][0]["parameters"]["files"][0]["url"] = "../outside.docx"
+    (tmp_path / "task.json").write_text(json.dumps(spec))
+    with pytest.raises(ValueError, match="outside the task's folder"):
+        osworld.load_task_file(tmp_path / "task.json")
+
+
+def test_infeasible_and_or_conj():
+    spec, files = generators.generate("writer", "append", 0)
+    spec = json.loads(json.dumps(spec))
+    spec["evaluator"] = {"func": "infeasible"}
+    assert not osworld.load_task(spec, files).feasible
+    spec["evaluator"] = {
+        "func": ["check_include_exclude", "check_include_exclude"],
+        "conj": "or",
+        "result": {"type": "vm_file", "path": "/home/agent/a.txt"},
+        "expected": [{"type": "rule", "rules": {"include": ["x"]}}, {"type": "rule", "rules": {"include": ["y"]}}],
+    }
+    task = osworld.load_task(spec, files)
+    assert task.check(Files({"/home/agent/a.txt": b"y"})) is None
+    assert "'x'" in task.check(Files({"/home/agent/a.txt": b"z"}))
+    spec["evaluator"]["conj"] = "and"
+    assert "'x'" in osworld.load_task(spec, files).check(Files({"/home/agent/a.txt": b"y"}))
+
+
+def test_impress_gold_passes_and_a_changed_slide_fails():
+    catalog = apps_catalog()
+    for kind in generators.IMPRESS_KINDS:
+        spec, files = generators.generate("impress", kind, 1)
+        task, path = catalog[f"impress-{kind}-1"], spec["evaluator"]["result"][0]["path"]
+        gold = files[spec["evaluator"]["expected"][0]["path"]]
+        assert task.check(Files({path: gold})) is None, kind
+    # The right title on the wrong slide, and a deck missing a slide.
+    spec, files = generators.generate("impress", "title", 1)
+    path, task = spec["evaluator"]["result"][0]["path"], catalog["impress-title-1"]
+    deck = pptx.Presentation(io.BytesIO(files[spec["evaluator"]["expected"][0]["path"]]))
+    titles = [slide.shapes.title.text for slide in deck.slides]
+    deck.slides[0].shapes.title.text, deck.slides[1].shapes.title.text = titles[1], titles[0]
+    buffer = io.BytesIO()
+    deck.save(buffer)
+    assert "slides' texts" in task.check(Files({path: buffer.getvalue()}))
+    slides = deck.slides._sldIdLst
+    slides.remove(slides[-1])
+    buffer = io.BytesIO()
+    deck.save(buffer)
+    assert "slides' texts" in task.check(Files({path: buffer.getvalue()}))
+    assert "not a pptx" in task.check(Files({path: files[spec["evaluator"]["expected"][0]["path"]][:100]}))
+
+
+def test_metrics_are_registered_under_osworld_names():
+    assert {"compare_table", "compare_docx_files", "compare_pptx_files"} <= set(metrics.METRICS)

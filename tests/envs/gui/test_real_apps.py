@@ -1,0 +1,120 @@
+"""The real apps (LibreOffice Calc and Writer) in the desktop-apps image: reference solutions through the GUI,
+the accessibility tree, a policy that changes nothing, and fork == replay. The full sweep is slow-marked."""
+
+import time
+
+import numpy as np
+import pytest
+
+from agentgym.envs.gui import DesktopAppsEnv
+from agentgym.envs.gui.env import SandboxFiles, apps_catalog
+from agentgym.sandbox import deskctl
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def apps_env(desktop_apps_image):
+    env = DesktopAppsEnv(image=desktop_apps_image)
+    yield env
+    env.close()
+
+
+def _play(env, steps):
+    frames, info = [], {}
+    for step in steps:
+        observation, reward, terminated, truncated, info = env.step(step)
+        assert info["error"] is None, (step, observation["text"][-2000:])
+        frames.append((observation["image"], observation["text"]))
+    return frames, info
+
+
+def _solve(env, task_id):
+    task = apps_catalog()[task_id]
+    observation, _ = env.reset(options={"task_id": task_id})
+    assert task.check(SandboxFiles(env.desktop)) is not None  # the untouched start does not pass
+    _, info = _play(env, task.solution)
+    assert info["success"] and info["grade"]["problem"] is None, info["grade"]
+    return observation
+
+
+@pytest.mark.parametrize("task_id", ["calc-sum-0", "writer-bold-0"])
+def test_reference_solution_through_the_gui(apps_env, task_id):
+    _solve(apps_env, task_id)
+
+
+@pytest.mark.slow  # the whole generated catalogue through LibreOffice
+@pytest.mark.parametrize("task_id", list(apps_catalog()))
+def test_every_reference_solution(apps_env, task_id):
+    _solve(apps_env, task_id)
+
+
+def test_the_accessibility_tree_shows_the_open_sheet(apps_env):
+    observation, _ = apps_env.reset(options={"task_id": "calc-fix-0"})
+    text = observation["text"]
+    tree = text.split("Accessibility tree (role, name, text, position, size):\n", 1)[1]
+    rows = [line.split("\t") for line in tree.splitlines()[1:]]
+    assert all(len(row) == 5 for row in rows), rows[:5]
+    # Calc's visible cells come through the table interface: the header cells the generator wrote.
+    cells = {row[1]: row[2] for row in rows if row[0] == "table cell"}
+    assert cells.get("A1") == "Item" and cells.get("B1") == "Stock", sorted(cells.items())[:10]
+
+
+def test_doing_nothing_scores_zero(apps_env):
+    apps_env.reset(options={"task_id": "writer-append-1"})
+    _, reward, terminated, _, info = apps_env.step("done()")
+    assert terminated and reward == 0.0 and info["grade"]["problem"]
+
+
+def test_fork_equals_replay(desktop_apps_image):
+    """A fork mid-episode, LibreOffice open with an unsaved edit: its next screens equal a replay's, and both solve."""
+    task = apps_catalog()["calc-product-1"]
+    prefix = 2  # the cursor moved and the column typed, not saved
+    original, replayed, fork = DesktopAppsEnv(image=desktop_apps_image), DesktopAppsEnv(image=desktop_apps_image), None
+    try:
+        for env in (original, replayed):
+            env.reset(options={"task_id": task.id})
+            _play(env, task.solution[:prefix])
+        with original.snapshot() as snapshot:
+            assert snapshot.metadata["fork"] == "replay" and snapshot.metadata["actions"] == prefix
+            fork = original.fork(snapshot)
+        forked, fork_info = _play(fork, task.solution[prefix:])
+        replay, replay_info = _play(replayed, task.solution[prefix:])
+        for (fork_image, fork_text), (replay_image, replay_text) in zip(forked, replay):
+            assert fork_text == replay_text
+            assert np.array_equal(fork_image, replay_image), (
+                f"{(fork_image != replay_image).any(-1).sum()} pixels differ"
+            )
+        assert fork_info["success"] and replay_info["success"]
+    finally:
+        for env in (original, replayed, fork):
+            if env is not None:
+                env.close()
+
+
+def test_a_frozen_app_costs_the_tree_walk_its_time_limit_and_no_more(apps_env):
+    """The agent's code (here `sandbox.exec` as its user, standing in for a LibreOffice macro) stops the app:
+    the walk, whose AT-SPI calls the app no longer answers, is cut at its limit and the step goes on."""
+    apps_env.reset(options={"task_id": "calc-max-0"})
+    apps_env.desktop.sandbox.exec("pkill -STOP -f 'soffice[.]bin'")
+    try:
+        started = time.monotonic()
+        observation, _, terminated, _, info = apps_env.step('key("Down")')
+        took = time.monotonic() - started
+    finally:
+        apps_env.desktop.sandbox.exec("pkill -CONT -f 'soffice[.]bin'")
+    assert "did not answer in time" in observation["text"] and not terminated and "env_error" not in info
+    assert took < deskctl.TREE_LIMIT_S + 20
+
+
+def test_the_walk_is_bounded_in_time_and_size(monkeypatch):
+    """What the walker prints is the agent's to shape (it runs as the agent's uid): cut at the limits."""
+    monkeypatch.setattr(deskctl, "TREE_LIMIT_S", 1.0)
+    monkeypatch.setattr(deskctl, "TREE_SCRIPT", ["import time; time.sleep(30)"])
+    started = time.monotonic()
+    assert deskctl.accessibility_tree(1024, 768) == "(the accessibility tree did not answer in time)"
+    assert time.monotonic() - started < 5
+    monkeypatch.setattr(deskctl, "TREE_SCRIPT", ["import sys; sys.stdout.write('x' * (64 << 20))"])
+    assert len(deskctl.accessibility_tree(1024, 768)) <= deskctl.TREE_CHARS + 4096
+    monkeypatch.setattr(deskctl, "TREE_SCRIPT", ["raise SystemExit('no bus')"])
+    assert deskctl.accessibility_tree(1024, 768).startswith("(the accessibility tree could not be read: no bus")

@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING
 from agentgym._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from agentgym.gateway.programs import GatewayJob, Program, ProgramContext, load_program, run_episode
+    from agentgym.gateway.programs import (
+        GatewayJob,
+        Program,
+        ProgramConfig,
+        ProgramContext,
+        load_program,
+        run_episode,
+    )
     from agentgym.gateway.server import Gateway
     from agentgym.gateway.session import Session, SessionLimits
 
@@ -19,6 +26,7 @@ _EXPORTS = {
     "Gateway": "server",
     "GatewayJob": "programs",
     "Program": "programs",
+    "ProgramConfig": "programs",
     "ProgramContext": "programs",
     "Session": "session",
     "SessionLimits": "session",

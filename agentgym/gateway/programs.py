@@ -40,7 +40,7 @@ from agentgym.gateway.server import Gateway
 from agentgym.gateway.session import SessionLimits
 from agentgym.rollout.trajectory import Trajectory
 
-__all__ = ["GatewayJob", "Program", "ProgramContext", "load_program", "run_episode"]
+__all__ = ["GatewayJob", "Program", "ProgramConfig", "ProgramContext", "load_program", "run_episode"]
 
 _OUTPUT_TAIL = 64 * 1024  # bytes of a command's stdout and stderr kept (the answer is its last line)
 
@@ -265,3 +265,34 @@ class GatewayJob:
             return
         del self._gateways[loop]
         await gateway.aclose()
+
+
+@dataclass(frozen=True)
+class ProgramConfig:
+    """A config's ``gateway`` section (trainers with ``rollout_backend: gateway``): the program and its bounds.
+
+    Attributes:
+        program: ``"module:function"`` (a callable taking a :class:`ProgramContext`) or a command (argv list).
+        timeout: seconds a program may run per episode.
+        max_calls: model calls per episode.
+        max_concurrent: model calls of one episode in flight at once.
+    """
+
+    program: str | list[str]
+    timeout: float = 300.0
+    max_calls: int = 64
+    max_concurrent: int = 4
+
+    def __post_init__(self):
+        load_program(self.program)  # a bad program fails at config time, not at the first rollout
+        if self.timeout <= 0:
+            raise ValueError(f"gateway.timeout must be positive, got {self.timeout}")
+        SessionLimits(self.max_calls, self.max_concurrent)
+
+    def job(self, *, override_sampling: bool = True) -> GatewayJob:
+        return GatewayJob(
+            self.program,
+            timeout=self.timeout,
+            limits=SessionLimits(self.max_calls, self.max_concurrent),
+            override_sampling=override_sampling,
+        )

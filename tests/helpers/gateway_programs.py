@@ -116,6 +116,16 @@ async def agents_sdk_agent(base_url: str, api_key: str, mcp_url: str, goal: str,
         return result.final_output
 
 
+async def openai_program(context) -> str | None:
+    """:func:`openai_agent` as a gateway program (a callable taking a ProgramContext)."""
+    return await openai_agent(context.base_url, context.api_key, context.mcp_url, context.goal, context.model)
+
+
+async def agents_sdk_program(context) -> str | None:
+    """:func:`agents_sdk_agent` as a gateway program."""
+    return await agents_sdk_agent(context.base_url, context.api_key, context.mcp_url, context.goal, context.model)
+
+
 def main() -> None:
     answer = asyncio.run(
         openai_agent(

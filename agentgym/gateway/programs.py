@@ -9,7 +9,7 @@ closed (its key refused from then on) and returned as a :class:`~agentgym.rollou
 **How it ends and who grades.** The episode ends when the program submits (a tool call that ends
 the env's episode grades it there) or exits. A program that exits without submitting has its
 answer — a callable's return value, a command's last line of output — submitted for it: through
-the env's ``submit`` tool (the answer as its one required argument, or no argument when it takes
+the env's ``submit`` tool (the answer as its first argument, or no argument when it takes
 none: the grader then judges the state the program left, e.g. a repository's tests), or as the
 final reply of an env that takes text answers. Without an answer nothing is graded: reward 0.
 ``metadata["graded_by"]`` says which: ``"program"``, ``"gateway"`` or ``None``.
@@ -126,8 +126,9 @@ async def _submit_for(gateway: Gateway, session, answer: str) -> str | None:
     env = session.env
     tools = {t.name: t for t in env.unwrapped.tools()}
     if "submit" in tools:
-        required = list(tools["submit"].required)
-        action: Any = {"name": "submit", "arguments": {required[0]: answer} if required else {}}
+        spec = tools["submit"]
+        names = list(spec.required) or list(spec.properties)  # its one argument, required or not (KeyChain's answer)
+        action: Any = {"name": "submit", "arguments": {names[0]: answer} if names else {}}
     elif getattr(env.unwrapped, "allow_text_replies", False):
         action = answer
     else:

@@ -58,7 +58,7 @@ class _Recorder(PolicyServer):
     """The policy server with each call's prompt taken from its session and each sample recorded there."""
 
     def __init__(self, policy: Policy, model_name: str, sampling: SamplingParams | None):
-        super().__init__(policy, model_name, None, allow_weight_updates=False)
+        super().__init__(policy, model_name, getattr(policy, "context_window", None), allow_weight_updates=False)
         self.sampling = sampling
 
     def _chat_prompt(self, messages: list[dict], tools: list[dict] | None) -> list[int]:

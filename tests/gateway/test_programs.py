@@ -50,8 +50,10 @@ async def test_an_unmodified_program_solves_a_code_env_task_through_the_gateway(
     import agentgym  # noqa: F401  (registers the envs)
 
     env = gymnasium.make("agentgym/code.humaneval-v0")
+    policy = ScriptedPolicy(programs.humaneval_replies)
+    policy.context_window = 4096  # the solution is one long reply: room for it when the program sets no max_tokens
     try:
-        async with Gateway(ScriptedPolicy(programs.humaneval_replies)) as gateway:
+        async with Gateway(policy) as gateway:
             trajectory = await run_episode(gateway, env, program, task_id="HumanEval/0", timeout=120)
     finally:
         env.close()
@@ -78,10 +80,11 @@ async def test_with_the_tiny_model_episodes_are_token_exact(tmp_path):
             for program in AGENTS:
                 sampled.clear()
                 trajectory = await run_episode(gateway, env, program, task_id="train-1", timeout=120)
-                assert trajectory.metadata["program_error"] is None
-                assert [(t.prompt_ids, t.completion_ids, t.logprobs) for t in trajectory.turns] == sampled
-                # The gateway graded what the program ended on (the tiny model does not solve it).
-                assert trajectory.metadata["graded_by"] in ("program", "gateway") and not trajectory.success
+                assert sampled and [(t.prompt_ids, t.completion_ids, t.logprobs) for t in trajectory.turns] == sampled
+                assert not trajectory.success  # the tiny model does not solve it
+                error = trajectory.metadata["program_error"]
+                if error is not None:  # the Agents SDK refuses a reply cut at the length limit, as it would OpenAI's
+                    assert "incomplete" in error and trajectory.metadata["graded_by"] is None
     finally:
         env.close()
         await policy.aclose()

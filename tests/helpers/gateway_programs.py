@@ -79,7 +79,7 @@ async def openai_agent(base_url: str, api_key: str, mcp_url: str, goal: str, mod
         ]
         messages: list[dict] = [{"role": "user", "content": goal}]
         for _ in range(MAX_STEPS):
-            reply = await client.chat.completions.create(model=model, messages=messages, tools=tools, max_tokens=200)
+            reply = await client.chat.completions.create(model=model, messages=messages, tools=tools, max_tokens=1024)
             message = reply.choices[0].message
             messages.append(message.model_dump(exclude_none=True))
             if not message.tool_calls:

@@ -6,7 +6,7 @@ template: replies cost no sampling, so what is timed is the server) is served tw
 and the chat template) and by the gateway (which also checks the session, splices the sampled ids
 into the prompt and records the call). A multi-turn conversation (each call appends the reply
 and a tool result, ``--turns`` calls) is sent to each, interleaved call by call, from one aiohttp
-client; the overhead is the p50 of (gateway − direct) per call position. Target: p50 ≤ 2 ms added.
+client; the overhead is the p50 of (gateway − direct) over the calls (and per call position). Target: p50 ≤ 2 ms added.
 
 **Episodes/s.** KeyChain episodes of an unmodified program on the `openai` client + the `mcp`
 client (tests/helpers/gateway_programs.py: its tools over the gateway's MCP server, 4–5 model
@@ -65,6 +65,7 @@ async def overhead(turns: int, conversations: int) -> dict:
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     direct = f"http://127.0.0.1:{runner.addresses[0][1]}/v1/chat/completions"
     gaps, direct_ms, gateway_ms = [], [], []
+    by_turn: dict[int, list[float]] = {}
     async with Gateway(policy, limits=SessionLimits(max_calls=turns + 1)) as gateway, aiohttp.ClientSession() as http:
         through = gateway.base_url + "/chat/completions"
         for c in range(conversations + 2):  # the first two warm both servers up and are not counted
@@ -86,6 +87,7 @@ async def overhead(turns: int, conversations: int) -> dict:
                     direct_ms.append(timings[direct])
                     gateway_ms.append(timings[through])
                     gaps.append(timings[through] - timings[direct])
+                    by_turn.setdefault(turn, []).append(timings[through] - timings[direct])
             assert session.not_appended == 0
             gateway.close_session(session)
     await runner.cleanup()
@@ -95,6 +97,7 @@ async def overhead(turns: int, conversations: int) -> dict:
         "gateway_p50_ms": statistics.median(gateway_ms),
         "added_p50_ms": statistics.median(gaps),
         "added_p95_ms": percentiles(gaps)[1],
+        "added_p50_ms_by_turn": [round(statistics.median(by_turn[t]), 3) for t in sorted(by_turn)],
     }
 
 
@@ -141,6 +144,7 @@ def main() -> None:
     print(f"| backend directly (`agentgym serve`'s app) | {cost['direct_p50_ms']:.2f} | |")
     print(f"| through the gateway | {cost['gateway_p50_ms']:.2f} | |")
     print(f"| **added by the gateway** | **{cost['added_p50_ms']:.2f}** | {cost['added_p95_ms']:.2f} |")
+    print(f"added p50 by call position in the conversation (ms): {cost['added_p50_ms_by_turn']}")
     rates = [asyncio.run(throughput(int(n), args.episodes)) for n in args.concurrency.split(",")]
     print("\n| programs at once | episodes | solved | episodes/s | model calls/s |\n|---:|---:|---:|---:|---:|")
     for r in rates:

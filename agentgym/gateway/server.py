@@ -52,6 +52,7 @@ class _Call:
     messages: list[dict] | None = None
     tools: Any = None
     prompt_ids: list[int] | None = None
+    rendered: str | None = None  # the messages' rendering with the generation prompt
 
 
 class _Recorder(PolicyServer):
@@ -62,10 +63,13 @@ class _Recorder(PolicyServer):
         self.sampling = sampling
 
     def _chat_prompt(self, messages: list[dict], tools: list[dict] | None) -> list[int]:
-        fresh = super()._chat_prompt(messages, tools)
+        try:  # rendered here rather than by super(): the session reuses the text on the next call
+            rendered = self.format.render_prompt(messages, tools)
+        except Exception as exc:
+            raise RequestError(f"the messages cannot be rendered with the chat template: {exc}", "messages") from None
         call = _CALL.get()
-        call.messages, call.tools = messages, tools
-        call.prompt_ids = call.session.prompt_ids(self.format, messages, tools, fresh)
+        call.messages, call.tools, call.rendered = messages, tools, rendered
+        call.prompt_ids = call.session.prompt_ids(self.format, messages, tools, self.format.encode(rendered))
         return call.prompt_ids
 
     async def _sample(self, prompt_ids: list[int], sampling, images: list[bytes]) -> list[Completion]:
@@ -85,7 +89,7 @@ class _Recorder(PolicyServer):
         reply = None
         if call.messages is not None:
             reply = _reply_message(completion, call.tools)
-        call.session.record(call.messages, call.tools, list(prompt_ids), completion, reply)
+        call.session.record(call.messages, call.tools, list(prompt_ids), completion, reply, call.rendered)
         return [completion]
 
 

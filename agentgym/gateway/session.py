@@ -65,6 +65,7 @@ class _Last:
     tools: Any
     reply: dict
     turn: Turn
+    rendered: str | None  # the messages' rendering (with the generation prompt): continuing renders it once, not twice
 
 
 @dataclass
@@ -108,7 +109,9 @@ class Session:
             and _key(messages[k]) == last.reply
         ):
             try:
-                tail, _ = fmt.continuation_ids(last.messages, last.turn.completion_ids, messages[k + 1 :], tools)
+                tail, _ = fmt.continuation_ids(
+                    last.messages, last.turn.completion_ids, messages[k + 1 :], tools, rendered=last.rendered
+                )
             except TemplateError:
                 tail = None
             if tail is not None:
@@ -118,9 +121,16 @@ class Session:
         return fresh
 
     def record(
-        self, messages: list[dict] | None, tools: Any, prompt_ids: list[int], completion: Completion, reply: dict | None
+        self,
+        messages: list[dict] | None,
+        tools: Any,
+        prompt_ids: list[int],
+        completion: Completion,
+        reply: dict | None,
+        rendered: str | None = None,
     ) -> Turn:
-        """Add the call's turn; ``reply`` is the assistant message returned (None: a raw completions call)."""
+        """Add the call's turn; ``reply`` is the assistant message returned (None: a raw completions call), ``rendered``
+        the messages' rendering with the generation prompt."""
         previous = self.turns[-1] if self.turns else None
         probe = Turn(prompt_ids, [], [], [0] * len(prompt_ids))
         if previous is not None and probe.extends(previous):
@@ -140,7 +150,7 @@ class Session:
             replica=completion.replica,
         )
         self.turns.append(turn)
-        self._last = None if messages is None or reply is None else _Last(messages, tools, _key(reply), turn)
+        self._last = None if messages is None or reply is None else _Last(messages, tools, _key(reply), turn, rendered)
         return turn
 
     # -- the env's side ------------------------------------------------------------------------

@@ -62,8 +62,8 @@ async def openai_agent(base_url: str, api_key: str, mcp_url: str, goal: str, mod
     from mcp.shared._httpx_utils import create_mcp_http_client
     from openai import AsyncOpenAI
 
-    client = AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0)
     async with (
+        AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client,
         create_mcp_http_client(headers={"Authorization": f"Bearer {api_key}"}) as http,
         streamable_http_client(mcp_url, http_client=http) as (read, write),
         ClientSession(read, write) as mcp_session,
@@ -102,10 +102,12 @@ async def agents_sdk_agent(base_url: str, api_key: str, mcp_url: str, goal: str,
     from openai import AsyncOpenAI
 
     set_tracing_disabled(True)  # no trace export (it would go to api.openai.com)
-    client = AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0)
-    async with MCPServerStreamableHttp(
-        {"url": mcp_url, "headers": {"Authorization": f"Bearer {api_key}"}}, cache_tools_list=True
-    ) as server:
+    async with (
+        AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client,
+        MCPServerStreamableHttp(
+            {"url": mcp_url, "headers": {"Authorization": f"Bearer {api_key}"}}, cache_tools_list=True
+        ) as server,
+    ):
         agent = Agent(
             name="solver",
             instructions="Use the tools to solve the task.",

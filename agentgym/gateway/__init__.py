@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING
 from agentgym._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from agentgym.gateway.branching import Replay, fork_episode
     from agentgym.gateway.programs import (
         GatewayJob,
         Program,
         ProgramConfig,
         ProgramContext,
         load_program,
+        reset_and_run,
         run_episode,
     )
     from agentgym.gateway.server import Gateway
@@ -30,7 +32,10 @@ _EXPORTS = {
     "ProgramContext": "programs",
     "Session": "session",
     "SessionLimits": "session",
+    "Replay": "branching",
+    "fork_episode": "branching",
     "load_program": "programs",
+    "reset_and_run": "programs",
     "run_episode": "programs",
 }
 

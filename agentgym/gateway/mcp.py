@@ -72,14 +72,21 @@ def add_mcp_routes(app: web.Application, gateway: Gateway) -> None:
                 return _error(request_id, -32602, "tools/call needs a name and an arguments object")
             if session.env is None:
                 return _error(request_id, -32602, f"unknown tool {name!r}: this session has no env")
-            async with gateway.env_lock(session):
-                observation, reward, terminated, truncated, info = await session.env.astep(
-                    {"name": name, "arguments": arguments}
+            if session.replay is not None and session.replay.serves_step():
+                step = session.replay.step(name, arguments)  # the forked env is past it: answered from the record
+                session.add_step(step.text, step.reward, False, None, (name, arguments, step.is_error))
+                text, is_error = step.text, step.is_error
+            else:
+                async with gateway.env_lock(session):
+                    observation, reward, terminated, truncated, info = await session.env.astep(
+                        {"name": name, "arguments": arguments}
+                    )
+                text = observation["text"] if isinstance(observation, dict) else str(observation)
+                done, is_error = terminated or truncated, bool(info.get("error"))
+                session.add_step(
+                    text, float(reward), done, info.get("success") if done else None, (name, arguments, is_error)
                 )
-            text = observation["text"] if isinstance(observation, dict) else str(observation)
-            done = terminated or truncated
-            session.add_step(text, float(reward), done, info.get("success") if done else None)
-            result = {"content": [{"type": "text", "text": text}], "isError": bool(info.get("error"))}
+            result = {"content": [{"type": "text", "text": text}], "isError": is_error}
         else:
             return _error(request_id, -32601, f"method not found: {method}")
         return web.json_response({"jsonrpc": "2.0", "id": request_id, "result": result})

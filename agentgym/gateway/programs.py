@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgym.gateway.server import Gateway
-from agentgym.gateway.session import SessionLimits
+from agentgym.gateway.session import Session, SessionLimits
 from agentgym.rollout.trajectory import Trajectory
 
 __all__ = ["GatewayJob", "Program", "ProgramConfig", "ProgramContext", "load_program", "run_episode"]
@@ -100,16 +100,58 @@ async def run_episode(
     limits: SessionLimits | None = None,
 ) -> Trajectory:
     """One episode of ``program`` on ``env``'s task through ``gateway`` (see the module docstring)."""
+    trajectory, _ = await reset_and_run(
+        gateway, env, program, task_id=task_id, seed=seed, timeout=timeout, limits=limits
+    )
+    return trajectory
+
+
+async def reset_and_run(
+    gateway: Gateway,
+    env: Any,
+    program: Program,
+    *,
+    task_id: str | None,
+    seed: int | None = None,
+    timeout: float = 300.0,
+    limits: SessionLimits | None = None,
+    branching: bool = False,
+) -> tuple[Trajectory, Session]:
+    """:func:`run_episode`, returning its session too (with ``branching``, the one to fork from)."""
     observation, info = await env.areset(seed=seed, options={"task_id": task_id} if task_id else None)
     goal = observation["text"] if isinstance(observation, dict) else str(observation)
-    task_id = info.get("task_id", task_id)
+    return await run_program_episode(
+        gateway, env, program, info.get("task_id", task_id), goal, timeout=timeout, limits=limits, branching=branching
+    )
+
+
+async def run_program_episode(
+    gateway: Gateway,
+    env: Any,
+    program: Program,
+    task_id: str | None,
+    goal: str,
+    *,
+    timeout: float = 300.0,
+    limits: SessionLimits | None = None,
+    branching: bool = False,
+    replay: Any = None,
+) -> tuple[Trajectory, Session]:
+    """The program's part of an episode on ``env`` as it stands (reset, or a fork being replayed)."""
     session = gateway.open_session(
-        task_id, env=env, env_id=getattr(env.unwrapped, "kind", ""), initial_observation=goal, limits=limits
+        task_id,
+        env=env,
+        env_id=getattr(env.unwrapped, "kind", ""),
+        initial_observation=goal,
+        limits=limits,
+        branching=branching,
+        replay=replay,
     )
+    tools = [t.to_openai() for t in env.unwrapped.tools()]
     context = ProgramContext(
-        gateway.base_url, session.key, gateway.mcp_url, gateway.model_name, task_id or "", goal, info.get("tools", [])
+        gateway.base_url, session.key, gateway.mcp_url, gateway.model_name, task_id or "", goal, tools
     )
-    graded_by = None
+    graded_by = answer = error = None
     try:
         answer, error = await _run(program, context, timeout, lambda: gateway.close_session(session))
         if session.env_done:
@@ -118,7 +160,8 @@ async def run_episode(
             graded_by = await _submit_for(gateway, session, answer)
     finally:
         gateway.close_session(session)
-    return session.trajectory(metadata={"program_error": error, "graded_by": graded_by, "answer": answer})
+    metadata = {"program_error": error, "graded_by": graded_by, "answer": answer}
+    return session.trajectory(metadata=metadata), session
 
 
 async def _submit_for(gateway: Gateway, session, answer: str) -> str | None:

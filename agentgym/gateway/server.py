@@ -58,8 +58,9 @@ class _Call:
 class _Recorder(PolicyServer):
     """The policy server with each call's prompt taken from its session and each sample recorded there."""
 
-    def __init__(self, policy: Policy, model_name: str, sampling: SamplingParams | None):
+    def __init__(self, gateway: Gateway, policy: Policy, model_name: str, sampling: SamplingParams | None):
         super().__init__(policy, model_name, getattr(policy, "context_window", None), allow_weight_updates=False)
+        self.gateway = gateway
         self.sampling = sampling
 
     def _chat_prompt(self, messages: list[dict], tools: list[dict] | None) -> list[int]:
@@ -84,8 +85,15 @@ class _Recorder(PolicyServer):
                 top_k=self.sampling.top_k,
                 max_tokens=min(params.max_tokens, self.sampling.max_tokens),
             )
-        (completion,) = await super()._sample(prompt_ids, sampling, images)
         call = _CALL.get()
+        session = call.session
+        if session.replay is not None and session.replay.serves_call():
+            completion = session.replay.call(prompt_ids)  # the fork's replay: the recorded reply, not a new sample
+        else:
+            if session.branching and session.env is not None:
+                async with self.gateway.env_lock(session):
+                    session.snapshots.append(await session.env.asnapshot())
+            (completion,) = await super()._sample(prompt_ids, sampling, images)
         reply = None
         if call.messages is not None:
             reply = _reply_message(completion, call.tools)
@@ -129,7 +137,7 @@ class Gateway:
         self.limits = limits or SessionLimits()
         self.host, self.port = host, port
         self.sessions: dict[str, Session] = {}
-        self._server = _Recorder(policy, model_name, sampling)
+        self._server = _Recorder(self, policy, model_name, sampling)
         self._runner: web.AppRunner | None = None
         self._env_locks: dict[str, asyncio.Lock] = {}
         self._starting = asyncio.Lock()
@@ -187,14 +195,22 @@ class Gateway:
         env_id: str = "",
         initial_observation: str = "",
         limits: SessionLimits | None = None,
+        branching: bool = False,
+        replay: Any = None,
     ) -> Session:
-        """A new session (its ``key`` is the program's API key); ``env``, reset to the task, serves its tools over MCP."""
+        """A new session (its ``key`` is the program's API key); ``env``, reset to the task, serves its tools over MCP.
+
+        ``branching`` snapshots the env at every model call, so the episode can be forked later;
+        ``replay`` (a :class:`~agentgym.gateway.branching.Replay`) answers a fork's first calls from a record.
+        """
         session = Session(
             task_id=task_id,
             env_id=env_id,
             env=env,
             limits=limits or self.limits,
             initial_observation=initial_observation,
+            branching=branching,
+            replay=replay,
         )
         self.sessions[session.key] = session
         self._env_locks[session.key] = asyncio.Lock()

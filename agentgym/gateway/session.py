@@ -57,6 +57,18 @@ class SessionLimits:
             raise ValueError("max_calls and max_concurrent must be at least 1")
 
 
+@dataclass(frozen=True)
+class ToolStep:
+    """One env step the program took through MCP: after which model call, what it called, what it got back."""
+
+    after_call: int  # the number of model calls made before it
+    name: str
+    arguments: dict
+    text: str
+    is_error: bool
+    reward: float = 0.0
+
+
 @dataclass
 class _Last:
     """The previous call: what it was asked (normalised), the reply it gave, and its turn."""
@@ -93,6 +105,10 @@ class Session:
     initial_observation: str = ""
     closed: bool = False
     started: float = field(default_factory=time.monotonic)
+    steps: list[ToolStep] = field(default_factory=list)
+    branching: bool = False  # snapshot the env at every model call (see agentgym.gateway.branching)
+    snapshots: list[Any] = field(default_factory=list)  # with branching: the env's state when call i was made
+    replay: Any = None  # a fork being replayed up to its fork point (agentgym.gateway.branching.Replay)
     _last: _Last | None = None
 
     # -- called by the gateway for each model call ---------------------------------------------
@@ -155,8 +171,18 @@ class Session:
 
     # -- the env's side ------------------------------------------------------------------------
 
-    def add_step(self, observation: str, reward: float, done: bool, success: bool | None) -> None:
-        """An env step the program took (a tool call): its reward goes to the latest model call."""
+    def add_step(
+        self,
+        observation: str,
+        reward: float,
+        done: bool,
+        success: bool | None,
+        call: tuple[str, dict, bool] | None = None,
+    ) -> None:
+        """An env step the program took (``call``: a tool call's name, arguments, whether it erred): its reward goes
+        to the latest model call."""
+        if call is not None:
+            self.steps.append(ToolStep(len(self.turns), call[0], call[1], observation, call[2], reward))
         self.reward += reward
         if self.turns:
             turn = self.turns[-1]
@@ -183,6 +209,12 @@ class Session:
             error=error,
             metadata={"gateway": self.stats(), **(metadata or {})},
         )
+
+    def release_snapshots(self) -> None:
+        """Free the env snapshots taken for branching (each holds sandbox resources)."""
+        for snapshot in self.snapshots:
+            snapshot.release()
+        self.snapshots.clear()
 
     def stats(self) -> dict:
         """The session's counters (they go into the trajectory's ``metadata["gateway"]``)."""

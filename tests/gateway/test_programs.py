@@ -14,6 +14,7 @@ import pytest
 from agentgym.envs.tool.keychain import KeyChainEnv, make_task
 from agentgym.gateway import Gateway, GatewayJob, run_episode
 from agentgym.models import tiny_model_path
+from agentgym.rollout.policy import SamplingParams
 from tests.helpers import gateway_programs as programs
 from tests.helpers.scripted import ScriptedPolicy
 
@@ -75,8 +76,8 @@ async def test_with_the_tiny_model_episodes_are_token_exact(tmp_path):
 
     policy = Recorded(str(tiny_model_path()), device="cpu", seed=0)
     env = KeyChainEnv()
-    try:
-        async with Gateway(policy) as gateway:
+    try:  # as a trainer runs it: its sampling settings (16 tokens a turn) replace the programs'
+        async with Gateway(policy, sampling=SamplingParams(max_tokens=16)) as gateway:
             for program in AGENTS:
                 sampled.clear()
                 trajectory = await run_episode(gateway, env, program, task_id="train-1", timeout=120)

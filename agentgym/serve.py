@@ -27,6 +27,8 @@ in an aiohttp application; :func:`serve` runs one over an
   enforced: there is no constrained decoding). ``stream``, ``n`` (sample ``i`` gets ``seed + i``),
   ``seed``, ``logprobs``/``top_logprobs``, ``stop``, ``top_k`` (an extension) and vLLM's
   ``return_token_ids`` are honoured; without ``max_tokens`` the rest of the context is the limit;
+* ``POST /v1/responses`` — OpenAI's Responses API, stateless (the whole conversation in ``input``; no
+  ``previous_response_id``): text and function-call items, function tools, ``stream`` (named events);
 * ``POST /v1/completions`` — a string or a list of token ids in, or a list of such prompts (the
   choices of prompt ``p`` are ``p * n`` to ``p * n + n - 1``, as OpenAI numbers them), with
   vLLM's ``return_token_ids`` and ``return_tokens_as_token_ids`` extensions: the
@@ -72,7 +74,7 @@ from agentgym.actions import parse_action, tool_specs_from_openai
 from agentgym.rollout.policy import Completion, Policy, PolicyError, SamplingParams
 from agentgym.rollout.vision import image_bytes, message_images, open_image
 
-__all__ = ["make_app", "serve"]
+__all__ = ["PolicyServer", "RequestError", "assistant_reply", "make_app", "new_app", "serve"]
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +191,13 @@ class _Sampling:
 # --- the app ----------------------------------------------------------------------------------
 
 
-class _Server:
+class PolicyServer:
+    """The endpoints of one served policy (see the module docstring); :func:`make_app` puts them in an app.
+
+    Subclasses change how a chat prompt's ids are made (:meth:`_chat_prompt`) and what happens to
+    each sample (:meth:`_sample`): the gateway (:mod:`agentgym.gateway`) records sessions that way.
+    """
+
     def __init__(self, policy: Policy, model_name: str, context_window: int | None, allow_weight_updates: bool):
         if policy.chat_format is None:
             raise ValueError(f"{type(policy).__name__} has no chat_format: the server needs a token-mode policy")
@@ -203,6 +211,21 @@ class _Server:
         self.accepts_images = bool(getattr(policy, "accepts_images", False))
         self.created = int(time.time())
         self._weights_lock = asyncio.Lock()  # one update at a time: versions land in the order they came
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_post("/v1/responses", self.responses)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/weights", self.weights)
+
+    def _chat_prompt(self, messages: list[dict], tools: list[dict] | None) -> list[int]:
+        """The prompt ids a chat request is sampled from: the messages rendered with the chat template."""
+        try:
+            return self.format.prompt_ids(messages, tools)
+        except Exception as exc:
+            raise RequestError(f"the messages cannot be rendered with the chat template: {exc}", "messages") from None
 
     # -- simple endpoints
 
@@ -438,15 +461,18 @@ class _Server:
         generated = sum(len(c.token_ids) for c in completions)
         return {"prompt_tokens": prompt_len, "completion_tokens": generated, "total_tokens": prompt_len + generated}
 
-    async def _stream(self, request: web.Request, chunks, version: int) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, chunks, version: int, *, events: bool = False) -> web.StreamResponse:
+        """Server-sent events: chat and completion chunks end with ``[DONE]``; Responses API ``events`` are named instead."""
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", VERSION_HEADER: str(version)}
         )
         await response.prepare(request)
         try:
             for chunk in chunks:
-                await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            await response.write(b"data: [DONE]\n\n")
+                name = f"event: {chunk['type']}\n" if events else ""
+                await response.write(f"{name}data: {json.dumps(chunk)}\n\n".encode())
+            if not events:
+                await response.write(b"data: [DONE]\n\n")
             await response.write_eof()
         except ConnectionResetError:  # the client went away mid-stream; nothing left to tell it
             pass
@@ -464,10 +490,7 @@ class _Server:
             raise RequestError(
                 f"tool_choice must be 'auto', 'none', 'required' or a function, got {tool_choice!r}", "tool_choice"
             )
-        try:
-            prompt_ids = self.format.prompt_ids(messages, tools)
-        except Exception as exc:
-            raise RequestError(f"the messages cannot be rendered with the chat template: {exc}", "messages") from None
+        prompt_ids = self._chat_prompt(messages, tools)
         max_tokens = _integer(body, "max_completion_tokens", None, 1)
         if max_tokens is None:
             max_tokens = _integer(body, "max_tokens", None, 1)
@@ -486,7 +509,7 @@ class _Server:
         completions = await self._sample(prompt_ids, sampling, images)
         # tool_choice "required" or a named function is accepted but not enforced (no constrained decoding).
         specs = tool_specs_from_openai(tools) if tools and tool_choice != "none" else None
-        replies = [_reply(c, specs) for c in completions]
+        replies = [assistant_reply(c, specs) for c in completions]
         response_id = f"chatcmpl-{uuid.uuid4().hex}"
         version = min(c.policy_version for c in completions)
         header = {"id": response_id, "created": int(time.time()), "model": self.model_name, "policy_version": version}
@@ -521,6 +544,97 @@ class _Server:
         if sampling.return_token_ids:
             result["prompt_token_ids"] = prompt_ids
         return self._json(result, version)
+
+    # -- /v1/responses
+
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        """OpenAI's Responses API, stateless: ``input`` carries the whole conversation (``previous_response_id`` is refused)."""
+        body = await self._body(request)
+        if body.get("previous_response_id") is not None:
+            raise RequestError(
+                "previous_response_id is not supported: this server keeps no responses; send the whole "
+                "conversation in input",
+                "previous_response_id",
+            )
+        messages = _messages(_responses_messages(body), self.model_name, self.accepts_images)
+        raw_tools = body.get("tools") or []
+        tools = _tools(_responses_tools(raw_tools))
+        tool_choice = body.get("tool_choice", "auto")
+        if not (tool_choice in ("auto", "none", "required") or isinstance(tool_choice, dict)):
+            raise RequestError(
+                f"tool_choice must be 'auto', 'none', 'required' or a function, got {tool_choice!r}", "tool_choice"
+            )
+        if _integer(body, "n", 1, 1, 1) != 1:  # not an OpenAI field here; refused rather than ignored
+            raise RequestError("n is not supported by the Responses API", "n")
+        prompt_ids = self._chat_prompt(messages, tools)
+        sampling = self._sampling(
+            body,
+            len(prompt_ids),
+            max_tokens=_integer(body, "max_output_tokens", None, 1),
+            default_max_tokens=None,
+            logprobs=None,
+            prompt_param="input",
+        )
+        (completion,) = await self._sample(prompt_ids, sampling, [])
+        specs = tool_specs_from_openai(tools) if tools and tool_choice != "none" else None
+        content, tool_calls, finish_reason = assistant_reply(completion, specs)
+        output = []
+        if content is not None or not tool_calls:
+            output.append(
+                {
+                    "type": "message",
+                    "id": f"msg_{uuid.uuid4().hex}",
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": content or "", "annotations": [], "logprobs": []}],
+                }
+            )
+        for call in tool_calls or []:
+            output.append(
+                {
+                    "type": "function_call",
+                    "id": f"fc_{uuid.uuid4().hex}",
+                    "call_id": call["id"],
+                    "name": call["function"]["name"],
+                    "arguments": call["function"]["arguments"],
+                    "status": "completed",
+                }
+            )
+        usage = self._usage(len(prompt_ids), [completion])
+        incomplete = finish_reason == "length"
+        result = {
+            "id": f"resp_{uuid.uuid4().hex}",
+            "object": "response",
+            "created_at": int(time.time()),
+            "status": "incomplete" if incomplete else "completed",
+            "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+            "error": None,
+            "model": self.model_name,
+            "instructions": body.get("instructions"),
+            "output": output,
+            "parallel_tool_calls": True,
+            "tool_choice": tool_choice,
+            "tools": raw_tools,
+            "temperature": sampling.params[0].temperature,
+            "top_p": sampling.params[0].top_p,
+            "max_output_tokens": body.get("max_output_tokens"),
+            "metadata": body.get("metadata") or {},
+            "text": {"format": {"type": "text"}},
+            "usage": {
+                "input_tokens": usage["prompt_tokens"],
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": usage["completion_tokens"],
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": usage["total_tokens"],
+            },
+            "policy_version": completion.policy_version,
+        }
+        if sampling.return_token_ids:
+            result["prompt_token_ids"] = prompt_ids
+            result["token_ids"] = list(completion.token_ids)
+        if sampling.stream:
+            return await self._stream(request, _response_events(result), completion.policy_version, events=True)
+        return self._json(result, completion.policy_version)
 
     def _chat_logprobs(
         self, token_ids: Sequence[int], logprobs: Sequence[float], top: Sequence[list], sampling: _Sampling
@@ -914,7 +1028,7 @@ def _tools(raw: Any) -> list[dict] | None:
     return raw
 
 
-def _reply(completion: Completion, specs) -> tuple[str | None, list[dict] | None, str]:
+def assistant_reply(completion: Completion, specs) -> tuple[str | None, list[dict] | None, str]:
     """(content, tool_calls, finish_reason) of an assistant reply; Hermes blocks become tool calls when tools are on."""
     text = completion.text
     if specs is not None and "<tool_call>" in text:
@@ -936,6 +1050,151 @@ def _cut_at_stop(text: str, stop: Sequence[str]) -> str:
 def _finite(logprob: float) -> float:
     # JSON has no -Infinity; vLLM reports impossible tokens as -9999.0 likewise.
     return logprob if math.isfinite(logprob) else -9999.0
+
+
+# --- the Responses API ------------------------------------------------------------------------
+
+
+def _responses_messages(body: dict) -> list[dict]:
+    """``instructions`` + ``input`` (a string or a list of items) as chat messages, before :func:`_messages` checks them."""
+    raw = body.get("input")
+    messages: list[dict] = []
+    instructions = body.get("instructions")
+    if instructions is not None:
+        if not isinstance(instructions, str):
+            raise RequestError("instructions must be a string", "instructions")
+        messages.append({"role": "system", "content": instructions})
+    if isinstance(raw, str):
+        return [*messages, {"role": "user", "content": raw}]
+    if not isinstance(raw, list) or not raw:
+        raise RequestError("input must be a non-empty string or a non-empty list of items", "input")
+    for k, item in enumerate(raw):
+        param = f"input[{k}]"
+        if not isinstance(item, dict):
+            raise RequestError(f"{param} must be an object", param)
+        kind = item.get("type", "message")
+        if kind == "message":
+            content = item.get("content")
+            if isinstance(content, list):
+                content = [_responses_part(part, f"{param}.content[{i}]") for i, part in enumerate(content)]
+            messages.append({"role": item.get("role"), "content": content})
+        elif kind == "function_call":
+            call = {
+                "id": item.get("call_id"),
+                "type": "function",
+                "function": {"name": item.get("name"), "arguments": item.get("arguments", "{}")},
+            }
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant":  # a reply's calls follow its message item
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            if isinstance(output, list):
+                output = "".join(_responses_part(part, f"{param}.output")["text"] for part in output)
+            if not isinstance(output, str):
+                raise RequestError(f"{param}.output must be a string", f"{param}.output")
+            messages.append({"role": "tool", "content": output, "tool_call_id": item.get("call_id")})
+        elif kind == "reasoning":  # this server emits none; a client's own reasoning summaries are not prompt text
+            continue
+        else:
+            raise RequestError(
+                f"{param}.type must be message, function_call or function_call_output, got {kind!r}", param
+            )
+    return messages
+
+
+def _responses_part(part: Any, param: str) -> dict:
+    if isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text"):
+        if isinstance(part.get("text"), str):
+            return {"type": "text", "text": part["text"]}
+    raise RequestError(f"{param}: only text content parts are supported", param)
+
+
+def _responses_tools(raw: Any) -> list[dict]:
+    """Responses tools (``{"type": "function", "name": ..., "parameters": ...}``) in Chat Completions' nesting."""
+    if not isinstance(raw, list):
+        raise RequestError("tools must be a list", "tools")
+    tools = []
+    for i, tool in enumerate(raw):
+        if not (isinstance(tool, dict) and tool.get("type") == "function" and isinstance(tool.get("name"), str)):
+            raise RequestError(
+                f"tools[{i}] must be {{'type': 'function', 'name': str, 'parameters': object}} (only function tools "
+                "are supported)",
+                f"tools[{i}]",
+            )
+        function = {"name": tool["name"], "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
+        if tool.get("description"):
+            function["description"] = tool["description"]
+        tools.append({"type": "function", "function": function})
+    return tools
+
+
+def _response_events(response: dict) -> Any:
+    """The Responses API's stream events for a finished ``response``: its items added, their text deltas, done."""
+    sequence = iter(range(1 << 62))
+
+    def event(kind: str, **fields: Any) -> dict:
+        return {"type": kind, "sequence_number": next(sequence), **fields}
+
+    yield event("response.created", response={**response, "status": "in_progress", "output": []})
+    yield event("response.in_progress", response={**response, "status": "in_progress", "output": []})
+    for index, item in enumerate(response["output"]):
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            yield event(
+                "response.output_item.added", output_index=index, item={**item, "status": "in_progress", "content": []}
+            )
+            empty = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            yield event(
+                "response.content_part.added", item_id=item["id"], output_index=index, content_index=0, part=empty
+            )
+            if text:  # one delta: the completion is whole before the stream starts (see the module docstring)
+                yield event(
+                    "response.output_text.delta",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    delta=text,
+                    logprobs=[],
+                )
+            yield event(
+                "response.output_text.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                text=text,
+                logprobs=[],
+            )
+            yield event(
+                "response.content_part.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                part=item["content"][0],
+            )
+        else:
+            yield event(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "arguments": ""},
+            )
+            yield event(
+                "response.function_call_arguments.delta",
+                item_id=item["id"],
+                output_index=index,
+                delta=item["arguments"],
+            )
+            yield event(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=index,
+                name=item["name"],
+                arguments=item["arguments"],
+            )
+        yield event("response.output_item.done", output_index=index, item=item)
+    yield event("response.completed" if response["status"] == "completed" else "response.incomplete", response=response)
 
 
 # --- weights ----------------------------------------------------------------------------------
@@ -996,15 +1255,16 @@ def make_app(
     """
     if context_window is None:
         context_window = getattr(policy, "context_window", None)
-    server = _Server(policy, model_name, context_window, allow_weight_updates)
-    # Agent conversations and token-id prompts are long: allow bodies well past aiohttp's 1 MiB default.
-    app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY_BYTES)
-    app.router.add_get("/health", server.health)
-    app.router.add_get("/v1/models", server.models)
-    app.router.add_post("/v1/chat/completions", server.chat_completions)
-    app.router.add_post("/v1/completions", server.completions)
-    app.router.add_post("/v1/weights", server.weights)
+    server = PolicyServer(policy, model_name, context_window, allow_weight_updates)
+    app = new_app()
+    server.add_routes(app)
     return app
+
+
+def new_app(middlewares: Sequence = ()) -> web.Application:
+    """An empty app that answers every error with OpenAI's error JSON (``middlewares`` run inside that)."""
+    # Agent conversations and token-id prompts are long: allow bodies well past aiohttp's 1 MiB default.
+    return web.Application(middlewares=[_errors, *middlewares], client_max_size=MAX_BODY_BYTES)
 
 
 def serve(

@@ -28,6 +28,7 @@ RUN = {
     ("docs/rollouts.md", "Rollouts"),
     ("docs/memory.md", "Memory and skill banks"),
     ("docs/envs/text.md", "Text worlds"),
+    ("docs/gateway.md", "A first episode"),
 }
 
 
@@ -151,6 +152,15 @@ def test_text_worlds_example_works(capsys):
         assert not namespace["info"].get("error")
     finally:
         namespace["env"].close()
+
+
+def test_gateway_example_works(capsys):
+    namespace = run_example("docs/gateway.md", "A first episode")
+    trajectory = namespace["trajectory"]
+    (turn,) = trajectory.turns
+    assert turn.completion_ids and len(turn.logprobs) == len(turn.completion_ids)
+    assert trajectory.metadata["graded_by"] == "gateway" and trajectory.metadata["program_error"] is None
+    assert "prompt ids," in capsys.readouterr().out
 
 
 @pytest.mark.docker

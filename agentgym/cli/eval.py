@@ -127,7 +127,17 @@ def _eval(args: argparse.Namespace) -> int:
         raise UsageError("--env-workers needs --ray ADDRESS")
     images = _image_config(args)
     config = AgentConfig(sampling=_sampling(args))
+    program = None
+    if args.program:
+        from agentgym.gateway.programs import load_program
+
+        try:  # a command line (several words) or module:function
+            program = load_program(args.program.split() if " " in args.program.strip() else args.program)
+        except (ValueError, ImportError, AttributeError) as exc:
+            raise UsageError(f"--program {args.program!r}: {exc}") from None
     policy = _make_policy(args)
+    if program is not None and getattr(policy, "chat_format", None) is None:
+        raise UsageError("--program needs a policy in token mode: a local model, or a URL with --tokenizer")
     out = args.out or f"runs/eval-{suite.name}"
     model = args.model or ("oracle" if args.policy == "oracle" else None)
 
@@ -148,6 +158,7 @@ def _eval(args: argparse.Namespace) -> int:
                 screenshots=args.screenshots,
                 images=images,
                 ray=ray,
+                program=program,
             )
         finally:
             if hasattr(policy, "aclose"):
@@ -340,6 +351,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         type=int,
         metavar="N",
         help="with --images: the most bytes one image may take; larger ones are shrunk, then left out (default: 2000000)",
+    )
+    evaluation.add_argument(
+        "--program",
+        metavar="PROGRAM",
+        help="evaluate your own agent program through the gateway: module:function, or a command line (it reads "
+        "OPENAI_BASE_URL, OPENAI_API_KEY, AGENTGYM_MCP_URL and AGENTGYM_GOAL; see docs/gateway.md)",
     )
     evaluation.add_argument(
         "--ray",

@@ -51,6 +51,13 @@ held and the trajectory a small JPEG of each, which the report's viewer shows as
 The image settings are part of the run's identity. An endpoint that takes no images stops the
 run with an error that says so.
 
+**Agent programs** (``program=``: a callable taking a
+:class:`~agentgym.gateway.programs.ProgramContext`, a command's argv, or ``"module:function"``): each
+episode runs the user's own agent program through the gateway (:mod:`agentgym.gateway`) instead of
+agentgym's agent loop: the policy (token mode) answers its model calls, the env's tools are its MCP
+tools and the env grades it. ``timeout`` bounds the program (default 300 s); its crashes and timeouts
+are failed results with ``metadata["program_error"]``. The program is part of the run's identity.
+
 **On a Ray cluster** (``ray=RayConfig(...)``, ``agentgym eval --ray ADDRESS``): the episodes run
 on the cluster's env workers (an :class:`~agentgym.distributed.env_pool.EnvPool` per env of the
 suite, closed when that env's episodes are done), the policy where it is (an endpoint, or a model
@@ -79,6 +86,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from agentgym.eval.oracles import EpisodeAgent
 from agentgym.eval.suites import Suite
+from agentgym.gateway.programs import GatewayJob, Program
 from agentgym.rollout.agent import AgentConfig
 from agentgym.rollout.images import ImageConfig
 from agentgym.rollout.policy import Policy
@@ -101,6 +109,7 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+PROGRAM_TIMEOUT_S = 300.0  # an agent program's time per episode when the run sets no timeout
 RUN_FILE = "run.json"
 RESULTS = "results.jsonl"
 SUMMARY = "summary.json"
@@ -300,6 +309,7 @@ async def evaluate(
     screenshots: bool = False,
     images: ImageConfig | None = None,
     ray: RayConfig | None = None,
+    program: Program | str | None = None,
 ) -> dict:
     """Run ``k`` samples of every task of ``suite`` with ``policy`` and return the summary (also written to ``out_dir``).
 
@@ -318,6 +328,7 @@ async def evaluate(
         images: send the policy each observation's screenshot too (see the module docstring);
             it overrides ``agent_config.images``.
         ray: run the episodes on this Ray cluster's env workers (see the module docstring).
+        program: evaluate this agent program instead of agentgym's agent loop (see the module docstring).
 
     Raises:
         PolicyUnavailableError: the policy failed; the run stopped with its results so far kept.
@@ -340,6 +351,11 @@ async def evaluate(
     }
     if memory is not None:
         identity["memory"] = {"path": str(memory.path), "mode": memory.mode}
+    job = None
+    if program is not None:
+        identity["program"] = program if isinstance(program, (str, list)) else _qualified_name(program)
+        # The program's own sampling settings are part of the program under evaluation.
+        job = GatewayJob(program, timeout=timeout or PROGRAM_TIMEOUT_S, override_sampling=False)
     if images is not None:
         config = dataclasses.replace(config, images=images)
     if config.images is not None:
@@ -391,6 +407,7 @@ async def evaluate(
                         progress=False,
                         store=cast(TrajectoryStore, writer),
                     ),
+                    job=job,
                 )
                 try:
                     await runner.run(todo)
@@ -415,6 +432,10 @@ async def evaluate(
         rows.setdefault((row["task_id"], row["sample"]), row)  # a duplicate could only come from a hand edit
     results = [row for key, row in rows.items() if key in wanted]
     return _write_summary(out, suite, results, k, model)
+
+
+def _qualified_name(program: Any) -> str:
+    return f"{getattr(program, '__module__', '?')}:{getattr(program, '__qualname__', type(program).__name__)}"
 
 
 def _screenshot_recording(env_id: str, env_kwargs: dict, screenshots: bool) -> tuple[dict, Callable[[Any], Any] | None]:

@@ -22,7 +22,9 @@ The trainers (:class:`~agentgym.trainers.tree_grpo.TreeGRPOTrainer`,
   (:class:`~agentgym.distributed.replicas.PolicyReplicas`), which get the learner's weights
   through the object store (:meth:`AgentgymTrainer._sync_rollout_weights`); every turn records the
   weight version that sampled it and the replica that served it. With several training processes
-  each one has its own pool and replicas. Both are closed when ``train()`` returns;
+  each one has its own pool and replicas. Both are closed when ``train()`` returns; ``gateway``
+  runs the config's agent program per episode (:mod:`agentgym.gateway`), which samples through a
+  gateway from the in-process policy, so each step's weights are what the gateway serves;
 * **rollout state in checkpoints**: each process writes :data:`STATE_FILE` last into a checkpoint
   (so its presence marks a complete one; :func:`agentgym.train.last_complete_checkpoint`), and a
   resumed run reads it back; subclasses extend ``_rollout_state``/``_restore_rollout_state``;
@@ -219,6 +221,10 @@ class AgentgymTrainer(GRPOTrainer):
                 tokenizer=self.processing_class, max_concurrency=self.args.rollout_concurrency, name="replicas"
             )
         batch = self.args.rollout_batch_size or max(self.args.rollout_concurrency, self._group_requests())
+        if self.args.rollout_backend == "gateway" and self._is_vlm:
+            raise ValueError(
+                "vision-language models do not train through the gateway (for now): its turns hold no images"
+            )
         if self._is_vlm:
             return HFPolicy.from_model(
                 model,

@@ -94,8 +94,9 @@ class RolloutArguments:
     rollout_backend: str = field(
         default="local",
         metadata={
-            "help": "Where rollouts run: `local` (envs and sampling in this process) or `ray` (the cluster's env "
-            "workers and policy replicas; see the `ray` section)."
+            "help": "Where rollouts run: `local` (envs and sampling in this process), `ray` (the cluster's env "
+            "workers and policy replicas; see the `ray` section) or `gateway` (an agent program per episode, "
+            "sampling through the gateway from this process's policy; see the `gateway` section)."
         },
     )
     ray: dict | None = field(
@@ -103,6 +104,14 @@ class RolloutArguments:
         metadata={
             "help": "With rollout_backend: ray, the cluster section {address, env_workers, envs_per_worker, "
             "policy_replicas, replica_max_batch_size} (see agentgym.distributed.config)."
+        },
+    )
+
+    gateway: dict | None = field(
+        default=None,
+        metadata={
+            "help": "With rollout_backend: gateway, the program section {program: 'module:function' or a command "
+            "(argv list), timeout, max_calls, max_concurrent} (see agentgym.gateway.programs.ProgramConfig)."
         },
     )
 
@@ -124,16 +133,29 @@ class RolloutArguments:
 
     def check_rollout_backend(self) -> None:
         """Fail at config time on an unknown backend or a bad ``ray`` section."""
-        if self.rollout_backend not in ("local", "ray"):
-            raise ValueError(f"rollout_backend must be 'local' or 'ray', got {self.rollout_backend!r}")
+        if self.rollout_backend not in ("local", "ray", "gateway"):
+            raise ValueError(f"rollout_backend must be 'local', 'ray' or 'gateway', got {self.rollout_backend!r}")
         if self.rollout_batch_size is not None and self.rollout_batch_size < 1:
             raise ValueError(f"rollout_batch_size must be at least 1, got {self.rollout_batch_size}")
-        if self.rollout_backend == "local" and self.ray is not None:
+        if self.rollout_backend != "ray" and self.ray is not None:
             raise ValueError("a `ray` section needs rollout_backend: ray")
         if self.rollout_backend == "ray":
             from agentgym.distributed.config import RayConfig
 
             RayConfig.from_dict(self.ray)
+        if (self.rollout_backend == "gateway") != (self.gateway is not None):
+            raise ValueError("rollout_backend: gateway and a `gateway` section go together")
+        if self.gateway is not None:
+            self.program_config()
+
+    def program_config(self):
+        """The ``gateway`` section as a :class:`~agentgym.gateway.programs.ProgramConfig` (None without one)."""
+        if self.gateway is None:
+            return None
+        from agentgym.gateway.programs import ProgramConfig
+        from agentgym.sections import from_section
+
+        return from_section(ProgramConfig, self.gateway, "gateway")
 
 
 @dataclass

@@ -124,8 +124,13 @@ def make_runner(
 
     It keeps its envs between calls (a trainer's steps reset them with the next tasks instead of
     building new ones); the trainer closes them with ``Runner.aclose`` when training ends.
-    ``concurrency`` defaults to the config's ``rollout_concurrency``.
+    ``concurrency`` defaults to the config's ``rollout_concurrency``. With ``rollout_backend: gateway``
+    the job is the config's agent program run through the gateway (:class:`~agentgym.gateway.programs.GatewayJob`),
+    sampling from ``agent``'s policy with the trainer's sampling settings.
     """
+    programs = args.program_config()
+    if programs is not None:
+        job = programs.job()
     return Runner(
         agent,
         env_factory or rollout_env_factory(args),

@@ -85,6 +85,11 @@ class TreeGRPOConfig(AgentgymConfig):
                 "step_advantage_weight (GiGPO's anchor-state grouping) is for tree=False: a tree's siblings already "
                 "share their state, and its per-turn advantages compare them"
             )
+        if self.tree and self.rollout_backend == "gateway":
+            raise ValueError(
+                "tree=True grows trees through the agent loop; an agent program through the gateway runs linear "
+                "episodes: set tree: false with rollout_backend: gateway"
+            )
         if self.tree and self.advantage_scale == "group":
             raise ValueError(
                 "advantage_scale='group' is the biased per-turn normalisation; use 'none' or 'batch' "

@@ -7,6 +7,8 @@ given is recorded, which is what the token-accounting tests compare against.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from transformers import AutoTokenizer
 
 from agentgym.models import tiny_model_path
@@ -17,15 +19,19 @@ from agentgym.rollout.policy import Completion, Policy
 class ScriptedPolicy(Policy):
     name = "scripted"
 
-    def __init__(self, replies: list[str], *, stop: bool = True):
+    def __init__(self, replies: list[str] | Callable[[str], str], *, stop: bool = True):
+        """``replies`` are given in turn (cycling), or made by a function of the prompt's text."""
         self.chat_format = ChatFormat(AutoTokenizer.from_pretrained(tiny_model_path()))
-        self.replies = list(replies)
+        self.replies = replies if callable(replies) else list(replies)
         self.stop = stop
         self.prompts: list[list[int]] = []
 
     async def generate(self, prompt_ids, sampling):
         self.prompts.append(list(prompt_ids))
-        text = self.replies[(len(self.prompts) - 1) % len(self.replies)]
+        if callable(self.replies):
+            text = self.replies(self.chat_format.tokenizer.decode(list(prompt_ids), skip_special_tokens=False))
+        else:
+            text = self.replies[(len(self.prompts) - 1) % len(self.replies)]
         ids = self.chat_format.encode(text)[: sampling.max_tokens]
         stopped = self.stop and len(ids) < sampling.max_tokens
         if stopped:

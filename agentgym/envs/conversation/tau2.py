@@ -34,8 +34,10 @@ tasks, and ``"small"``); ``split="train"`` or ``"test"`` selects τ²'s split.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -45,7 +47,7 @@ from agentgym.env_lists import TAU2_DOMAINS
 from agentgym.envs.state import StateCopy
 from agentgym.envs.user import STOP_TOKENS, ScriptedUser, UserSimulator, UserState, UserTurn
 from agentgym.extras import requires
-from agentgym.task import Task
+from agentgym.task import Task, call_text
 
 # litellm (which τ²'s LLM agent and user import; agentgym does not need it) fetches a model cost map
 # over the network at import unless told otherwise; τ² itself must never reach out from here.
@@ -69,7 +71,15 @@ with requires("tau2"):
     from tau2.user.base import OUT_OF_SCOPE, STOP, TRANSFER
     from tau2.utils import DATA_DIR
 
-__all__ = ["AGENT_STOP", "Tau2Env", "tau2_environment", "tau2_tasks", "tau2_user_prompt", "tau2_user_script"]
+__all__ = [
+    "AGENT_STOP",
+    "Tau2Env",
+    "tau2_environment",
+    "tau2_reference_replies",
+    "tau2_tasks",
+    "tau2_user_prompt",
+    "tau2_user_script",
+]
 
 assert (STOP, TRANSFER, OUT_OF_SCOPE) == STOP_TOKENS, "τ²'s user stop tokens changed"
 
@@ -104,6 +114,22 @@ _DOMAINS: dict[str, tuple[Callable[..., Environment], Callable[[str], list[Tau2T
 assert tuple(_DOMAINS) == TAU2_DOMAINS
 
 _TASK_CACHE: dict[tuple[str, str], dict[str, Tau2Task]] = {}
+_PRISTINE: dict[str, bytes] = {}
+
+
+def _fresh_environment(domain: str, solo_mode: bool = False) -> Environment:
+    """A new τ² environment of ``domain`` as its constructor builds it, unpickled from one built once per process.
+
+    τ²'s constructors parse the domain's database from JSON every time (about a second for
+    airline on a busy machine), and its evaluator builds two per grade; an unpickled copy is the
+    same object graph in a tenth of the time.
+    """
+    if domain not in _PRISTINE:
+        _PRISTINE[domain] = pickle.dumps(_DOMAINS[domain][0](), protocol=pickle.HIGHEST_PROTOCOL)
+    environment = pickle.loads(_PRISTINE[domain])
+    if solo_mode:
+        environment.set_solo_mode(True)
+    return environment
 
 
 def tau2_environment(domain: str) -> Callable[..., Environment]:
@@ -140,6 +166,25 @@ def tau2_user_script(task: Tau2Task) -> list[UserTurn]:
         script += [UserTurn(tool_calls=[{"name": a.name, "arguments": dict(a.arguments)}]) for a in user_actions]
         script.append(UserTurn("I have done that."))
     return script
+
+
+def tau2_reference_replies(task: Tau2Task) -> list[str]:
+    """The agent's replies that play ``task``'s reference against the scripted user.
+
+    With user-side actions (telecom), a first message asks the user to act (the scripted user then
+    performs them); then the assistant-side reference actions as tool calls, then one message that
+    tells the user every piece of information the task expects communicated, after which the
+    scripted user stops.
+    """
+    criteria = task.evaluation_criteria
+    actions = (criteria.actions or []) if criteria else []
+    replies = (
+        ["Please make the changes on your device as described."] if any(a.requestor == "user" for a in actions) else []
+    )
+    replies += [call_text(a.name, a.arguments) for a in actions if a.requestor == "assistant"]
+    told = " ".join((criteria.communicate_info or []) if criteria else [])
+    replies.append(f"All done. {told}".strip())
+    return replies
 
 
 class Tau2Env(AgentEnv):
@@ -184,7 +229,7 @@ class Tau2Env(AgentEnv):
             available = [task_id for task_id in available if task_id in chosen]
         self._task_ids = select_tasks(available, tasks)
         self._tau2_tasks = tau2_tasks(domain, task_set)
-        self._constructor = _DOMAINS[domain][0]
+        self._constructor = functools.partial(_fresh_environment, domain)
         self.user = user or ScriptedUser()
         self.max_errors = max_errors
         self.max_user_tool_calls = max_user_tool_calls
@@ -205,17 +250,13 @@ class Tau2Env(AgentEnv):
         return list(self._task_ids)
 
     def tasks(self) -> list[Task]:
-        """Each task with the user's reason for calling as its goal and its reference actions (assistant side) as the solution."""
+        """Each task with the user's reason for calling as its goal and :func:`tau2_reference_replies` (against the scripted user) as its solution."""
         out = []
         for task_id in self._task_ids:
             task = self._tau2_tasks[task_id]
             instructions = task.user_scenario.instructions
             goal = instructions if isinstance(instructions, str) else instructions.reason_for_call
-            actions = (task.evaluation_criteria.actions or []) if task.evaluation_criteria else []
-            solution = [
-                json.dumps({"name": a.name, "arguments": a.arguments}) for a in actions if a.requestor == "assistant"
-            ]
-            out.append(Task(task_id, goal, self.domain, solution=solution or None))
+            out.append(Task(task_id, goal, self.domain, solution=tau2_reference_replies(task)))
         return out
 
     def tools(self) -> list[ToolSpec]:
@@ -257,7 +298,10 @@ class Tau2Env(AgentEnv):
     def _call_tool(self, call: ToolCall) -> Outcome:
         if self.termination:
             return self._finish(None, "The conversation is over.")
-        tau2_call = Tau2ToolCall(id=call.id, name=call.name, arguments=dict(call.arguments), requestor="assistant")
+        # Ids by position, not the parser's random ones: a fork and a replay record the same conversation.
+        tau2_call = Tau2ToolCall(
+            id=f"call_{len(self.messages)}", name=call.name, arguments=dict(call.arguments), requestor="assistant"
+        )
         self.messages.append(AssistantMessage(role="assistant", tool_calls=[tau2_call]))
         response = self.environment.get_response(tau2_call)
         self.messages.append(response)

@@ -1,0 +1,281 @@
+"""τ²-bench as envs: rewards equal τ²'s own evaluate_simulation on reference, truncated and mutated conversations; forks equal replays; the user side steers and forks."""
+
+import copy
+import json
+import sys
+import types
+import uuid
+
+import gymnasium
+import pytest
+from tau2.environment.toolkit import ToolType
+
+from agentgym.envs.conversation.tau2 import Tau2Env, tau2_environment, tau2_reference_replies, tau2_tasks
+from agentgym.envs.user import ScriptedUser, UserTurn
+from agentgym.task import call_text
+
+
+def tau2_evaluate_simulation():
+    """τ²'s own ``evaluate_simulation`` (its module), importable here.
+
+    Its module imports τ²'s registry and NL-assertion judge, which import litellm (not installed:
+    it calls hosted models). Where litellm is missing, the test stands in for those two modules
+    only: a registry that returns τ²'s real environment constructors, and a judge that is never
+    called (no task of the base sets has NL assertions in its reward basis, and the evaluation type
+    used is ALL, which does not run them).
+    """
+    try:
+        import litellm  # noqa: F401
+    except ModuleNotFoundError:
+        if "tau2.registry" not in sys.modules:
+            registry = types.ModuleType("tau2.registry")
+            registry.registry = types.SimpleNamespace(get_env_constructor=tau2_environment)
+            sys.modules["tau2.registry"] = registry
+        if "tau2.utils.llm_utils" not in sys.modules:
+            llm_utils = types.ModuleType("tau2.utils.llm_utils")
+
+            def generate(*args, **kwargs):
+                raise AssertionError("the NL-assertion judge must not be called in these tests")
+
+            llm_utils.generate = generate
+            sys.modules["tau2.utils.llm_utils"] = llm_utils
+    from tau2.data_model.simulation import SimulationRun, TerminationReason
+    from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
+
+    def evaluate(env: Tau2Env) -> float:
+        task = env.tau2_task()
+        reason = {"user_stop": TerminationReason.USER_STOP, "agent_stop": TerminationReason.AGENT_STOP}.get(
+            env.termination, TerminationReason.MAX_STEPS
+        )
+        run = SimulationRun(
+            id=str(uuid.uuid4()),
+            task_id=task.id,
+            start_time="",
+            end_time="",
+            duration=0.0,
+            termination_reason=reason,
+            messages=copy.deepcopy(env.messages),
+        )
+        return evaluate_simulation(run, task, EvaluationType.ALL, solo_mode=False, domain=env.domain).reward
+
+    return evaluate
+
+
+EVALUATE = tau2_evaluate_simulation()
+
+
+def play(env, task_id, replies):
+    """Play replies from reset until the episode ends; (reward, terminated, info) of the last step."""
+    env.reset(options={"task_id": task_id})
+    reward, terminated, info = 0.0, False, {}
+    for reply in replies:
+        _, reward, terminated, truncated, info = env.step(reply)
+        if terminated or truncated:
+            break
+    return reward, terminated, info
+
+
+def shifted(text):
+    """``text`` with every digit changed (information told wrong)."""
+    return "".join(str((int(ch) + 1) % 10) if ch.isdigit() else ch for ch in text)
+
+
+def variants(domain, task):
+    """The conversations compared with τ²'s evaluator: reference, truncated, wrong argument, extra write, wrong information told."""
+    reference = tau2_reference_replies(task)
+    criteria = task.evaluation_criteria
+    toolkit = tau2_environment(domain)().tools
+    writes = [
+        a for a in criteria.actions or [] if a.requestor == "assistant" and toolkit.tool_type(a.name) == ToolType.WRITE
+    ]
+    out = {"reference": reference, "truncated": reference[: max(1, len(reference) // 2)] + ["That is all."]}
+    if writes:
+        last = writes[-1]
+        mutated = copy.deepcopy(last.arguments)
+        key = next(iter(mutated), None)
+        if key is not None:
+            mutated[key] = shifted(mutated[key]) if isinstance(mutated[key], str) else "0"
+            index = reference.index(call_text(last.name, last.arguments))
+            out["wrong-argument"] = reference[:index] + [call_text(last.name, mutated)] + reference[index + 1 :]
+        out["extra-write"] = reference[:-1] + [call_text(last.name, last.arguments), reference[-1]]
+    if criteria.communicate_info:
+        out["wrong-info"] = reference[:-1] + [
+            "All done. " + " ".join(shifted(info) for info in criteria.communicate_info)
+        ]
+    return out
+
+
+# A few tasks per domain in the default run (airline's and retail's grades hash their databases: about a
+# second each); the slow sweep covers every task.
+SAMPLE = {"retail": ["2"], "airline": ["7"], "telecom": None}
+
+
+def sampled(domain, every=False):
+    ids = list(tau2_tasks(domain))
+    if every:
+        return ids
+    return SAMPLE[domain] or ids[::6]
+
+
+@pytest.mark.parametrize("domain", ["retail", "airline", "telecom"])
+def test_rewards_equal_tau2_evaluator(domain):
+    check_fidelity(domain, sampled(domain))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("domain", ["retail", "airline", "telecom"])
+def test_rewards_equal_tau2_evaluator_every_task(domain):
+    check_fidelity(domain, sampled(domain, every=True))
+
+
+def check_fidelity(domain, task_ids):
+    env = Tau2Env(domain)
+    seen = {"reference": 0, "failures": 0}
+    try:
+        for task_id in task_ids:
+            task = env.tau2_task(task_id)
+            for name, replies in variants(domain, task).items():
+                reward, terminated, info = play(env, task_id, replies)
+                assert terminated, (task_id, name)
+                assert reward == EVALUATE(env.unwrapped), (task_id, name, info.get("grade"))
+                if name == "reference":
+                    assert reward == 1.0, (task_id, info.get("grade"))
+                    seen["reference"] += 1
+                seen["failures"] += reward == 0.0
+    finally:
+        env.close()
+    assert seen["reference"] == len(task_ids) and seen["failures"] >= len(task_ids)
+
+
+def test_grade_names_the_components_scored():
+    env = gymnasium.make("agentgym/conversation.tau2-retail-v0")
+    task = env.unwrapped.tau2_task("0")
+    _, _, info = play(env, "0", tau2_reference_replies(task))
+    assert info["grade"]["scored"] == ["DB", "COMMUNICATE"]
+    assert info["grade"]["breakdown"] == {"DB": 1.0, "COMMUNICATE": 1.0}
+    assert info["grade"]["termination"] == "user_stop"
+    env.close()
+
+
+def test_splits_and_tasks_come_from_tau2():
+    assert len(Tau2Env("airline").task_ids()) == 50
+    assert (len(Tau2Env("retail", split="train").task_ids()), len(Tau2Env("retail", split="test").task_ids())) == (
+        74,
+        40,
+    )
+    assert len(Tau2Env("telecom", split="test").task_ids()) == 40
+    with pytest.raises(ValueError, match="unknown split"):
+        Tau2Env("retail", split="dev")
+    with pytest.raises(ValueError, match="unknown τ² domain"):
+        Tau2Env("banking")
+
+
+def test_telecom_user_acts_on_their_own_device():
+    """Dual control: the user's tool calls run in τ²'s environment (the agent does not see their results)."""
+    env = Tau2Env("telecom")
+    task_id = next(
+        t
+        for t in env.task_ids()
+        if any(a.requestor == "user" for a in env.tau2_task(t).evaluation_criteria.actions or [])
+    )
+    env.reset(options={"task_id": task_id})
+    user_calls_before = sum(1 for m in env.messages if m.role == "user" and m.tool_calls)
+    observation, *_ = env.step("Please make the changes on your device as described.")
+    user_results = [m for m in env.messages if m.role == "tool" and m.requestor == "user"]
+    assert user_calls_before == 0 and user_results and observation["text"] == "user: I have done that."
+    env.close()
+
+
+# ---------------------------------------------------------------------- branching
+@pytest.mark.parametrize("domain,task_id", [("retail", "5"), ("telecom", None)])
+def test_fork_mid_episode_then_continue_equals_replay(domain, task_id):
+    env = Tau2Env(domain)
+    task_id = task_id or next(t for t in env.task_ids() if len(tau2_reference_replies(env.tau2_task(t))) >= 4)
+    replies = tau2_reference_replies(env.tau2_task(task_id))
+    head, tail = replies[:2], replies[2:]
+    env.reset(options={"task_id": task_id})
+    for reply in head:
+        env.step(reply)
+    with env.snapshot() as snapshot:
+        fork = env.fork(snapshot)
+        imported = env.fork(env.import_snapshot(env.export_snapshot(snapshot)))
+    replay = Tau2Env(domain)
+    replay.reset(options={"task_id": task_id})
+    for reply in head:
+        replay.step(reply)
+    branches = (fork, imported, replay, env)
+    try:
+        runs = [[branch.step(reply) for reply in tail] for branch in branches]
+        assert runs[0] == runs[1] == runs[2] == runs[3]
+        # τ²'s messages carry the wall-clock time they were made at; everything else is equal.
+        assert [m.model_dump(exclude={"timestamp"}) for m in fork.messages] == [
+            m.model_dump(exclude={"timestamp"}) for m in replay.messages
+        ]
+        assert fork.environment.get_db_hash() == replay.environment.get_db_hash()
+        assert runs[0][-1][1] == 1.0
+    finally:
+        for branch in branches:
+            branch.close()
+
+
+def test_forks_branch_on_a_steered_user_reply():
+    """Snapshot before the agent's message, steer the fork's user, step the same message: the replies differ, the original is untouched."""
+    env = Tau2Env("retail", tasks=["0"])
+    env.reset(options={"task_id": "0"})
+    with env.snapshot() as junction:
+        fork = env.fork(junction)
+    fork.steer_user(reply="Actually, I want a refund instead.", directive="be impatient")
+    steered, *_ = fork.step("Could you tell me your name and zip code?")
+    plain, *_ = env.step("Could you tell me your name and zip code?")
+    assert steered["text"] == "user: Actually, I want a refund instead."
+    assert plain["text"] == "user: ###STOP###"  # the scripted user's script ran out
+    assert fork.user_state.directives == ["be impatient"] and env.user_state.directives == []
+    assert "be impatient" in fork.user_state.instructions()
+    # The steering is state: a fork of the fork carries the directive.
+    with fork.snapshot() as snapshot:
+        grandchild = fork.fork(snapshot)
+    assert grandchild.user_state == fork.user_state
+    for branch in (fork, grandchild, env):
+        branch.close()
+
+
+class EchoUser(ScriptedUser):
+    """A user that answers with what it saw last (checks the user's view of the conversation)."""
+
+    def _respond(self, state, conversation):
+        if not conversation or state.turns == 0:
+            return UserTurn("I need help with my order.")
+        return UserTurn("you said: " + conversation[-1]["content"] + (" ###STOP###" if state.turns >= 2 else ""))
+
+
+def test_user_sees_the_conversation_with_roles_flipped():
+    env = Tau2Env("retail", user=EchoUser())
+    env.reset(options={"task_id": "0"})
+    env.step(call_text("find_user_id_by_name_zip", {"first_name": "Yusuf", "last_name": "Rossi", "zip": "19122"}))
+    observation, *_ = env.step("What is your order number?")
+    assert observation["text"] == "user: you said: What is your order number?"
+    view = env._user_view()
+    assert [m["role"] for m in view] == ["user", "assistant", "user", "assistant"]  # no agent tool traffic
+    _, reward, terminated, _, info = env.step("Anything else?")
+    assert terminated and reward == 0.0 and info["grade"]["termination"] == "user_stop"
+    env.close()
+
+
+def test_agent_stop_token_ends_the_conversation():
+    env = Tau2Env("retail")
+    env.reset(options={"task_id": "0"})
+    _, reward, terminated, _, info = env.step("I cannot help. ###STOP###")
+    assert terminated and reward == 0.0 and info["grade"]["termination"] == "agent_stop"
+    env.close()
+
+
+def test_tool_messages_are_the_ones_tau2_replays():
+    """τ²'s evaluator replays the recorded tool calls into a fresh environment and raises if a response differs."""
+    env = Tau2Env("airline")
+    task = env.tau2_task("0")
+    play(env, "0", tau2_reference_replies(task))
+    fresh = tau2_environment("airline")()
+    fresh.set_state(initialization_data=None, initialization_actions=None, message_history=env.messages)
+    assert fresh.get_db_hash() == env.environment.get_db_hash()
+    assert json.loads(env.messages[-1].model_dump_json())["role"] == "user"
+    env.close()

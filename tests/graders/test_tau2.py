@@ -75,6 +75,7 @@ def test_unknown_tool_and_malformed_arguments_are_errors_that_change_nothing(ret
         observation, reward, terminated, truncated, info = retail.step(reply)
         assert info["error"] and reward == 0.0 and not terminated and not truncated, observation
     assert retail.environment.get_db_hash() == before
+    assert len(retail.messages) == messages  # τ²'s record of the conversation holds no call that could not run
 
 
 def test_the_agent_cannot_call_the_users_device_tools():

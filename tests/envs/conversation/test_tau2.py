@@ -12,7 +12,6 @@ from agentgym.envs.user import ScriptedUser, UserTurn
 from agentgym.task import call_text
 from tests.helpers.tau2 import play, tau2_evaluate_simulation
 
-
 EVALUATE = tau2_evaluate_simulation()
 
 

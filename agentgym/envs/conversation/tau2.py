@@ -11,7 +11,7 @@ the agent).
 
 The conversation ends as in τ²'s orchestrator: the user's stop tokens (``###STOP###``,
 ``###TRANSFER###``, ``###OUT-OF-SCOPE###``), the agent's ``###STOP###``, or too many tool errors
-(``max_errors``, reward 0); running out of ``max_turns`` truncates it (reward 0, as τ²'s
+(``max_errors``, reward 0) or a user turn with nothing in it (τ²'s user error, reward 0); running out of ``max_turns`` truncates it (reward 0, as τ²'s
 ``max_steps``). The reward is then computed by τ²'s evaluators on the conversation as τ² records
 it (:attr:`Tau2Env.messages`, τ²'s own message objects): the database check (τ² replays the
 conversation's tool calls into a fresh environment and compares hashes with the reference
@@ -291,8 +291,8 @@ class Tau2Env(AgentEnv):
         turn = self._user_turn()
         system = _AGENT_SYSTEM_PROMPT.format(agent_instruction=_AGENT_INSTRUCTION, domain_policy=self.policy)
         opening = f"{system}\n\nassistant: {_FIRST_AGENT_MESSAGE}\nuser: {turn.text}"
-        if turn.stop:  # a user that stops at once: the episode ends at the first step
-            self.termination = "user_stop"
+        if turn.stop:  # a user that stops (or fails) at once: the episode ends at the first step
+            self.termination = self.termination or "user_stop"
         return opening
 
     def _call_tool(self, call: ToolCall) -> Outcome:
@@ -331,6 +331,7 @@ class Tau2Env(AgentEnv):
         turn = self._user_turn()
         if turn.stop:
             self.termination = "user_stop"
+        if self.termination:
             return self._finish(None, f"user: {turn.text}")
         return Outcome(f"user: {turn.text}")
 
@@ -398,6 +399,11 @@ class Tau2Env(AgentEnv):
                 )
                 for i, c in enumerate(turn.tool_calls)
             ]
+            if (
+                not calls and not turn.text
+            ):  # τ²'s USER_ERROR: a user turn with nothing in it ends the episode, reward 0
+                self.termination = "user_error"
+                return turn
             self.messages.append(UserMessage(role="user", content=turn.text or None, tool_calls=calls or None))
             if not calls:
                 return turn

@@ -152,36 +152,48 @@ def tau2_user_prompt(task: Tau2Task, *, with_tools: bool) -> str:
     return _USER_SYSTEM_PROMPT.format(global_user_sim_guidelines=guidelines, instructions=str(task.user_scenario))
 
 
+def _action_runs(task: Tau2Task) -> list[tuple[str, list]]:
+    """The task's reference actions as runs of one requestor each, in order: ``[(requestor, actions), ...]``."""
+    criteria = task.evaluation_criteria
+    runs: list[tuple[str, list]] = []
+    for action in (criteria.actions or []) if criteria else []:
+        if runs and runs[-1][0] == action.requestor:
+            runs[-1][1].append(action)
+        else:
+            runs.append((action.requestor, [action]))
+    return runs
+
+
 def tau2_user_script(task: Tau2Task) -> list[UserTurn]:
-    """The scripted user's turns for ``task``: its reason for calling and what it knows, then its user-side reference actions (one call each), then a confirmation."""
+    """The scripted user's turns for ``task``: its reason for calling and what it knows, then, each time it is asked, its next run of user-side reference actions (one call a turn) and a confirmation."""
     instructions = task.user_scenario.instructions
     if isinstance(instructions, str):
         opening = instructions
     else:
         opening = " ".join(part for part in (instructions.reason_for_call, instructions.known_info) if part)
     script = [UserTurn(opening)]
-    criteria = task.evaluation_criteria
-    user_actions = [action for action in (criteria.actions or []) if action.requestor == "user"] if criteria else []
-    if user_actions:
-        script += [UserTurn(tool_calls=[{"name": a.name, "arguments": dict(a.arguments)}]) for a in user_actions]
-        script.append(UserTurn("I have done that."))
+    for requestor, actions in _action_runs(task):
+        if requestor == "user":
+            script += [UserTurn(tool_calls=[{"name": a.name, "arguments": dict(a.arguments)}]) for a in actions]
+            script.append(UserTurn("I have done that."))
     return script
 
 
 def tau2_reference_replies(task: Tau2Task) -> list[str]:
     """The agent's replies that play ``task``'s reference against the scripted user.
 
-    With user-side actions (telecom), a first message asks the user to act (the scripted user then
-    performs them); then the assistant-side reference actions as tool calls, then one message that
-    tells the user every piece of information the task expects communicated, after which the
-    scripted user stops.
+    The reference actions in their order: the agent's as tool calls, and before each run of the
+    user's (telecom) a message asking the user to act (the scripted user then performs that run);
+    then one message that tells the user every piece of information the task expects
+    communicated, after which the scripted user stops.
     """
+    replies = []
+    for requestor, actions in _action_runs(task):
+        if requestor == "user":
+            replies.append("Please do the next step on your device.")
+        else:
+            replies += [call_text(a.name, a.arguments) for a in actions]
     criteria = task.evaluation_criteria
-    actions = (criteria.actions or []) if criteria else []
-    replies = (
-        ["Please make the changes on your device as described."] if any(a.requestor == "user" for a in actions) else []
-    )
-    replies += [call_text(a.name, a.arguments) for a in actions if a.requestor == "assistant"]
     told = " ".join((criteria.communicate_info or []) if criteria else [])
     replies.append(f"All done. {told}".strip())
     return replies
@@ -221,11 +233,13 @@ class Tau2Env(AgentEnv):
         self.domain = domain
         self.kind = f"{type(self).kind}:{domain}"
         available = list(tau2_tasks(domain, task_set))
+        self._splits: dict[str, list[str]] = _DOMAINS[domain][2]() if task_set == "base" else {}
         if split is not None:
-            splits = _DOMAINS[domain][2]()
-            if split not in splits:
-                raise ValueError(f"unknown split {split!r} of τ² {domain}; choose one of {sorted(splits)}")
-            chosen = set(splits[split])
+            if split not in self._splits:
+                raise ValueError(
+                    f"unknown split {split!r} of τ² {domain} {task_set}; choose one of {sorted(self._splits)}"
+                )
+            chosen = set(self._splits[split])
             available = [task_id for task_id in available if task_id in chosen]
         self._task_ids = select_tasks(available, tasks)
         self._tau2_tasks = tau2_tasks(domain, task_set)
@@ -250,13 +264,15 @@ class Tau2Env(AgentEnv):
         return list(self._task_ids)
 
     def tasks(self) -> list[Task]:
-        """Each task with the user's reason for calling as its goal and :func:`tau2_reference_replies` (against the scripted user) as its solution."""
+        """Each task: the user's reason for calling as its goal, its τ² split (train/test) as its category, and :func:`tau2_reference_replies` (against the scripted user) as its solution."""
+        split_of = {task_id: name for name in ("train", "test") for task_id in self._splits.get(name, ())}
         out = []
         for task_id in self._task_ids:
             task = self._tau2_tasks[task_id]
             instructions = task.user_scenario.instructions
             goal = instructions if isinstance(instructions, str) else instructions.reason_for_call
-            out.append(Task(task_id, goal, self.domain, solution=tau2_reference_replies(task)))
+            category = split_of.get(task_id, self.domain)
+            out.append(Task(task_id, goal, category, solution=tau2_reference_replies(task)))
         return out
 
     def tools(self) -> list[ToolSpec]:

@@ -132,6 +132,19 @@ def _fresh_environment(domain: str, solo_mode: bool = False) -> Environment:
     return environment
 
 
+@functools.cache
+def _domain_face(domain: str) -> tuple[str, list[ToolSpec], list[dict]]:
+    """What the agent and the user are shown of ``domain``: its policy, the agent's tools, the user's tools (built once per process: forks make envs often)."""
+    probe = _fresh_environment(domain)
+    user_tools = [tool.openai_schema for tool in probe.get_user_tools()] if probe.user_tools else []
+    return probe.get_policy(), [_spec(tool.openai_schema) for tool in probe.get_tools()], user_tools
+
+
+@functools.cache
+def _splits(domain: str) -> dict[str, list[str]]:
+    return _DOMAINS[domain][2]()
+
+
 def tau2_environment(domain: str) -> Callable[..., Environment]:
     """τ²'s environment constructor of ``domain`` (what τ²'s registry returns for it)."""
     return _DOMAINS[domain][0]
@@ -233,7 +246,7 @@ class Tau2Env(AgentEnv):
         self.domain = domain
         self.kind = f"{type(self).kind}:{domain}"
         available = list(tau2_tasks(domain, task_set))
-        self._splits: dict[str, list[str]] = _DOMAINS[domain][2]() if task_set == "base" else {}
+        self._splits: dict[str, list[str]] = _splits(domain) if task_set == "base" else {}
         if split is not None:
             if split not in self._splits:
                 raise ValueError(
@@ -247,10 +260,7 @@ class Tau2Env(AgentEnv):
         self.user = user or ScriptedUser()
         self.max_errors = max_errors
         self.max_user_tool_calls = max_user_tool_calls
-        probe = self._constructor()
-        self.policy = probe.get_policy()
-        self._specs = [_spec(tool.openai_schema) for tool in probe.get_tools()]
-        self._user_tools = [tool.openai_schema for tool in probe.get_user_tools()] if probe.user_tools else []
+        self.policy, self._specs, self._user_tools = _domain_face(domain)
         self._agent_tool_names = {spec.name for spec in self._specs}
         # The episode: τ²'s environment (its databases), the conversation as τ² records it, the user's state.
         self.environment: Environment | None = None
@@ -451,6 +461,20 @@ class Tau2Env(AgentEnv):
         return view
 
 
+class _Tau2ToolSpec(ToolSpec):
+    """A τ² tool's spec whose OpenAI form is encoded once: every step's ``info["tools"]`` decodes a fresh copy.
+
+    The base class re-encodes the schema each time; for τ²'s fifteen-odd tools that was most of a
+    step's cost (benchmarks/conversation.py).
+    """
+
+    def to_openai(self) -> dict:
+        encoded = self.__dict__.get("_openai_json")
+        if encoded is None:
+            encoded = self.__dict__["_openai_json"] = json.dumps(super().to_openai())
+        return json.loads(encoded)
+
+
 def _spec(schema: dict) -> ToolSpec:
     function = schema["function"]
-    return ToolSpec(function["name"], function.get("description", ""), function["parameters"])
+    return _Tau2ToolSpec(function["name"], function.get("description", ""), function["parameters"])

@@ -18,8 +18,9 @@ conversation's tool calls into a fresh environment and compares hashes with the 
 actions'), environment assertions, expected actions and information communicated, combined over
 the task's reward basis exactly as τ²'s ``evaluate_simulation`` does for ``EvaluationType.ALL``.
 ``info["grade"]`` lists the components scored and each one's reward. Natural-language assertions
-need a judge model; no task of the three base sets has them in its reward basis, and a task that
-had would be reported with the component unscored (``not_scored``) rather than guessed.
+need a judge model (``judge=``, off by default: τ²'s judge prompt, any policy as the model); no
+task of the three base sets has them in its reward basis, and without a judge a task that had
+would be reported with the component unscored (``not_scored``) rather than guessed.
 
 The user is any :class:`~agentgym.envs.user.UserSimulator` (``user=``): by default a
 :class:`~agentgym.envs.user.ScriptedUser` that opens with the task's reason for calling and what
@@ -73,6 +74,8 @@ with requires("tau2"):
 
 __all__ = [
     "AGENT_STOP",
+    "Judge",
+    "nl_assertion_checks",
     "Tau2Env",
     "tau2_environment",
     "tau2_reference_replies",
@@ -98,6 +101,72 @@ Try to be helpful and always follow the policy. Always make sure you generate va
 _AGENT_SYSTEM_PROMPT = "<instructions>\n{agent_instruction}\n</instructions>\n<policy>\n{domain_policy}\n</policy>"
 _USER_SYSTEM_PROMPT = "{global_user_sim_guidelines}\n\n<scenario>\n{instructions}\n</scenario>"
 _FIRST_AGENT_MESSAGE = "Hi! How can I help you today?"
+
+# τ²'s NL-assertion judge prompt (tau2/evaluator/evaluator_nl_assertions.py, which imports litellm), verbatim
+# (its whitespace-only lines written as \x20 escapes).
+_JUDGE_SYSTEM_PROMPT = """
+        TASK
+        - You will be given a list of expected outcomes and a conversation that was collected during a test case run.
+        - The conversation is between an agent and a customer.
+        - Your job is to evaluate whether the agent satisfies each of the expected outcomes.
+        - Grade each expected outcome individually.
+
+        FORMAT
+        - Your response should be a JSON object with the following fields:
+        - `reasoning`: a short explanation for your classification
+        - `metExpectation`: `true` if the agent satisfies the expected outcomes, `false` otherwise
+        - `expectedOutcome`: repeat the expectation from the input that you are grading
+\x20\x20\x20\x20\x20\x20\x20\x20
+        Example response structure:
+        {
+            "results": [
+                {
+                    "expectedOutcome": "<one of the expected outcomes from the input>",
+                    "reasoning": "<reasoning trace>",
+                    "metExpectation": <false or true>,
+                }
+            ]
+        }
+        """
+_JUDGE_USER_PROMPT = """
+        conversation:
+        {trajectory_str}
+\x20\x20\x20\x20\x20\x20\x20\x20
+        expectedOutcomes:
+        {nl_assertions}
+        """
+
+#: A judge: chat messages (``{"role", "content"}``) in, the judge model's text out (e.g. :class:`agentgym.rollout.user.PolicyJudge`).
+Judge = Callable[[list[dict]], str]
+
+
+def nl_assertion_checks(
+    judge: Judge, assertions: Sequence[str], messages: Sequence[Message]
+) -> tuple[float, list[dict]]:
+    """τ²'s NL-assertion evaluation with ``judge`` as its model: (reward, one check per assertion).
+
+    The prompt and the reply's format are τ²'s. Stricter than τ² where a judge's reply could
+    give a reward without evidence: the reply must be JSON with a ``metExpectation`` of ``true``
+    for *every* assertion (τ² accepts an empty result list); anything else scores 0.
+    """
+    trajectory = "\n".join(f"{message.role}: {message.content}" for message in messages)
+    reply = judge(
+        [
+            {"role": "system", "content": _JUDGE_SYSTEM_PROMPT},
+            {
+                "role": "user",
+                "content": _JUDGE_USER_PROMPT.format(trajectory_str=trajectory, nl_assertions=list(assertions)),
+            },
+        ]
+    )
+    try:
+        results = json.loads(reply).get("results", [])
+        verdicts = {str(r["expectedOutcome"]): r.get("metExpectation") is True for r in results}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return 0.0, [{"assertion": a, "met": False, "note": "the judge's reply is not τ²'s JSON"} for a in assertions]
+    checks = [{"assertion": a, "met": verdicts.get(a, False)} for a in assertions]
+    return float(all(check["met"] for check in checks)), checks
+
 
 # domain → (environment constructor, task loader by task set, split loader)
 _DOMAINS: dict[str, tuple[Callable[..., Environment], Callable[[str], list[Tau2Task]], Callable[[], dict]]] = {
@@ -221,6 +290,8 @@ class Tau2Env(AgentEnv):
         split: τ²'s ``"train"`` or ``"test"`` split (default: the whole task set).
         task_set: ``"base"`` (default); telecom also has ``"full"`` and ``"small"``.
         user: the user simulator (default: a :class:`ScriptedUser` playing :func:`tau2_user_script`).
+        judge: the model that grades natural-language assertions (:func:`nl_assertion_checks`);
+            off by default: a task with them in its reward basis then reports them ``not_scored``.
         max_turns: agent replies before the episode is truncated (reward 0).
         max_errors: tool calls that fail before the conversation ends with reward 0 (τ²'s ``max_errors``).
         max_user_tool_calls: user tool calls in a row before the user's turn is cut off (a looping user policy).
@@ -236,6 +307,7 @@ class Tau2Env(AgentEnv):
         split: str | None = None,
         task_set: str = "base",
         user: UserSimulator | None = None,
+        judge: Judge | None = None,
         max_turns: int = 50,
         max_errors: int = 10,
         max_user_tool_calls: int = 20,
@@ -258,6 +330,7 @@ class Tau2Env(AgentEnv):
         self._tau2_tasks = tau2_tasks(domain, task_set)
         self._constructor = functools.partial(_fresh_environment, domain)
         self.user = user or ScriptedUser()
+        self.judge = judge
         self.max_errors = max_errors
         self.max_user_tool_calls = max_user_tool_calls
         self.policy, self._specs, self._user_tools = _domain_face(domain)
@@ -396,7 +469,17 @@ class Tau2Env(AgentEnv):
             details["communicate_checks"] = [check.met for check in communicate_info.communicate_checks or []]
             scored.append(RewardType.COMMUNICATE.value)
         if RewardType.NL_ASSERTION in basis:
-            details["not_scored"] = [RewardType.NL_ASSERTION.value]  # needs a judge model (see the module docstring)
+            if self.judge is None:
+                details["not_scored"] = [
+                    RewardType.NL_ASSERTION.value
+                ]  # needs a judge model (see the module docstring)
+            else:
+                nl_reward, details["nl_assertions"] = nl_assertion_checks(
+                    self.judge, criteria.nl_assertions or [], self.messages
+                )
+                reward *= nl_reward
+                breakdown[RewardType.NL_ASSERTION.value] = nl_reward
+                scored.append(RewardType.NL_ASSERTION.value)
         details.update(reward_basis=[kind.value for kind in criteria.reward_basis], scored=scored, breakdown=breakdown)
         return Verdict(reward, reward == 1.0, details=details)
 

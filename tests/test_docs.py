@@ -29,6 +29,7 @@ RUN = {
     ("docs/memory.md", "Memory and skill banks"),
     ("docs/envs/text.md", "Text worlds"),
     ("docs/gateway.md", "A first episode"),
+    ("docs/envs/conversation.md", "Conversations (simulated users)"),
 }
 
 
@@ -161,6 +162,13 @@ def test_gateway_example_works(capsys):
     assert turn.completion_ids and len(turn.logprobs) == len(turn.completion_ids)
     assert trajectory.metadata["graded_by"] == "gateway" and trajectory.metadata["program_error"] is None
     assert "prompt ids," in capsys.readouterr().out
+
+
+def test_conversation_example_works(capsys):
+    namespace = run_example("docs/envs/conversation.md", "Conversations (simulated users)")
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-2:] == ["user: ###STOP###", "0.0 ['DB', 'COMMUNICATE']"]
+    assert namespace["terminated"] and namespace["info"]["task_id"] == "0" and not namespace["info"]["error"]
 
 
 @pytest.mark.docker

@@ -48,6 +48,7 @@ def _print_summary(summary: dict, results: list[dict]) -> None:
         "success_rate",
         "success_ci95",
         *(f"pass@{j}" for j in summary["metrics"]["pass_at_k"]),
+        *(f"pass^{j}" for j in summary["metrics"].get("pass_hat_k", {})),
         "mean_turns",
         "env_error_rate",
     )
@@ -57,6 +58,7 @@ def _print_summary(summary: dict, results: list[dict]) -> None:
             "success_rate": metrics["success_rate"],
             "success_ci95": metrics["success_ci95"],
             **{f"pass@{j}": v for j, v in metrics["pass_at_k"].items()},
+            **{f"pass^{j}": v for j, v in metrics.get("pass_hat_k", {}).items()},
             "mean_turns": metrics["mean_turns"],
             "env_error_rate": metrics["env_error_rate"],
         }

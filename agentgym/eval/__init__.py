@@ -1,4 +1,4 @@
-"""agentgym.eval: run benchmark suites against a policy, score the episodes (success, pass@k) and write a report.
+"""agentgym.eval: run benchmark suites against a policy, score the episodes (success, pass@k, pass^k) and write a report.
 
 ``agentgym eval --suite <suite> --policy <model or endpoint>`` is the command; these are its
 parts: :func:`load_suite` (a built-in suite or a YAML file), :func:`evaluate` (the harness),
@@ -11,7 +11,16 @@ from agentgym._lazy import lazy_exports
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
     from agentgym.eval.harness import PolicyUnavailableError, evaluate, load_results
-    from agentgym.eval.metrics import bootstrap_ci, compare, mean_pass_at_k, pass_at_k, per_task, summarize
+    from agentgym.eval.metrics import (
+        bootstrap_ci,
+        compare,
+        mean_pass_at_k,
+        mean_pass_hat_k,
+        pass_at_k,
+        pass_hat_k,
+        per_task,
+        summarize,
+    )
     from agentgym.eval.report import compare_report, write_report
     from agentgym.eval.suites import Suite, load_suite
 
@@ -24,7 +33,9 @@ _EXPORTS = {
     "bootstrap_ci": "metrics",
     "compare": "metrics",
     "mean_pass_at_k": "metrics",
+    "mean_pass_hat_k": "metrics",
     "pass_at_k": "metrics",
+    "pass_hat_k": "metrics",
     "per_task": "metrics",
     "summarize": "metrics",
     "compare_report": "report",

@@ -1,4 +1,4 @@
-"""Evaluation metrics over result rows: pass@k, bootstrap confidence intervals, run summaries and paired run comparison.
+"""Evaluation metrics over result rows: pass@k, pass^k, bootstrap confidence intervals, run summaries and paired run comparison.
 
 A result row is one finished episode as written to ``results.jsonl`` (``task_id``, ``success``,
 ``turns``, ``tokens_in``, ``tokens_out``, ``wall_s``, ``error``, ...). Tasks, not episodes, are
@@ -15,7 +15,9 @@ import numpy as np
 
 __all__ = [
     "pass_at_k",
+    "pass_hat_k",
     "mean_pass_at_k",
+    "mean_pass_hat_k",
     "bootstrap_ci",
     "summarize",
     "summarize_by",
@@ -44,6 +46,35 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """τ-bench's reliability pass^k = C(c, k)/C(n, k): the chance that ``k`` samples drawn without replacement from ``n`` all succeed.
+
+    pass@k asks whether any of k tries succeeds; pass^k whether all of them do (Yao et al., 2024,
+    τ-bench; τ²-bench reports it per task and averages over tasks). Product form, as :func:`pass_at_k`.
+    """
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"need 1 <= k <= n, got n={n}, k={k}")
+    if c < k:
+        return 0.0
+    return float(np.prod((c - np.arange(k)) / (n - np.arange(k))))
+
+
+def mean_pass_hat_k(per_task: Iterable[tuple[int, int]], k: int) -> float | None:
+    """pass^k averaged over tasks given as ``(n, c)`` pairs; tasks with fewer than ``k`` samples are left out (``None``: none has ``k``)."""
+    values = [pass_hat_k(n, c, k) for n, c in per_task if n >= k]
+    return float(np.mean(values)) if values else None
+
+
+def _ci_over_tasks(metric, counts: Sequence[tuple[int, int]], k: int, resamples: int, seed: int) -> list[float | None]:
+    """The bootstrap interval (over tasks) of ``metric(n, c, k)`` averaged over the tasks with ``k`` samples."""
+    values = [metric(n, c, k) for n, c in counts if n >= k]
+    if not values:
+        return [None, None]
+    return list(bootstrap_ci(values, resamples=resamples, seed=seed))
 
 
 def mean_pass_at_k(per_task: Iterable[tuple[int, int]], k: int) -> float | None:
@@ -94,7 +125,9 @@ def summarize(results: Sequence[dict], k: int, resamples: int = 10_000, seed: in
 
     ``success_rate`` is the mean over tasks of each task's success rate (equal to pass@1);
     ``success_ci95`` bootstraps it over tasks. ``pass_at_k`` holds every k' in 1..k (keys are
-    strings, for JSON), so a report can draw the curve. ``mean_turns`` is per episode;
+    strings, for JSON), so a report can draw the curve; ``pass_hat_k`` holds τ-bench's pass^k' for
+    the same k' (:func:`pass_hat_k`); ``pass_at_k_ci95`` and ``pass_hat_k_ci95`` their 95% intervals,
+    bootstrapped over tasks. ``mean_turns`` is per episode;
     ``tokens_in``/``tokens_out``/``wall_s`` are run totals; ``env_error_rate`` is the share of
     episodes whose error starts with "env_error" or "timeout". Rates are ``None`` for no rows.
     """
@@ -111,6 +144,9 @@ def summarize(results: Sequence[dict], k: int, resamples: int = 10_000, seed: in
             "success_rate": None,
             "success_ci95": [None, None],
             "pass_at_k": {str(j): None for j in range(1, k + 1)},
+            "pass_at_k_ci95": {str(j): [None, None] for j in range(1, k + 1)},
+            "pass_hat_k": {str(j): None for j in range(1, k + 1)},
+            "pass_hat_k_ci95": {str(j): [None, None] for j in range(1, k + 1)},
             "mean_turns": None,
             **totals,
             "env_error_rate": None,
@@ -123,6 +159,9 @@ def summarize(results: Sequence[dict], k: int, resamples: int = 10_000, seed: in
         "success_rate": float(np.mean(rates)),
         "success_ci95": [lo, hi],
         "pass_at_k": {str(j): mean_pass_at_k(counts, j) for j in range(1, k + 1)},
+        "pass_at_k_ci95": {str(j): _ci_over_tasks(pass_at_k, counts, j, resamples, seed) for j in range(1, k + 1)},
+        "pass_hat_k": {str(j): mean_pass_hat_k(counts, j) for j in range(1, k + 1)},
+        "pass_hat_k_ci95": {str(j): _ci_over_tasks(pass_hat_k, counts, j, resamples, seed) for j in range(1, k + 1)},
         "mean_turns": float(np.mean([r["turns"] for r in results])),
         **totals,
         "env_error_rate": sum(map(_is_env_error, results)) / len(results),

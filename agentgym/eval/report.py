@@ -247,7 +247,17 @@ def _summary_table(metrics: dict) -> str:
         ("success_rate", "Success rate", _fmt(metrics.get("success_rate"))),
         ("success_ci95", "Success rate, 95% CI (bootstrap over tasks)", _ci(metrics.get("success_ci95"))),
     ]
-    rows += [(f"pass_at_{j}", f"pass@{escape(j)}", _fmt(v)) for j, v in metrics.get("pass_at_k", {}).items()]
+    for name, label in (("at", "@"), ("hat", "^")):  # pass@k, and τ-bench's reliability pass^k beside it
+        intervals = metrics.get(f"pass_{name}_k_ci95", {})
+        for j, v in metrics.get(f"pass_{name}_k", {}).items():
+            rows.append((f"pass_{name}_{j}", f"pass{label}{escape(j)}", _fmt(v)))
+            rows.append(
+                (
+                    f"pass_{name}_{j}_ci95",
+                    f"pass{label}{escape(j)}, 95% CI (bootstrap over tasks)",
+                    _ci(intervals.get(j)),
+                )
+            )
     rows += [
         ("mean_turns", "Mean turns per episode", _fmt(metrics.get("mean_turns"))),
         ("tokens_in", "Tokens in (total)", _fmt(metrics.get("tokens_in"))),
@@ -276,12 +286,14 @@ def _category_table(summary: dict, results: list[dict], k: int) -> str:
         "Success rate",
         "95% CI",
         *(f"pass@{j}" for j in passes),
+        *(f"pass^{j}" for j in passes[1:]),
         "Mean turns",
         "Env error rate",
     ]
     body = []
     for category, m in summary.get("by_category", {}).items():
         pass_k = m.get("pass_at_k", {})
+        pass_hat = m.get("pass_hat_k", {})
         cells = [
             escape(category),
             _fmt(len(tasks[category])),
@@ -289,6 +301,7 @@ def _category_table(summary: dict, results: list[dict], k: int) -> str:
             _fmt(m.get("success_rate")),
             _ci(m.get("success_ci95")),
             *(_fmt(pass_k.get(j)) for j in passes),
+            *(_fmt(pass_hat.get(j)) for j in passes[1:]),
             _fmt(m.get("mean_turns")),
             _fmt(m.get("env_error_rate")),
         ]

@@ -14,8 +14,10 @@ what a suite runs is defined once, by the env family. The built-in suites:
   LibreOffice Calc, Writer and Impress, reported per app);
 * ``babyai`` (``text.babyai-v0``), ``scienceworld`` (``text.scienceworld-v0``), ``textworld``
   (``text.textworld-v0``) and ``textworld-express`` (``text.textworld-express-v0``), reported per
-  split (train/dev/test):
-  ``--tasks 'test/*'`` runs one split.
+  split (train/dev/test): ``--tasks 'test/*'`` runs one split;
+* ``tau2-<domain>`` for each τ²-bench domain (``conversation.tau2-<domain>-v0``: airline, retail,
+  telecom), reported per τ² split (train/test). τ²'s task ids repeat across domains, so there is
+  one suite per domain (a suite's ids are unique).
 
 A custom suite is a JSONL or YAML file listing tasks, one mapping each::
 
@@ -57,6 +59,7 @@ _SUITE_PATTERNS = (
     ("scienceworld", "text.scienceworld-v0"),
     ("textworld", "text.textworld-v0"),
     ("textworld-express", "text.textworld-express-v0"),
+    ("tau2-{}", "conversation.tau2-{}-v0"),
 )
 
 

@@ -1,4 +1,4 @@
-"""Tests for agentgym.eval.metrics: pass@k, bootstrap intervals, summaries and paired comparison."""
+"""Tests for agentgym.eval.metrics: pass@k, pass^k, bootstrap intervals, summaries and paired comparison."""
 
 import itertools
 import math
@@ -6,7 +6,16 @@ import math
 import numpy as np
 import pytest
 
-from agentgym.eval.metrics import bootstrap_ci, compare, mean_pass_at_k, pass_at_k, summarize, summarize_by
+from agentgym.eval.metrics import (
+    bootstrap_ci,
+    compare,
+    mean_pass_at_k,
+    mean_pass_hat_k,
+    pass_at_k,
+    pass_hat_k,
+    summarize,
+    summarize_by,
+)
 
 
 @pytest.mark.parametrize(
@@ -44,6 +53,38 @@ def test_mean_pass_at_k_skips_tasks_with_too_few_samples():
     assert mean_pass_at_k([(5, 2), (5, 0)], 2) == pytest.approx(0.35)
     assert mean_pass_at_k([(5, 2), (1, 1)], 2) == pytest.approx(0.7)
     assert mean_pass_at_k([(1, 1)], 2) is None
+
+
+@pytest.mark.parametrize(
+    "n, c, k, expected",
+    [
+        (4, 2, 2, 1 / 6),  # C(2,2)/C(4,2): one pair of six
+        (5, 3, 2, 3 / 10),  # C(3,2)/C(5,2)
+        (5, 3, 3, 1 / 10),  # C(3,3)/C(5,3)
+        (5, 2, 3, 0.0),  # fewer successes than tries
+        (5, 2, 1, 0.4),  # pass^1 = pass@1 = c/n
+        (4, 4, 4, 1.0),
+    ],
+)
+def test_pass_hat_k_closed_form(n, c, k, expected):
+    assert pass_hat_k(n, c, k) == pytest.approx(expected, abs=1e-12)
+
+
+@pytest.mark.parametrize("n", range(1, 8))
+def test_pass_hat_k_matches_enumeration(n):
+    for c in range(n + 1):
+        outcomes = [True] * c + [False] * (n - c)
+        for k in range(1, n + 1):
+            subsets = list(itertools.combinations(outcomes, k))
+            assert pass_hat_k(n, c, k) == pytest.approx(sum(all(s) for s in subsets) / len(subsets), abs=1e-12)
+
+
+def test_pass_hat_k_rejects_bad_arguments_and_averages_over_tasks():
+    for n, c, k in [(3, 4, 1), (3, -1, 1), (3, 1, 0), (3, 1, 4)]:
+        with pytest.raises(ValueError):
+            pass_hat_k(n, c, k)
+    assert mean_pass_hat_k([(4, 2), (5, 3), (1, 1)], 2) == pytest.approx((1 / 6 + 3 / 10) / 2)
+    assert mean_pass_hat_k([(1, 1)], 2) is None
 
 
 def test_bootstrap_ci_contains_mean_and_shrinks_with_more_tasks():
@@ -102,6 +143,12 @@ def test_summarize_exact_numbers():
     assert metrics["pass_at_k"]["1"] == pytest.approx(0.5)
     assert metrics["pass_at_k"]["2"] == pytest.approx((1 + 1 + 0 + 1) / 4)
     assert set(metrics["pass_at_k"]) == {"1", "2"}
+    # pass^2 per task: t1 2/2 -> 1, t2 1/2 -> 0, t3 0/2 -> 0, t4 1/2 -> 0.
+    assert metrics["pass_hat_k"] == {"1": pytest.approx(0.5), "2": pytest.approx(0.25)}
+    lo, hi = metrics["pass_hat_k_ci95"]["2"]
+    assert 0.0 <= lo <= 0.25 <= hi <= 1.0
+    lo, hi = metrics["pass_at_k_ci95"]["2"]
+    assert 0.0 <= lo <= 0.75 <= hi <= 1.0
     assert metrics["mean_turns"] == pytest.approx(24 / 8)
     assert metrics["tokens_in"] == 800 and metrics["tokens_out"] == 80
     assert metrics["wall_s"] == pytest.approx(4.0)
@@ -124,6 +171,8 @@ def test_summarize_empty():
     metrics = summarize([], k=3)
     assert metrics["success_rate"] is None and metrics["tokens_in"] == 0
     assert metrics["pass_at_k"] == {"1": None, "2": None, "3": None}
+    assert metrics["pass_hat_k"] == {"1": None, "2": None, "3": None}
+    assert metrics["pass_hat_k_ci95"]["3"] == [None, None]
 
 
 def _run(probabilities, samples, rng):

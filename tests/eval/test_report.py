@@ -174,6 +174,9 @@ async def test_report_renders_in_browser(tmp_path):
             assert await metric("success_rate") == "0.500"
             assert await metric("pass_at_1") == "0.500"
             assert await metric("pass_at_2") == "0.667"
+            assert await metric("pass_hat_2") == "0.333"  # only the 2/2 task succeeds in both tries
+            lo, hi = json.loads(await metric("pass_hat_2_ci95"))
+            assert 0 <= lo <= 1 / 3 <= hi <= 1
             assert await metric("mean_turns") == "2.167"
             assert await metric("tokens_in") == "600"
             assert await metric("env_error_rate") == "0.167"

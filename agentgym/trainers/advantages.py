@@ -8,6 +8,9 @@ unbiased and when); this module uses its baselines.
 ``r − mean(group)`` (or median), optionally divided by the group or batch std, as in TRL.
 **Anchor-state step advantages** (:func:`anchor_step_advantages`): GiGPO's second level for
 linear episodes, turns compared with the other turns taken from the same state.
+**MC-GRPO's median pivot** (:func:`median_pivots`): with G+1 episodes per group and the median
+baseline, the episode whose reward is the median is the baseline itself; it is left out of the
+gradient (and of the loss's token count), so exactly G episodes are trained.
 
 **Per-turn GAE** (:func:`turn_gae`) for SAO's value baseline, **strict double-sided token
 clipping** (:func:`strict_clip_policy_loss`), and its **decoupled** form for stale samples
@@ -27,6 +30,7 @@ __all__ = [
     "decoupled_policy_loss",
     "explained_variance",
     "group_advantages",
+    "median_pivots",
     "strict_clip_policy_loss",
     "turn_gae",
 ]
@@ -58,6 +62,27 @@ def group_advantages(
         std = statistics.stdev(rewards) if len(rewards) > 1 else 0.0
         advantages = [a / (std + eps) for a in advantages]
     return advantages
+
+
+def median_pivots(rewards: Sequence[float], groups: Sequence[object]) -> list[bool]:
+    """MC-GRPO's pivots: per group of odd size, the one member whose reward is the group's median (the first such, in order).
+
+    The median of an odd group is one member's reward; that member's median-baseline advantage
+    is 0, and MC-GRPO samples G+1 episodes so that, with the pivot left out of the gradient,
+    exactly G are trained against a baseline drawn from the group itself. An even group's
+    median is the mean of two members: it has no pivot (the trainer samples odd groups; one that
+    lost an episode to an env error is trained whole).
+    """
+    members: dict[object, list[int]] = {}
+    for i, group in enumerate(groups):
+        members.setdefault(group, []).append(i)
+    pivots = [False] * len(rewards)
+    for indices in members.values():
+        if len(indices) % 2 == 0:
+            continue
+        median = statistics.median(rewards[i] for i in indices)
+        pivots[next(i for i in indices if rewards[i] == median)] = True
+    return pivots
 
 
 def anchor_step_advantages(

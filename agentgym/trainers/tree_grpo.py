@@ -34,7 +34,7 @@ from agentgym.rollout.runner import EpisodeRequest
 from agentgym.rollout.trajectory import RolloutTree, Trajectory
 from agentgym.rollout.tree import SuccessPredictor, TreeConfig, TreeRollout
 from agentgym.rollout.tree_values import node_values, turn_advantages, usable_returns
-from agentgym.trainers.advantages import anchor_step_advantages, group_advantages, turn_gae
+from agentgym.trainers.advantages import anchor_step_advantages, group_advantages, median_pivots, turn_gae
 from agentgym.trainers.base import AgentgymTrainer
 from agentgym.trainers.lora import is_adapted
 from agentgym.trainers.rollouts import (
@@ -106,14 +106,18 @@ class TreeGRPOTrainer(AgentgymTrainer):
         """Tasks (dataset rows) one rollout call grows on this process: TRL's per-process generation batch."""
         return self.args.per_device_train_batch_size * self.args.steps_per_generation
 
+    def _group_size(self) -> int:
+        """Linear episodes per task: ``num_generations``, plus MC-GRPO's pivot with ``median_pivot``."""
+        return self.args.num_generations + int(self.args.median_pivot)
+
     def _group_requests(self) -> int:
-        return self._tasks_per_generation() * self.args.num_generations
+        return self._tasks_per_generation() * self._group_size()
 
     def _step_concurrency(self) -> int:
         """Episodes (trees) in flight: all of a step's, as TRL generates its batch at once; a cluster's env slots cap it."""
         if self.args.rollout_backend == "ray":
             return self.args.rollout_concurrency
-        jobs = self._tasks_per_generation() * (1 if self.args.tree else self.args.num_generations)
+        jobs = self._tasks_per_generation() * (1 if self.args.tree else self._group_size())
         return max(self.args.rollout_concurrency, jobs)
 
     # ------------------------------------------------------------------ rollouts
@@ -128,7 +132,7 @@ class TreeGRPOTrainer(AgentgymTrainer):
             requests = [
                 EpisodeRequest(t, repeat=j, group=f"{step}:{i}")
                 for i, t in enumerate(task_ids)
-                for j in range(self.args.num_generations)
+                for j in range(self._group_size())
             ]
         self._sync_rollout_weights(step)  # on-policy: the rollouts sample from this step's weights
         was_training = self.rollout_model.training
@@ -153,6 +157,7 @@ class TreeGRPOTrainer(AgentgymTrainer):
     def _rows(self, records: list) -> tuple[list[Row], dict[str, float]]:
         """Training rows and advantage statistics; groups are trees (tree mode) or a task's episodes."""
         groups: list[tuple[list[Trajectory], list[list[float]], list[list[bool]], list[float]]] = []
+        pivot_count = 0
         if self.args.tree:
             for tree in records:
                 groups.append(tree_training_paths(tree, self.args.advantage_baseline))
@@ -163,21 +168,20 @@ class TreeGRPOTrainer(AgentgymTrainer):
                     by_group.setdefault(trajectory.metadata["group"], []).append(trajectory)
             members = [t for ts in by_group.values() for t in ts]
             if members:
-                advantages = group_advantages(
-                    [t.reward for t in members],
-                    [t.metadata["group"] for t in members],
-                    self.args.advantage_baseline,
-                    self.args.advantage_scale,
-                )
-                it = iter(advantages)
+                rewards, labels = [t.reward for t in members], [t.metadata["group"] for t in members]
+                advantages = group_advantages(rewards, labels, self.args.advantage_baseline, self.args.advantage_scale)
+                pivots = median_pivots(rewards, labels) if self.args.median_pivot else [False] * len(members)
+                pivot_count = sum(pivots)
+                it = iter(zip(advantages, pivots))
                 for trajectories in by_group.values():
-                    adv = [next(it) for _ in trajectories]
+                    adv, pivot = zip(*(next(it) for _ in trajectories))
                     steps = self._step_advantages(trajectories)
                     groups.append(
                         (
                             trajectories,
                             [[a + s for s in step] for a, step in zip(adv, steps)],
-                            [[True] * len(t.turns) for t in trajectories],
+                            # the pivot is the baseline: no loss on it, nor in the loss's token count
+                            [[not p] * len(t.turns) for t, p in zip(trajectories, pivot)],
                             [t.reward for t in trajectories],
                         )
                     )
@@ -191,6 +195,7 @@ class TreeGRPOTrainer(AgentgymTrainer):
             row
             for trajectories, advs, trainable, _ in kept
             for t, adv, train in zip(trajectories, advs, trainable)
+            if any(train)
             for row in trajectory_rows(t, adv, train)
         ]
         if not rows:
@@ -199,6 +204,7 @@ class TreeGRPOTrainer(AgentgymTrainer):
         stats = {
             "groups/zero_variance_frac": 1.0 - len(informative) / len(groups) if groups else math.nan,
             "groups/kept": float(len(kept)),
+            "groups/median_pivots": float(pivot_count),
             "advantage/abs_mean": sum(abs(a) for a in token_advantages) / max(1, len(token_advantages)),
         }
         return rows, stats

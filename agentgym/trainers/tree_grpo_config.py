@@ -62,6 +62,15 @@ class TreeGRPOConfig(AgentgymConfig):
         },
     )
     step_gamma: float = field(default=0.95, metadata={"help": "Discount of the returns the step advantages compare."})
+    median_pivot: bool = field(
+        default=False,
+        metadata={
+            "help": "tree=False only: MC-GRPO's G+1 rollouts — num_generations + 1 episodes per task, the median baseline, "
+            "and the episode whose reward is the median (the pivot, advantage 0) left out of the gradient and of the "
+            "loss's token count, so num_generations episodes are trained. Needs advantage_baseline: median and an even "
+            "num_generations (an odd group, whose median is one member)."
+        },
+    )
     drop_zero_variance_groups: bool = field(
         default=False,
         metadata={
@@ -84,6 +93,12 @@ class TreeGRPOConfig(AgentgymConfig):
             raise ValueError(
                 "step_advantage_weight (GiGPO's anchor-state grouping) is for tree=False: a tree's siblings already "
                 "share their state, and its per-turn advantages compare them"
+            )
+        if self.median_pivot and (self.tree or self.advantage_baseline != "median" or self.num_generations % 2):
+            raise ValueError(
+                "median_pivot needs tree=False, advantage_baseline='median' and an even num_generations "
+                f"(G+1 odd), got tree={self.tree}, advantage_baseline={self.advantage_baseline!r}, "
+                f"num_generations={self.num_generations}"
             )
         if self.tree and self.advantage_scale == "group":
             raise ValueError(

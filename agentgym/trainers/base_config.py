@@ -17,6 +17,8 @@ from trl import GRPOConfig
 
 __all__ = ["AgentgymConfig", "RolloutArguments"]
 
+TASK_ALLOCATIONS = ("uniform", "trace")
+
 
 @dataclass
 class RolloutArguments:
@@ -156,10 +158,36 @@ class AgentgymConfig(GRPOConfig, RolloutArguments):
         },
     )
 
+    task_allocation: str = field(
+        default="uniform",
+        metadata={
+            "help": f"One of {TASK_ALLOCATIONS}: how a step's sampling budget is split over tasks. 'uniform': equally "
+            "(TreeGRPO: num_generations episodes or tree_max_leaves leaves per task; SAO: every task once per epoch). "
+            "'trace' (TRACE): by each task's recent success rate p, where mixed outcomes are likeliest — TreeGRPO "
+            "hands the step's episodes (leaves) out by the gain in P(mixed group), SAO samples tasks ∝ p(1−p) + "
+            "allocation_floor (see agentgym.trainers.allocation)."
+        },
+    )
+    allocation_decay: float = field(
+        default=0.8,
+        metadata={
+            "help": "task_allocation: trace — each task's outcome counts are multiplied by this per new outcome."
+        },
+    )
+    allocation_floor: float = field(
+        default=0.05,
+        metadata={"help": "task_allocation: trace, SAO — added to every task's p(1−p) weight, so no task drops out."},
+    )
+
     def __post_init__(self):
         import torch
 
         from agentgym.trainers.lora import lora_section
+
+        if self.task_allocation not in TASK_ALLOCATIONS:
+            raise ValueError(f"task_allocation must be one of {TASK_ALLOCATIONS}, got {self.task_allocation!r}")
+        if not 0 < self.allocation_decay <= 1 or self.allocation_floor < 0:
+            raise ValueError("allocation_decay must be in (0, 1] and allocation_floor >= 0")
 
         self.check_memory()
         lora_section(self.peft)  # a bad peft section fails here, not after the model loaded

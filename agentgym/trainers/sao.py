@@ -3,7 +3,8 @@
 The loop (one per process):
 
 * **Producer** (a background thread with its own asyncio loop): ``rollout_concurrency`` workers
-  each take the next task (every task once per epoch, reshuffled per epoch), run one linear
+  each take the next task (every task once per epoch, reshuffled per epoch; with
+  ``task_allocation: trace``, drawn ∝ p(1−p) of its recent outcomes), run one linear
   episode through the :class:`~agentgym.rollout.runner.Runner` on a *copy* of the policy
   (:class:`~agentgym.rollout.hf_policy.HFPolicy`, batching every worker's request together),
   append it to the trajectory store and put it in a bounded queue. The workers' envs are kept
@@ -58,6 +59,7 @@ from agentgym.trainers.advantages import (
     strict_clip_policy_loss,
     turn_gae,
 )
+from agentgym.trainers.allocation import TaskOutcomes, task_sampling_weights
 from agentgym.trainers.base import AgentgymTrainer, default_tasks, task_dataset
 from agentgym.trainers.lora import plain_model
 from agentgym.trainers.rollouts import (
@@ -157,6 +159,7 @@ class SAOTrainer(AgentgymTrainer):
         self.started = 0  # episodes the producer started; started − consumed is bounded by _admit
         self.learner_wait_s = 0.0  # time the learner spent waiting for trajectories
         self.task_cursor = 0
+        self.outcomes = TaskOutcomes(args.allocation_decay)  # each task's recent success rate (task_allocation: trace)
         self.synced_step: int | None = None
         self._task_lock = threading.Lock()
         self._publish_lock = threading.Lock()
@@ -185,6 +188,11 @@ class SAOTrainer(AgentgymTrainer):
         with self._task_lock:
             rank, world = self.accelerator.process_index, self.accelerator.num_processes
             mine = self.tasks[rank::world] or self.tasks
+            if self.args.task_allocation == "trace":  # by p(1−p) of each task's recent outcomes (TRACE)
+                weights = task_sampling_weights([self.outcomes.rate(t) for t in mine], self.args.allocation_floor)
+                draw = random.Random(self.args.seed * 1_000_003 + self.task_cursor * 101 + rank)  # resumable
+                self.task_cursor += 1
+                return draw.choices(mine, weights)[0]
             epoch, index = divmod(self.task_cursor, len(mine))
             order = list(mine)
             random.Random(self.args.seed * 1_000_003 + epoch * 101 + rank).shuffle(order)
@@ -290,6 +298,8 @@ class SAOTrainer(AgentgymTrainer):
                 self.dropped_stale += 1
                 continue
             if record.error is None and record.turns:
+                with self._task_lock:  # the producer reads the rates
+                    self.outcomes.update(record.task_id, record.success)
                 fresh.append(record)
                 staleness.append(age)
                 self.staleness[age] += 1
@@ -517,6 +527,7 @@ class SAOTrainer(AgentgymTrainer):
             "dropped_stale": self.dropped_stale,
             "consumed": self.consumed,
             "staleness": {str(k): v for k, v in self.staleness.items()},
+            "task_outcomes": self.outcomes.state(),
         }
 
     def _restore_rollout_state(self, state: dict) -> None:
@@ -525,6 +536,8 @@ class SAOTrainer(AgentgymTrainer):
         self.dropped_stale = state["dropped_stale"]
         self.consumed = state["consumed"]
         self.staleness = Counter({int(k): v for k, v in state["staleness"].items()})
+        if "task_outcomes" in state:
+            self.outcomes.load(state["task_outcomes"])
         # Produced before the kill but never trained on: they go first, nothing stored is lost.
         self.replay = deque(record for i, record in enumerate(self.store) if i >= self.store_position)
         self.started = self.consumed + len(self.replay)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from dataclasses import replace
 from typing import Any, cast
 
 import torch
@@ -35,6 +36,7 @@ from agentgym.rollout.trajectory import RolloutTree, Trajectory
 from agentgym.rollout.tree import SuccessPredictor, TreeConfig, TreeRollout
 from agentgym.rollout.tree_values import node_values, turn_advantages, usable_returns
 from agentgym.trainers.advantages import anchor_step_advantages, group_advantages, median_pivots, turn_gae
+from agentgym.trainers.allocation import TaskOutcomes, allocate_budget
 from agentgym.trainers.base import AgentgymTrainer
 from agentgym.trainers.lora import is_adapted
 from agentgym.trainers.rollouts import (
@@ -92,6 +94,9 @@ class TreeGRPOTrainer(AgentgymTrainer):
             if args.tree
             else None
         )
+        self.outcomes = TaskOutcomes(args.allocation_decay)  # each task's recent success rate (task_allocation: trace)
+        self.leaf_budgets: dict[str, int] = {}  # request group -> its tree's leaves (task_allocation: trace)
+        self.allocation: list[int] = []
         self.env_steps = 0  # on this process, for the env-steps-to-success comparison of trees vs. linear
         self.runner = make_runner(
             self.agent,
@@ -122,17 +127,35 @@ class TreeGRPOTrainer(AgentgymTrainer):
 
     # ------------------------------------------------------------------ rollouts
     def _tree_job(self, agent, env, request: EpisodeRequest):
-        return TreeRollout(agent, self.tree_config, self.predictor).run(env, request.task_id, request.seed)
+        config = self.tree_config
+        if request.group in self.leaf_budgets:  # this task's share of the step's leaves (TRACE)
+            config = replace(config, max_leaves=self.leaf_budgets[request.group])
+        return TreeRollout(agent, config, self.predictor).run(env, request.task_id, request.seed)
+
+    def _allocate(self, task_ids: list[str]) -> list[int]:
+        """Per task, its episodes (linear) or tree leaves this step: equal shares, or TRACE's split of their sum."""
+        args = self.args
+        share = cast(int, args.tree_max_leaves) if args.tree else self._group_size()
+        if args.task_allocation == "uniform":
+            return [share] * len(task_ids)
+        minimum = args.num_generations if args.tree else 2  # a tree's roots; a group baseline's two episodes
+        return allocate_budget([self.outcomes.rate(t) for t in task_ids], share * len(task_ids), minimum)
 
     def _rollouts(self, task_ids: list[str]) -> list:
         step = self.state.global_step
+        self.allocation = self._allocate(task_ids)
         if self.args.tree:
             requests = [EpisodeRequest(t, group=f"{step}:{i}") for i, t in enumerate(task_ids)]
+            self.leaf_budgets = (
+                {r.group: n for r, n in zip(requests, self.allocation) if r.group is not None}
+                if self.args.task_allocation == "trace"
+                else {}
+            )
         else:
             requests = [
                 EpisodeRequest(t, repeat=j, group=f"{step}:{i}")
-                for i, t in enumerate(task_ids)
-                for j in range(self._group_size())
+                for i, (t, n) in enumerate(zip(task_ids, self.allocation))
+                for j in range(n)
             ]
         self._sync_rollout_weights(step)  # on-policy: the rollouts sample from this step's weights
         was_training = self.rollout_model.training
@@ -152,6 +175,10 @@ class TreeGRPOTrainer(AgentgymTrainer):
         self.rollout_seconds = time.perf_counter() - started  # the learner is idle meanwhile (synchronous pipeline)
         self.store_position += len(records)
         self.env_steps += sum(r.num_env_steps for r in records)
+        for record in records:
+            for path in [record] if isinstance(record, Trajectory) else record.paths():
+                if path.error is None:
+                    self.outcomes.update(record.task_id, path.success)
         return records
 
     def _rows(self, records: list) -> tuple[list[Row], dict[str, float]]:
@@ -243,6 +270,7 @@ class TreeGRPOTrainer(AgentgymTrainer):
                     "rollout/env_steps_total": float(self.env_steps),
                     "rollout/time_s": self.rollout_seconds,
                     "policy_version": float(self.policy.version),
+                    "allocation/max_share": max(self.allocation) / sum(self.allocation),
                 },
             )
         self._log_metrics(mode, metrics)
@@ -275,7 +303,7 @@ class TreeGRPOTrainer(AgentgymTrainer):
                     )[0]
 
     def _rollout_state(self) -> dict:
-        state = {**super()._rollout_state(), "env_steps": self.env_steps}
+        state = {**super()._rollout_state(), "env_steps": self.env_steps, "task_outcomes": self.outcomes.state()}
         if self.predictor is not None:
             state["predictor"] = {
                 "weights": self.predictor.weights.tolist(),
@@ -287,6 +315,8 @@ class TreeGRPOTrainer(AgentgymTrainer):
     def _restore_rollout_state(self, state: dict) -> None:
         super()._restore_rollout_state(state)
         self.env_steps = state.get("env_steps", 0)
+        if "task_outcomes" in state:
+            self.outcomes.load(state["task_outcomes"])
         if self.predictor is not None and "predictor" in state:
             import numpy as np
 

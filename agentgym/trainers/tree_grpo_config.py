@@ -100,6 +100,14 @@ class TreeGRPOConfig(AgentgymConfig):
                 f"(G+1 odd), got tree={self.tree}, advantage_baseline={self.advantage_baseline!r}, "
                 f"num_generations={self.num_generations}"
             )
+        if self.task_allocation == "trace":
+            if self.median_pivot:
+                raise ValueError("median_pivot needs groups of exactly G+1; task_allocation: trace varies their size")
+            if self.tree and (self.tree_strategy != "contrast" or self.tree_max_leaves is None):
+                raise ValueError(
+                    "task_allocation: trace with trees splits the step's leaves (tree_max_leaves per task) across "
+                    "tasks and spends each task's share on its prefixes by tree_strategy: contrast; set both"
+                )
         if self.tree and self.advantage_scale == "group":
             raise ValueError(
                 "advantage_scale='group' is the biased per-turn normalisation; use 'none' or 'batch' "

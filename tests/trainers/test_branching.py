@@ -8,10 +8,10 @@ so groups have mixed outcomes) — small, real trainers on CPU.
 from __future__ import annotations
 
 import pytest
-import torch
 
 from agentgym.models import tiny_model_path
 from agentgym.trainers.advantages import group_advantages, median_pivots
+from agentgym.trainers.allocation import TaskOutcomes, allocate_budget, mixed_outcome_gain, task_sampling_weights
 
 CAPITAL = "tests.helpers.capital:CapitalEnv"
 
@@ -90,3 +90,115 @@ def test_median_pivot_training_samples_g_plus_one_and_trains_g(tmp_path):
     assert trainer.env_steps == 2 * 2 * 3  # 2 steps × 2 tasks × G+1 one-turn episodes
     logged = [h for h in trainer.state.log_history if "groups/median_pivots" in h]
     assert logged and all(h["groups/median_pivots"] == 2 for h in logged)
+
+
+# ---------------------------------------------------------------- TRACE allocation
+def test_mixed_outcome_gain_on_hand_computed_numbers():
+    assert mixed_outcome_gain(0.5, 1) == pytest.approx(0.5)  # P(mixed | 2 episodes) = 2 p (1 − p)
+    assert mixed_outcome_gain(0.5, 2) == pytest.approx(0.25)
+    assert mixed_outcome_gain(0.1, 1) == pytest.approx(0.18)
+    assert mixed_outcome_gain(0.1, 2) == pytest.approx(0.09)  # 0.01·0.9 + 0.81·0.1
+    assert mixed_outcome_gain(0.0, 3) == mixed_outcome_gain(1.0, 3) == 0.0
+    with pytest.raises(ValueError):
+        mixed_outcome_gain(0.5, 0)
+
+
+def test_allocate_budget_gives_the_next_episode_to_the_largest_gain():
+    # start [2, 2, 2], 3 left; gains at k=2: 0.25, 0.09, 0 -> task 0 (3; its next gain 0.125) -> task 0 (4; 0.0625)
+    # -> task 1 (0.09 > 0.0625)
+    assert allocate_budget([0.5, 0.1, 0.0], budget=9, minimum=2) == [4, 3, 2]
+    # capped at 3: task 0 stops at 3, task 1 takes one, the last goes to task 2 (task 1 is capped too)
+    assert allocate_budget([0.5, 0.1, 0.0], budget=9, minimum=2, maximum=3) == [3, 3, 3]
+    assert allocate_budget([0.5, 0.5], budget=5, minimum=2) == [3, 2]  # a tie goes to the earlier task
+    with pytest.raises(ValueError, match="cannot give"):
+        allocate_budget([0.5, 0.5], budget=3, minimum=2)
+
+
+def test_task_sampling_weights_and_online_task_rates():
+    assert task_sampling_weights([0.5, 0.0], floor=0.05) == pytest.approx([6 / 7, 1 / 7])  # 0.3 and 0.05, normalised
+    outcomes = TaskOutcomes(decay=0.5)
+    assert outcomes.rate("unseen") == 0.5
+    outcomes.update("a", True)
+    outcomes.update("a", False)  # successes 0.5·1 + 0 = 0.5, count 0.5·1 + 1 = 1.5
+    assert outcomes.rate("a") == pytest.approx(1.5 / 3.5)
+    restored = TaskOutcomes(decay=0.5)
+    restored.load(outcomes.state())
+    assert restored.rate("a") == outcomes.rate("a")
+
+
+def _keep_rollouts(trainer) -> list[tuple[list[str], list]]:
+    rollouts, calls = trainer._rollouts, []
+
+    def keeping(task_ids):
+        calls.append((list(task_ids), rollouts(task_ids)))
+        return calls[-1][1]
+
+    trainer._rollouts = keeping
+    return calls
+
+
+def _failing(trainer, tasks, times=50):
+    for task in tasks:
+        for _ in range(times):
+            trainer.outcomes.update(task, False)
+
+
+def test_trace_splits_a_linear_steps_episodes_by_task(tmp_path):
+    trainer = _tree_trainer(
+        tmp_path, task_allocation="trace", allocation_decay=1.0, num_generations=4, per_device_train_batch_size=4
+    )
+    _failing(trainer, [f"shout-{i}" for i in range(4)])  # these four look hopeless, the other four unseen
+    before = {t: trainer.outcomes.rate(t) for t in (f"shout-{i}" for i in range(8))}
+    calls = _keep_rollouts(trainer)
+    trainer.train()
+    task_ids, records = calls[0]
+    expected = allocate_budget([before[t] for t in task_ids], budget=4 * 4, minimum=2)
+    per_task = [sum(r.metadata["group"] == f"0:{i}" for r in records) for i in range(len(task_ids))]
+    assert per_task == expected and sum(per_task) == 16
+    assert sum(trainer.outcomes.counts.values()) == 4 * 50 + 2 * 16  # every usable episode was counted
+
+
+def test_trace_splits_a_tree_steps_leaves_by_task(tmp_path):
+    trainer = _tree_trainer(
+        tmp_path, tree=True, tree_strategy="contrast", tree_max_leaves=4, task_allocation="trace", allocation_decay=1.0
+    )
+    _failing(trainer, ["shout-0", "shout-1", "shout-2", "shout-3"])
+    calls = _keep_rollouts(trainer)
+    trainer.train()
+    for _, trees in calls:
+        budgets = [tree.metadata["budget"]["max_leaves"] for tree in trees]
+        assert sum(budgets) == 2 * 4 and min(budgets) >= 2  # the step's 8 leaves, each tree at least its 2 roots
+        assert all(len(tree.leaves) <= b for tree, b in zip(trees, budgets))
+    with pytest.raises(ValueError, match="tree_strategy: contrast"):
+        _tree_trainer(tmp_path / "bad", tree=True, tree_max_leaves=4, task_allocation="trace")
+
+
+def test_sao_trace_samples_tasks_by_outcome_variance(tmp_path):
+    from agentgym.trainers.sao import SAOTrainer
+    from agentgym.trainers.sao_config import SAOConfig
+
+    args = SAOConfig(
+        output_dir=str(tmp_path),
+        env_id=CAPITAL,
+        per_device_train_batch_size=2,
+        max_turn_tokens=1,
+        max_steps=2,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        log_kl_to_start=False,
+        task_allocation="trace",
+        allocation_decay=1.0,
+        allocation_floor=0.0,
+        rollout_concurrency=2,
+    )
+    trainer = SAOTrainer(str(tiny_model_path()), args)
+    for i in range(8):  # every task but shout-5 always fails (p(1−p) ≈ 0.02 against 0.25 for shout-5's p = 1/2)
+        for _ in range(0 if i == 5 else 50):
+            trainer.outcomes.update(f"shout-{i}", False)
+    draws = [trainer._next_task() for _ in range(200)]
+    share = draws.count("shout-5") / len(draws)
+    assert 0.5 < share < 0.85  # 0.25 / (0.25 + 7 · 0.0189) = 0.65
+    trainer.train()
+    assert trainer.state.global_step == 2
+    assert sum(trainer.outcomes.counts.values()) == 7 * 50 + trainer.consumed  # the learner's records counted

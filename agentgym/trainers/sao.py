@@ -62,6 +62,7 @@ from agentgym.trainers.advantages import (
 from agentgym.trainers.allocation import TaskOutcomes, task_sampling_weights
 from agentgym.trainers.base import AgentgymTrainer, default_tasks, task_dataset
 from agentgym.trainers.lora import plain_model
+from agentgym.trainers.replay import SuccessReplay, replay_age
 from agentgym.trainers.rollouts import (
     collate,
     image_inputs,
@@ -159,6 +160,7 @@ class SAOTrainer(AgentgymTrainer):
         self.started = 0  # episodes the producer started; started − consumed is bounded by _admit
         self.learner_wait_s = 0.0  # time the learner spent waiting for trajectories
         self.task_cursor = 0
+        self.success_replay = SuccessReplay(args.replay_per_task) if args.success_replay else None
         self.outcomes = TaskOutcomes(args.allocation_decay)  # each task's recent success rate (task_allocation: trace)
         self.synced_step: int | None = None
         self._task_lock = threading.Lock()
@@ -320,19 +322,6 @@ class SAOTrainer(AgentgymTrainer):
         """The policy module itself: unwrapped from DDP and the like, and from an adapter's peft model."""
         return plain_model(self.accelerator.unwrap_model(model if model is not None else self.model))
 
-    def _proximal_logps(self, batch: dict) -> torch.Tensor:
-        """The learner's own log-probabilities of the batch's tokens before it trains on them (the decoupled objective's proximal policy)."""
-        input_ids, attention_mask, keep = sequences(batch)
-        with torch.no_grad():
-            return self._get_per_token_logps_and_entropies(
-                self.model,
-                input_ids,
-                attention_mask,
-                keep,
-                batch_size=self.args.per_device_train_batch_size,
-                **image_inputs(batch),
-            )[0]
-
     def _values(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, images: dict | None = None
     ) -> torch.Tensor:
@@ -420,7 +409,13 @@ class SAOTrainer(AgentgymTrainer):
         self._start_producer()
         waited = self.learner_wait_s
         fresh, seen, staleness = self._take(len(inputs))
-        batch, stats = self._advantages(fresh)
+        replayed: list[Trajectory] = []
+        if self.success_replay is not None:  # RLEP: old successes, weighted by the decoupled objective
+            draw = random.Random(self.args.seed * 7_919 + self.state.global_step)
+            replayed = self.success_replay.sample(self.args.replay_per_step, draw)
+            for record in fresh:
+                self.success_replay.add(record)
+        batch, stats = self._advantages(fresh + replayed)
         if self.args.off_policy_correction == "decoupled":
             batch["proximal_per_token_logps"] = self._proximal_logps(batch)
         mask = batch["completion_mask"] * batch["tool_mask"]
@@ -436,6 +431,11 @@ class SAOTrainer(AgentgymTrainer):
             "learner/wait_s": self.learner_wait_s - waited,
             "producer/consumed_total": float(self.consumed),
         }
+        if self.success_replay is not None:
+            ages = [replay_age(t, self.state.global_step) for t in replayed]
+            metrics["replay/mixed"] = float(len(replayed))
+            metrics["replay/age_mean"] = sum(ages) / len(ages) if ages else math.nan
+            metrics["replay/size"] = float(len(self.success_replay))
         metrics.update(
             {f"staleness/hist_{age}": float(self.staleness[age]) for age in range(self.args.max_staleness + 1)}
         )
@@ -540,6 +540,8 @@ class SAOTrainer(AgentgymTrainer):
             self.outcomes.load(state["task_outcomes"])
         # Produced before the kill but never trained on: they go first, nothing stored is lost.
         self.replay = deque(record for i, record in enumerate(self.store) if i >= self.store_position)
+        if self.success_replay is not None:  # the successes of the records trained before the checkpoint
+            self.success_replay.add_records(r for i, r in enumerate(self.store) if i < self.store_position)
         self.started = self.consumed + len(self.replay)
         self._metrics["train"]["resumed_records"].append(float(len(self.replay)))
 

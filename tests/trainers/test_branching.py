@@ -7,10 +7,21 @@ so groups have mixed outcomes) — small, real trainers on CPU.
 
 from __future__ import annotations
 
+import math
+
 import pytest
+import torch
 
 from agentgym.models import tiny_model_path
-from agentgym.trainers.advantages import group_advantages, median_pivots
+from agentgym.rollout.reflect import grader_failure_turn, insertion_span, largest_drop, parse_failure_turn, strip_span
+from agentgym.rollout.trajectory import Turn
+from agentgym.trainers.advantages import (
+    amplify_positive,
+    group_advantages,
+    importance_weights,
+    median_pivots,
+    pivotal_trainable,
+)
 from agentgym.trainers.allocation import TaskOutcomes, allocate_budget, mixed_outcome_gain, task_sampling_weights
 
 CAPITAL = "tests.helpers.capital:CapitalEnv"
@@ -25,12 +36,12 @@ def _tree_trainer(tmp_path, **settings):
         "num_generations": 2,
         "per_device_train_batch_size": 2,
         "max_steps": 2,
+        "env_id": CAPITAL,
+        "max_turn_tokens": 1,
         **settings,
     }
     args = TreeGRPOConfig(
         output_dir=str(tmp_path),
-        env_id=CAPITAL,
-        max_turn_tokens=1,
         beta=0.0,
         save_strategy="no",
         report_to="none",
@@ -202,3 +213,214 @@ def test_sao_trace_samples_tasks_by_outcome_variance(tmp_path):
     trainer.train()
     assert trainer.state.global_step == 2
     assert sum(trainer.outcomes.counts.values()) == 7 * 50 + trainer.consumed  # the learner's records counted
+
+
+# ---------------------------------------------------------------- reflect-then-retry (R³L)
+def test_reflection_is_found_and_stripped_by_token_id():
+    assert insertion_span([1, 2, 3, 4], [1, 2, 9, 9, 3, 4]) == (2, 2)
+    assert insertion_span([1, 2], [1, 2, 5]) == (2, 1)  # appended
+    assert insertion_span([1, 2, 3], [1, 3, 2, 3]) == (1, 1)  # removing [3] at 1 gives [1, 2, 3] back
+    assert insertion_span([1, 2], [3, 1, 2, 4]) is None  # two insertions
+    assert insertion_span([1, 2], [1, 2]) is None
+    turn = Turn(prompt_ids=[1, 2, 9, 9, 3], completion_ids=[7], logprobs=[-0.5], prompt_mask=[0, 0, 0, 0, 0])
+    stripped = strip_span(turn, (2, 2), [9, 9])
+    assert (stripped.prompt_ids, stripped.prompt_mask, stripped.logprobs) == ([1, 2, 3], [0, 0, 0], [-0.5])
+    with pytest.raises(ValueError, match="does not hold"):
+        strip_span(turn, (1, 2), [9, 9])
+
+
+def test_failure_turn_from_the_diagnosis_the_predictor_and_the_grader():
+    assert parse_failure_turn("It looked up the wrong key. TURN: 3", turns=4) == 3
+    assert parse_failure_turn("turn 2 was fine; TURN: 1", turns=3) == 1  # the last one named
+    assert parse_failure_turn("TURN: 7", turns=4) is None and parse_failure_turn("no idea", turns=4) is None
+    # P(success) before any turn, then after each: drops -0.1, 0.4, 0.1 -> turn 2
+    assert largest_drop([0.5, 0.6, 0.2, 0.1]) == 2
+    assert largest_drop([0.2, 0.3, 0.3]) is None
+    ok, bad = Turn([], [], [], []), Turn([], [], [], [], info={"error": "unknown key"})
+    assert grader_failure_turn([ok, bad, ok]) == 2 and grader_failure_turn([ok, ok]) == 2
+
+
+def test_pivotal_credit_positive_amplification_and_importance_weights():
+    assert pivotal_trainable(4, fork_turn=2) == [False, False, True, True]
+    assert pivotal_trainable(2, fork_turn=0) == [True, True]
+    assert amplify_positive([1.0, -0.5, 0.5], [True, False, True], weight=2.0) == [2.0, -0.5, 1.0]
+    proximal = torch.tensor([[0.0, math.log(2.0)]])
+    behaviour = torch.tensor([[math.log(2.0), 0.0]])
+    assert importance_weights(proximal, behaviour)[0].tolist() == pytest.approx([0.5, 2.0])
+    assert importance_weights(proximal, behaviour, cap=1.5)[0].tolist() == pytest.approx([0.5, 1.5])
+
+
+def _keychain_agent(max_turns=3):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentgym.rollout.agent import Agent, AgentConfig
+    from agentgym.rollout.hf_policy import HFPolicy
+    from agentgym.rollout.policy import SamplingParams
+
+    path = str(tiny_model_path())
+    policy = HFPolicy.from_model(
+        AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path), seed=0
+    )
+    return Agent(policy, AgentConfig(sampling=SamplingParams(max_tokens=8), max_turns=max_turns, mode="tokens"))
+
+
+def test_reflect_retry_forks_before_the_failure_turn_and_stores_the_retry_without_the_reflection():
+    import asyncio
+
+    from agentgym.envs.tool.keychain import KeyChainEnv
+    from agentgym.rollout.reflect import NOTE, ReflectConfig, ReflectRetry
+
+    agent = _keychain_agent()
+    env = KeyChainEnv()
+    task = env.unwrapped.task_ids()[0]
+    try:
+        tree = asyncio.run(ReflectRetry(agent, ReflectConfig(locate="grader", max_tokens=8)).run(env, task))
+    finally:
+        env.close()
+    failed, retry = tree.paths()  # the random model fails; its retry branches off
+    reflection = tree.metadata["reflection"]
+    assert not failed.success and reflection["located_by"] == "grader"
+    fork = reflection["fork_turn"]
+    assert reflection["failure_turn"] == fork + 1 == grader_failure_turn(failed.turns)
+    assert retry.turns[:fork] == failed.turns[:fork]  # the shared prefix is the same nodes
+    assert retry.metadata["leaf"] == reflection["retry_leaf"] and failed.metadata["leaf"] == reflection["failed_leaf"]
+    tokenizer = agent.policy.chat_format.tokenizer
+    note_start = NOTE.split("{")[0][:40]
+    for turn in retry.turns[fork:]:
+        assert note_start not in tokenizer.decode(turn.prompt_ids)  # trained without the reflection
+        assert len(turn.logprobs) == len(turn.completion_ids)  # the sampling logprobs (with the reflection) kept
+    assert tree.leaf_success[reflection["retry_leaf"]] == retry.success
+
+
+def test_reflect_retry_training_adds_weighted_retries_with_pivotal_credit(tmp_path):
+    trainer = _tree_trainer(
+        tmp_path,
+        env_id="agentgym.envs.tool.keychain:KeyChainEnv",
+        max_turn_tokens=8,
+        max_turns=3,
+        reflect_retry=True,
+        reflect_locate="grader",
+        reflect_max_tokens=8,
+        pivotal_credit=True,
+        positive_weight=2.0,
+    )
+    calls = _keep_rollouts(trainer)
+    rows_of, kept_rows = trainer._rows, []
+
+    def keeping(records):
+        kept_rows.append((rows_of(records), list(trainer.off_policy_rows)))
+        return kept_rows[-1][0]
+
+    trainer._rows = keeping
+    trainer.train()
+    assert trainer.state.global_step == 2
+    for (_, records), ((rows, _), flags) in zip(calls, kept_rows):
+        reflected = [r for r in records if "reflection" in r.metadata]
+        assert reflected  # the random model fails: every failure is retried
+        assert sum(flags) >= len(reflected)  # each retry gives at least one row, flagged off-policy
+        forks = {r.metadata["reflection"]["fork_turn"] for r in reflected}
+        if forks != {0}:  # with a fork after turn 1, the turns before it get no loss in either path
+            assert any(not any(row.loss_mask) for row in rows)
+    logged = [h for h in trainer.state.log_history if "reflect/retries" in h]
+    assert logged and all(h["reflect/retries"] >= 1 and h["off_policy/weight_mean"] > 0 for h in logged)
+
+
+# ---------------------------------------------------------------- success replay (RLEP)
+def test_success_replay_keeps_the_newest_verified_successes_per_task():
+    import random
+
+    from agentgym.rollout.trajectory import Trajectory
+    from agentgym.trainers.replay import SuccessReplay, replay_age
+
+    def episode(task, success=True, error=None, version=0, turns=1):
+        turn = Turn([1], [2], [-0.1], [0], policy_version=version)
+        return Trajectory(task, "toy", [turn] * turns, success=success, error=error)
+
+    replay = SuccessReplay(per_task=2)
+    assert not replay.add(episode("a", success=False))
+    assert not replay.add(episode("a", error="env_error: broken"))  # graded, but not verified
+    assert not replay.add(episode("a", turns=0))
+    first, second, third = episode("a", version=1), episode("a", version=2), episode("a", version=3)
+    assert replay.add(first) and replay.add(second) and replay.add(third)
+    assert len(replay) == 2 and replay.newest("a") is third and replay.newest("b") is None  # the oldest went
+    replay.add(episode("b"))
+    drawn = replay.sample(5, random.Random(0))
+    assert sorted(t.task_id for t in drawn) == ["a", "b"] and third in drawn  # distinct tasks, each its newest
+    assert replay_age(third, version=7) == 4
+
+
+def _scripted_success(trainer, task):
+    """A real, env-graded success of ``task``: the tiny model's agent applies the reply "A" (a capital)."""
+    import asyncio
+
+    from agentgym.rollout.policy import Completion
+    from tests.helpers.capital import CapitalEnv
+
+    ids = trainer.processing_class.encode("A", add_special_tokens=False)
+    env = CapitalEnv()
+    try:
+        episode = asyncio.run(trainer.agent.start(env, task))
+        asyncio.run(trainer.agent.apply(episode, Completion("A", token_ids=ids, logprobs=[-1.0] * len(ids))))
+    finally:
+        env.close()
+    assert episode.success
+    return episode.trajectory()
+
+
+def test_success_replay_fills_all_failed_groups_in_linear_grpo(tmp_path):
+    trainer = _tree_trainer(tmp_path, success_replay=True)
+    for i in range(8):
+        trainer.success_replay.add(_scripted_success(trainer, f"shout-{i}"))
+    trainer.train()
+    logged = [h for h in trainer.state.log_history if "replay/mixed" in h]
+    assert len(logged) == 2 and sum(h["replay/mixed"] for h in logged) >= 1
+    for h in logged:
+        if h["replay/mixed"]:  # a replayed success gave its all-failed group a gradient, weighted off-policy
+            assert h["groups/zero_variance_frac"] < 1 and h["off_policy/weight_mean"] > 0
+    with pytest.raises(ValueError, match="success_replay is for tree=False"):
+        _tree_trainer(tmp_path / "bad", tree=True, success_replay=True)
+
+
+def test_sao_mixes_replayed_successes_under_the_decoupled_objective(tmp_path):
+    from agentgym.trainers.sao import SAOTrainer
+    from agentgym.trainers.sao_config import SAOConfig
+
+    common = dict(
+        env_id=CAPITAL,
+        per_device_train_batch_size=2,
+        max_turn_tokens=1,
+        max_steps=2,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        log_kl_to_start=False,
+        rollout_concurrency=2,
+        success_replay=True,
+    )
+    with pytest.raises(ValueError, match="off_policy_correction: decoupled"):
+        SAOConfig(output_dir=str(tmp_path / "bad"), **common)
+    args = SAOConfig(output_dir=str(tmp_path), off_policy_correction="decoupled", replay_per_step=1, **common)
+    trainer = SAOTrainer(str(tiny_model_path()), args)
+    trainer.success_replay.add(_scripted_success(trainer, "shout-3"))
+    trainer.train()
+    logged = [h for h in trainer.state.log_history if "replay/mixed" in h]
+    assert [h["replay/mixed"] for h in logged] == [1.0, 1.0]
+    assert all(h["off_policy/weight_mean"] > 0 for h in trainer.state.log_history if "off_policy/weight_mean" in h)
+
+
+# ---------------------------------------------------------------- best-on-validation checkpoint
+def test_the_best_checkpoint_on_validation_is_kept_beside_the_last(tmp_path):
+    import json
+
+    trainer = _tree_trainer(tmp_path, validation_tasks=["shout-0", "shout-1", "shout-2"], validation_every=1)
+    trainer.train()
+    report = json.loads((tmp_path / "validation.json").read_text())
+    assert [e["step"] for e in report["history"]] == [1, 2]  # every step; the end (step 2) is not run twice
+    assert report["last"] == report["history"][-1]
+    assert report["best"]["success"] == max(e["success"] for e in report["history"])
+    assert report["best"]["step"] == next(
+        e["step"] for e in report["history"] if e["success"] == report["best"]["success"]
+    )
+    assert (tmp_path / "best-checkpoint" / "config.json").exists()
+    with pytest.raises(ValueError, match="validation_tasks is empty"):
+        _tree_trainer(tmp_path / "bad", validation_tasks=[])

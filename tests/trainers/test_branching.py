@@ -424,3 +424,30 @@ def test_the_best_checkpoint_on_validation_is_kept_beside_the_last(tmp_path):
     assert (tmp_path / "best-checkpoint" / "config.json").exists()
     with pytest.raises(ValueError, match="validation_tasks is empty"):
         _tree_trainer(tmp_path / "bad", validation_tasks=[])
+
+
+def test_sao_keeps_its_best_checkpoint_on_validation_too(tmp_path):
+    import json
+
+    from agentgym.trainers.sao import SAOTrainer
+    from agentgym.trainers.sao_config import SAOConfig
+
+    args = SAOConfig(
+        output_dir=str(tmp_path),
+        env_id=CAPITAL,
+        per_device_train_batch_size=2,
+        max_turn_tokens=1,
+        max_steps=2,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        log_kl_to_start=False,
+        rollout_concurrency=2,
+        validation_tasks=["shout-0", "shout-1"],
+        validation_every=2,
+    )
+    trainer = SAOTrainer(str(tiny_model_path()), args)
+    trainer.train()
+    report = json.loads((tmp_path / "validation.json").read_text())
+    assert [e["step"] for e in report["history"]] == [2] and report["best"] == report["last"]
+    assert (tmp_path / "best-checkpoint" / "config.json").exists()

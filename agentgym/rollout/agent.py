@@ -359,6 +359,30 @@ class Agent:
         self._fit_context(episode)
         return turn
 
+    def add_note(self, episode: Episode, text: str) -> tuple[tuple[int, int], list[int]]:
+        """Add ``text`` to a token-mode episode's context as a user message before its next turn (reflect-then-retry).
+
+        The prompt is rendered afresh with and without the note; returns where the note's ids sit in
+        the new prompt, ``(start, length)``, and the ids, so that a trainer can take them out again
+        (:func:`agentgym.rollout.reflect.strip_span`). A template that does not render the message
+        as an insertion is a ValueError.
+        """
+        from agentgym.rollout.reflect import insertion_span
+
+        if not self.token_mode or episode.done:
+            raise ValueError("a note goes into a live token-mode episode")
+        self._render_prompt(episode)
+        before = list(episode.prompt_ids or [])
+        episode.messages.append({"role": "user", "content": text})
+        episode.observation_turns[len(episode.messages) - 1] = episode.turn
+        episode.raw_observations[len(episode.messages) - 1] = text
+        self._render_prompt(episode)
+        after = list(episode.prompt_ids or [])
+        span = insertion_span(before, after)
+        if span is None:
+            raise ValueError("the chat template does not render an added message as an insertion into the prompt")
+        return span, after[span[0] : span[0] + span[1]]
+
     async def step(self, episode: Episode, sampling: SamplingParams | None = None) -> Turn:
         return await self.apply(episode, await self.sample(episode, sampling))
 

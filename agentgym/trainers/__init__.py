@@ -3,7 +3,9 @@
 Each trainer comes with its config (TRL's pairs): :class:`TreeGRPOTrainer` + :class:`TreeGRPOConfig`,
 :class:`SAOTrainer` + :class:`SAOConfig`, both built on :class:`AgentgymTrainer` +
 :class:`AgentgymConfig`. Advantage math is in :mod:`agentgym.trainers.advantages` (per-turn tree
-advantages: :mod:`agentgym.rollout.tree_values`), SFT warm starts in
+advantages: :mod:`agentgym.rollout.tree_values`), TRACE's budget split over tasks in
+:mod:`agentgym.trainers.allocation`, success replay in :mod:`agentgym.trainers.replay`
+(reflect-then-retry's rollouts: :mod:`agentgym.rollout.reflect`), SFT warm starts in
 :mod:`agentgym.trainers.warm_start`.
 
 Names are imported lazily so that ``import agentgym.trainers`` does not pull in TRL and torch

@@ -8,6 +8,14 @@ unbiased and when); this module uses its baselines.
 ``r − mean(group)`` (or median), optionally divided by the group or batch std, as in TRL.
 **Anchor-state step advantages** (:func:`anchor_step_advantages`): GiGPO's second level for
 linear episodes, turns compared with the other turns taken from the same state.
+**MC-GRPO's median pivot** (:func:`median_pivots`): with G+1 episodes per group and the median
+baseline, the episode whose reward is the median is the baseline itself; it is left out of the
+gradient (and of the loss's token count), so exactly G episodes are trained.
+
+**Reflect-then-retry's credit** (R³L): :func:`pivotal_trainable` (Pivotal Credit: loss only on
+the turns from the fork on), :func:`amplify_positive` (Positive Amplification: successful
+sequences' advantages scaled up) and :func:`importance_weights` (the decoupled objective's
+per-token weight, also what a retry sampled with a reflection in context is trained with).
 
 **Per-turn GAE** (:func:`turn_gae`) for SAO's value baseline, **strict double-sided token
 clipping** (:func:`strict_clip_policy_loss`), and its **decoupled** form for stale samples
@@ -23,10 +31,14 @@ from collections.abc import Sequence
 from agentgym.rollout.tree_values import BASELINES
 
 __all__ = [
+    "amplify_positive",
     "anchor_step_advantages",
     "decoupled_policy_loss",
     "explained_variance",
     "group_advantages",
+    "importance_weights",
+    "median_pivots",
+    "pivotal_trainable",
     "strict_clip_policy_loss",
     "turn_gae",
 ]
@@ -58,6 +70,48 @@ def group_advantages(
         std = statistics.stdev(rewards) if len(rewards) > 1 else 0.0
         advantages = [a / (std + eps) for a in advantages]
     return advantages
+
+
+def median_pivots(rewards: Sequence[float], groups: Sequence[object]) -> list[bool]:
+    """MC-GRPO's pivots: per group of odd size, the one member whose reward is the group's median (the first such, in order).
+
+    The median of an odd group is one member's reward; that member's median-baseline advantage
+    is 0, and MC-GRPO samples G+1 episodes so that, with the pivot left out of the gradient,
+    exactly G are trained against a baseline drawn from the group itself. An even group's
+    median is the mean of two members: it has no pivot (the trainer samples odd groups; one that
+    lost an episode to an env error is trained whole).
+    """
+    members: dict[object, list[int]] = {}
+    for i, group in enumerate(groups):
+        members.setdefault(group, []).append(i)
+    pivots = [False] * len(rewards)
+    for indices in members.values():
+        if len(indices) % 2 == 0:
+            continue
+        median = statistics.median(rewards[i] for i in indices)
+        pivots[next(i for i in indices if rewards[i] == median)] = True
+    return pivots
+
+
+def pivotal_trainable(turns: int, fork_turn: int) -> list[bool]:
+    """Pivotal Credit: of a failed episode and its retry, only the turns from ``fork_turn`` (0-based) on get loss.
+
+    Before the fork both share the same turns, and the outcome difference says nothing about them.
+    """
+    return [i >= fork_turn for i in range(turns)]
+
+
+def amplify_positive(advantages: Sequence[float], successes: Sequence[bool], weight: float) -> list[float]:
+    """Positive Amplification: a successful sequence's advantage times ``weight`` (R³L: failures otherwise drown the few successes)."""
+    return [a * weight if ok else a for a, ok in zip(advantages, successes, strict=True)]
+
+
+def importance_weights(proximal_logps, behaviour_logps, cap: float | None = None):
+    """Per-token ``w = exp(proximal − behaviour)``, truncated at ``cap``, without gradient: the decoupled objective's weight."""
+    import torch
+
+    weights = torch.exp(proximal_logps - behaviour_logps).detach()
+    return weights.clamp(max=cap) if cap is not None else weights
 
 
 def anchor_step_advantages(
@@ -157,10 +211,6 @@ def decoupled_policy_loss(
     versions before the first gradient. ``weight_cap`` truncates ``w`` (truncated importance
     sampling), bounding a rare token's variance at the cost of a little bias.
     """
-    import torch
-
     per_token, kept = strict_clip_policy_loss(logps, proximal_logps, advantages, mask, epsilon_low, epsilon_high)
-    weights = torch.exp(proximal_logps - behaviour_logps).detach()
-    if weight_cap is not None:
-        weights = weights.clamp(max=weight_cap)
+    weights = importance_weights(proximal_logps, behaviour_logps, weight_cap)
     return per_token * weights, kept, weights

@@ -44,7 +44,7 @@ from collections.abc import Sized
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer, ProcessorMixin
+from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer, ProcessorMixin, TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
@@ -54,7 +54,14 @@ from agentgym.rollout.runner import Runner
 from agentgym.rollout.store import TrajectoryStore
 from agentgym.trainers.base_config import AgentgymConfig
 from agentgym.trainers.lora import adapter_config, is_adapted
-from agentgym.trainers.rollouts import TimeBudget, policy_copy, rollout_env_factory, rollout_weights
+from agentgym.trainers.rollouts import (
+    TimeBudget,
+    image_inputs,
+    policy_copy,
+    rollout_env_factory,
+    rollout_weights,
+    sequences,
+)
 
 if TYPE_CHECKING:
     from agentgym.distributed.replicas import PolicyReplicas
@@ -116,6 +123,20 @@ def vision_processor(model) -> ImageTextProcessor | None:
     return ImageTextProcessor(AutoImageProcessor.from_pretrained(path), AutoTokenizer.from_pretrained(path))
 
 
+class Validation(TrainerCallback):
+    """Validates the trainer's policy every ``validation_every`` steps and when training ends (:meth:`AgentgymTrainer.validate`)."""
+
+    def __init__(self, trainer: AgentgymTrainer):
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % args.validation_every == 0:
+            self.trainer.validate()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.trainer.validate()
+
+
 class AgentgymTrainer(GRPOTrainer):
     """GRPOTrainer with agentgym's rollout plumbing (see the module docstring); subclass it, do not use it alone.
 
@@ -174,6 +195,9 @@ class AgentgymTrainer(GRPOTrainer):
         self.rollout_model = self.accelerator.unwrap_model(self.model)
         if args.time_budget_s:
             self.add_callback(TimeBudget(args.time_budget_s))
+        self.validation: dict = {"best": None, "last": None, "history": []}
+        if args.validation_tasks:
+            self.add_callback(Validation(self))
         self.env_pool = None
         self.replicas: PolicyReplicas | None = None
         self.env_factory = rollout_env_factory(args)
@@ -290,11 +314,16 @@ class AgentgymTrainer(GRPOTrainer):
 
     def _rollout_state(self) -> dict:
         """What this process's rollouts need to resume (JSON); subclasses add theirs to ``super()``'s."""
-        return {"store_path": str(self.store.path), "store_position": self.store_position}
+        return {
+            "store_path": str(self.store.path),
+            "store_position": self.store_position,
+            "validation": self.validation,
+        }
 
     def _restore_rollout_state(self, state: dict) -> None:
         """Take back what :meth:`_rollout_state` wrote into the checkpoint being resumed."""
         self.store_position = state["store_position"]
+        self.validation = state.get("validation", self.validation)
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
@@ -327,6 +356,69 @@ class AgentgymTrainer(GRPOTrainer):
         super()._issue_warnings_after_load(
             load_result._replace(missing_keys=[key for key in load_result.missing_keys if key not in loaded])
         )
+
+    def validate(self) -> float:
+        """Greedy success of the policy being trained on ``validation_tasks``; the best one's weights go to ``best-checkpoint``.
+
+        Runs at the end of every ``validation_every``-th step and when training ends (the last
+        checkpoint's score); ``<output_dir>/validation.json`` holds the best and the last
+        ``{step, success}`` and every validation so far.
+        """
+        from agentgym.trainers.warm_start import agent_config, success_rate
+
+        args = self.args
+        step = self.state.global_step
+        if self.validation["last"] is not None and self.validation["last"]["step"] == step:
+            return self.validation["last"]["success"]  # already validated at this step
+        factory = make_env_factory(args.env_id, {**args.env_kwargs, **args.validation_env_kwargs})
+        loop = {
+            "max_turn_tokens": args.max_turn_tokens,
+            "max_turns": args.max_turns,
+            "system_prompt": args.system_prompt,
+        }
+        policy = HFPolicy.from_model(
+            self.rollout_model, self.processing_class, max_batch_size=args.rollout_concurrency, name="validation"
+        )
+        was_training = self.rollout_model.training
+        self.rollout_model.eval()
+        try:
+            success = success_rate(
+                policy,
+                factory,
+                list(args.validation_tasks or []),
+                agent_config(loop, greedy=True),
+                args.rollout_concurrency,
+            )
+        finally:
+            self.rollout_model.train(was_training)
+            asyncio.run(policy.aclose())  # its batching thread
+        entry = {"step": step, "success": success}
+        self.validation["history"].append(entry)
+        self.validation["last"] = entry
+        best = self.validation["best"]
+        if best is None or success > best["success"]:
+            self.validation["best"] = entry
+            self.save_model(os.path.join(args.output_dir, "best-checkpoint"))
+        if self.accelerator.is_main_process:
+            path = os.path.join(args.output_dir, "validation.json")
+            with open(path + ".tmp", "w") as file:
+                json.dump(self.validation, file, indent=1)
+            os.replace(path + ".tmp", path)
+        self._metrics["train"]["validation/success"].append(success)
+        return success
+
+    def _proximal_logps(self, batch: dict) -> torch.Tensor:
+        """The learner's own log-probabilities of the batch's tokens before it trains on them (the decoupled objective's proximal policy)."""
+        input_ids, attention_mask, keep = sequences(batch)
+        with torch.no_grad():
+            return self._get_per_token_logps_and_entropies(
+                self.model,
+                input_ids,
+                attention_mask,
+                keep,
+                batch_size=self.args.per_device_train_batch_size,
+                **image_inputs(batch),
+            )[0]
 
     def _log_metrics(self, mode: str, metrics: dict[str, float]) -> None:
         # Averaged over processes so every rank logs the same numbers.

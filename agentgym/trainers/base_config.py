@@ -17,6 +17,8 @@ from trl import GRPOConfig
 
 __all__ = ["AgentgymConfig", "RolloutArguments"]
 
+TASK_ALLOCATIONS = ("uniform", "trace")
+
 
 @dataclass
 class RolloutArguments:
@@ -178,10 +180,77 @@ class AgentgymConfig(GRPOConfig, RolloutArguments):
         },
     )
 
+    task_allocation: str = field(
+        default="uniform",
+        metadata={
+            "help": f"One of {TASK_ALLOCATIONS}: how a step's sampling budget is split over tasks. 'uniform': equally "
+            "(TreeGRPO: num_generations episodes or tree_max_leaves leaves per task; SAO: every task once per epoch). "
+            "'trace' (TRACE): by each task's recent success rate p, where mixed outcomes are likeliest — TreeGRPO "
+            "hands the step's episodes (leaves) out by the gain in P(mixed group), SAO samples tasks ∝ p(1−p) + "
+            "allocation_floor (see agentgym.trainers.allocation)."
+        },
+    )
+    allocation_decay: float = field(
+        default=0.8,
+        metadata={
+            "help": "task_allocation: trace — each task's outcome counts are multiplied by this per new outcome."
+        },
+    )
+    allocation_floor: float = field(
+        default=0.05,
+        metadata={"help": "task_allocation: trace, SAO — added to every task's p(1−p) weight, so no task drops out."},
+    )
+
+    success_replay: bool = field(
+        default=False,
+        metadata={
+            "help": "RLEP: keep verified successes (per task, with their policy versions; refilled from the trajectory "
+            "store on a resume) and mix them into later batches as off-policy samples under SAO's decoupled objective "
+            "— TreeGRPO (tree=False) adds a task's newest one to a group whose episodes all failed, SAO adds "
+            "replay_per_step to each batch (see agentgym.trainers.replay)."
+        },
+    )
+    importance_weight_cap: float | None = field(
+        default=5.0,
+        metadata={
+            "help": "The upper bound of the decoupled objective's importance weights π_proximal/π_behaviour (None: none): "
+            "SAO's with off_policy_correction: decoupled, and TreeGRPO's on reflect-then-retry retries and replayed "
+            "successes."
+        },
+    )
+    validation_tasks: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Task ids of a validation split: every validation_every steps and at the end the policy runs them "
+            "greedily, and the checkpoint with the best success is kept in <output_dir>/best-checkpoint; "
+            "<output_dir>/validation.json reports it beside the last one."
+        },
+    )
+    validation_env_kwargs: dict = field(
+        default_factory=dict,
+        metadata={"help": "Merged into env_kwargs for validation (e.g. {split: heldout}, where the tasks live)."},
+    )
+    validation_every: int = field(default=10, metadata={"help": "Steps between validations (with validation_tasks)."})
+    replay_per_task: int = field(default=4, metadata={"help": "success_replay: successes kept per task."})
+
     def __post_init__(self):
         import torch
 
         from agentgym.trainers.lora import lora_section
+
+        if self.importance_weight_cap is not None and self.importance_weight_cap < 1:
+            raise ValueError(f"importance_weight_cap must be at least 1 (or None), got {self.importance_weight_cap}")
+        if self.validation_every < 1:
+            raise ValueError(f"validation_every must be at least 1, got {self.validation_every}")
+        if self.validation_tasks is not None and not self.validation_tasks:
+            raise ValueError("validation_tasks is empty: list task ids, or leave it out")
+        if self.replay_per_task < 1:
+            raise ValueError(f"replay_per_task must be at least 1, got {self.replay_per_task}")
+
+        if self.task_allocation not in TASK_ALLOCATIONS:
+            raise ValueError(f"task_allocation must be one of {TASK_ALLOCATIONS}, got {self.task_allocation!r}")
+        if not 0 < self.allocation_decay <= 1 or self.allocation_floor < 0:
+            raise ValueError("allocation_decay must be in (0, 1] and allocation_floor >= 0")
 
         self.check_memory()
         lora_section(self.peft)  # a bad peft section fails here, not after the model loaded

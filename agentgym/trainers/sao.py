@@ -3,7 +3,8 @@
 The loop (one per process):
 
 * **Producer** (a background thread with its own asyncio loop): ``rollout_concurrency`` workers
-  each take the next task (every task once per epoch, reshuffled per epoch), run one linear
+  each take the next task (every task once per epoch, reshuffled per epoch; with
+  ``task_allocation: trace``, drawn ∝ p(1−p) of its recent outcomes), run one linear
   episode through the :class:`~agentgym.rollout.runner.Runner` on a *copy* of the policy
   (:class:`~agentgym.rollout.hf_policy.HFPolicy`, batching every worker's request together),
   append it to the trajectory store and put it in a bounded queue. The workers' envs are kept
@@ -58,8 +59,10 @@ from agentgym.trainers.advantages import (
     strict_clip_policy_loss,
     turn_gae,
 )
+from agentgym.trainers.allocation import TaskOutcomes, task_sampling_weights
 from agentgym.trainers.base import AgentgymTrainer, default_tasks, task_dataset
 from agentgym.trainers.lora import plain_model
+from agentgym.trainers.replay import SuccessReplay, replay_age
 from agentgym.trainers.rollouts import (
     collate,
     image_inputs,
@@ -157,6 +160,8 @@ class SAOTrainer(AgentgymTrainer):
         self.started = 0  # episodes the producer started; started − consumed is bounded by _admit
         self.learner_wait_s = 0.0  # time the learner spent waiting for trajectories
         self.task_cursor = 0
+        self.success_replay = SuccessReplay(args.replay_per_task) if args.success_replay else None
+        self.outcomes = TaskOutcomes(args.allocation_decay)  # each task's recent success rate (task_allocation: trace)
         self.synced_step: int | None = None
         self._task_lock = threading.Lock()
         self._publish_lock = threading.Lock()
@@ -185,6 +190,11 @@ class SAOTrainer(AgentgymTrainer):
         with self._task_lock:
             rank, world = self.accelerator.process_index, self.accelerator.num_processes
             mine = self.tasks[rank::world] or self.tasks
+            if self.args.task_allocation == "trace":  # by p(1−p) of each task's recent outcomes (TRACE)
+                weights = task_sampling_weights([self.outcomes.rate(t) for t in mine], self.args.allocation_floor)
+                draw = random.Random(self.args.seed * 1_000_003 + self.task_cursor * 101 + rank)  # resumable
+                self.task_cursor += 1
+                return draw.choices(mine, weights)[0]
             epoch, index = divmod(self.task_cursor, len(mine))
             order = list(mine)
             random.Random(self.args.seed * 1_000_003 + epoch * 101 + rank).shuffle(order)
@@ -290,6 +300,8 @@ class SAOTrainer(AgentgymTrainer):
                 self.dropped_stale += 1
                 continue
             if record.error is None and record.turns:
+                with self._task_lock:  # the producer reads the rates
+                    self.outcomes.update(record.task_id, record.success)
                 fresh.append(record)
                 staleness.append(age)
                 self.staleness[age] += 1
@@ -309,19 +321,6 @@ class SAOTrainer(AgentgymTrainer):
     def _policy_module(self, model=None):
         """The policy module itself: unwrapped from DDP and the like, and from an adapter's peft model."""
         return plain_model(self.accelerator.unwrap_model(model if model is not None else self.model))
-
-    def _proximal_logps(self, batch: dict) -> torch.Tensor:
-        """The learner's own log-probabilities of the batch's tokens before it trains on them (the decoupled objective's proximal policy)."""
-        input_ids, attention_mask, keep = sequences(batch)
-        with torch.no_grad():
-            return self._get_per_token_logps_and_entropies(
-                self.model,
-                input_ids,
-                attention_mask,
-                keep,
-                batch_size=self.args.per_device_train_batch_size,
-                **image_inputs(batch),
-            )[0]
 
     def _values(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, images: dict | None = None
@@ -410,7 +409,13 @@ class SAOTrainer(AgentgymTrainer):
         self._start_producer()
         waited = self.learner_wait_s
         fresh, seen, staleness = self._take(len(inputs))
-        batch, stats = self._advantages(fresh)
+        replayed: list[Trajectory] = []
+        if self.success_replay is not None:  # RLEP: old successes, weighted by the decoupled objective
+            draw = random.Random(self.args.seed * 7_919 + self.state.global_step)
+            replayed = self.success_replay.sample(self.args.replay_per_step, draw)
+            for record in fresh:
+                self.success_replay.add(record)
+        batch, stats = self._advantages(fresh + replayed)
         if self.args.off_policy_correction == "decoupled":
             batch["proximal_per_token_logps"] = self._proximal_logps(batch)
         mask = batch["completion_mask"] * batch["tool_mask"]
@@ -426,6 +431,11 @@ class SAOTrainer(AgentgymTrainer):
             "learner/wait_s": self.learner_wait_s - waited,
             "producer/consumed_total": float(self.consumed),
         }
+        if self.success_replay is not None:
+            ages = [replay_age(t, self.state.global_step) for t in replayed]
+            metrics["replay/mixed"] = float(len(replayed))
+            metrics["replay/age_mean"] = sum(ages) / len(ages) if ages else math.nan
+            metrics["replay/size"] = float(len(self.success_replay))
         metrics.update(
             {f"staleness/hist_{age}": float(self.staleness[age]) for age in range(self.args.max_staleness + 1)}
         )
@@ -517,6 +527,7 @@ class SAOTrainer(AgentgymTrainer):
             "dropped_stale": self.dropped_stale,
             "consumed": self.consumed,
             "staleness": {str(k): v for k, v in self.staleness.items()},
+            "task_outcomes": self.outcomes.state(),
         }
 
     def _restore_rollout_state(self, state: dict) -> None:
@@ -525,8 +536,12 @@ class SAOTrainer(AgentgymTrainer):
         self.dropped_stale = state["dropped_stale"]
         self.consumed = state["consumed"]
         self.staleness = Counter({int(k): v for k, v in state["staleness"].items()})
+        if "task_outcomes" in state:
+            self.outcomes.load(state["task_outcomes"])
         # Produced before the kill but never trained on: they go first, nothing stored is lost.
         self.replay = deque(record for i, record in enumerate(self.store) if i >= self.store_position)
+        if self.success_replay is not None:  # the successes of the records trained before the checkpoint
+            self.success_replay.add_records(r for i, r in enumerate(self.store) if i < self.store_position)
         self.started = self.consumed + len(self.replay)
         self._metrics["train"]["resumed_records"].append(float(len(self.replay)))
 

@@ -62,9 +62,8 @@ class SAOConfig(AgentgymConfig):
             "each token by their ratio to the sampling policy (one extra forward pass per batch)."
         },
     )
-    importance_weight_cap: float | None = field(
-        default=5.0,
-        metadata={"help": "With off_policy_correction: decoupled, the importance weights' upper bound (None: none)."},
+    replay_per_step: int = field(
+        default=1, metadata={"help": "success_replay: replayed successes added to each batch (distinct tasks)."}
     )
     sync_every: int = field(default=1, metadata={"help": "Copy the learner's weights to the producer every k steps."})
     producer_queue_size: int = field(
@@ -91,10 +90,12 @@ class SAOConfig(AgentgymConfig):
             raise ValueError(
                 f"off_policy_correction must be one of {OFF_POLICY_CORRECTIONS}, got {self.off_policy_correction!r}"
             )
-        if self.importance_weight_cap is not None and self.importance_weight_cap < 1:
-            raise ValueError(f"importance_weight_cap must be at least 1 (or None), got {self.importance_weight_cap}")
         if self.value_learning_rate is not None and self.value_learning_rate <= 0:
             raise ValueError(f"value_learning_rate must be positive, got {self.value_learning_rate}")
+        if self.success_replay and self.off_policy_correction != "decoupled":
+            raise ValueError("success_replay trains old successes off-policy: set off_policy_correction: decoupled")
+        if self.replay_per_step < 1:
+            raise ValueError(f"replay_per_step must be at least 1, got {self.replay_per_step}")
         if self.max_staleness < 0 or self.sync_every < 1 or self.producer_queue_size < 1:
             raise ValueError("max_staleness must be >= 0, sync_every and producer_queue_size >= 1")
         super().__post_init__()

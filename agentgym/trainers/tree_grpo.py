@@ -17,6 +17,13 @@ that turn's advantage, a (B, T) tensor. Trees use the per-turn estimator of
 a node shared by several paths gets loss in exactly one of them, so a shared prefix is not
 counted once per leaf. Linear episodes use the group baseline. TRL's ``_compute_loss`` is kept as
 it is, so every loss type and clipping option of GRPOConfig applies unchanged.
+
+Options from issue 34 (docs: Training → Branching that pays in training): MC-GRPO's median
+pivot (``median_pivot``), TRACE's split of a step's budget over tasks (``task_allocation``,
+:mod:`agentgym.trainers.allocation`), reflect-then-retry with Pivotal Credit and Positive
+Amplification (``reflect_retry``, :mod:`agentgym.rollout.reflect`) and success replay
+(``success_replay``, :mod:`agentgym.trainers.replay`); retries and replayed successes are
+off-policy rows whose advantages carry the decoupled objective's importance weights.
 """
 
 from __future__ import annotations
@@ -24,19 +31,31 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from dataclasses import replace
 from typing import Any, cast
 
 import torch
 from trl.models import unwrap_model_for_generation
 from trl.trainer.utils import use_adapter
 
+from agentgym.rollout.reflect import ReflectConfig, ReflectRetry
 from agentgym.rollout.runner import EpisodeRequest
 from agentgym.rollout.trajectory import RolloutTree, Trajectory
 from agentgym.rollout.tree import SuccessPredictor, TreeConfig, TreeRollout
 from agentgym.rollout.tree_values import node_values, turn_advantages, usable_returns
-from agentgym.trainers.advantages import anchor_step_advantages, group_advantages, turn_gae
+from agentgym.trainers.advantages import (
+    amplify_positive,
+    anchor_step_advantages,
+    group_advantages,
+    importance_weights,
+    median_pivots,
+    pivotal_trainable,
+    turn_gae,
+)
+from agentgym.trainers.allocation import TaskOutcomes, allocate_budget
 from agentgym.trainers.base import AgentgymTrainer
 from agentgym.trainers.lora import is_adapted
+from agentgym.trainers.replay import SuccessReplay, replay_age
 from agentgym.trainers.rollouts import (
     Row,
     collate,
@@ -92,12 +111,17 @@ class TreeGRPOTrainer(AgentgymTrainer):
             if args.tree
             else None
         )
+        self.outcomes = TaskOutcomes(args.allocation_decay)  # each task's recent success rate (task_allocation: trace)
+        self.leaf_budgets: dict[str, int] = {}  # request group -> its tree's leaves (task_allocation: trace)
+        self.allocation: list[int] = []
+        self.reflect = self._reflect_retry() if args.reflect_retry else None
+        self.success_replay = SuccessReplay(args.replay_per_task) if args.success_replay else None
         self.env_steps = 0  # on this process, for the env-steps-to-success comparison of trees vs. linear
         self.runner = make_runner(
             self.agent,
             args,
             self.store,
-            job=self._tree_job if args.tree else None,
+            job=self._tree_job if args.tree else (self.reflect.job if self.reflect is not None else None),
             env_factory=self.env_factory,
             concurrency=self._step_concurrency(),
         )
@@ -106,29 +130,68 @@ class TreeGRPOTrainer(AgentgymTrainer):
         """Tasks (dataset rows) one rollout call grows on this process: TRL's per-process generation batch."""
         return self.args.per_device_train_batch_size * self.args.steps_per_generation
 
+    def _group_size(self) -> int:
+        """Linear episodes per task: ``num_generations``, plus MC-GRPO's pivot with ``median_pivot``."""
+        return self.args.num_generations + int(self.args.median_pivot)
+
     def _group_requests(self) -> int:
-        return self._tasks_per_generation() * self.args.num_generations
+        return self._tasks_per_generation() * self._group_size()
 
     def _step_concurrency(self) -> int:
         """Episodes (trees) in flight: all of a step's, as TRL generates its batch at once; a cluster's env slots cap it."""
         if self.args.rollout_backend == "ray":
             return self.args.rollout_concurrency
-        jobs = self._tasks_per_generation() * (1 if self.args.tree else self.args.num_generations)
+        jobs = self._tasks_per_generation() * (1 if self.args.tree else self._group_size())
         return max(self.args.rollout_concurrency, jobs)
 
     # ------------------------------------------------------------------ rollouts
     def _tree_job(self, agent, env, request: EpisodeRequest):
-        return TreeRollout(agent, self.tree_config, self.predictor).run(env, request.task_id, request.seed)
+        config = self.tree_config
+        if request.group in self.leaf_budgets:  # this task's share of the step's leaves (TRACE)
+            config = replace(config, max_leaves=self.leaf_budgets[request.group])
+        return TreeRollout(agent, config, self.predictor).run(env, request.task_id, request.seed)
+
+    def _reflect_retry(self) -> ReflectRetry:
+        """The reflect-then-retry job: the policy (or ``reflect_reviewer``) diagnoses, the shared predictor may locate."""
+        args = self.args
+        reviewer = None
+        if args.reflect_reviewer is not None:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            from agentgym.rollout.hf_policy import HFPolicy
+
+            model = AutoModelForCausalLM.from_pretrained(args.reflect_reviewer, local_files_only=True).eval()
+            tokenizer = AutoTokenizer.from_pretrained(args.reflect_reviewer, local_files_only=True)
+            reviewer = HFPolicy.from_model(model, tokenizer, name="reviewer", seed=args.seed)
+        if args.reflect_locate == "predictor" and self.predictor is None:
+            self.predictor = SuccessPredictor()
+        config = ReflectConfig(locate=args.reflect_locate, max_tokens=args.reflect_max_tokens)
+        return ReflectRetry(self.agent, config, reviewer, self.predictor)
+
+    def _allocate(self, task_ids: list[str]) -> list[int]:
+        """Per task, its episodes (linear) or tree leaves this step: equal shares, or TRACE's split of their sum."""
+        args = self.args
+        share = (args.tree_max_leaves or 1) if args.tree else self._group_size()  # trace checks it is set
+        if args.task_allocation == "uniform":
+            return [share] * len(task_ids)
+        minimum = args.num_generations if args.tree else 2  # a tree's roots; a group baseline's two episodes
+        return allocate_budget([self.outcomes.rate(t) for t in task_ids], share * len(task_ids), minimum)
 
     def _rollouts(self, task_ids: list[str]) -> list:
         step = self.state.global_step
+        self.allocation = self._allocate(task_ids)
         if self.args.tree:
             requests = [EpisodeRequest(t, group=f"{step}:{i}") for i, t in enumerate(task_ids)]
+            self.leaf_budgets = (
+                {r.group: n for r, n in zip(requests, self.allocation) if r.group is not None}
+                if self.args.task_allocation == "trace"
+                else {}
+            )
         else:
             requests = [
                 EpisodeRequest(t, repeat=j, group=f"{step}:{i}")
-                for i, t in enumerate(task_ids)
-                for j in range(self.args.num_generations)
+                for i, (t, n) in enumerate(zip(task_ids, self.allocation))
+                for j in range(n)
             ]
         self._sync_rollout_weights(step)  # on-policy: the rollouts sample from this step's weights
         was_training = self.rollout_model.training
@@ -148,36 +211,44 @@ class TreeGRPOTrainer(AgentgymTrainer):
         self.rollout_seconds = time.perf_counter() - started  # the learner is idle meanwhile (synchronous pipeline)
         self.store_position += len(records)
         self.env_steps += sum(r.num_env_steps for r in records)
+        for record in records:
+            for path in [record] if isinstance(record, Trajectory) else record.paths():
+                if path.error is None:
+                    self.outcomes.update(record.task_id, path.success)
         return records
 
     def _rows(self, records: list) -> tuple[list[Row], dict[str, float]]:
         """Training rows and advantage statistics; groups are trees (tree mode) or a task's episodes."""
         groups: list[tuple[list[Trajectory], list[list[float]], list[list[bool]], list[float]]] = []
+        pivot_count = 0
+        stats_replay: dict[str, float] = {}
         if self.args.tree:
             for tree in records:
                 groups.append(tree_training_paths(tree, self.args.advantage_baseline))
         else:
             by_group: dict[str, list[Trajectory]] = {}
-            for trajectory in records:
+            for trajectory in _reflected_paths(records):
                 if trajectory.error is None and trajectory.turns:
                     by_group.setdefault(trajectory.metadata["group"], []).append(trajectory)
+            if self.success_replay is not None:
+                stats_replay = self._mix_replay(by_group)
             members = [t for ts in by_group.values() for t in ts]
             if members:
-                advantages = group_advantages(
-                    [t.reward for t in members],
-                    [t.metadata["group"] for t in members],
-                    self.args.advantage_baseline,
-                    self.args.advantage_scale,
-                )
-                it = iter(advantages)
+                rewards, labels = [t.reward for t in members], [t.metadata["group"] for t in members]
+                advantages = group_advantages(rewards, labels, self.args.advantage_baseline, self.args.advantage_scale)
+                pivots = median_pivots(rewards, labels) if self.args.median_pivot else [False] * len(members)
+                pivot_count = sum(pivots)
+                it = iter(zip(advantages, pivots))
                 for trajectories in by_group.values():
-                    adv = [next(it) for _ in trajectories]
+                    base, pivot = zip(*(next(it) for _ in trajectories))
+                    adv = amplify_positive(base, [t.success for t in trajectories], self.args.positive_weight)
                     steps = self._step_advantages(trajectories)
                     groups.append(
                         (
                             trajectories,
                             [[a + s for s in step] for a, step in zip(adv, steps)],
-                            [[True] * len(t.turns) for t in trajectories],
+                            # the pivot is the baseline: no loss on it, nor in the loss's token count
+                            [self._trainable(t, p) for t, p in zip(trajectories, pivot)],
                             [t.reward for t in trajectories],
                         )
                     )
@@ -187,21 +258,57 @@ class TreeGRPOTrainer(AgentgymTrainer):
             groups = [(ts, [[a / (std + 1e-4) for a in adv] for adv in advs], tr, out) for ts, advs, tr, out in groups]
         informative = [g for g in groups if len(set(g[3])) > 1]
         kept = informative if self.args.drop_zero_variance_groups and informative else groups
-        rows = [
-            row
-            for trajectories, advs, trainable, _ in kept
-            for t, adv, train in zip(trajectories, advs, trainable)
-            for row in trajectory_rows(t, adv, train)
-        ]
+        rows: list[Row] = []
+        self.off_policy_rows = []  # rows of retries and replayed successes (weighted in the batch)
+        for trajectories, advs, trainable, _ in kept:
+            for t, adv, train in zip(trajectories, advs, trainable):
+                if any(train):
+                    made = trajectory_rows(t, adv, train)
+                    rows += made
+                    off_policy = bool(t.metadata.get("retry") or t.metadata.get("replayed"))
+                    self.off_policy_rows += [off_policy] * len(made)
         if not rows:
             raise RuntimeError("no usable rollouts in this batch: every episode failed (see the trajectory store)")
         token_advantages = [a for row in rows for a, m in zip(row.advantages, row.loss_mask) if m]
         stats = {
             "groups/zero_variance_frac": 1.0 - len(informative) / len(groups) if groups else math.nan,
             "groups/kept": float(len(kept)),
+            "groups/median_pivots": float(pivot_count),
+            **stats_replay,
             "advantage/abs_mean": sum(abs(a) for a in token_advantages) / max(1, len(token_advantages)),
         }
         return rows, stats
+
+    def _mix_replay(self, by_group: dict[str, list[Trajectory]]) -> dict[str, float]:
+        """Add a task's newest replayed success to each group whose episodes all failed; then keep this step's successes."""
+        replay = self.success_replay
+        version = self.state.global_step
+        ages = []
+        for group, trajectories in by_group.items():
+            if any(t.success for t in trajectories) or (success := replay.newest(trajectories[0].task_id)) is None:
+                continue
+            metadata = {**success.metadata, "group": group, "replayed": True}
+            metadata.pop("fork_turn", None)  # a replayed retry is trained whole
+            trajectories.append(replace(success, metadata=metadata))
+            ages.append(replay_age(success, version))
+        for trajectories in by_group.values():
+            for trajectory in trajectories:
+                if not trajectory.metadata.get("replayed"):
+                    replay.add(trajectory)
+        return {
+            "replay/mixed": float(len(ages)),
+            "replay/age_mean": sum(ages) / len(ages) if ages else math.nan,
+            "replay/size": float(len(replay)),
+        }
+
+    def _trainable(self, trajectory: Trajectory, pivot: bool) -> list[bool]:
+        """Which turns get loss: none of MC-GRPO's pivot; with Pivotal Credit, a reflected pair's turns from the fork on."""
+        if pivot:
+            return [False] * len(trajectory.turns)
+        fork = trajectory.metadata.get("fork_turn")
+        if self.args.pivotal_credit and fork is not None:
+            return pivotal_trainable(len(trajectory.turns), fork)
+        return [True] * len(trajectory.turns)
 
     def _step_advantages(self, trajectories: list[Trajectory]) -> list[list[float]]:
         """Per turn, ω × GiGPO's anchor-state step advantage within one task's episodes (zeros when ω is 0)."""
@@ -225,6 +332,13 @@ class TreeGRPOTrainer(AgentgymTrainer):
         rows, stats = self._rows(records)
         rows = pad_rows(rows, self.args.steps_per_generation if mode == "train" else 1)
         batch = collate(rows, self._tokenizer.pad_token_id, self.accelerator.device, self.vision)
+        if any(self.off_policy_rows):
+            stats.update(self._weigh_off_policy(batch))
+        if self.reflect is not None:
+            trees = [r for r in records if isinstance(r, RolloutTree) and "reflection" in r.metadata]
+            retried = [t.leaf_success.get(t.metadata["reflection"]["retry_leaf"], False) for t in trees]
+            stats["reflect/retries"] = float(len(trees))
+            stats["reflect/retry_success_rate"] = sum(retried) / len(retried) if retried else math.nan
         loss_mask = batch["completion_mask"] * batch["tool_mask"]
         batch["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
         self._add_reference_logps(batch, mode)
@@ -237,10 +351,30 @@ class TreeGRPOTrainer(AgentgymTrainer):
                     "rollout/env_steps_total": float(self.env_steps),
                     "rollout/time_s": self.rollout_seconds,
                     "policy_version": float(self.policy.version),
+                    "allocation/max_share": max(self.allocation) / sum(self.allocation),
                 },
             )
         self._log_metrics(mode, metrics)
         return batch
+
+    def _weigh_off_policy(self, batch: dict) -> dict[str, float]:
+        """Weight the off-policy rows' tokens (retries, replayed successes) as SAO's decoupled objective does.
+
+        A retry was sampled with the reflection in its context and is trained without it; a
+        replayed success was sampled by an older policy. Their sampling logprobs are the behaviour
+        policy. TRL's clipped ratio is taken around the learner's weights when the batch was taken
+        (the proximal policy, the same as TRL's old policy here); each of their tokens' advantage is
+        multiplied by ``w = min(importance_weight_cap, π_proximal / π_behaviour)``, π_proximal on the
+        context the row is trained in, so the gradient estimates the current policy's objective.
+        """
+        flags = torch.tensor(self.off_policy_rows + [False] * (batch["advantages"].size(0) - len(self.off_policy_rows)))
+        flags = flags.to(batch["advantages"].device)[:, None]
+        proximal = self._proximal_logps(batch)
+        weights = importance_weights(proximal, batch["sampling_per_token_logps"], self.args.importance_weight_cap)
+        weights = torch.where(flags, weights, torch.ones_like(weights))
+        batch["advantages"] = batch["advantages"] * weights
+        mask = (batch["completion_mask"] * batch["tool_mask"]).bool() & flags
+        return {"off_policy/weight_mean": weights[mask].mean().item() if mask.any() else math.nan}
 
     def _add_reference_logps(self, batch: dict, mode: str) -> None:
         """Add ``old_per_token_logps`` (generation and optimisation steps misaligned) and ``ref_per_token_logps`` (beta ≠ 0), as TRL does."""
@@ -269,7 +403,7 @@ class TreeGRPOTrainer(AgentgymTrainer):
                     )[0]
 
     def _rollout_state(self) -> dict:
-        state = {**super()._rollout_state(), "env_steps": self.env_steps}
+        state = {**super()._rollout_state(), "env_steps": self.env_steps, "task_outcomes": self.outcomes.state()}
         if self.predictor is not None:
             state["predictor"] = {
                 "weights": self.predictor.weights.tolist(),
@@ -281,12 +415,32 @@ class TreeGRPOTrainer(AgentgymTrainer):
     def _restore_rollout_state(self, state: dict) -> None:
         super()._restore_rollout_state(state)
         self.env_steps = state.get("env_steps", 0)
+        if "task_outcomes" in state:
+            self.outcomes.load(state["task_outcomes"])
+        if self.success_replay is not None:  # the successes of the records trained before the checkpoint
+            self.success_replay.add_records(record for i, record in enumerate(self.store) if i < self.store_position)
         if self.predictor is not None and "predictor" in state:
             import numpy as np
 
             self.predictor.weights = np.array(state["predictor"]["weights"])
             self.predictor.updates = state["predictor"]["updates"]
             self.predictor.successes = state["predictor"]["successes"]
+
+
+def _reflected_paths(records: list) -> list[Trajectory]:
+    """Linear records as trajectories: a reflect-then-retry tree gives its failed path and its retry, both marked with the fork."""
+    paths: list[Trajectory] = []
+    for record in records:
+        if isinstance(record, Trajectory):
+            paths.append(record)
+            continue
+        reflection = record.metadata.get("reflection")
+        for path in record.paths():
+            if reflection is not None:
+                path.metadata["fork_turn"] = reflection["fork_turn"]
+                path.metadata["retry"] = path.metadata["leaf"] == reflection["retry_leaf"]
+            paths.append(path)
+    return paths
 
 
 def tree_training_paths(tree: RolloutTree, baseline: str = "mean"):

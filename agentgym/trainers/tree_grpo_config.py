@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agentgym.rollout.reflect import LOCATORS
 from agentgym.rollout.tree import STRATEGIES
 from agentgym.trainers.advantages import BASELINES, SCALES
 from agentgym.trainers.base_config import AgentgymConfig
@@ -62,6 +63,42 @@ class TreeGRPOConfig(AgentgymConfig):
         },
     )
     step_gamma: float = field(default=0.95, metadata={"help": "Discount of the returns the step advantages compare."})
+    median_pivot: bool = field(
+        default=False,
+        metadata={
+            "help": "tree=False only: MC-GRPO's G+1 rollouts — num_generations + 1 episodes per task, the median baseline, "
+            "and the episode whose reward is the median (the pivot, advantage 0) left out of the gradient and of the "
+            "loss's token count, so num_generations episodes are trained. Needs advantage_baseline: median and an even "
+            "num_generations (an odd group, whose median is one member)."
+        },
+    )
+    reflect_retry: bool = field(
+        default=False,
+        metadata={
+            "help": "tree=False only: reflect-then-retry (R³L) — each failed episode is diagnosed (the policy itself, or "
+            "reflect_reviewer), its failure turn located (reflect_locate), forked at that turn's snapshot and retried "
+            "with the reflection in context; the retry joins its task's group, trained WITHOUT the reflection, each of "
+            "its tokens weighted as SAO's decoupled objective does: w = min(importance_weight_cap, π_learner / π_sampled) "
+            "(see agentgym.rollout.reflect)."
+        },
+    )
+    reflect_locate: str = field(
+        default="diagnosis", metadata={"help": f"How the failure turn is found: one of {LOCATORS}."}
+    )
+    reflect_reviewer: str | None = field(
+        default=None, metadata={"help": "A model directory whose policy diagnoses failures (None: the policy itself)."}
+    )
+    reflect_max_tokens: int = field(default=64, metadata={"help": "The diagnosis's length in tokens."})
+    pivotal_credit: bool = field(
+        default=False,
+        metadata={
+            "help": "With reflect_retry: a failed episode and its retry get loss only on the turns from the fork on."
+        },
+    )
+    positive_weight: float = field(
+        default=1.0,
+        metadata={"help": "Positive Amplification: successful episodes' advantages are multiplied by this (1: off)."},
+    )
     drop_zero_variance_groups: bool = field(
         default=False,
         metadata={
@@ -89,6 +126,39 @@ class TreeGRPOConfig(AgentgymConfig):
             raise ValueError(
                 "tree=True grows trees through the agent loop; an agent program through the gateway runs linear "
                 "episodes: set tree: false with rollout_backend: gateway"
+            )
+        if self.median_pivot and (self.reflect_retry or self.success_replay):
+            raise ValueError("median_pivot needs groups of exactly G+1; reflect_retry and success_replay add to them")
+        if self.median_pivot and (self.tree or self.advantage_baseline != "median" or self.num_generations % 2):
+            raise ValueError(
+                "median_pivot needs tree=False, advantage_baseline='median' and an even num_generations "
+                f"(G+1 odd), got tree={self.tree}, advantage_baseline={self.advantage_baseline!r}, "
+                f"num_generations={self.num_generations}"
+            )
+        if self.success_replay and self.tree:
+            raise ValueError("success_replay is for tree=False: a replayed success joins a group of linear episodes")
+        if self.reflect_retry and self.tree:
+            raise ValueError("reflect_retry is for tree=False: a retry branches off one linear episode")
+        if self.reflect_locate not in LOCATORS:
+            raise ValueError(f"reflect_locate must be one of {LOCATORS}, got {self.reflect_locate!r}")
+        if self.pivotal_credit and not self.reflect_retry:
+            raise ValueError("pivotal_credit needs reflect_retry (its fork point)")
+        if self.tree and self.positive_weight != 1:
+            raise ValueError("positive_weight (Positive Amplification) is for tree=False episode advantages")
+        if self.positive_weight <= 0 or self.reflect_max_tokens < 1:
+            raise ValueError("positive_weight must be > 0 and reflect_max_tokens >= 1")
+        if self.task_allocation == "trace":
+            if self.median_pivot:
+                raise ValueError("median_pivot needs groups of exactly G+1; task_allocation: trace varies their size")
+            if self.tree and (self.tree_strategy != "contrast" or self.tree_max_leaves is None):
+                raise ValueError(
+                    "task_allocation: trace with trees splits the step's leaves (tree_max_leaves per task) across "
+                    "tasks and spends each task's share on its prefixes by tree_strategy: contrast; set both"
+                )
+        if self.reflect_retry and self.rollout_backend == "gateway":
+            raise ValueError(
+                "reflect_retry forks the agent loop's episode and adds the reflection to its context; an agent program "
+                "through the gateway keeps its own context: set reflect_retry: false with rollout_backend: gateway"
             )
         if self.tree and self.advantage_scale == "group":
             raise ValueError(

@@ -73,6 +73,7 @@ __all__ = [
     "replay",
     "run_branching",
     "run_monte_carlo",
+    "summarize_run",
 ]
 
 JUNCTIONS = "junctions.jsonl"
@@ -280,6 +281,7 @@ class _TaskRun:
             "seed": self.ctx.seed,
             "leaf": leaf_id,
             "junction": None if parent is None else parent.id,
+            "parent_leaf": None if parent is None else parent.leaf,
             "junction_file": None
             if parent is None or not parent.saved
             else f"junctions/{self.ctx.junction_name(parent)}.snapshot",
@@ -584,6 +586,46 @@ def over_seeds(runs: Sequence[Mapping], resamples: int = 10_000) -> dict:
         if values:
             out[key] = {"mean": sum(values) / len(values), "ci95": list(bootstrap_ci(values, resamples=resamples))}
     return out
+
+
+def summarize_run(out_dir: str | Path) -> dict:
+    """Write ``summary.json`` and ``report.html`` of a branching run directory, from its rows; return the summary.
+
+    Per mode: each seed's :func:`failure_metrics`, and :func:`over_seeds` of them; with both modes,
+    ``ratio``: branching's mean failures per 1,000 tokens over Monte Carlo's, and the difference
+    in mean tasks with a failure.
+    """
+    from agentgym.eval.report import write_branching_report
+
+    out = Path(out_dir)
+    rows = load_results(out / RESULTS)
+    run = json.loads((out / "run.json").read_text())
+    summary: dict[str, Any] = {
+        "suite": run["suite"],
+        "model": run["model"],
+        "user": run["user"],
+        "config": run["config"],
+    }
+    for mode in MODES:
+        seeds = sorted({r["seed"] for r in rows if r["mode"] == mode})
+        if seeds:
+            by_seed = {
+                str(seed): failure_metrics([r for r in rows if r["mode"] == mode and r["seed"] == seed])
+                for seed in seeds
+            }
+            summary[mode] = {"seeds": by_seed, "over_seeds": over_seeds(list(by_seed.values()))}
+    if all(mode in summary for mode in MODES):
+        b, m = (summary[mode]["over_seeds"] for mode in MODES)
+        rate_b, rate_m = (x.get("failures_per_1k_tokens", {}).get("mean") for x in (b, m))
+        summary["ratio"] = {
+            "failures_per_1k_tokens": rate_b / rate_m if rate_b is not None and rate_m else None,
+            "tasks_with_failure_difference": b["tasks_with_failure"]["mean"] - m["tasks_with_failure"]["mean"],
+        }
+    partial = out / f".{SUMMARY}.tmp"
+    partial.write_text(json.dumps(summary, indent=2) + "\n")
+    partial.replace(out / SUMMARY)
+    write_branching_report(out)
+    return summary
 
 
 # ---------------------------------------------------------------------- replay

@@ -48,6 +48,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ from typing import Any, cast
 from agentgym.core import AgentEnv
 from agentgym.envs.diverse_user import BEHAVIOURS
 from agentgym.envs.user import UserSimulator, UserState, UserTurn
-from agentgym.eval.harness import RESULTS, _claim_run_dir, episode_seed, load_results
+from agentgym.eval.harness import RESULTS, _claim_run_dir, _env_creator, _takes_option, episode_seed, load_results
 from agentgym.eval.oracles import EpisodeAgent
 from agentgym.eval.scripted import READ_PREFIXES
 from agentgym.eval.suites import Suite
@@ -68,6 +69,7 @@ from agentgym.rollout.tree import SuccessPredictor, turn_entropy
 
 __all__ = [
     "BranchingConfig",
+    "check_user_side",
     "failure_metrics",
     "over_seeds",
     "replay",
@@ -370,11 +372,11 @@ class _Context:
             file.write(json.dumps(row, default=str) + "\n")
 
 
-def _score(ctx: _Context, junction: _Junction, novel: set[str]) -> tuple[float, str | None]:
+def _score(ctx: _Context, junction: _Junction, novel: set[str], order: Sequence[str]) -> tuple[float, str | None]:
     """The junction's score and the behaviour to branch with next (``None``: nothing left to try there)."""
     choices = [
         name
-        for name in ctx.config.behaviours
+        for name in order
         if name not in junction.tried
         and BEHAVIOURS[name].directive not in junction.directives
         and BEHAVIOURS[name].applies_to(junction.kind)
@@ -405,9 +407,13 @@ async def _branch_task(run: _TaskRun) -> None:
         raise
     await run.play(episode, None, None, None)
     leaves = [episode]
+    # Which untried behaviour a junction gets first: an order drawn per seed and task (ties between junctions
+    # go to the first found), so seeds explore differently.
+    order = list(run.ctx.config.behaviours)
+    random.Random(episode_seed(run.ctx.seed, run.task_id, 1)).shuffle(order)
     used: set[str] = set()
     while run.spent < run.ctx.config.token_budget:
-        best = max(((j, *_score(run.ctx, j, used)) for j in run.junctions), key=lambda x: x[1], default=None)
+        best = max(((j, *_score(run.ctx, j, used, order)) for j in run.junctions), key=lambda x: x[1], default=None)
         if best is None or best[2] is None:
             break
         junction, _, behaviour = best
@@ -482,6 +488,7 @@ async def _run(
     done = {(r["mode"], r["seed"], r["task_id"]) for r in load_results(out / DONE)}
     _drop_unfinished(out, done)
     agent_config = agent_config or AgentConfig(system_prompt=None)
+    check_user_side(suite)
     for (env_id, kwargs_json), tasks in suite.by_env().items():
         env_kwargs = json.loads(kwargs_json)
         env_policy = policy if isinstance(policy, Policy) else policy(env_id, env_kwargs)
@@ -494,17 +501,21 @@ async def _run(
             def factory(metered=metered, env_id=env_id, env_kwargs=env_kwargs):
                 return gymnasium.make(env_id, **env_kwargs, user=metered)
 
-            probe = factory()
-            try:
-                if not hasattr(probe.unwrapped, "steer_user"):
-                    raise ValueError(f"{env_id} has no simulated user to steer (no steer_user); branching needs one")
-            finally:
-                probe.close()
             run = _TaskRun(ctx, (env_id, env_kwargs), task.task_id, factory, metered)
             await (_branch_task(run) if mode == "branching" else _linear_task(run))
             ctx.write(DONE, {"mode": mode, "seed": seed, "task_id": task.task_id})
     rows = [r for r in load_results(out / RESULTS) if r["mode"] == mode and r["seed"] == seed]
     return failure_metrics(rows)
+
+
+def check_user_side(suite: Suite) -> None:
+    """Every env of ``suite`` has a simulated user to steer (a ``user=`` option and ``steer_user``); else :class:`ValueError`."""
+    for env_id, _ in suite.by_env():
+        creator = _env_creator(env_id)
+        if not (_takes_option(creator, "user") and hasattr(creator, "steer_user")):
+            raise ValueError(
+                f"{env_id} has no simulated user (no user= option and steer_user), so it cannot branch at user turns"
+            )
 
 
 def _drop_unfinished(out: Path, done: set) -> None:

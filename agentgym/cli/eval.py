@@ -205,12 +205,10 @@ def _eval_branching(args: argparse.Namespace) -> int:
         raise UsageError(f"--seeds must be at least 1, got {args.seeds}")
     if not 0 <= args.mc_chance <= 1:
         raise UsageError(f"--mc-chance must be in [0, 1], got {args.mc_chance:g}")
-    behaviours = tuple(b.strip() for b in args.behaviours.split(",") if b.strip()) if args.behaviours else None
+    behaviours = tuple(b.strip() for b in (args.behaviours or "").split(",") if b.strip()) or BranchingConfig.behaviours
     try:
         config = BranchingConfig(
-            token_budget=args.token_budget,
-            max_turns=args.max_turns or BranchingConfig.max_turns,
-            **({"behaviours": behaviours} if behaviours else {}),
+            token_budget=args.token_budget, behaviours=behaviours, max_turns=args.max_turns or BranchingConfig.max_turns
         )
         suite = load_suite(args.suite).filter(args.tasks)
     except ValueError as exc:
@@ -275,8 +273,10 @@ def _branching_users(args: argparse.Namespace):
     import asyncio
 
     from agentgym.models import BUILT_IN_MODELS
+    from agentgym.rollout.policy import Policy, SamplingParams
     from agentgym.rollout.user import PolicyUser
 
+    user_policy: Policy
     if args.user.startswith(("http://", "https://")):
         if not args.user_model:
             raise UsageError("--user-model is required with a --user URL")
@@ -289,8 +289,6 @@ def _branching_users(args: argparse.Namespace):
         user_policy = HFPolicy(model_dir(args.user, "--user"))
     else:
         raise UsageError(f"--user {args.user!r} is not 'diverse', 'tiny', a model directory or a URL")
-    from agentgym.rollout.policy import SamplingParams
-
     # Branches are steered, so their user is greedy; Monte Carlo's samples (its only source of diversity). The
     # user policy answers from the env's thread on the running loop (PolicyUser's loop=).
     return lambda mode: (

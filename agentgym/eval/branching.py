@@ -55,7 +55,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from agentgym.core import AgentEnv
 from agentgym.envs.diverse_user import BEHAVIOURS
 from agentgym.envs.user import UserSimulator, UserState, UserTurn
 from agentgym.eval.harness import RESULTS, _claim_run_dir, _env_creator, _takes_option, episode_seed, load_results
@@ -226,7 +225,7 @@ class _TaskRun:
                 charged = True
             else:
                 charged = False  # the junction's message was paid for on the parent's path
-            env = cast(AgentEnv, episode.env.unwrapped)
+            env = episode.env.unwrapped
             action: Any = completion.text
             if completion.tool_calls:
                 action = {"content": completion.text, "tool_calls": completion.tool_calls}
@@ -316,7 +315,7 @@ def _name_of(directive: str) -> str:
 
 
 def _calls(episode: Episode, turn: Turn) -> list[list]:
-    parsed = cast(AgentEnv, episode.env.unwrapped).parse(turn.action)
+    parsed = episode.env.unwrapped.parse(turn.action)
     return [[c.name, c.arguments] for c in parsed.calls]
 
 
@@ -340,7 +339,7 @@ class _Context:
         return f"{self.mode}-{self.seed}-{junction.saved_as}"
 
     def save_junction(self, junction: _Junction, episode: Episode) -> None:
-        env = cast(AgentEnv, episode.env.unwrapped)
+        env = episode.env.unwrapped
         junction.saved_as = self.saved
         self.saved += 1
         (self.out / "junctions").mkdir(exist_ok=True)

@@ -128,7 +128,7 @@ _TRANSFERRED = "YOU ARE BEING TRANSFERRED TO A HUMAN AGENT. PLEASE HOLD ON."
 
 
 def _call_name(call: str) -> str:
-    return json.loads(_CALL.search(call).group(1))["name"]  # type: ignore[union-attr]
+    return json.loads(_CALL.search(call).group(1))["name"]
 
 
 def _names(message: Message) -> list[str]:
@@ -165,7 +165,7 @@ def _misread(heard: list[str]) -> bool:
 def _summary(calls: list[str]) -> str:
     parts = []
     for call in calls:
-        body = json.loads(_CALL.search(call).group(1))  # type: ignore[union-attr]
+        body = json.loads(_CALL.search(call).group(1))
         if not body["name"].startswith(READ_PREFIXES):
             parts.append(f"{body['name']} with {json.dumps(body['arguments'])}")
     return "; ".join(parts)

@@ -14,7 +14,9 @@ simulated user (``steer_user``: :mod:`agentgym.envs.user`):
    the path it was found on, the agent's uncertainty at its next turn
    (sampling entropy, or −mean logprob, where the policy gives them), and the shared
    :class:`~agentgym.rollout.tree.SuccessPredictor`'s p(1−p) of the prefix; divided by
-   1 + the branches already grown there and 1 + the branches there that repeated a signature;
+   1 + the branches already grown there and 1 + the branches there that repeated a signature
+   (a junction whose two or more branches all repeated one is saturated and left; an episode
+   that repeats a known one adds no junctions);
 3. branches from the best junction with a **user behaviour** not yet tried there
    (:data:`~agentgym.envs.diverse_user.BEHAVIOURS`: rephrasing, another order, an omission
    corrected later, impatience, ambiguity, pressure to break policy; one never tried on the task
@@ -272,6 +274,11 @@ class _TaskRun:
         self.signatures[signature] += 1
         if parent is not None and self.signatures[signature] > 1:
             parent.repeats += 1
+            for junction in leaf.junctions:  # a known episode again: its junctions are known ones too
+                if junction in self.junctions:
+                    self.junctions.remove(junction)
+                if junction.checkpoint is not None:
+                    junction.checkpoint.release()
         if parent is not None and not parent.saved and parent.checkpoint is not None:
             self.ctx.save_junction(parent, episode)
         row = {
@@ -380,8 +387,8 @@ def _score(ctx: _Context, junction: _Junction, novel: set[str], order: Sequence[
         and BEHAVIOURS[name].directive not in junction.directives
         and BEHAVIOURS[name].applies_to(junction.kind)
     ]
-    if not choices:
-        return 0.0, None
+    if not choices or (len(junction.tried) >= 2 and junction.repeats == len(junction.tried)):
+        return 0.0, None  # nothing left, or saturated: every branch from here repeated a known episode
     fresh = [name for name in choices if name not in novel]
     behaviour = (fresh or choices)[0]
     config = ctx.config

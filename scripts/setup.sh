@@ -5,8 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # iproute2 and util-linux: scripts/netns (make test runs in a network namespace of its own).
-# default-jre-headless: ScienceWorld's simulator is a jar (agentgym/envs/text/scienceworld.py).
-APT_PACKAGES=(docker.io debootstrap chromium chromium-driver xvfb xdotool git patch iproute2 util-linux default-jre-headless)
+# default-jre-headless: ScienceWorld's and TextWorldExpress's simulators are jars (agentgym/envs/text/).
+# build-essential: jericho (TextWorld's z-machine) is an sdist built with gcc and make at pip install.
+APT_PACKAGES=(docker.io debootstrap chromium chromium-driver xvfb xdotool git patch iproute2 util-linux default-jre-headless build-essential)
 PYTHON=${PYTHON:-python3}
 EXTRAS=${AGENTGYM_EXTRAS:-all,dev}  # the tests cover every part
 

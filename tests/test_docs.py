@@ -28,6 +28,7 @@ RUN = {
     ("docs/rollouts.md", "Rollouts"),
     ("docs/memory.md", "Memory and skill banks"),
     ("docs/envs/text.md", "Text worlds"),
+    ("docs/envs/conversation.md", "Conversations (simulated users)"),
 }
 
 
@@ -151,6 +152,13 @@ def test_text_worlds_example_works(capsys):
         assert not namespace["info"].get("error")
     finally:
         namespace["env"].close()
+
+
+def test_conversation_example_works(capsys):
+    namespace = run_example("docs/envs/conversation.md", "Conversations (simulated users)")
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-2:] == ["user: ###STOP###", "0.0 ['DB', 'COMMUNICATE']"]
+    assert namespace["terminated"] and namespace["info"]["task_id"] == "0" and not namespace["info"]["error"]
 
 
 @pytest.mark.docker

@@ -236,4 +236,6 @@ def test_markers_follow_what_a_test_uses():
         assert test_id.startswith("tests/envs/test_every_env.py::"), test_id
         param = test_id.partition("[")[2].rstrip("]")
         if param:
-            assert gymnasium.spec(param).entry_point.startswith(("agentgym.envs.tool.", "agentgym.envs.text.")), test_id
+            assert gymnasium.spec(param).entry_point.startswith(
+                ("agentgym.envs.tool.", "agentgym.envs.text.", "agentgym.envs.conversation.")
+            ), test_id

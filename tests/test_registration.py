@@ -93,11 +93,11 @@ def test_plugin_entry_point_registers_envs_in_a_fresh_process(tmp_path):
 
 BUILTIN_IDS = [f"agentgym/{name}" for name in BUILTIN_ENVS]
 #: Every built-in family with known solutions hands out one for every task.
-SOLVED = ("code.", "tool.", "text.", "web.shop", "web.mail", "web.wiki", "gui.")
+SOLVED = ("code.", "tool.", "text.", "web.shop", "web.mail", "web.wiki", "gui.", "conversation.")
 
 
 def test_every_builtin_id_follows_the_scheme():
-    scheme = re.compile(r"agentgym/(code|tool|text|web|gui)\.[a-z0-9][a-z0-9_.-]*-v\d+")
+    scheme = re.compile(r"agentgym/(code|tool|text|web|gui|conversation)\.[a-z0-9][a-z0-9_.-]*-v\d+")
     assert all(scheme.fullmatch(env_id) for env_id in BUILTIN_IDS), [i for i in BUILTIN_IDS if not scheme.fullmatch(i)]
 
 

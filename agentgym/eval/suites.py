@@ -11,8 +11,12 @@ what a suite runs is defined once, by the env family. The built-in suites:
 * ``web-<app>`` for each self-hosted web app (``web.<app>-v0``, reported per task template) and
   ``miniwob`` (every MiniWoB++ task, one env each);
 * ``gui`` (``gui.desktop-v0``, reported per app);
-* ``babyai`` (``text.babyai-v0``) and ``scienceworld`` (``text.scienceworld-v0``), reported per
-  split (train/dev/test): ``--tasks 'test/*'`` runs one split.
+* ``babyai`` (``text.babyai-v0``), ``scienceworld`` (``text.scienceworld-v0``), ``textworld``
+  (``text.textworld-v0``) and ``textworld-express`` (``text.textworld-express-v0``), reported per
+  split (train/dev/test): ``--tasks 'test/*'`` runs one split;
+* ``tau2-<domain>`` for each τ²-bench domain (``conversation.tau2-<domain>-v0``: airline, retail,
+  telecom), reported per τ² split (train/test). τ²'s task ids repeat across domains, so there is
+  one suite per domain (a suite's ids are unique).
 
 A custom suite is a JSONL or YAML file listing tasks, one mapping each::
 
@@ -51,6 +55,9 @@ _SUITE_PATTERNS = (
     ("gui", "gui.desktop-v0"),
     ("babyai", "text.babyai-v0"),
     ("scienceworld", "text.scienceworld-v0"),
+    ("textworld", "text.textworld-v0"),
+    ("textworld-express", "text.textworld-express-v0"),
+    ("tau2-{}", "conversation.tau2-{}-v0"),
 )
 
 

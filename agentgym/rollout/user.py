@@ -1,4 +1,4 @@
-"""PolicyUser: a simulated user played by any agentgym policy (an OpenAI-compatible endpoint, a local Hugging Face model, the tiny model).
+"""PolicyUser and PolicyJudge: a simulated user, and a judge of natural-language assertions, played by any agentgym policy (an endpoint, a local Hugging Face model, the tiny model).
 
 The policy gets the user's system prompt (for τ²: τ²'s own user-simulator guidelines and the
 task's scenario, plus any steering directives: :meth:`agentgym.envs.user.UserState.instructions`),
@@ -21,7 +21,7 @@ from typing import Any
 from agentgym.envs.user import UserSimulator, UserState, UserTurn
 from agentgym.rollout.policy import Completion, Policy, SamplingParams
 
-__all__ = ["PolicyUser"]
+__all__ = ["PolicyJudge", "PolicyUser"]
 
 
 class PolicyUser(UserSimulator):
@@ -66,3 +66,23 @@ def _tool_calls(completion: Completion) -> list[dict]:
         if isinstance(parsed, dict) and function.get("name"):
             calls.append({"name": function["name"], "arguments": parsed})
     return calls
+
+
+class PolicyJudge:
+    """A judge for envs that grade with a model (τ²'s NL assertions: ``Tau2Env(judge=PolicyJudge(policy))``): messages in, the policy's text out.
+
+    Sampling defaults to greedy; ``loop`` as for :class:`PolicyUser`.
+    """
+
+    def __init__(
+        self, policy: Policy, sampling: SamplingParams | None = None, *, loop: asyncio.AbstractEventLoop | None = None
+    ):
+        self.policy = policy
+        self.sampling = sampling or SamplingParams(max_tokens=1024, temperature=0.0)
+        self.loop = loop
+
+    def __call__(self, messages: list[dict]) -> str:
+        coroutine = self.policy.chat(messages, None, self.sampling)
+        if self.loop is not None:
+            return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result().text
+        return asyncio.run(coroutine).text

@@ -29,3 +29,17 @@ def test_an_empty_user_turn_ends_the_episode_as_tau2s_user_error():
     _, reward, terminated, _, info = env.step("How can I help?")
     assert terminated and reward == 0.0 and info["grade"]["termination"] == "user_error"
     env.close()
+
+
+def test_a_policy_judges_nl_assertions():
+    from agentgym.envs.conversation.tau2 import nl_assertion_checks
+    from agentgym.rollout.user import PolicyJudge
+
+    verdict = '{"results": [{"expectedOutcome": "The agent is polite.", "reasoning": "it is", "metExpectation": true}]}'
+    policy = ScriptedPolicy([verdict])
+    env = Tau2Env("retail")
+    env.reset(options={"task_id": "0"})
+    reward, checks = nl_assertion_checks(PolicyJudge(policy), ["The agent is polite."], env.messages)
+    assert reward == 1.0 and checks == [{"assertion": "The agent is polite.", "met": True}]
+    assert "expectedOutcomes:" in policy.chat_format.tokenizer.decode(policy.prompts[0])
+    env.close()

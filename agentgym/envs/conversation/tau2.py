@@ -18,8 +18,9 @@ conversation's tool calls into a fresh environment and compares hashes with the 
 actions'), environment assertions, expected actions and information communicated, combined over
 the task's reward basis exactly as τ²'s ``evaluate_simulation`` does for ``EvaluationType.ALL``.
 ``info["grade"]`` lists the components scored and each one's reward. Natural-language assertions
-need a judge model; no task of the three base sets has them in its reward basis, and a task that
-had would be reported with the component unscored (``not_scored``) rather than guessed.
+need a judge model (``judge=``, off by default: τ²'s judge prompt, any policy as the model); no
+task of the three base sets has them in its reward basis, and without a judge a task that had
+would be reported with the component unscored (``not_scored``) rather than guessed.
 
 The user is any :class:`~agentgym.envs.user.UserSimulator` (``user=``): by default a
 :class:`~agentgym.envs.user.ScriptedUser` that opens with the task's reason for calling and what
@@ -73,6 +74,8 @@ with requires("tau2"):
 
 __all__ = [
     "AGENT_STOP",
+    "Judge",
+    "nl_assertion_checks",
     "Tau2Env",
     "tau2_environment",
     "tau2_reference_replies",
@@ -98,6 +101,72 @@ Try to be helpful and always follow the policy. Always make sure you generate va
 _AGENT_SYSTEM_PROMPT = "<instructions>\n{agent_instruction}\n</instructions>\n<policy>\n{domain_policy}\n</policy>"
 _USER_SYSTEM_PROMPT = "{global_user_sim_guidelines}\n\n<scenario>\n{instructions}\n</scenario>"
 _FIRST_AGENT_MESSAGE = "Hi! How can I help you today?"
+
+# τ²'s NL-assertion judge prompt (tau2/evaluator/evaluator_nl_assertions.py, which imports litellm), verbatim
+# (its whitespace-only lines written as \x20 escapes).
+_JUDGE_SYSTEM_PROMPT = """
+        TASK
+        - You will be given a list of expected outcomes and a conversation that was collected during a test case run.
+        - The conversation is between an agent and a customer.
+        - Your job is to evaluate whether the agent satisfies each of the expected outcomes.
+        - Grade each expected outcome individually.
+
+        FORMAT
+        - Your response should be a JSON object with the following fields:
+        - `reasoning`: a short explanation for your classification
+        - `metExpectation`: `true` if the agent satisfies the expected outcomes, `false` otherwise
+        - `expectedOutcome`: repeat the expectation from the input that you are grading
+\x20\x20\x20\x20\x20\x20\x20\x20
+        Example response structure:
+        {
+            "results": [
+                {
+                    "expectedOutcome": "<one of the expected outcomes from the input>",
+                    "reasoning": "<reasoning trace>",
+                    "metExpectation": <false or true>,
+                }
+            ]
+        }
+        """
+_JUDGE_USER_PROMPT = """
+        conversation:
+        {trajectory_str}
+\x20\x20\x20\x20\x20\x20\x20\x20
+        expectedOutcomes:
+        {nl_assertions}
+        """
+
+#: A judge: chat messages (``{"role", "content"}``) in, the judge model's text out (e.g. :class:`agentgym.rollout.user.PolicyJudge`).
+Judge = Callable[[list[dict]], str]
+
+
+def nl_assertion_checks(
+    judge: Judge, assertions: Sequence[str], messages: Sequence[Message]
+) -> tuple[float, list[dict]]:
+    """τ²'s NL-assertion evaluation with ``judge`` as its model: (reward, one check per assertion).
+
+    The prompt and the reply's format are τ²'s. Stricter than τ² where a judge's reply could
+    give a reward without evidence: the reply must be JSON with a ``metExpectation`` of ``true``
+    for *every* assertion (τ² accepts an empty result list); anything else scores 0.
+    """
+    trajectory = "\n".join(f"{message.role}: {message.content}" for message in messages)
+    reply = judge(
+        [
+            {"role": "system", "content": _JUDGE_SYSTEM_PROMPT},
+            {
+                "role": "user",
+                "content": _JUDGE_USER_PROMPT.format(trajectory_str=trajectory, nl_assertions=list(assertions)),
+            },
+        ]
+    )
+    try:
+        results = json.loads(reply).get("results", [])
+        verdicts = {str(r["expectedOutcome"]): r.get("metExpectation") is True for r in results}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return 0.0, [{"assertion": a, "met": False, "note": "the judge's reply is not τ²'s JSON"} for a in assertions]
+    checks = [{"assertion": a, "met": verdicts.get(a, False)} for a in assertions]
+    return float(all(check["met"] for check in checks)), checks
+
 
 # domain → (environment constructor, task loader by task set, split loader)
 _DOMAINS: dict[str, tuple[Callable[..., Environment], Callable[[str], list[Tau2Task]], Callable[[], dict]]] = {
@@ -132,6 +201,19 @@ def _fresh_environment(domain: str, solo_mode: bool = False) -> Environment:
     return environment
 
 
+@functools.cache
+def _domain_face(domain: str) -> tuple[str, list[ToolSpec], list[dict]]:
+    """What the agent and the user are shown of ``domain``: its policy, the agent's tools, the user's tools (built once per process: forks make envs often)."""
+    probe = _fresh_environment(domain)
+    user_tools = [tool.openai_schema for tool in probe.get_user_tools()] if probe.user_tools else []
+    return probe.get_policy(), [_spec(tool.openai_schema) for tool in probe.get_tools()], user_tools
+
+
+@functools.cache
+def _splits(domain: str) -> dict[str, list[str]]:
+    return _DOMAINS[domain][2]()
+
+
 def tau2_environment(domain: str) -> Callable[..., Environment]:
     """τ²'s environment constructor of ``domain`` (what τ²'s registry returns for it)."""
     return _DOMAINS[domain][0]
@@ -152,36 +234,48 @@ def tau2_user_prompt(task: Tau2Task, *, with_tools: bool) -> str:
     return _USER_SYSTEM_PROMPT.format(global_user_sim_guidelines=guidelines, instructions=str(task.user_scenario))
 
 
+def _action_runs(task: Tau2Task) -> list[tuple[str, list]]:
+    """The task's reference actions as runs of one requestor each, in order: ``[(requestor, actions), ...]``."""
+    criteria = task.evaluation_criteria
+    runs: list[tuple[str, list]] = []
+    for action in (criteria.actions or []) if criteria else []:
+        if runs and runs[-1][0] == action.requestor:
+            runs[-1][1].append(action)
+        else:
+            runs.append((action.requestor, [action]))
+    return runs
+
+
 def tau2_user_script(task: Tau2Task) -> list[UserTurn]:
-    """The scripted user's turns for ``task``: its reason for calling and what it knows, then its user-side reference actions (one call each), then a confirmation."""
+    """The scripted user's turns for ``task``: its reason for calling and what it knows, then, each time it is asked, its next run of user-side reference actions (one call a turn) and a confirmation."""
     instructions = task.user_scenario.instructions
     if isinstance(instructions, str):
         opening = instructions
     else:
         opening = " ".join(part for part in (instructions.reason_for_call, instructions.known_info) if part)
     script = [UserTurn(opening)]
-    criteria = task.evaluation_criteria
-    user_actions = [action for action in (criteria.actions or []) if action.requestor == "user"] if criteria else []
-    if user_actions:
-        script += [UserTurn(tool_calls=[{"name": a.name, "arguments": dict(a.arguments)}]) for a in user_actions]
-        script.append(UserTurn("I have done that."))
+    for requestor, actions in _action_runs(task):
+        if requestor == "user":
+            script += [UserTurn(tool_calls=[{"name": a.name, "arguments": dict(a.arguments)}]) for a in actions]
+            script.append(UserTurn("I have done that."))
     return script
 
 
 def tau2_reference_replies(task: Tau2Task) -> list[str]:
     """The agent's replies that play ``task``'s reference against the scripted user.
 
-    With user-side actions (telecom), a first message asks the user to act (the scripted user then
-    performs them); then the assistant-side reference actions as tool calls, then one message that
-    tells the user every piece of information the task expects communicated, after which the
-    scripted user stops.
+    The reference actions in their order: the agent's as tool calls, and before each run of the
+    user's (telecom) a message asking the user to act (the scripted user then performs that run);
+    then one message that tells the user every piece of information the task expects
+    communicated, after which the scripted user stops.
     """
+    replies = []
+    for requestor, actions in _action_runs(task):
+        if requestor == "user":
+            replies.append("Please do the next step on your device.")
+        else:
+            replies += [call_text(a.name, a.arguments) for a in actions]
     criteria = task.evaluation_criteria
-    actions = (criteria.actions or []) if criteria else []
-    replies = (
-        ["Please make the changes on your device as described."] if any(a.requestor == "user" for a in actions) else []
-    )
-    replies += [call_text(a.name, a.arguments) for a in actions if a.requestor == "assistant"]
     told = " ".join((criteria.communicate_info or []) if criteria else [])
     replies.append(f"All done. {told}".strip())
     return replies
@@ -196,6 +290,8 @@ class Tau2Env(AgentEnv):
         split: τ²'s ``"train"`` or ``"test"`` split (default: the whole task set).
         task_set: ``"base"`` (default); telecom also has ``"full"`` and ``"small"``.
         user: the user simulator (default: a :class:`ScriptedUser` playing :func:`tau2_user_script`).
+        judge: the model that grades natural-language assertions (:func:`nl_assertion_checks`);
+            off by default: a task with them in its reward basis then reports them ``not_scored``.
         max_turns: agent replies before the episode is truncated (reward 0).
         max_errors: tool calls that fail before the conversation ends with reward 0 (τ²'s ``max_errors``).
         max_user_tool_calls: user tool calls in a row before the user's turn is cut off (a looping user policy).
@@ -211,6 +307,7 @@ class Tau2Env(AgentEnv):
         split: str | None = None,
         task_set: str = "base",
         user: UserSimulator | None = None,
+        judge: Judge | None = None,
         max_turns: int = 50,
         max_errors: int = 10,
         max_user_tool_calls: int = 20,
@@ -221,22 +318,22 @@ class Tau2Env(AgentEnv):
         self.domain = domain
         self.kind = f"{type(self).kind}:{domain}"
         available = list(tau2_tasks(domain, task_set))
+        self._splits: dict[str, list[str]] = _splits(domain) if task_set == "base" else {}
         if split is not None:
-            splits = _DOMAINS[domain][2]()
-            if split not in splits:
-                raise ValueError(f"unknown split {split!r} of τ² {domain}; choose one of {sorted(splits)}")
-            chosen = set(splits[split])
+            if split not in self._splits:
+                raise ValueError(
+                    f"unknown split {split!r} of τ² {domain} {task_set}; choose one of {sorted(self._splits)}"
+                )
+            chosen = set(self._splits[split])
             available = [task_id for task_id in available if task_id in chosen]
         self._task_ids = select_tasks(available, tasks)
         self._tau2_tasks = tau2_tasks(domain, task_set)
         self._constructor = functools.partial(_fresh_environment, domain)
         self.user = user or ScriptedUser()
+        self.judge = judge
         self.max_errors = max_errors
         self.max_user_tool_calls = max_user_tool_calls
-        probe = self._constructor()
-        self.policy = probe.get_policy()
-        self._specs = [_spec(tool.openai_schema) for tool in probe.get_tools()]
-        self._user_tools = [tool.openai_schema for tool in probe.get_user_tools()] if probe.user_tools else []
+        self.policy, self._specs, self._user_tools = _domain_face(domain)
         self._agent_tool_names = {spec.name for spec in self._specs}
         # The episode: τ²'s environment (its databases), the conversation as τ² records it, the user's state.
         self.environment: Environment | None = None
@@ -250,13 +347,15 @@ class Tau2Env(AgentEnv):
         return list(self._task_ids)
 
     def tasks(self) -> list[Task]:
-        """Each task with the user's reason for calling as its goal and :func:`tau2_reference_replies` (against the scripted user) as its solution."""
+        """Each task: the user's reason for calling as its goal, its τ² split (train/test) as its category, and :func:`tau2_reference_replies` (against the scripted user) as its solution."""
+        split_of = {task_id: name for name in ("train", "test") for task_id in self._splits.get(name, ())}
         out = []
         for task_id in self._task_ids:
             task = self._tau2_tasks[task_id]
             instructions = task.user_scenario.instructions
             goal = instructions if isinstance(instructions, str) else instructions.reason_for_call
-            out.append(Task(task_id, goal, self.domain, solution=tau2_reference_replies(task)))
+            category = split_of.get(task_id, self.domain)
+            out.append(Task(task_id, goal, category, solution=tau2_reference_replies(task)))
         return out
 
     def tools(self) -> list[ToolSpec]:
@@ -370,7 +469,17 @@ class Tau2Env(AgentEnv):
             details["communicate_checks"] = [check.met for check in communicate_info.communicate_checks or []]
             scored.append(RewardType.COMMUNICATE.value)
         if RewardType.NL_ASSERTION in basis:
-            details["not_scored"] = [RewardType.NL_ASSERTION.value]  # needs a judge model (see the module docstring)
+            if self.judge is None:
+                details["not_scored"] = [
+                    RewardType.NL_ASSERTION.value
+                ]  # needs a judge model (see the module docstring)
+            else:
+                nl_reward, details["nl_assertions"] = nl_assertion_checks(
+                    self.judge, criteria.nl_assertions or [], self.messages
+                )
+                reward *= nl_reward
+                breakdown[RewardType.NL_ASSERTION.value] = nl_reward
+                scored.append(RewardType.NL_ASSERTION.value)
         details.update(reward_basis=[kind.value for kind in criteria.reward_basis], scored=scored, breakdown=breakdown)
         return Verdict(reward, reward == 1.0, details=details)
 
@@ -435,6 +544,20 @@ class Tau2Env(AgentEnv):
         return view
 
 
+class _Tau2ToolSpec(ToolSpec):
+    """A τ² tool's spec whose OpenAI form is encoded once: every step's ``info["tools"]`` decodes a fresh copy.
+
+    The base class re-encodes the schema each time; for τ²'s fifteen-odd tools that was most of a
+    step's cost (benchmarks/conversation.py).
+    """
+
+    def to_openai(self) -> dict:
+        encoded = self.__dict__.get("_openai_json")
+        if encoded is None:
+            encoded = self.__dict__["_openai_json"] = json.dumps(super().to_openai())
+        return json.loads(encoded)
+
+
 def _spec(schema: dict) -> ToolSpec:
     function = schema["function"]
-    return ToolSpec(function["name"], function.get("description", ""), function["parameters"])
+    return _Tau2ToolSpec(function["name"], function.get("description", ""), function["parameters"])

@@ -25,6 +25,10 @@ def _make_policy(args: argparse.Namespace):
 
     if args.policy == "oracle":
         return oracles.oracle_for
+    if args.policy in ("scripted", "scripted-flawed"):
+        from agentgym.eval.scripted import IMPERFECT, scripted_agent_for
+
+        return scripted_agent_for(IMPERFECT if args.policy == "scripted-flawed" else ())
     if args.policy == "nonsense":
         return oracles.NonsensePolicy()
     if args.policy.startswith(("http://", "https://")):
@@ -37,7 +41,10 @@ def _make_policy(args: argparse.Namespace):
         from agentgym.rollout.hf_policy import HFPolicy
 
         return HFPolicy(model_dir(args.policy, "--policy"))
-    raise UsageError(f"--policy {args.policy!r} is not a URL, a model directory, 'tiny', 'oracle' or 'nonsense'")
+    raise UsageError(
+        f"--policy {args.policy!r} is not a URL, a model directory, 'tiny', 'oracle', 'scripted', 'scripted-flawed' "
+        "or 'nonsense'"
+    )
 
 
 def _print_summary(summary: dict, results: list[dict]) -> None:
@@ -104,6 +111,8 @@ def _eval(args: argparse.Namespace) -> int:
 
     if not args.suite or not args.policy:
         raise UsageError("--suite and --policy are required (or: agentgym eval compare RUN_A RUN_B)")
+    if args.branching:
+        return _eval_branching(args)
     try:
         suite = load_suite(args.suite).filter(args.tasks)
     except ValueError as exc:
@@ -185,6 +194,121 @@ def _eval(args: argparse.Namespace) -> int:
     _print_summary(summary, load_run(out)[1])
     print(f"results in {out}")
     return 0
+
+
+_BRANCHING_EXCLUDES = {"memory": "--memory", "ray": "--ray", "images": "--images", "screenshots": "--screenshots"}
+
+
+def _eval_branching(args: argparse.Namespace) -> int:
+    """``agentgym eval --branching``: branching evaluation and linear Monte Carlo at the same token budget, per seed."""
+    import asyncio
+
+    from agentgym.eval.branching import BranchingConfig, check_user_side, run_branching, run_monte_carlo, summarize_run
+    from agentgym.eval.suites import load_suite
+    from agentgym.rollout.agent import AgentConfig
+
+    for name, flag in _BRANCHING_EXCLUDES.items():
+        if getattr(args, name):
+            raise UsageError(f"{flag} does not apply to --branching")
+    if args.k != 1:
+        raise UsageError("-k does not apply to --branching (the token budget sets how many episodes run)")
+    if args.seeds < 1:
+        raise UsageError(f"--seeds must be at least 1, got {args.seeds}")
+    if not 0 <= args.mc_chance <= 1:
+        raise UsageError(f"--mc-chance must be in [0, 1], got {args.mc_chance:g}")
+    behaviours = tuple(b.strip() for b in (args.behaviours or "").split(",") if b.strip()) or BranchingConfig.behaviours
+    try:
+        config = BranchingConfig(
+            token_budget=args.token_budget, behaviours=behaviours, max_turns=args.max_turns or BranchingConfig.max_turns
+        )
+        suite = load_suite(args.suite).filter(args.tasks)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    _check_suite_envs(suite)
+    try:
+        check_user_side(suite)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    policy = _make_policy(args)
+    users = _branching_users(args)
+    out = args.out or f"runs/branching-{suite.name}"
+    agent_config = AgentConfig(sampling=_sampling(args), system_prompt=None)
+
+    async def run() -> dict:
+        try:
+            for seed in range(args.seed, args.seed + args.seeds):
+                for mode, runner in (("branching", run_branching), ("monte_carlo", run_monte_carlo)):
+                    await runner(
+                        suite,
+                        policy,
+                        users(mode),
+                        config=config,
+                        out_dir=out,
+                        seed=seed,
+                        agent_config=agent_config,
+                        model=args.model,
+                        user_name=args.user,
+                    )
+            return summarize_run(out)
+        finally:
+            if hasattr(policy, "aclose"):
+                await policy.aclose()
+
+    try:
+        summary = asyncio.run(run())
+    except ValueError as exc:  # an env without a simulated user, --out holding other settings
+        raise UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        print(f"agentgym eval: interrupted; finished tasks are kept in {out} (rerun to resume)", file=sys.stderr)
+        return 130
+    print(f"{'metric':24} {'branching':>28} {'monte_carlo':>28}")
+    for metric in ("failures_per_1k_tokens", "failures", "distinct_failures", "tasks_with_failure", "tokens"):
+        cells = [summary[mode]["over_seeds"].get(metric) for mode in ("branching", "monte_carlo")]
+        print(f"{metric:24} " + " ".join(f"{fmt(c['mean']) + ' ' + fmt(c['ci95']) if c else '-':>28}" for c in cells))
+    ratio = summary.get("ratio") or {}
+    print(f"branching / monte carlo failures per 1k tokens: {fmt(ratio.get('failures_per_1k_tokens'))}")
+    print(f"results in {out} (report.html: each task's branch tree)")
+    return 0
+
+
+def _branching_users(args: argparse.Namespace):
+    """``--user``: a factory ``mode -> (seed -> UserSimulator)`` (the Monte Carlo user of 'diverse' draws behaviours)."""
+    if args.user == "diverse":
+        from agentgym.envs.diverse_user import DiverseScriptedUser
+
+        return lambda mode: (
+            (lambda seed: DiverseScriptedUser())
+            if mode == "branching"
+            else (lambda seed: DiverseScriptedUser(args.mc_chance, seed))
+        )
+    import asyncio
+
+    from agentgym.models import BUILT_IN_MODELS
+    from agentgym.rollout.policy import Policy, SamplingParams
+    from agentgym.rollout.user import PolicyUser
+
+    user_policy: Policy
+    if args.user.startswith(("http://", "https://")):
+        if not args.user_model:
+            raise UsageError("--user-model is required with a --user URL")
+        from agentgym.rollout.openai_policy import OpenAIPolicy
+
+        user_policy = OpenAIPolicy(args.user, args.user_model)
+    elif args.user in BUILT_IN_MODELS or Path(args.user).is_dir():
+        from agentgym.rollout.hf_policy import HFPolicy
+
+        user_policy = HFPolicy(model_dir(args.user, "--user"))
+    else:
+        raise UsageError(f"--user {args.user!r} is not 'diverse', 'tiny', a model directory or a URL")
+    # Branches are steered, so their user is greedy; Monte Carlo's samples (its only source of diversity). The
+    # user policy answers from the env's thread on the running loop (PolicyUser's loop=).
+    return lambda mode: (
+        lambda seed: PolicyUser(
+            user_policy,
+            SamplingParams(max_tokens=512, temperature=0.0 if mode == "branching" else 1.0, seed=seed),
+            loop=asyncio.get_running_loop(),
+        )
+    )
 
 
 def _sampling(args: argparse.Namespace):
@@ -289,7 +413,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     evaluation.add_argument(
         "--policy",
         help="an http(s) OpenAI-compatible endpoint URL, a local model directory, 'tiny' (the locally built "
-        "test model), 'oracle' (the tasks' known solutions) or 'nonsense' (gibberish)",
+        "test model), 'oracle' (the tasks' known solutions), 'scripted' / 'scripted-flawed' (scripted conversational "
+        "agents over the known solutions: careful, or with flaws that user behaviours trigger) or 'nonsense' (gibberish)",
     )
     evaluation.add_argument("--model", help="the model name the endpoint serves (required with a URL)")
     evaluation.add_argument("--tokenizer", help="with a URL: the served model's tokenizer, for token mode")
@@ -373,6 +498,39 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         type=int,
         default=8,
         help="with --ray: envs each worker hosts at once (default: %(default)s)",
+    )
+    evaluation.add_argument(
+        "--branching",
+        action="store_true",
+        help="branching evaluation (DIVERT) of an env with a simulated user: episodes branched at user turns with "
+        "diverse user behaviours, against linear Monte Carlo at the same token budget; reports failures per 1,000 "
+        "tokens, distinct failures and tasks with a failure, and each task's branch tree",
+    )
+    evaluation.add_argument(
+        "--token-budget",
+        type=int,
+        default=100_000,
+        help="with --branching: agent + user tokens per task, for each of the two modes (default: %(default)s)",
+    )
+    evaluation.add_argument(
+        "--user",
+        default="diverse",
+        help="with --branching: the simulated user: 'diverse' (the scripted user that plays the behaviours), 'tiny', "
+        "a local model directory or an endpoint URL (with --user-model) (default: %(default)s)",
+    )
+    evaluation.add_argument("--user-model", help="with --branching and a --user URL: the model name it serves")
+    evaluation.add_argument(
+        "--mc-chance",
+        type=float,
+        default=0.3,
+        help="with --branching and --user diverse: the Monte Carlo user's chance per turn of taking on a behaviour "
+        "(default: %(default)s)",
+    )
+    evaluation.add_argument(
+        "--seeds", type=int, default=1, help="with --branching: seeds to run from --seed on (default: %(default)s)"
+    )
+    evaluation.add_argument(
+        "--behaviours", help="with --branching: the user behaviours to branch with, comma-separated (default: all)"
     )
     evaluation.set_defaults(run=_eval)
     compare = evaluation.add_subparsers(dest="action").add_parser("compare", help="paired difference of two runs")

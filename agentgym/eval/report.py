@@ -29,7 +29,15 @@ from pathlib import Path
 from agentgym.eval.metrics import compare, mean_pass_at_k, per_task
 from agentgym.rollout.trajectory import Trajectory
 
-__all__ = ["compare_report", "load_run", "render_comparison", "render_report", "write_report"]
+__all__ = [
+    "compare_report",
+    "load_run",
+    "render_branching_report",
+    "render_comparison",
+    "render_report",
+    "write_branching_report",
+    "write_report",
+]
 
 _BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
 # C0 and C1 controls but tab, newline and carriage return: not text a reader can see, and NUL is
@@ -554,3 +562,86 @@ def _turn(turn, thumbnails: dict | None = None) -> str:
             parts.append('<p class="screenshot-invalid">screenshot is not valid base64</p>')
     parts.append("</li>")
     return "".join(parts)
+
+
+# ---------------------------------------------------------------------- branching evaluation
+_METRICS = ("failures_per_1k_tokens", "failures", "distinct_failures", "tasks_with_failure", "episodes", "tokens")
+
+
+def write_branching_report(run_dir: str | Path) -> Path:
+    """Write ``report.html`` of a branching run (:mod:`agentgym.eval.branching`) from its ``summary.json`` and rows."""
+    from agentgym.eval.harness import load_results
+
+    run_dir = Path(run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    path = run_dir / "report.html"
+    path.write_text(render_branching_report(summary, load_results(run_dir)), encoding="utf-8")
+    return path
+
+
+def render_branching_report(summary: dict, rows: list[dict]) -> str:
+    """The page of a branching run: failures per token of each mode over seeds, and each task's branch tree.
+
+    A tree's node is an episode (a leaf of the search): its root played from reset, each child
+    branched from a junction of its parent's path (the turn and the user behaviour it was
+    steered to); failed episodes are marked, with their failure signature and the junction
+    snapshot that replays them. Each node opens to its trajectory.
+    """
+    modes = [mode for mode in ("branching", "monte_carlo") if mode in summary]
+    head = "".join(f"<th>{escape(mode)} (mean, 95% CI over seeds)</th>" for mode in modes)
+    lines = [f'<table id="failure-metrics"><tr><th>metric</th>{head}</tr>']
+    for metric in _METRICS:
+        cells = []
+        for mode in modes:
+            value = summary[mode]["over_seeds"].get(metric)
+            cells.append(f"<td>{_fmt(value['mean'])} {_ci(value['ci95'])}</td>" if value else "<td>-</td>")
+        lines.append(f"<tr><td>{escape(metric)}</td>{''.join(cells)}</tr>")
+    lines.append("</table>")
+    ratio = summary.get("ratio") or {}
+    if ratio:
+        lines.append(
+            f'<p id="ratio">branching / Monte Carlo failures per 1,000 tokens: {_fmt(ratio.get("failures_per_1k_tokens"))}'
+            f" &middot; tasks with a failure, difference of means: {_fmt(ratio.get('tasks_with_failure_difference'))}</p>"
+        )
+    body = [
+        f"<p>model {escape(str(summary.get('model')))} &middot; user {escape(str(summary.get('user')))}"
+        f" &middot; token budget per task {_fmt(summary.get('config', {}).get('token_budget'))}</p>",
+        "<h2>Failures found</h2>",
+        *lines,
+        "<h2>Branch trees</h2>",
+    ]
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for row in rows:
+        groups[(row["task_id"], row["mode"], row["seed"])].append(row)
+    for (task_id, mode, seed), leaves in sorted(groups.items(), key=lambda kv: (_natural(str(kv[0][0])), kv[0][1:])):
+        failed = sum(not r["success"] for r in leaves)
+        body.append(
+            f'<section class="tree" data-mode="{escape(mode)}"><h3>task {escape(str(task_id))} &middot; {escape(mode)} '
+            f"&middot; seed {seed} &middot; {len(leaves)} episodes, {failed} failed</h3>{_tree(leaves, None)}</section>"
+        )
+    return _page(f"agentgym branching eval: {summary.get('suite', '')}", body)
+
+
+def _tree(leaves: list[dict], parent: int | None) -> str:
+    children = [r for r in leaves if r.get("parent_leaf") == parent]
+    items = []
+    for row in sorted(children, key=lambda r: r["leaf"]):
+        mark = "&#10004;" if row["success"] else "&#10008;"
+        origin = (
+            "from reset"
+            if row.get("junction") is None
+            else f"branched at turn {row['junction_turn']} with <b>{escape(str(row['behaviour']))}</b>"
+        )
+        facts = f"{mark} episode {row['leaf']} &middot; {origin} &middot; behaviours {escape(', '.join(row['behaviours']) or '-')} &middot; {row['tokens']} tokens"
+        if not row["success"]:
+            facts += f" &middot; failure {escape(str(row['failure_signature']))}"
+            if row.get("junction_file"):
+                facts += f" &middot; replay from <code>{escape(row['junction_file'])}</code>"
+        trajectory = Trajectory.from_dict(row["trajectory"])
+        turns = "".join(_turn(turn) for turn in trajectory.turns)
+        inner = _tree(leaves, row["leaf"])
+        items.append(
+            f'<li class="leaf" data-success="{str(row["success"]).lower()}"><details><summary>{facts}</summary>'
+            f'<ol class="turns">{turns}</ol></details>{inner}</li>'
+        )
+    return f"<ul>{''.join(items)}</ul>" if items else ""

@@ -97,6 +97,25 @@ async def test_a_whole_group_in_one_batch_decodes_greedily_as_one_at_a_time(tiny
         torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-4, rtol=0)
 
 
+async def test_requests_arriving_mid_decode_join_the_batch_and_decode_as_alone(tiny):
+    # Episodes reset their envs before they ask, so a group's requests trickle in: late ones join the
+    # batch at its next decode step, a shorter cache left-padded to the batch's, or the batch's to a longer one.
+    async with HFPolicy.from_model(*tiny, batch_wait_ms=0) as policy:
+        first_prompt, short, long = prompts(policy, sizes=(3, 1, 30))
+        greedy = SamplingParams(max_tokens=48, temperature=0)
+        seeded = SamplingParams(max_tokens=16, temperature=1.0, top_p=0.9, seed=5)
+        first = asyncio.ensure_future(policy.generate(first_prompt, greedy))
+        while policy.stats.generated_tokens < 4:  # the first batch is decoding
+            await asyncio.sleep(0.001)
+        joined = await asyncio.gather(first, policy.generate(short, greedy), policy.generate(long, seeded))
+        assert policy.stats.batches == 1 and policy.stats.joined == 2 and policy.stats.max_batch_seen == 3
+        alone = [await policy.generate(p, s) for p, s in ((first_prompt, greedy), (short, greedy), (long, seeded))]
+    assert len(alone[0].token_ids) == 48  # the first request was still decoding when the others came
+    for a, b in zip(joined, alone):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-4, rtol=0)
+
+
 async def test_a_seeded_policy_repeats_its_unseeded_requests_samples(tiny):
     # A trainer passes its seed: the same run samples the same rollouts (requests taken in the same order).
     target = prompts(HFPolicy.from_model(*tiny), sizes=(4,))[0]

@@ -568,9 +568,13 @@ class HFPolicy(Policy):
     def _sample(self, logits: torch.Tensor, rows: list[_Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list]:
         """One token per row, with its logprob, the entropy of the distribution (before truncation) and,
         for the rows that ask, the (ids, logprobs) of its most likely tokens (an empty list when none asks)."""
-        temperature = torch.tensor([r.request.sampling.temperature for r in rows], device=logits.device)
-        greedy = temperature == 0
-        logprobs = (logits / torch.where(greedy, 1.0, temperature)[:, None]).log_softmax(-1)
+        # Every whole-vocabulary op counts (on a busy CPU each costs a thread handoff): those that would
+        # change nothing (a division by 1, a greedy argmax with no greedy row) are skipped.
+        temperatures = [r.request.sampling.temperature or 1.0 for r in rows]  # greedy rows: raw logits
+        scaled = logits
+        if any(t != 1.0 for t in temperatures):
+            scaled = logits / torch.tensor(temperatures, device=logits.device)[:, None]
+        logprobs = scaled.log_softmax(-1)
         probs = logprobs.exp()
         entropy = torch.special.entr(probs).sum(-1)
         weights = self._truncate(probs, rows)
@@ -580,13 +584,18 @@ class HFPolicy(Policy):
         # Exponential race (Gumbel-max): argmax(p / E) with E ~ Exp(1) draws from p. Unlike
         # inverse-CDF sampling it needs no sort, and the noise is indexed by token id, so a
         # seeded row draws the same token whether or not its batch needed sorting for top-k/top-p.
-        noise = torch.ones_like(probs)
+        noise = torch.empty_like(probs)
+        smallest = torch.finfo(noise.dtype).tiny
         for i, row in enumerate(rows):
             if row.generator is not None:
-                noise[i].exponential_(generator=row.generator)
-        # Guard against a 0 draw: 0/0 would be NaN, which argmax picks, even for a truncated token.
-        sampled = (weights / noise.clamp_(min=torch.finfo(noise.dtype).tiny)).argmax(-1)
-        tokens = torch.where(greedy, logits.argmax(-1), sampled)
+                # Guard against a 0 draw: 0/0 would be NaN, which argmax picks, even for a truncated token.
+                noise[i].exponential_(generator=row.generator).clamp_(min=smallest)
+            else:
+                noise[i] = 1.0  # a greedy row: its token is the argmax below
+        tokens = (weights / noise).argmax(-1)
+        greedy = [row.generator is None for row in rows]
+        if any(greedy):
+            tokens = torch.where(torch.tensor(greedy, device=logits.device), logits.argmax(-1), tokens)
         most = max(r.request.sampling.top_logprobs for r in rows)
         top = []
         if most:

@@ -58,7 +58,7 @@ async def _run(args) -> dict:
         temperature=1.0,
         top_k=0,
         top_p=1.0,
-        pad_token_id=policy._pad_id,
+        pad_token_id=tokenizer.pad_token_id,
         eos_token_id=policy.chat_format.stop_token_ids,
     )
     batch = torch.tensor([ids] * args.requests)

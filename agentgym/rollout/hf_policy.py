@@ -239,6 +239,7 @@ class HFPolicy(Policy):
         self._worker: threading.Thread | None = None
         self._closed = False
         self._close_seen = False  # the worker took the close sentinel while a batch was decoding
+        self._updates_waiting = 0  # update_weights calls waiting for the batch: it takes no joiners then
         self._seeds = None if seed is None else random.Random(seed)  # drawn only by the worker thread
 
     # --- public API ------------------------------------------------------------------------
@@ -274,13 +275,20 @@ class HFPolicy(Policy):
 
         Waits for the batch in progress to finish, so every completion is sampled from one set of
         weights. Passing the policy's own model (a trainer that updated it in place) only bumps
-        the version.
+        the version. The batch in progress takes no more joiners meanwhile, so a steady stream of
+        requests cannot hold the update off.
         """
-        with self._weights_lock:
-            if weights is not self.model:
-                state_dict = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
-                self._load_state_dict(state_dict)
-            self.version = self.version + 1 if version is None else version
+        with self._state_lock:
+            self._updates_waiting += 1
+        try:
+            with self._weights_lock:
+                if weights is not self.model:
+                    state_dict = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
+                    self._load_state_dict(state_dict)
+                self.version = self.version + 1 if version is None else version
+        finally:
+            with self._state_lock:
+                self._updates_waiting -= 1
 
     async def aclose(self) -> None:
         """Stop the worker thread once the batch in progress is done; later calls to :meth:`generate` fail."""
@@ -517,6 +525,8 @@ class HFPolicy(Policy):
     def _joiners(self, running: int) -> list[_Request]:
         """Requests queued since the batch began, up to the free rows (a close request is kept for :meth:`_serve`)."""
         joiners: list[_Request] = []
+        if self._updates_waiting:  # new weights are waiting for this batch to end
+            return joiners
         while running + len(joiners) < self.max_batch_size and not self._close_seen:
             try:
                 item = self._queue.get_nowait()

@@ -116,6 +116,32 @@ async def test_requests_arriving_mid_decode_join_the_batch_and_decode_as_alone(t
         torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-4, rtol=0)
 
 
+async def test_a_steady_stream_of_joiners_does_not_hold_off_a_weight_update(tiny):
+    # SAO's producer keeps requests in flight all the time: were joiners always taken, the batch
+    # would never end and update_weights (which waits for it) would never run.
+    async with HFPolicy.from_model(*tiny, max_batch_size=4, batch_wait_ms=0) as policy:
+        prompt = prompts(policy, sizes=(2,))[0]
+        stop = asyncio.Event()
+        versions: list[int] = []
+
+        async def feed(tokens: int):
+            while not stop.is_set():
+                versions.append(
+                    (await policy.generate(prompt, SamplingParams(max_tokens=tokens, temperature=0))).policy_version
+                )
+
+        # Twice as many callers as rows: a request is always queued when a row finishes.
+        feeders = [asyncio.ensure_future(feed(n)) for n in (2, 3, 5, 7, 11, 13, 17, 19)]
+        while policy.stats.joined < 8:  # rows finishing at different steps, their callers' next requests joining
+            await asyncio.sleep(0.001)
+        await asyncio.wait_for(asyncio.to_thread(policy.update_weights, policy.model), timeout=60)
+        while versions[-1] != 1:  # requests keep flowing, now from the new weights
+            await asyncio.sleep(0.001)
+        stop.set()
+        await asyncio.gather(*feeders)
+    assert policy.version == 1 and policy.stats.batches >= 2
+
+
 async def test_a_seeded_policy_repeats_its_unseeded_requests_samples(tiny):
     # A trainer passes its seed: the same run samples the same rollouts (requests taken in the same order).
     target = prompts(HFPolicy.from_model(*tiny), sizes=(4,))[0]

@@ -3,8 +3,11 @@
 The rollout runner drives many episodes at once, each awaiting :meth:`HFPolicy.generate`.
 Calling ``model.generate`` per request would run them one by one and block the event loop, so
 :class:`HFPolicy` queues requests for one background thread, which gathers whatever is pending
-into a left-padded batch and runs its own decode loop. Each row keeps its own sampling
-parameters, seed and stopping rule, and is answered as soon as it finishes.
+into a left-padded batch and runs its own decode loop. Requests that arrive while it decodes join
+the batch at the next step (their prompts prefilled, their cache left-padded to the batch's), so a
+trainer's group whose requests trickle in (each episode resets its env first) decodes as one batch,
+not as a batch and a straggler batch after it. Each row keeps its own sampling parameters, seed and
+stopping rule, and is answered as soon as it finishes.
 
 The returned logprobs are those of the distribution each token was drawn from, computed in the
 same pass, so trainers can use them as the behaviour policy's logprobs without a second forward.
@@ -41,6 +44,7 @@ with requires("train"):
         AutoModelForImageTextToText,
         AutoTokenizer,
         DynamicCache,
+        DynamicLayer,
     )
 
 from agentgym.rollout.chat import ChatFormat
@@ -54,12 +58,14 @@ _CLOSE = object()  # queue sentinel: the worker finishes the batch in hand and e
 
 @dataclass
 class GenerationStats:
-    """Counters kept by the worker: requests served, batches run, the largest batch, tokens sampled."""
+    """Counters kept by the worker: requests served, batches run, the largest batch, tokens sampled, and
+    the requests that joined a batch already decoding."""
 
     requests: int = 0
     batches: int = 0
     max_batch_seen: int = 0
     generated_tokens: int = 0
+    joined: int = 0
 
 
 @dataclass
@@ -90,9 +96,9 @@ class HFPolicy(Policy):
         model_path: a local directory holding the model and its tokenizer (nothing is downloaded).
         device: where to run; CUDA when available, else CPU.
         dtype: the weights' dtype; by default the one the checkpoint was saved in.
-        max_batch_size: the most requests decoded together.
+        max_batch_size: the most requests decoded together (joiners fill the rows that finished).
         batch_wait_ms: how long the worker waits after the first pending request for others to
-            join its batch.
+            join its batch before it starts decoding (later ones join at a decode step).
         version: the initial weights version.
         name: a label for logs; defaults to the model directory's name.
         seed: where the generators of requests without ``SamplingParams.seed`` get their seeds: a
@@ -232,6 +238,8 @@ class HFPolicy(Policy):
         self._state_lock = threading.Lock()  # orders enqueues against close
         self._worker: threading.Thread | None = None
         self._closed = False
+        self._close_seen = False  # the worker took the close sentinel while a batch was decoding
+        self._updates_waiting = 0  # update_weights calls waiting for the batch: it takes no joiners then
         self._seeds = None if seed is None else random.Random(seed)  # drawn only by the worker thread
 
     # --- public API ------------------------------------------------------------------------
@@ -267,13 +275,20 @@ class HFPolicy(Policy):
 
         Waits for the batch in progress to finish, so every completion is sampled from one set of
         weights. Passing the policy's own model (a trainer that updated it in place) only bumps
-        the version.
+        the version. The batch in progress takes no more joiners meanwhile, so a steady stream of
+        requests cannot hold the update off.
         """
-        with self._weights_lock:
-            if weights is not self.model:
-                state_dict = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
-                self._load_state_dict(state_dict)
-            self.version = self.version + 1 if version is None else version
+        with self._state_lock:
+            self._updates_waiting += 1
+        try:
+            with self._weights_lock:
+                if weights is not self.model:
+                    state_dict = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
+                    self._load_state_dict(state_dict)
+                self.version = self.version + 1 if version is None else version
+        finally:
+            with self._state_lock:
+                self._updates_waiting -= 1
 
     async def aclose(self) -> None:
         """Stop the worker thread once the batch in progress is done; later calls to :meth:`generate` fail."""
@@ -380,6 +395,7 @@ class HFPolicy(Policy):
                         error = PolicyError(f"generation failed: {type(exc).__name__}: {exc}")
                         error.__cause__ = exc
                         request.future.set_exception(error)
+            closing = closing or self._close_seen  # taken from the queue by a batch's joiners
 
     def _collect(self) -> tuple[list[_Request], bool]:
         """The next batch: the first pending request, plus those arriving within ``batch_wait_ms``."""
@@ -400,12 +416,30 @@ class HFPolicy(Policy):
         return batch, False
 
     def _run_batch(self, requests: list[_Request]) -> None:
+        """Decode ``requests`` together; requests queued meanwhile join at the next step (``requests`` grows by them)."""
         version = self.version
-        self.stats.requests += len(requests)
         self.stats.batches += 1
+        rows, cache, attention_mask, tokens = self._start_rows(requests, version)
+        while rows:  # once every row is done, the next batch is gathered afresh (with its wait for joiners)
+            joiners = self._joiners(len(rows)) if self._can_join(cache) else []
+            if joiners:
+                requests.extend(joiners)
+                self.stats.joined += len(joiners)
+                new = self._start_rows(joiners, version)
+                rows, cache, attention_mask, tokens = _merge((rows, cache, attention_mask, tokens), new)
+            self.stats.max_batch_seen = max(self.stats.max_batch_seen, len(rows))
+            position_ids = torch.tensor(
+                [[len(r.request.prompt_ids) + len(r.token_ids) - 1 + r.rope_delta] for r in rows], device=self.device
+            )
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(rows), 1))], dim=1)
+            logits = self._forward(tokens[:, None], attention_mask, position_ids, cache, {})
+            rows, cache, attention_mask, tokens = self._advance(rows, cache, attention_mask, logits, version)
+
+    def _start_rows(self, requests: list[_Request], version: int):
+        """Prefill ``requests`` (left-padded) and sample their first tokens: (rows still going, cache, mask, their tokens)."""
+        self.stats.requests += len(requests)
         self.stats.max_batch_seen = max(self.stats.max_batch_seen, len(requests))
         rows = [_Row(r, self._generator(r.sampling)) for r in requests]
-
         width = max(len(r.prompt_ids) for r in requests)
         input_ids = torch.full((len(rows), width), self._pad_id, dtype=torch.long)
         attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -419,63 +453,90 @@ class HFPolicy(Policy):
         if images:
             position_ids = images.pop("position_ids")
         cache = DynamicCache(config=self.model.config)
+        logits = self._forward(input_ids, attention_mask, position_ids, cache, images)
+        return self._advance(rows, cache, attention_mask, logits, version)
 
-        while True:
-            logits = (
-                self.model(
-                    input_ids=input_ids,
-                    attention_mask=attention_mask,
-                    position_ids=position_ids,
-                    cache=cache,
-                    use_cache=True,
-                    logits_to_keep=1,
-                    **images,
+    def _forward(self, input_ids, attention_mask, position_ids, cache, images: dict) -> torch.Tensor:
+        """The last position's logits (float32) of one forward pass, which extends ``cache``."""
+        return (
+            self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                cache=cache,
+                use_cache=True,
+                logits_to_keep=1,
+                **images,
+            )
+            .logits[:, -1]
+            .float()
+        )
+
+    def _advance(self, rows: list[_Row], cache, attention_mask: torch.Tensor, logits: torch.Tensor, version: int):
+        """Sample each row's next token, answer the rows that finished, and drop them from the batch.
+
+        Returns the rows still going, the cache and mask cut to them, and their sampled tokens
+        (``None`` when none is left)."""
+        tokens, logprobs, entropies, top = self._sample(logits, rows)
+        self.stats.generated_tokens += len(rows)
+        active = []
+        for i, (row, token, logprob, entropy) in enumerate(
+            zip(rows, tokens.tolist(), logprobs.tolist(), entropies.tolist())
+        ):
+            row.token_ids.append(token)
+            row.logprobs.append(logprob)
+            row.entropies.append(entropy)
+            if row.request.sampling.top_logprobs:
+                ids, values = top[i]
+                row.top.append(
+                    list(zip(ids[: row.request.sampling.top_logprobs], values[: row.request.sampling.top_logprobs]))
                 )
-                .logits[:, -1]
-                .float()
-            )
-            images = {}  # the vision tower runs on the prompt only; its output is in the cache
-            tokens, logprobs, entropies, top = self._sample(logits, rows)
-            self.stats.generated_tokens += len(rows)
-            active = []
-            for i, (row, token, logprob, entropy) in enumerate(
-                zip(rows, tokens.tolist(), logprobs.tolist(), entropies.tolist())
-            ):
-                row.token_ids.append(token)
-                row.logprobs.append(logprob)
-                row.entropies.append(entropy)
-                if row.request.sampling.top_logprobs:
-                    ids, values = top[i]
-                    row.top.append(
-                        list(zip(ids[: row.request.sampling.top_logprobs], values[: row.request.sampling.top_logprobs]))
+            reason = self._finish_reason(row)
+            if reason is None:
+                active.append(i)
+            else:  # answered now, not when the slowest row of the batch is done
+                row.request.future.set_result(
+                    Completion(
+                        text=self.chat_format.decode(row.token_ids),
+                        token_ids=row.token_ids,
+                        logprobs=row.logprobs,
+                        finish_reason=reason,
+                        policy_version=version,
+                        entropy=math.fsum(row.entropies) / len(row.entropies),
+                        top_logprobs=row.top,
                     )
-                reason = self._finish_reason(row)
-                if reason is None:
-                    active.append(i)
-                else:  # answered now, not when the slowest row of the batch is done
-                    row.request.future.set_result(
-                        Completion(
-                            text=self.chat_format.decode(row.token_ids),
-                            token_ids=row.token_ids,
-                            logprobs=row.logprobs,
-                            finish_reason=reason,
-                            policy_version=version,
-                            entropy=math.fsum(row.entropies) / len(row.entropies),
-                            top_logprobs=row.top,
-                        )
-                    )
-            if not active:
-                return
-            if len(active) < len(rows):  # drop finished rows so they cost no more compute
-                keep = torch.tensor(active, device=self.device)
-                cache.batch_select_indices(keep)
-                attention_mask, tokens = attention_mask[keep], tokens[keep]
-                rows = [rows[i] for i in active]
-            input_ids = tokens[:, None]
-            position_ids = torch.tensor(
-                [[len(r.request.prompt_ids) + len(r.token_ids) - 1 + r.rope_delta] for r in rows], device=self.device
-            )
-            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(rows), 1))], dim=1)
+                )
+        if not active:
+            return [], cache, attention_mask, None
+        if len(active) < len(rows):  # drop finished rows so they cost no more compute
+            keep = torch.tensor(active, device=self.device)
+            cache.batch_select_indices(keep)
+            attention_mask, tokens = attention_mask[keep], tokens[keep]
+            rows = [rows[i] for i in active]
+        return rows, cache, attention_mask, tokens
+
+    def _can_join(self, cache) -> bool:
+        """Whether requests may join this batch: a text model whose cache is plain full-attention layers.
+
+        Joining left-pads one cache to the other's length; a sliding-window layer's window, or a
+        VLM's per-batch M-RoPE state, would not survive that, so those batches take no joiners."""
+        return self._vision is None and all(type(layer) is DynamicLayer for layer in cache.layers)
+
+    def _joiners(self, running: int) -> list[_Request]:
+        """Requests queued since the batch began, up to the free rows (a close request is kept for :meth:`_serve`)."""
+        joiners: list[_Request] = []
+        if self._updates_waiting:  # new weights are waiting for this batch to end
+            return joiners
+        while running + len(joiners) < self.max_batch_size and not self._close_seen:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is _CLOSE:
+                self._close_seen = True
+            elif item.future.set_running_or_notify_cancel():  # a caller cancelled while queued: dropped
+                joiners.append(item)
+        return joiners
 
     def _image_inputs(
         self, requests: list[_Request], input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: list[_Row]
@@ -517,9 +578,13 @@ class HFPolicy(Policy):
     def _sample(self, logits: torch.Tensor, rows: list[_Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list]:
         """One token per row, with its logprob, the entropy of the distribution (before truncation) and,
         for the rows that ask, the (ids, logprobs) of its most likely tokens (an empty list when none asks)."""
-        temperature = torch.tensor([r.request.sampling.temperature for r in rows], device=logits.device)
-        greedy = temperature == 0
-        logprobs = (logits / torch.where(greedy, 1.0, temperature)[:, None]).log_softmax(-1)
+        # Every whole-vocabulary op counts (on a busy CPU each costs a thread handoff): those that would
+        # change nothing (a division by 1, a greedy argmax with no greedy row) are skipped.
+        temperatures = [r.request.sampling.temperature or 1.0 for r in rows]  # greedy rows: raw logits
+        scaled = logits
+        if any(t != 1.0 for t in temperatures):
+            scaled = logits / torch.tensor(temperatures, device=logits.device)[:, None]
+        logprobs = scaled.log_softmax(-1)
         probs = logprobs.exp()
         entropy = torch.special.entr(probs).sum(-1)
         weights = self._truncate(probs, rows)
@@ -529,13 +594,18 @@ class HFPolicy(Policy):
         # Exponential race (Gumbel-max): argmax(p / E) with E ~ Exp(1) draws from p. Unlike
         # inverse-CDF sampling it needs no sort, and the noise is indexed by token id, so a
         # seeded row draws the same token whether or not its batch needed sorting for top-k/top-p.
-        noise = torch.ones_like(probs)
+        noise = torch.empty_like(probs)
+        smallest = torch.finfo(noise.dtype).tiny
         for i, row in enumerate(rows):
             if row.generator is not None:
-                noise[i].exponential_(generator=row.generator)
-        # Guard against a 0 draw: 0/0 would be NaN, which argmax picks, even for a truncated token.
-        sampled = (weights / noise.clamp_(min=torch.finfo(noise.dtype).tiny)).argmax(-1)
-        tokens = torch.where(greedy, logits.argmax(-1), sampled)
+                # Guard against a 0 draw: 0/0 would be NaN, which argmax picks, even for a truncated token.
+                noise[i].exponential_(generator=row.generator).clamp_(min=smallest)
+            else:
+                noise[i] = 1.0  # a greedy row: its token is the argmax below
+        tokens = (weights / noise).argmax(-1)
+        greedy = [row.generator is None for row in rows]
+        if any(greedy):
+            tokens = torch.where(torch.tensor(greedy, device=logits.device), logits.argmax(-1), tokens)
         most = max(r.request.sampling.top_logprobs for r in rows)
         top = []
         if most:
@@ -578,3 +648,27 @@ class HFPolicy(Policy):
         if self._max_positions is not None and total >= self._max_positions:
             return "length"
         return None
+
+
+def _merge(running: tuple, joining: tuple) -> tuple:
+    """One batch from two (rows, cache, mask, tokens) states: the shorter cache and mask left-padded (masked) to the longer."""
+    if not joining[0]:
+        return running
+    if not running[0]:
+        return joining
+    (rows_a, cache_a, mask_a, tokens_a), (rows_b, cache_b, mask_b, tokens_b) = running, joining
+    length = max(mask_a.shape[1], mask_b.shape[1])
+
+    def pad(tensor: torch.Tensor, dim: int) -> torch.Tensor:
+        missing = length - tensor.shape[dim]
+        if not missing:
+            return tensor
+        shape = list(tensor.shape)
+        shape[dim] = missing
+        return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
+
+    for layer_a, layer_b in zip(cache_a.layers, cache_b.layers):
+        layer_a.keys = torch.cat([pad(layer_a.keys, -2), pad(layer_b.keys, -2)])
+        layer_a.values = torch.cat([pad(layer_a.values, -2), pad(layer_b.values, -2)])
+    mask = torch.cat([pad(mask_a, 1), pad(mask_b, 1)])
+    return rows_a + rows_b, cache_a, mask, torch.cat([tokens_a, tokens_b])

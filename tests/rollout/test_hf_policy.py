@@ -97,6 +97,51 @@ async def test_a_whole_group_in_one_batch_decodes_greedily_as_one_at_a_time(tiny
         torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-4, rtol=0)
 
 
+async def test_requests_arriving_mid_decode_join_the_batch_and_decode_as_alone(tiny):
+    # Episodes reset their envs before they ask, so a group's requests trickle in: late ones join the
+    # batch at its next decode step, a shorter cache left-padded to the batch's, or the batch's to a longer one.
+    async with HFPolicy.from_model(*tiny, batch_wait_ms=0) as policy:
+        first_prompt, short, long = prompts(policy, sizes=(3, 1, 30))
+        greedy = SamplingParams(max_tokens=48, temperature=0)
+        seeded = SamplingParams(max_tokens=16, temperature=1.0, top_p=0.9, seed=5)
+        first = asyncio.ensure_future(policy.generate(first_prompt, greedy))
+        while policy.stats.generated_tokens < 4:  # the first batch is decoding
+            await asyncio.sleep(0.001)
+        joined = await asyncio.gather(first, policy.generate(short, greedy), policy.generate(long, seeded))
+        assert policy.stats.batches == 1 and policy.stats.joined == 2 and policy.stats.max_batch_seen == 3
+        alone = [await policy.generate(p, s) for p, s in ((first_prompt, greedy), (short, greedy), (long, seeded))]
+    assert len(alone[0].token_ids) == 48  # the first request was still decoding when the others came
+    for a, b in zip(joined, alone):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-4, rtol=0)
+
+
+async def test_a_steady_stream_of_joiners_does_not_hold_off_a_weight_update(tiny):
+    # SAO's producer keeps requests in flight all the time: were joiners always taken, the batch
+    # would never end and update_weights (which waits for it) would never run.
+    async with HFPolicy.from_model(*tiny, max_batch_size=4, batch_wait_ms=0) as policy:
+        prompt = prompts(policy, sizes=(2,))[0]
+        stop = asyncio.Event()
+        versions: list[int] = []
+
+        async def feed(tokens: int):
+            while not stop.is_set():
+                versions.append(
+                    (await policy.generate(prompt, SamplingParams(max_tokens=tokens, temperature=0))).policy_version
+                )
+
+        # Twice as many callers as rows: a request is always queued when a row finishes.
+        feeders = [asyncio.ensure_future(feed(n)) for n in (2, 3, 5, 7, 11, 13, 17, 19)]
+        while policy.stats.joined < 8:  # rows finishing at different steps, their callers' next requests joining
+            await asyncio.sleep(0.001)
+        await asyncio.wait_for(asyncio.to_thread(policy.update_weights, policy.model), timeout=60)
+        while versions[-1] != 1:  # requests keep flowing, now from the new weights
+            await asyncio.sleep(0.001)
+        stop.set()
+        await asyncio.gather(*feeders)
+    assert policy.version == 1 and policy.stats.batches >= 2
+
+
 async def test_a_seeded_policy_repeats_its_unseeded_requests_samples(tiny):
     # A trainer passes its seed: the same run samples the same rollouts (requests taken in the same order).
     target = prompts(HFPolicy.from_model(*tiny), sizes=(4,))[0]

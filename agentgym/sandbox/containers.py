@@ -26,6 +26,7 @@ __all__ = [
     "SandboxConfig",
     "container_running",
     "create_container",
+    "lease_step",
     "start_container",
 ]
 
@@ -120,10 +121,9 @@ def create_container(image: str, config: SandboxConfig, kind: str) -> str:
     client = engine.api()
     try:
         size_quota = config.disk_limit is not None and disk.engine_enforces_size(image)
-        step = max(1, min(5, config.lease // 6))
         container_id = client.create_container(
             image,
-            ["/bin/bash", "-c", LEASE_SCRIPT, "agentgym-lease", str(config.lease), str(step)],
+            ["/bin/bash", "-c", LEASE_SCRIPT, "agentgym-lease", str(config.lease), str(lease_step(config.lease))],
             user=KEEPALIVE_USER,
             working_dir=config.working_dir,
             hostname=config.hostname,
@@ -140,6 +140,11 @@ def create_container(image: str, config: SandboxConfig, kind: str) -> str:
         raise SandboxError(f"creating a container from {image!r}: {engine.explain(exc)}") from exc
     cleanup.track_container(container_id, image, lease=config.lease)
     return container_id
+
+
+def lease_step(lease: int) -> int:
+    """Seconds between a lease watchdog's looks at its clock: a lapsed lease ends the container this late at most."""
+    return max(1, min(5, lease // 6))
 
 
 def start_container(container_id: str) -> None:

@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 # iproute2 and util-linux: scripts/netns (make test runs in a network namespace of its own).
 # default-jre-headless: ScienceWorld's simulator is a jar (agentgym/envs/text/scienceworld.py).
-APT_PACKAGES=(docker.io debootstrap chromium chromium-driver xvfb xdotool git patch iproute2 util-linux default-jre-headless)
+# btrfs-progs: dockerd's data root on btrfs with quotas, for the sandboxes' hard disk limit (step 2).
+APT_PACKAGES=(docker.io btrfs-progs debootstrap chromium chromium-driver xvfb xdotool git patch iproute2 util-linux default-jre-headless)
 PYTHON=${PYTHON:-python3}
 EXTRAS=${AGENTGYM_EXTRAS:-all,dev}  # the tests cover every part
 
@@ -41,8 +42,17 @@ if ! docker info >/dev/null 2>&1; then
   if [ "$(id -u)" -ne 0 ]; then
     need_root "starting the Docker engine" "nohup dockerd >/var/log/dockerd.log 2>&1 &"
   fi
-  echo "== starting dockerd"
-  nohup dockerd >/var/log/agentgym-dockerd.log 2>&1 &
+  # Its data root on btrfs with quotas, so that each sandbox's disk limit is a hard quota of the engine; where
+  # that cannot be set up the limit is agentgym's meter instead (see docs/sandboxes.md).
+  data_root=()
+  root=${AGENTGYM_DOCKER_ROOT:-/var/lib/agentgym-docker}
+  if why=$(scripts/docker-quota-root.sh "$root" 2>&1); then
+    data_root=(--storage-driver btrfs --data-root "$root")
+  else
+    echo "== no quota data root for dockerd ($why): sandbox disk limits are measured, not enforced by the engine"
+  fi
+  echo "== starting dockerd ${data_root[*]}"
+  nohup dockerd "${data_root[@]}" >/var/log/agentgym-dockerd.log 2>&1 &
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
   docker info >/dev/null 2>&1 || { echo "dockerd did not start; see /var/log/agentgym-dockerd.log" >&2; exit 1; }
 fi

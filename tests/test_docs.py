@@ -28,6 +28,8 @@ RUN = {
     ("docs/rollouts.md", "Rollouts"),
     ("docs/memory.md", "Memory and skill banks"),
     ("docs/envs/text.md", "Text worlds"),
+    ("docs/interoperability.md", "Any OpenEnv client"),
+    ("docs/interoperability.md", "Branching over the protocol"),
 }
 
 
@@ -183,3 +185,16 @@ def test_memory_example_works(tmp_path, monkeypatch, capsys):
     one_hop = ['lookup(key=<word after "under" in the task>)', "submit(answer=<last number in the last observation>)"]
     assert namespace["bank"].skills()[0].steps == one_hop
     assert "Relevant experience" in out  # read mode: the first observation starts with the memory block
+
+
+def test_openenv_client_examples_work(capsys):
+    """Both clients against a served KeyChain env, at the served port in place of the page's 8000."""
+    from tests.helpers.serving import served
+
+    with served("agentgym/tool.keychain-v0", max_sessions=4) as (url, _):
+        for heading in ("Any OpenEnv client", "Branching over the protocol"):
+            code = example("docs/interoperability.md", heading).replace("http://localhost:8000", url)
+            exec(compile(code, "docs/interoperability.md", "exec"), {})
+    plain_text, plain_step, branch_step, restored_turn = capsys.readouterr().out.splitlines()[-4:]
+    assert 'Find the number stored under "' in plain_text
+    assert plain_step.endswith(" 0.0 False") and branch_step and restored_turn == "0"

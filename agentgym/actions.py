@@ -282,6 +282,14 @@ def _from_structured(obj: Any) -> list[ToolCall]:
         ]
     if getattr(obj, "tool_calls", None) is not None:
         return _from_structured(list(obj.tool_calls))
+    if callable(obj):  # a reference solution's step that reads the observation (web tasks' steps do)
+        return [
+            ToolCall(
+                name="?",
+                error="a function is not an action: a solution step that is one takes the latest observation's "
+                "text and returns the action (agentgym.run_solution plays a whole solution)",
+            )
+        ]
     return [ToolCall(name="?", error=f"unsupported action type {type(obj).__name__}")]
 
 

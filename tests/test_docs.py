@@ -25,11 +25,13 @@ NOT_RUN = re.compile(r"<!-- not run: [^>]+ -->")
 RUN = {
     ("README.md", "Writing an environment"),
     ("docs/envs/index.md", "Using an env"),
+    ("docs/envs/index.md", "Playing a reference solution"),
     ("docs/rollouts.md", "Rollouts"),
     ("docs/memory.md", "Memory and skill banks"),
     ("docs/envs/text.md", "Text worlds"),
     ("docs/interoperability.md", "Any OpenEnv client"),
     ("docs/interoperability.md", "Branching over the protocol"),
+    ("docs/interoperability.md", "agentgym envs in TRL's own GRPOTrainer"),
 }
 
 
@@ -198,3 +200,19 @@ def test_openenv_client_examples_work(capsys):
     plain_text, plain_step, branch_step, restored_turn = capsys.readouterr().out.splitlines()[-4:]
     assert 'Find the number stored under "' in plain_text
     assert plain_step.endswith(" 0.0 False") and branch_step and restored_turn == "0"
+
+
+@pytest.mark.slow  # two GRPO steps of the tiny model on CPU
+def test_trl_environment_factory_example_trains_with_the_local_model(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the example's output_dir
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    trainer = run_example("docs/interoperability.md", "agentgym envs in TRL's own GRPOTrainer")["trainer"]
+    assert trainer.state.global_step == 2
+    assert sum("rewards/agentgym_reward/mean" in entry for entry in trainer.state.log_history) == 2
+
+
+def test_playing_a_reference_solution_example_works(capsys):
+    namespace = run_example("docs/envs/index.md", "Playing a reference solution")
+    assert namespace["reward"] == 1.0 and namespace["terminated"] and namespace["info"]["success"]
+    assert callable(namespace["task"].reference_solution()[0])  # a web step reads the page
+    assert capsys.readouterr().out.rstrip().endswith("-> 1.0 True")

@@ -4,8 +4,10 @@ hard per-file size limit plus a measurement of the container's writable layer af
 ``SandboxConfig.disk_limit`` (default 2 GiB) applies in both cases:
 
 * **quota** — ``storage_opt size`` where the engine supports it (overlay2 on XFS mounted with
-  ``pquota``, btrfs, zfs; tried once per process). Writes past the limit fail with ENOSPC
-  inside the container, as on a full disk, and the agent may delete files and go on.
+  ``pquota``, btrfs — the data root ``scripts/setup.sh`` gives a dockerd it starts —, zfs;
+  tried once per process; :func:`size_quota`). Writes past the limit fail with ENOSPC or EDQUOT
+  inside the container, as on a full disk, and the agent may delete files and go on. A snapshot
+  measures what its layers hold, which its forks' quotas leave out.
 * **elsewhere** (overlay2 on ext4, the common case) — a hard ``fsize`` ulimit of the same size
   (no file can grow past it: EFBIG/SIGXFSZ, and without CAP_SYS_RESOURCE the agent cannot raise
   it) and a :class:`DiskMeter` that ends the episode with :class:`DiskLimitError` once the

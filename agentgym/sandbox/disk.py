@@ -120,7 +120,7 @@ def layer_size(root: str) -> int:
     opened (out of descriptors, say) raises :class:`OSError`: what cannot be measured is never counted
     as nothing.
     """
-    total, seen = 0, set()
+    total, seen = 0, set[int]()
     holders: dict[int, int] = {}  # an open ancestor's descriptor -> the pending directories opened from it
     stack: list[tuple[int | None, str]] = [(None, root)]  # (ancestor descriptor or None, path from it)
 

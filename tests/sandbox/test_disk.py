@@ -36,4 +36,3 @@ def test_a_tree_nested_past_path_max_is_counted_in_full(tmp_path):
     size = disk.layer_size(str(tmp_path))
     assert size >= 8 * MiB + 30 * disk.BLOCK
     assert _open_descriptors() == before  # every ancestor it held open is closed
-

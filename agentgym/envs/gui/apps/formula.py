@@ -11,6 +11,7 @@ import contextlib
 import re
 from collections.abc import Callable
 
+AST_LOCK: contextlib.AbstractContextManager[object]
 try:
     # On the host checkers parse formulas in the runner's worker threads, beside replies being parsed:
     # every AST build in the process takes the one lock (CPython gh-106905, see agentgym.actions).

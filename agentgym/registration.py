@@ -11,7 +11,7 @@
 
 So: ``code.humaneval-v0``, ``code.repofix-v0``, ``tool.keychain-v0``, ``tool.calculator-v0``,
 ``tool.bfcl-multi-turn-base-v0``, ``web.shop-v0``, ``web.miniwob.click-test-v0``,
-``gui.desktop-v0``, ``text.babyai-v0``, ``text.scienceworld-v0``. No other id is registered: an id that changes is retired, not aliased.
+``gui.desktop-v0``, ``text.babyai-v0``, ``text.scienceworld-v0``, ``text.textworld-v0``, ``text.textworld-express-v0``. No other id is registered: an id that changes is retired, not aliased.
 
 **Where the lists come from.** The web apps and the BFCL categories are plain constants in
 :mod:`agentgym.env_lists`, which the families import too; the MiniWoB++ tasks are the pages of
@@ -81,6 +81,8 @@ BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
     "tool.calculator-v0": ("agentgym.envs.tool.calculator:CalculatorEnv", {}),
     "text.babyai-v0": ("agentgym.envs.text.babyai:BabyAIEnv", {}),
     "text.scienceworld-v0": ("agentgym.envs.text.scienceworld:ScienceWorldEnv", {}),
+    "text.textworld-v0": ("agentgym.envs.text.textworld:TextWorldEnv", {}),
+    "text.textworld-express-v0": ("agentgym.envs.text.textworld_express:TextWorldExpressEnv", {}),
     **{
         f"tool.bfcl-multi-turn-{category}-v0": ("agentgym.envs.tool.bfcl:BFCLMultiTurnEnv", {"category": category})
         for category in BFCL_CATEGORIES

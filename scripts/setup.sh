@@ -5,9 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # iproute2 and util-linux: scripts/netns (make test runs in a network namespace of its own).
-# default-jre-headless: ScienceWorld's simulator is a jar (agentgym/envs/text/scienceworld.py).
+# default-jre-headless: ScienceWorld's and TextWorldExpress's simulators are jars (agentgym/envs/text/).
+# build-essential: jericho (TextWorld's z-machine) is an sdist built with gcc and make at pip install.
 # btrfs-progs: dockerd's data root on btrfs with quotas, for the sandboxes' hard disk limit (step 2).
-APT_PACKAGES=(docker.io btrfs-progs debootstrap chromium chromium-driver xvfb xdotool git patch iproute2 util-linux default-jre-headless)
+APT_PACKAGES=(docker.io btrfs-progs debootstrap chromium chromium-driver xvfb xdotool git patch iproute2 util-linux default-jre-headless build-essential)
 PYTHON=${PYTHON:-python3}
 EXTRAS=${AGENTGYM_EXTRAS:-all,dev}  # the tests cover every part
 

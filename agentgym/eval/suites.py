@@ -11,8 +11,10 @@ what a suite runs is defined once, by the env family. The built-in suites:
 * ``web-<app>`` for each self-hosted web app (``web.<app>-v0``, reported per task template) and
   ``miniwob`` (every MiniWoB++ task, one env each);
 * ``gui`` (``gui.desktop-v0``, reported per app);
-* ``babyai`` (``text.babyai-v0``) and ``scienceworld`` (``text.scienceworld-v0``), reported per
-  split (train/dev/test): ``--tasks 'test/*'`` runs one split.
+* ``babyai`` (``text.babyai-v0``), ``scienceworld`` (``text.scienceworld-v0``), ``textworld``
+  (``text.textworld-v0``) and ``textworld-express`` (``text.textworld-express-v0``), reported per
+  split (train/dev/test):
+  ``--tasks 'test/*'`` runs one split.
 
 A custom suite is a JSONL or YAML file listing tasks, one mapping each::
 
@@ -51,6 +53,8 @@ _SUITE_PATTERNS = (
     ("gui", "gui.desktop-v0"),
     ("babyai", "text.babyai-v0"),
     ("scienceworld", "text.scienceworld-v0"),
+    ("textworld", "text.textworld-v0"),
+    ("textworld-express", "text.textworld-express-v0"),
 )
 
 

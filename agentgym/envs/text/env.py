@@ -29,7 +29,7 @@ from typing import Any, final
 from agentgym.actions import ToolCall, ToolSpec
 from agentgym.core import AgentEnv, Outcome, Verdict
 
-__all__ = ["ACT", "Played", "TextGameEnv"]
+__all__ = ["ACT", "Played", "ReplayedGameEnv", "TextGameEnv"]
 
 #: The one tool of a text world: a command, exactly as the engine takes it.
 ACT = ToolSpec(
@@ -131,3 +131,26 @@ class TextGameEnv(AgentEnv):
     @abc.abstractmethod
     def _grade(self, answer: str | None) -> Verdict:
         """The verdict from the engine's own score (``answer`` is None: a text game ends by play, not by an answer)."""
+
+
+class ReplayedGameEnv(TextGameEnv):
+    """A text world that branches by replay: a snapshot is the task id and the commands played since reset, a fork loads the task and plays them again.
+
+    For engines that cannot save and restore a game (ScienceWorld's and TextWorldExpress's JVMs):
+    the games are deterministic given the task and the commands, which each family's
+    fork-equals-replay test checks. ``_setup``
+    must empty :attr:`commands` and ``_play`` append to it.
+    """
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.commands: list[str] = []
+
+    def _branch_state(self) -> tuple[str, list[str]]:
+        return self._require_episode().task_id, list(self.commands)
+
+    def _load_branch_state(self, state: tuple[str, list[str]]) -> None:
+        task_id, commands = state
+        self._setup(task_id)
+        for command in commands:
+            self._play(command)

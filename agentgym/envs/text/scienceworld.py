@@ -17,10 +17,11 @@ no JVM.
   the final score / 100; ``info["grade"]["score"]`` is the score itself. The episode ends when
   the engine says the task is completed or failed (a negative score), and is truncated past
   ``step_limit`` moves, as the package's own ``envStepLimit``. Success is a score of 100.
-* **Branching**: by replay. The engine cannot save or restore its state (its Python API has no
-  such call), so a snapshot is the task and the commands played since reset, and a fork loads
-  the task into a warm engine and replays them; ScienceWorld is deterministic given the task,
-  the variation and the commands, which the fork-equals-replay test checks.
+* **Branching**: by replay (:class:`~agentgym.envs.text.jvm.JVMGameEnv`). The engine cannot save or
+  restore its state (its Python API has no such call), so a snapshot is the task and the commands
+  played since reset, and a fork loads the task into a warm engine and replays them; ScienceWorld
+  is deterministic given the task, the variation and the commands, which the fork-equals-replay
+  test checks.
 * **Engines**: JVMs from one process-wide :class:`~agentgym.sandbox.engine_pool.EnginePool`, taken
   at the first reset and given back at close; a reset loads the task into the env's engine. A
   JVM that dies is an ``env_error`` on that step; the next reset takes a new one.
@@ -34,21 +35,20 @@ reset says so in one line.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from agentgym.core import Verdict, select_tasks
-from agentgym.envs.text.env import Played, TextGameEnv
+from agentgym.envs.text.env import Played
+from agentgym.envs.text.jvm import JVMGameEnv, jvm_pool, require_java
 from agentgym.extras import requires
 from agentgym.sandbox.engine_pool import EnginePool
 from agentgym.task import Task
 
 with requires("text"):
     import scienceworld
-    from py4j.protocol import Py4JError
 
 __all__ = ["ScienceWorldEnv", "VARIATIONS", "engine_pool", "gold_path", "read_variations"]
 
@@ -61,33 +61,9 @@ DEFAULT_VARIATIONS_PER_SPLIT = {"train": 10, "dev": 3, "test": 3}
 JVM_MB = 400
 
 
-class JavaMissingError(RuntimeError):
-    """No Java runtime to run the simulator."""
-
-
 def _start() -> Any:
-    if shutil.which("java") is None:
-        raise JavaMissingError(
-            "ScienceWorld needs a Java runtime and none is on PATH: install one (Debian: apt-get install default-jre-headless)"
-        )
+    require_java("ScienceWorld")
     return scienceworld.ScienceWorldEnv("")
-
-
-def _alive(engine: Any) -> bool:
-    return engine._gateway.java_process.poll() is None
-
-
-def _stop(engine: Any) -> None:
-    process = engine._gateway.java_process
-    try:
-        engine.close()
-    except Exception:  # a dead gateway cannot be shut down politely; the process is ended below
-        pass
-    try:
-        process.wait(timeout=10)
-    except Exception:
-        process.kill()
-        process.wait()
 
 
 _pool: EnginePool | None = None
@@ -97,7 +73,7 @@ def engine_pool() -> EnginePool:
     """The process-wide pool of ScienceWorld JVMs."""
     global _pool
     if _pool is None:
-        _pool = EnginePool(_start, _stop, _alive, JVM_MB)
+        _pool = jvm_pool(_start, JVM_MB)
     return _pool
 
 
@@ -129,11 +105,7 @@ def gold_path(task: str, variation: int, simplifications: str = "") -> list[str]
     return path
 
 
-class EngineDied(RuntimeError):
-    """The JVM behind an env stopped answering (an env failure: the step is an env_error)."""
-
-
-class ScienceWorldEnv(TextGameEnv):
+class ScienceWorldEnv(JVMGameEnv):
     """ScienceWorld's task variations, scored by the simulator's own score (see the module docstring).
 
     Args:
@@ -173,10 +145,13 @@ class ScienceWorldEnv(TextGameEnv):
         self._task_ids = select_tasks(listed, tasks)
         self.simplifications = simplifications
         self.step_limit = step_limit
-        self.engine: Any = None
-        self.commands: list[str] = []
         self._score = 0
         self._valid: list[str] = []
+
+    benchmark = "ScienceWorld"
+
+    def engine_pool(self) -> EnginePool:
+        return engine_pool()
 
     def task_ids(self) -> list[str]:
         return self._task_ids
@@ -205,9 +180,7 @@ class ScienceWorldEnv(TextGameEnv):
         return f"{info['taskDesc']}\n\n{observation}"
 
     def _load_task(self, task: str, variation: int) -> tuple[str, dict]:
-        if self.engine is None:
-            self.engine = engine_pool().acquire()
-        self.engine.envStepLimit = self.step_limit
+        self._engine().envStepLimit = self.step_limit
         observation, info = self._engine_call(self._reset_engine, task, variation)
         self.commands, self._score, self._valid = [], 0, list(info["valid"])
         return observation, info
@@ -232,30 +205,6 @@ class ScienceWorldEnv(TextGameEnv):
 
     def valid_actions(self) -> list[str]:
         return self._valid
-
-    def _branch_state(self) -> tuple[str, list[str]]:
-        return self._require_episode().task_id, list(self.commands)
-
-    def _load_branch_state(self, state: tuple[str, list[str]]) -> None:
-        task_id, commands = state
-        _, task, variation = parse_task_id(task_id)
-        self._load_task(task, variation)
-        for command in commands:
-            self._play(command)
-
-    def _teardown(self) -> None:
-        if self.engine is not None:
-            engine, self.engine = self.engine, None
-            (engine_pool().release if _alive(engine) else engine_pool().discard)(engine)
-
-    def _engine_call(self, function: Any, *args: Any) -> Any:
-        """Call into the JVM; a dead one is given up (the next reset takes another) and raised as :class:`EngineDied`."""
-        try:
-            return function(*args)
-        except Py4JError as exc:
-            engine, self.engine = self.engine, None
-            engine_pool().discard(engine)
-            raise EngineDied(f"the ScienceWorld JVM stopped answering ({type(exc).__name__})") from exc
 
 
 def parse_task_id(task_id: str) -> tuple[str, str, int]:

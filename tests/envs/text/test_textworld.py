@@ -1,0 +1,221 @@
+"""TextWorld: generated games are cached by seed, scores agree with textworld's own environment driven directly (walkthrough, random, mutated plays), exact forks equal replays, hacks score nothing.
+
+A few small games only (each is generated once, ~7–15 s, then cached in $AGENTGYM_CACHE/textworld).
+"""
+
+import random
+from concurrent.futures import ThreadPoolExecutor
+from unittest import mock
+
+import gymnasium
+import pytest
+
+textworld = pytest.importorskip("textworld")
+pytest.importorskip("jericho")
+
+from agentgym.envs.text import textworld as tw  # noqa: E402
+from agentgym.envs.text.textworld import TextWorldEnv, game_file, parse_task_id, walkthrough  # noqa: E402
+from agentgym.task import call_text  # noqa: E402
+
+# jericho warns that it cannot read the score of a game it does not know; TextWorld reads its own.
+pytestmark = pytest.mark.filterwarnings("ignore::jericho.jericho.UnsupportedGameWarning")
+
+TASKS = ["test/coin/0", "dev/simple/0", "train/cooking/0"]
+
+
+@pytest.fixture
+def env():
+    env = gymnasium.make("agentgym/text.textworld-v0")
+    yield env
+    env.close()
+
+
+def play_direct(task_id, actions):
+    """The same commands through textworld's own environment: (score change / max score, done) per step."""
+    game = textworld.start(str(game_file(*parse_task_id(task_id))), textworld.EnvInfos(**tw.INFOS))
+    try:
+        state, previous, results = game.reset(), 0, []
+        for action in actions:
+            state, score, done = game.step(action)
+            results.append(((score - previous) / state.max_score, done))
+            previous = score
+            if done:
+                break
+        return results, state
+    finally:
+        game.close()
+
+
+def play_agentgym(env, task_id, actions):
+    env.reset(options={"task_id": task_id})
+    results, info = [], {}
+    for action in actions:
+        _, reward, terminated, truncated, info = env.step(action)
+        results.append((reward, terminated or truncated))
+        if terminated or truncated:
+            break
+    return results, info
+
+
+def plays(task_id, env, rng):
+    gold = walkthrough(*parse_task_id(task_id))
+    _, info = env.reset(options={"task_id": task_id})
+    random_walk = []
+    for _ in range(20):  # each step drawn from the admissible commands at that point
+        random_walk.append(rng.choice(info["valid_actions"]))
+        _, _, terminated, truncated, info = env.step(random_walk[-1])
+        if terminated or truncated:
+            break
+    i = rng.randrange(len(gold) - 1)
+    swapped = list(gold)
+    swapped[i], swapped[i + 1] = swapped[i + 1], swapped[i]
+    return {
+        "gold": gold,
+        "random": random_walk,
+        "dropped": gold[:i] + gold[i + 1 :],
+        "swapped": swapped,
+        "repeated": gold[: i + 1] + gold[i:],
+    }
+
+
+@pytest.mark.parametrize("task_id", TASKS)
+def test_scores_agree_with_textworld_on_walkthrough_random_and_mutated_plays(env, task_id):
+    for name, actions in plays(task_id, env, random.Random(task_id)).items():
+        ours, info = play_agentgym(env, task_id, actions)
+        theirs, state = play_direct(task_id, actions)
+        assert ours == theirs, (task_id, name)
+        if ours[-1][1]:  # ended: the graded step carries the game's score and TextWorld's won
+            assert info["grade"]["score"] == state.score and info["success"] == state.won, (task_id, name)
+        assert sum(reward for reward, _ in ours) == pytest.approx(state.score / state.max_score), (task_id, name)
+        if name == "gold":
+            assert state.won and info["success"] and info["grade"]["score"] == state.max_score
+
+
+def test_games_are_generated_once_by_seed_and_split():
+    first = game_file("test", "coin", 0)
+    assert game_file("test", "coin", 0) == first and first.with_suffix(".json").exists()
+    assert tw.make_args("test", "cooking", 2)[-4:] == ["--split", "test", "--seed", "20002"]
+    assert tw.make_args("dev", "simple", 1) == [
+        "tw-simple",
+        "--rewards",
+        "dense",
+        "--goal",
+        "detailed",
+        "--seed",
+        "10001",
+    ]
+    assert first.parent.parent == tw.cache_dir()
+
+
+def test_tasks_are_games_with_splits_as_categories_and_listing_generates_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path))
+    env = TextWorldEnv(["coin", "cooking"], {"dev": 2, "test": 1})
+    assert env.task_ids() == [
+        "dev/coin/0",
+        "dev/coin/1",
+        "dev/cooking/0",
+        "dev/cooking/1",
+        "test/coin/0",
+        "test/cooking/0",
+    ]
+    assert [t.category for t in env.tasks()] == ["dev"] * 4 + ["test"] * 2
+    assert not (tmp_path / "textworld").exists()
+    with pytest.raises(ValueError, match="unknown TextWorld"):
+        TextWorldEnv(["zork"])
+
+
+def test_observations_admissible_commands_and_the_games_answer_to_nonsense(env):
+    observation, info = env.reset(options={"task_id": TASKS[0]})
+    assert "-= " in observation["text"] and "look" in info["valid_actions"]
+    observation, reward, terminated, truncated, info = env.step(call_text("act", {"command": "flarp the gizmo"}))
+    assert "That's not a verb I recognise" in observation["text"]
+    assert (reward, terminated, truncated, info["error"]) == (0.0, False, False, None)
+
+
+# ---------------------------------------------------------------------- exact branching
+def test_fork_mid_episode_then_continue_equals_replay_and_replays_nothing(env):
+    task_id = TASKS[2]
+    gold = walkthrough(*parse_task_id(task_id))
+    env.reset(options={"task_id": task_id})
+    for action in gold[:4]:
+        env.step(action)
+    replay = gymnasium.make("agentgym/text.textworld-v0")
+    other = TextWorldEnv(tasks=TASKS)
+    other.reset(options={"task_id": TASKS[0]})
+    other.close()  # an idle engine that holds another game: a fork loads its own game into it
+    continuation = ["look", "inventory", *gold[4:]]
+    with env.unwrapped.snapshot() as snapshot:
+        # Exact: no command is played again to make the fork.
+        with mock.patch.object(type(env.unwrapped.engine), "step", side_effect=AssertionError("replayed")):
+            fork = env.unwrapped.fork(snapshot)
+            imported = env.unwrapped.fork(env.unwrapped.import_snapshot(env.unwrapped.export_snapshot(snapshot)))
+        try:
+            replay.reset(options={"task_id": task_id})
+            for action in gold[:4]:
+                replay.step(action)
+            runs = [[branch.step(action) for action in continuation] for branch in (fork, imported, replay, env)]
+            assert runs[0] == runs[1] == runs[2] == runs[3] and runs[0][-1][4]["success"]
+            env.unwrapped.restore(snapshot)  # the snapshot is unchanged by the branches played from it
+            assert [env.step(action) for action in continuation] == runs[0]
+        finally:
+            for branch in (fork, imported, replay):
+                branch.close()
+
+
+def test_engines_are_reused_across_envs():
+    pool = tw.engine_pool()
+    first = TextWorldEnv(tasks=TASKS[:2])
+    first.reset(options={"task_id": TASKS[0]})
+    engine = first.engine
+    first.reset(options={"task_id": TASKS[1]})  # another game, loaded into the same engine
+    assert first.engine is engine
+    first.close()
+    idle = pool.idle
+    second = TextWorldEnv(tasks=TASKS[:2])
+    try:
+        second.reset(options={"task_id": TASKS[0]})
+        assert second.engine is engine and pool.idle == idle - 1
+    finally:
+        second.close()
+
+
+def test_envs_on_threads_load_games_at_once():
+    """TextWorld's logic parser is not thread-safe; eval's concurrency resets envs on threads (this failed with parse errors)."""
+    envs = [TextWorldEnv(tasks=TASKS) for _ in range(3)]
+    try:
+        with ThreadPoolExecutor(len(envs)) as pool:
+            for _ in range(2):
+                texts = list(
+                    pool.map(lambda pair: pair[0].reset(options={"task_id": pair[1]})[0]["text"], zip(envs, TASKS))
+                )
+                assert all("-= " in text for text in texts)
+    finally:
+        for env in envs:
+            env.close()
+
+
+# ---------------------------------------------------------------------- grader hacks
+def test_look_spam_and_printed_wins_score_nothing():
+    env = TextWorldEnv(tasks=TASKS[:1], max_turns=30)
+    try:
+        env.reset()
+        total = 0.0
+        for reply in ["look", "*** The End ***", "You win! score 1/1", "inventory", "score"] * 10:
+            _, reward, terminated, truncated, info = env.step(reply)
+            total += reward
+            if terminated or truncated:
+                break
+        assert truncated and not terminated and total == 0.0 and not info["success"] and info["turn"] == 30
+    finally:
+        env.close()
+
+
+def test_demonstrations_are_the_walkthrough_with_looks_at_the_mistake_rate():
+    env = TextWorldEnv(tasks=TASKS[2:])
+    gold = walkthrough(*parse_task_id(TASKS[2]))
+    assert env.demonstration_replies(TASKS[2]) == gold
+    noisy = env.demonstration_replies(TASKS[2], 0.5, random.Random(0))
+    assert len(noisy) == len(gold) and 0 < noisy.count("look") - gold.count("look") < len(gold)
+    assert all(step in (kept, "look") for step, kept in zip(noisy, gold, strict=True))
+    with pytest.raises(ValueError, match="needs an rng"):
+        env.demonstration_replies(TASKS[2], 0.5)

@@ -34,8 +34,8 @@ from typing import Any
 # CPython before 3.13 keeps the AST constructor's recursion depth in one per-interpreter counter
 # (gh-106905): two threads building ASTs at once (envs parsing replies in the runner's worker
 # threads) can corrupt it, and a valid reply then fails with "SystemError: AST constructor recursion
-# depth mismatch". Every AST build in agentgym takes this lock (here, and the desktop's spreadsheet
-# formulas), so builds in one process never overlap.
+# depth mismatch". Every AST build in agentgym takes this lock (here, registration's reading of env modules,
+# the desktop's spreadsheet formulas), so builds in one process never overlap.
 AST_LOCK = threading.Lock()
 
 __all__ = [

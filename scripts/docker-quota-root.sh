@@ -2,7 +2,7 @@
 # Usage: scripts/docker-quota-root.sh DIR [SIZE]
 # Mounts a btrfs filesystem with quotas (qgroups) on at DIR, kept in the sparse file DIR.img (SIZE, default 80%
 # of the free space under DIR's parent: the file takes only what is written), for `dockerd --storage-driver btrfs
-# --data-root DIR`. The btrfs driver enforces a container's `storage_opt size` (overlay2 does only on XFS with
+# --data-root DIR` (scripts/setup.sh with AGENTGYM_DOCKER_QUOTA=btrfs). The btrfs driver enforces a container's `storage_opt size` (overlay2 does only on XFS with
 # project quotas, which kernels built without CONFIG_XFS_QUOTA lack): with this data root every sandbox's disk
 # limit (SandboxConfig.disk_limit) is the engine's hard quota, not agentgym's meter (agentgym/sandbox/disk.py).
 # Idempotent (a mounted DIR is checked and left as it is); needs root, a loop device and btrfs-progs. Exits

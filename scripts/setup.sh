@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 # iproute2 and util-linux: scripts/netns (make test runs in a network namespace of its own).
 # default-jre-headless: ScienceWorld's and TextWorldExpress's simulators are jars (agentgym/envs/text/).
 # build-essential: jericho (TextWorld's z-machine) is an sdist built with gcc and make at pip install.
-# btrfs-progs: dockerd's data root on btrfs with quotas, for the sandboxes' hard disk limit (step 2).
+# btrfs-progs: dockerd's data root on btrfs with quotas, for a hard sandbox disk limit (step 2, opt-in).
 APT_PACKAGES=(docker.io btrfs-progs debootstrap chromium chromium-driver xvfb xdotool git patch iproute2 util-linux default-jre-headless build-essential)
 PYTHON=${PYTHON:-python3}
 EXTRAS=${AGENTGYM_EXTRAS:-all,dev}  # the tests cover every part
@@ -43,14 +43,17 @@ if ! docker info >/dev/null 2>&1; then
   if [ "$(id -u)" -ne 0 ]; then
     need_root "starting the Docker engine" "nohup dockerd >/var/log/dockerd.log 2>&1 &"
   fi
-  # Its data root on btrfs with quotas, so that each sandbox's disk limit is a hard quota of the engine; where
-  # that cannot be set up the limit is agentgym's meter instead (see docs/sandboxes.md).
+  # AGENTGYM_DOCKER_QUOTA=btrfs: its data root on btrfs with quotas, so that each sandbox's disk limit is a hard
+  # quota of the engine. Opt-in: forks then start from committed images, as overlay2's fast forks need
+  # overlay2 (see docs/sandboxes.md); without it the limit is agentgym's meter.
   data_root=()
-  root=${AGENTGYM_DOCKER_ROOT:-/var/lib/agentgym-docker}
-  if why=$(scripts/docker-quota-root.sh "$root" 2>&1); then
-    data_root=(--storage-driver btrfs --data-root "$root")
-  else
-    echo "== no quota data root for dockerd ($why): sandbox disk limits are measured, not enforced by the engine"
+  if [ "${AGENTGYM_DOCKER_QUOTA:-}" = btrfs ]; then
+    root=${AGENTGYM_DOCKER_ROOT:-/var/lib/agentgym-docker}
+    if why=$(scripts/docker-quota-root.sh "$root" 2>&1); then
+      data_root=(--storage-driver btrfs --data-root "$root")
+    else
+      echo "== no btrfs data root for dockerd ($why): sandbox disk limits are measured, not enforced by the engine"
+    fi
   fi
   echo "== starting dockerd ${data_root[*]}"
   nohup dockerd "${data_root[@]}" >/var/log/agentgym-dockerd.log 2>&1 &

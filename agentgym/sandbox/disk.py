@@ -4,7 +4,8 @@ hard per-file size limit plus a measurement of the container's writable layer af
 ``SandboxConfig.disk_limit`` (default 2 GiB) applies in both cases:
 
 * **quota** — ``storage_opt size`` where the engine supports it (overlay2 on XFS mounted with
-  ``pquota``, btrfs — the data root ``scripts/setup.sh`` gives a dockerd it starts —, zfs;
+  ``pquota``, btrfs — the data root ``AGENTGYM_DOCKER_QUOTA=btrfs scripts/setup.sh`` gives a
+  dockerd it starts —, zfs;
   tried once per process; :func:`size_quota`). Writes past the limit fail with ENOSPC or EDQUOT
   inside the container, as on a full disk, and the agent may delete files and go on. A snapshot
   measures what its layers hold, which its forks' quotas leave out.

@@ -207,8 +207,7 @@ def test_trl_environment_factory_example_trains_with_the_local_model(tmp_path, m
     monkeypatch.chdir(tmp_path)  # the example's output_dir
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     trainer = run_example("docs/interoperability.md", "agentgym envs in TRL's own GRPOTrainer")["trainer"]
-    assert trainer.state.global_step == 2
-    assert sum("rewards/agentgym_reward/mean" in entry for entry in trainer.state.log_history) == 2
+    assert trainer.state.global_step == 2  # TRL took the local model's chat template and trained two steps
 
 
 def test_playing_a_reference_solution_example_works(capsys):

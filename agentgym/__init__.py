@@ -12,7 +12,7 @@ from agentgym.core import AgentEnv, AgentText, Outcome, Verdict
 from agentgym.extras import DISTRIBUTION
 from agentgym.registration import load_plugins, register_builtin_envs, register_env, registered_env_ids
 from agentgym.snapshot import Snapshot, SnapshotError, SnapshotMismatchError, SnapshotReleasedError
-from agentgym.task import Task
+from agentgym.task import Task, run_solution
 from agentgym.wrappers import BranchingWrapper, WrapperNotBranchingError
 
 __version__ = _installed_version(DISTRIBUTION)  # the one version string is pyproject.toml's
@@ -35,6 +35,7 @@ __all__ = [
     "parse_action",
     "register_env",
     "registered_env_ids",
+    "run_solution",
     "__version__",
 ]
 

@@ -34,8 +34,9 @@ from typing import Any
 # CPython before 3.13 keeps the AST constructor's recursion depth in one per-interpreter counter
 # (gh-106905): two threads building ASTs at once (envs parsing replies in the runner's worker
 # threads) can corrupt it, and a valid reply then fails with "SystemError: AST constructor recursion
-# depth mismatch". Every parse here takes this lock, so parses in this process never overlap.
-_AST_LOCK = threading.Lock()
+# depth mismatch". Every AST build in agentgym takes this lock (here, registration's reading of env modules,
+# the desktop's spreadsheet formulas), so builds in one process never overlap.
+AST_LOCK = threading.Lock()
 
 __all__ = [
     "ToolSpec",
@@ -281,6 +282,14 @@ def _from_structured(obj: Any) -> list[ToolCall]:
         ]
     if getattr(obj, "tool_calls", None) is not None:
         return _from_structured(list(obj.tool_calls))
+    if callable(obj):  # a reference solution's step that reads the observation (web tasks' steps do)
+        return [
+            ToolCall(
+                name="?",
+                error="a function is not an action: a solution step that is one takes the latest observation's "
+                "text and returns the action (agentgym.run_solution plays a whole solution)",
+            )
+        ]
     return [ToolCall(name="?", error=f"unsupported action type {type(obj).__name__}")]
 
 
@@ -310,7 +319,7 @@ def _loads(text: str) -> tuple[Any, str | None]:
     except json.JSONDecodeError as exc:
         json_error = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
     try:
-        with _AST_LOCK:
+        with AST_LOCK:
             return ast.literal_eval(text), None
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None, json_error
@@ -407,7 +416,7 @@ def _matching_paren(text: str, open_index: int) -> int | None:
 
 def _call_from_source(spec: ToolSpec, source: str) -> ToolCall:
     try:
-        with _AST_LOCK:
+        with AST_LOCK:
             node = ast.parse(source.strip(), mode="eval").body
         if not isinstance(node, ast.Call):
             raise SyntaxError("not a call")

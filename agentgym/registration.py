@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium
 
+from agentgym.actions import AST_LOCK
 from agentgym.env_lists import BFCL_CATEGORIES, TAU2_DOMAINS, WEB_APPS
 
 if TYPE_CHECKING:
@@ -58,7 +59,9 @@ def _source(module: str) -> list[ast.stmt]:
     """The top-level statements of one of agentgym's modules, parsed from its source without importing it."""
     path = Path(__file__).parent.joinpath(*module.split(".")[1:])
     path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-    return ast.parse(path.read_text(encoding="utf-8")).body
+    source = path.read_text(encoding="utf-8")
+    with AST_LOCK:  # one AST build at a time in the process (CPython gh-106905, see agentgym.actions)
+        return ast.parse(source).body
 
 
 def _miniwob_tasks() -> list[str]:

@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 # iproute2 and util-linux: scripts/netns (make test runs in a network namespace of its own).
 # default-jre-headless: ScienceWorld's and TextWorldExpress's simulators are jars (agentgym/envs/text/).
 # build-essential: jericho (TextWorld's z-machine) is an sdist built with gcc and make at pip install.
-APT_PACKAGES=(docker.io debootstrap chromium chromium-driver xvfb xdotool git patch iproute2 util-linux default-jre-headless build-essential)
+# btrfs-progs: dockerd's data root on btrfs with quotas, for a hard sandbox disk limit (step 2, opt-in).
+APT_PACKAGES=(docker.io btrfs-progs debootstrap chromium chromium-driver xvfb xdotool git patch iproute2 util-linux default-jre-headless build-essential)
 PYTHON=${PYTHON:-python3}
 EXTRAS=${AGENTGYM_EXTRAS:-all,dev}  # the tests cover every part
 
@@ -42,8 +43,20 @@ if ! docker info >/dev/null 2>&1; then
   if [ "$(id -u)" -ne 0 ]; then
     need_root "starting the Docker engine" "nohup dockerd >/var/log/dockerd.log 2>&1 &"
   fi
-  echo "== starting dockerd"
-  nohup dockerd >/var/log/agentgym-dockerd.log 2>&1 &
+  # AGENTGYM_DOCKER_QUOTA=btrfs: its data root on btrfs with quotas, so that each sandbox's disk limit is a hard
+  # quota of the engine. Opt-in: forks then start from committed images, as overlay2's fast forks need
+  # overlay2 (see docs/sandboxes.md); without it the limit is agentgym's meter.
+  data_root=()
+  if [ "${AGENTGYM_DOCKER_QUOTA:-}" = btrfs ]; then
+    root=${AGENTGYM_DOCKER_ROOT:-/var/lib/agentgym-docker}
+    if why=$(scripts/docker-quota-root.sh "$root" 2>&1); then
+      data_root=(--storage-driver btrfs --data-root "$root")
+    else
+      echo "== no btrfs data root for dockerd ($why): sandbox disk limits are measured, not enforced by the engine"
+    fi
+  fi
+  echo "== starting dockerd ${data_root[*]}"
+  nohup dockerd "${data_root[@]}" >/var/log/agentgym-dockerd.log 2>&1 &
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
   docker info >/dev/null 2>&1 || { echo "dockerd did not start; see /var/log/agentgym-dockerd.log" >&2; exit 1; }
 fi

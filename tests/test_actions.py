@@ -186,3 +186,8 @@ def test_replies_parsed_in_many_threads_at_once_all_parse():
     finally:
         sys.setswitchinterval(interval)
     assert not errors, errors[:3]
+
+
+def test_a_solution_step_that_is_a_function_is_an_error_that_says_how_to_play_it():
+    parsed = parse_action(lambda text: "submit()", [ToolSpec("submit", "", {"type": "object", "properties": {}})])
+    assert "a function is not an action" in parsed.error and "agentgym.run_solution" in parsed.error

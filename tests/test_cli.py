@@ -58,6 +58,22 @@ def test_tasks_filters_by_a_word_or_a_glob():
     assert rows and all("cheapest" in row.split()[0] for row in rows)
 
 
+def test_tasks_of_an_env_defined_in_a_local_file(tmp_path):
+    # The README's GuessEnv saved as guess_env.py: gymnasium's module:id form imports it from the working directory.
+    from tests.test_docs import example
+
+    (tmp_path / "guess_env.py").write_text(example("README.md", "Writing an environment"))
+    result = subprocess.run(
+        [*AGENTGYM, "tasks", "guess_env:Guess-v0", "4?"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert [row.split()[0] for row in result.stdout.splitlines()[1:]] == [str(n) for n in range(40, 50)]
+    missing = subprocess.run(
+        [*AGENTGYM, "tasks", "no_such_module:Guess-v0"], capture_output=True, text=True, cwd=tmp_path
+    )
+    _one_line_usage_error(missing, "tasks", "no_such_module")
+
+
 def test_tasks_errors_are_one_line():
     _one_line_usage_error(run("tasks", "nope-v0"), "tasks", "nope", "agentgym envs list")
     _one_line_usage_error(run("tasks", "tool.keychain-v0", "zzz"), "tasks", "no task", "'zzz'")

@@ -25,11 +25,15 @@ NOT_RUN = re.compile(r"<!-- not run: [^>]+ -->")
 RUN = {
     ("README.md", "Writing an environment"),
     ("docs/envs/index.md", "Using an env"),
+    ("docs/envs/index.md", "Playing a reference solution"),
     ("docs/rollouts.md", "Rollouts"),
     ("docs/memory.md", "Memory and skill banks"),
     ("docs/envs/text.md", "Text worlds"),
     ("docs/gateway.md", "A first episode"),
     ("docs/envs/conversation.md", "Conversations (simulated users)"),
+    ("docs/interoperability.md", "Any OpenEnv client"),
+    ("docs/interoperability.md", "Branching over the protocol"),
+    ("docs/interoperability.md", "agentgym envs in TRL's own GRPOTrainer"),
 }
 
 
@@ -201,3 +205,31 @@ def test_memory_example_works(tmp_path, monkeypatch, capsys):
     one_hop = ['lookup(key=<word after "under" in the task>)', "submit(answer=<last number in the last observation>)"]
     assert namespace["bank"].skills()[0].steps == one_hop
     assert "Relevant experience" in out  # read mode: the first observation starts with the memory block
+
+
+def test_openenv_client_examples_work(capsys):
+    """Both clients against a served KeyChain env, at the served port in place of the page's 8000."""
+    from tests.helpers.serving import served
+
+    with served("agentgym/tool.keychain-v0", max_sessions=4) as (url, _):
+        for heading in ("Any OpenEnv client", "Branching over the protocol"):
+            code = example("docs/interoperability.md", heading).replace("http://localhost:8000", url)
+            exec(compile(code, "docs/interoperability.md", "exec"), {})
+    plain_text, plain_step, branch_step, restored_turn = capsys.readouterr().out.splitlines()[-4:]
+    assert 'Find the number stored under "' in plain_text
+    assert plain_step.endswith(" 0.0 False") and branch_step and restored_turn == "0"
+
+
+@pytest.mark.slow  # two GRPO steps of the tiny model on CPU
+def test_trl_environment_factory_example_trains_with_the_local_model(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the example's output_dir
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    trainer = run_example("docs/interoperability.md", "agentgym envs in TRL's own GRPOTrainer")["trainer"]
+    assert trainer.state.global_step == 2  # TRL took the local model's chat template and trained two steps
+
+
+def test_playing_a_reference_solution_example_works(capsys):
+    namespace = run_example("docs/envs/index.md", "Playing a reference solution")
+    assert namespace["reward"] == 1.0 and namespace["terminated"] and namespace["info"]["success"]
+    assert callable(namespace["task"].reference_solution()[0])  # a web step reads the page
+    assert capsys.readouterr().out.rstrip().endswith("-> 1.0 True")

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
+import os
+import sys
 from collections.abc import Iterator
 
-__all__ = ["UsageError", "fmt", "listening", "model_dir"]
+__all__ = ["UsageError", "fmt", "full_env_id", "listening", "model_dir"]
 
 
 class UsageError(SystemExit):
@@ -22,6 +25,24 @@ class UsageError(SystemExit):
 
     def __str__(self) -> str:
         return self.message
+
+
+def full_env_id(text: str) -> str:
+    """An env id from the command line as gymnasium takes it: ``agentgym/`` added where the namespace is left out.
+
+    In gymnasium's ``module:id`` form (``guess_env:Guess-v0``) the module is imported first, from the
+    working directory as under ``python -m``, so that an env a local file registers can be named; a module
+    that cannot be imported is a usage error.
+    """
+    module, colon, name = text.rpartition(":")
+    if colon:
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise UsageError(f"cannot import {module!r} for {text}: {exc}") from None
+    return name if "/" in name else f"agentgym/{name}"
 
 
 def model_dir(name: str, flag: str) -> str:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, cast
 if TYPE_CHECKING:
     from agentgym.core import AgentEnv
 
-from agentgym.cli.common import UsageError
+from agentgym.cli.common import UsageError, full_env_id
 
 
 def _envs_list(args: argparse.Namespace) -> int:
@@ -40,15 +40,15 @@ def _tasks(args: argparse.Namespace) -> int:
     import agentgym  # noqa: F401  (registers the envs)
     from agentgym.core import select_tasks
 
-    env_id = args.env_id if "/" in args.env_id else f"agentgym/{args.env_id}"
+    name = full_env_id(args.env_id)
     try:
-        gymnasium.spec(env_id)
+        gymnasium.spec(name)
     except gymnasium.error.Error as exc:
         raise UsageError(f"{exc} (`agentgym envs list` shows the ids)") from None
     try:
-        env = gymnasium.make(env_id)
+        env = gymnasium.make(name)
     except Exception as exc:  # an env that needs what this machine lacks: say so in one line
-        raise UsageError(f"cannot build {env_id}: {type(exc).__name__}: {exc}") from None
+        raise UsageError(f"cannot build {name}: {type(exc).__name__}: {exc}") from None
     try:
         tasks = list(cast("AgentEnv", env.unwrapped).tasks())
     finally:
@@ -58,7 +58,7 @@ def _tasks(args: argparse.Namespace) -> int:
         try:
             wanted = set(select_tasks([task.id for task in tasks], pattern))
         except ValueError:
-            raise UsageError(f"no task of {env_id} matches {args.pattern!r}") from None
+            raise UsageError(f"no task of {name} matches {args.pattern!r}") from None
         tasks = [task for task in tasks if task.id in wanted]
     id_width = max(len("id"), *(len(task.id) for task in tasks))
     category_width = max(len("category"), *(len(task.category) for task in tasks))
@@ -71,7 +71,9 @@ def _tasks(args: argparse.Namespace) -> int:
 
 def _add_tasks_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "env_id", help="a registered id, e.g. agentgym/code.humaneval-v0 (the agentgym/ may be left out)"
+        "env_id",
+        help="a registered id, e.g. agentgym/code.humaneval-v0 (the agentgym/ may be left out), or MODULE:ID for an "
+        "env registered by a module in the working directory, e.g. guess_env:Guess-v0",
     )
     parser.add_argument(
         "pattern", nargs="?", help="only task ids containing this word, or matching this glob, e.g. 'HumanEval/1*'"

@@ -87,6 +87,13 @@ def _print_summary(summary: dict, results: list[dict]) -> None:
     errors = summary.get("errors") or {}
     if errors:
         print("failed episodes by error: " + ", ".join(f"{kind} {count}" for kind, count in errors.items()))
+    retried = sum(bool((r.get("trajectory") or {}).get("metadata", {}).get("failures")) for r in results)
+    if retried:
+        print(
+            f"{retried} episode(s) were retried after a failed attempt (an env error, a lost Ray worker or node, a "
+            "timeout): each result is its last attempt; results.jsonl lists the failed ones under the trajectory's "
+            "metadata.failures"
+        )
     overflows = [r for r in results if str(r.get("error") or "").startswith("context_overflow")]
     at_start = sum(r["turns"] == 0 for r in overflows)
     if at_start:

@@ -26,6 +26,7 @@ __all__ = [
     "SandboxConfig",
     "container_running",
     "create_container",
+    "lease_step",
     "start_container",
 ]
 
@@ -91,14 +92,14 @@ class SandboxConfig:
         uid, _, gid = self.user.partition(":")
         return int(uid), int(gid or uid)
 
-    def host_config(self, *, size_quota: bool = False, auto_remove: bool = False) -> dict:
-        """The engine's host config; ``size_quota`` where the engine enforces ``storage_opt size``; ``auto_remove``:
-        the engine removes the container once it stops."""
+    def host_config(self, *, size_quota: int | None = None, auto_remove: bool = False) -> dict:
+        """The engine's host config; ``size_quota``: the bytes of the engine's ``storage_opt size``, where it
+        enforces one; ``auto_remove``: the engine removes the container once it stops."""
         limits: dict[str, Any] = {}
         if self.disk_limit is not None:
             limits["ulimits"] = [disk.file_size_ulimit(self.disk_limit)]
-            if size_quota:
-                limits["storage_opt"] = {"size": str(self.disk_limit)}
+            if size_quota is not None:
+                limits["storage_opt"] = {"size": str(size_quota)}
         return engine.api().create_host_config(
             network_mode=self.network_mode,
             cap_drop=list(self.cap_drop),
@@ -113,17 +114,17 @@ class SandboxConfig:
         )
 
 
-def create_container(image: str, config: SandboxConfig, kind: str) -> str:
+def create_container(image: str, config: SandboxConfig, kind: str, *, disk_used: int = 0) -> str:
     """Create (not start) a labelled, hardened container that idles until commands are exec'd into it, and ends
-    (and goes) by itself when its lease lapses."""
+    (and goes) by itself when its lease lapses. ``disk_used``: the bytes ``image``'s snapshot layers hold (written
+    by the sandbox's ancestors), which an engine quota leaves out of the writable layer's limit."""
     cleanup.ensure_installed()
     client = engine.api()
     try:
-        size_quota = config.disk_limit is not None and disk.engine_enforces_size(image)
-        step = max(1, min(5, config.lease // 6))
+        size_quota = None if config.disk_limit is None else disk.size_quota(image, config.disk_limit, disk_used)
         container_id = client.create_container(
             image,
-            ["/bin/bash", "-c", LEASE_SCRIPT, "agentgym-lease", str(config.lease), str(step)],
+            ["/bin/bash", "-c", LEASE_SCRIPT, "agentgym-lease", str(config.lease), str(lease_step(config.lease))],
             user=KEEPALIVE_USER,
             working_dir=config.working_dir,
             hostname=config.hostname,
@@ -140,6 +141,11 @@ def create_container(image: str, config: SandboxConfig, kind: str) -> str:
         raise SandboxError(f"creating a container from {image!r}: {engine.explain(exc)}") from exc
     cleanup.track_container(container_id, image, lease=config.lease)
     return container_id
+
+
+def lease_step(lease: int) -> int:
+    """Seconds between a lease watchdog's looks at its clock: a lapsed lease ends the container this late at most."""
+    return max(1, min(5, lease // 6))
 
 
 def start_container(container_id: str) -> None:

@@ -190,7 +190,7 @@ class DockerSandbox:
     ) -> DockerSandbox:
         """A cold start: the container is created now and started in the background; the first operation
         on the sandbox waits for the start, so callers can overlap it with other work (a model call)."""
-        container_id = create_container(image, config, labels.KIND_SANDBOX)
+        container_id = create_container(image, config, labels.KIND_SANDBOX, disk_used=disk_used)
         return cls(
             container_id,
             image,
@@ -628,13 +628,19 @@ class DockerSandbox:
             f"full: no process could be started to clear it ({streams.stdout.text()[:200]})"
         )
 
-    def _check_disk(self, container_id: str, *, force: bool = False) -> int:
+    def _check_disk(self, container_id: str, *, force: bool = False, snapshot: bool = False) -> int:
         """Raise DiskLimitError when the sandbox has written more than its limit; the bytes written (0 where
-        there is no limit or the engine enforces it)."""
-        if self.config.disk_limit is None or disk.engine_enforces_size(self.image):
+        there is no limit). Where the engine enforces the limit (a quota) nothing is checked, and only a
+        ``snapshot`` measures: its forks' quotas leave out what its layers hold."""
+        if self.config.disk_limit is None:
+            return 0
+        quota = disk.engine_enforces_size(self.image)
+        if quota and not snapshot:
             return 0
         if self._meter is None or self._meter.container_id != container_id:
             self._meter = disk.DiskMeter(container_id, self.config.disk_limit, self._disk_used)
+        if quota:
+            return self._meter.measure(force=True)
         self._meter.check(force=force)
         return self._meter.size
 
@@ -745,7 +751,7 @@ class DockerSandbox:
         with self._lock:
             container_id = self._running_id()
             # What the commit holds counts against the disk limit of every sandbox started from it.
-            disk_used = self._check_disk(container_id, force=True)
+            disk_used = self._check_disk(container_id, force=True, snapshot=True)
             change = label_change(labels.owner_labels(labels.KIND_SNAPSHOT))
             with engine.engine_errors("committing a snapshot"):
                 image_id = engine.api().commit(container_id, changes=[change], pause=True)["Id"]
@@ -775,7 +781,9 @@ class DockerSandbox:
                 if old_server is not None:
                     old_server.close()
             else:
-                replacement = create_container(snapshot.ref, self.config, labels.KIND_SANDBOX)
+                replacement = create_container(
+                    snapshot.ref, self.config, labels.KIND_SANDBOX, disk_used=snapshot.metadata.get("disk_used", 0)
+                )
                 self._container_id, self._starting = replacement, engine.submit(start_container, replacement)
                 self._disk_used = snapshot.metadata.get("disk_used", 0)
             self.image = snapshot.ref

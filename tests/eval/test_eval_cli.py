@@ -1,6 +1,7 @@
 """`agentgym eval` as a user runs it: its sampling settings reach the endpoint and run.json, a rerun with other
-settings or another task set is refused, its summary and report cover the same episodes, and a suite whose
-prompts do not fit the model is said once, with advice that can help.
+settings or another task set is refused, its summary and report cover the same episodes, a suite whose
+prompts do not fit the model is said once, with advice that can help, and episodes retried after a failed attempt
+are counted at the end.
 
 The endpoint is :class:`tests.helpers.vlm_endpoint.RecordingVLM` (the real ``openai`` client against a small
 loopback server that records each request), and the CLI runs as a subprocess, as a user runs it.
@@ -101,3 +102,43 @@ async def test_a_suite_that_does_not_fit_the_model_is_said_once_with_advice_that
     advice = [line for line in run.stdout.splitlines() if "context window" in line]
     assert len(advice) == 1 and "--max-turns" not in advice[0]
     assert "no turn limit" in advice[0] and "--max-tokens" in advice[0]
+
+
+FLAKY_ENV = '''
+from agentgym import register_env
+from agentgym.envs.tool.keychain import KeyChainEnv
+
+
+class FirstResetFails(KeyChainEnv):
+    """KeyChain whose first episode in a process fails at reset, as one on a worker whose node is lost does."""
+
+    failed = False
+
+    def _setup(self, task_id):
+        if not FirstResetFails.failed:
+            FirstResetFails.failed = True
+            raise RuntimeError("the worker's node was lost")
+        return super()._setup(task_id)
+
+
+register_env("FlakyKeyChain-v0", FirstResetFails)
+'''
+
+
+async def test_a_run_that_retried_episodes_says_so(tmp_path, monkeypatch):
+    # The env is named module:id (gymnasium imports flaky_env first), from a suite file, as a user's own env is.
+    (tmp_path / "flaky_env.py").write_text(FLAKY_ENV)
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text(
+        "\n".join(
+            json.dumps({"env": "flaky_env:agentgym/FlakyKeyChain-v0", "task_id": t}) for t in ("train-0", "train-1")
+        )
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    done = await agentgym("eval", "--suite", str(suite), "--policy", "oracle", "--out", "run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "1 episode(s) were retried after a failed attempt" in done.stdout, done.stdout
+    rows = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+    assert all(row["success"] for row in rows) and len(rows) == 2
+    failures = [row["trajectory"]["metadata"].get("failures") for row in rows]
+    assert sum(bool(f) for f in failures) == 1 and "node was lost" in json.dumps(failures)

@@ -1,7 +1,8 @@
-"""Child servers for tests: a free loopback port, a child process that logs to a file, and ``agentgym serve`` waited on until ``/health``."""
+"""Servers for tests: free ports, children that log to a file, `agentgym serve` waited on, envs served over OpenEnv here."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -9,12 +10,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-__all__ = ["LoggedProcess", "ServerProcess", "free_port"]
+__all__ = ["LoggedProcess", "ServerProcess", "free_port", "served"]
 
 
 def free_port() -> int:
@@ -118,3 +120,35 @@ class ServerProcess:
         if process is None:
             return
         process.stop(grace=15)
+
+
+@contextlib.contextmanager
+def served(env_id: str, **options) -> Iterator[tuple[str, object]]:
+    """OpenEnv's app for ``env_id`` under uvicorn on a free loopback port: ``(base_url, the app's shared state)``.
+
+    On exit the server shuts down (which closes every env still open) and the test checks that no
+    session and no snapshot handle is left.
+    """
+    import uvicorn
+
+    from agentgym.integrations.openenv.server import create_openenv_app
+
+    app = create_openenv_app(env_id, **options)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the OpenEnv server did not start"
+        time.sleep(0.05)
+    state = app.state.agentgym
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", state
+    finally:
+        server.should_exit = True
+        thread.join(60)
+        sock.close()
+    assert not thread.is_alive()
+    assert len(state.sessions) == 0 and len(state.handles) == 0

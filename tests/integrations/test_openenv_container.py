@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import subprocess
 import sys
 import sysconfig
 import tarfile
@@ -267,8 +268,9 @@ def test_a_server_that_dies_ends_the_episode_and_its_container_is_removed_at_clo
         observation, *_ = env.step(call("move", op="add", n=4))
         assert observation["text"] == "Counter: 4"
         api = engine.api()
-        # The server is docker-init's child (pid 1): kill it, as a crash would.
-        exec_id = api.exec_create(server.container_id, ["sh", "-c", "kill -9 $(cat /proc/1/task/1/children)"])["Id"]
+        # The server is the child of the lease watchdog, docker-init's (pid 1) child: kill it, as a crash would.
+        crash = "for w in $(cat /proc/1/task/1/children); do kill -9 $(cat /proc/$w/task/$w/children); done"
+        exec_id = api.exec_create(server.container_id, ["sh", "-c", crash])["Id"]
         api.exec_start(exec_id)
         assert wait_until(lambda: not server.running())
         observation, reward, terminated, truncated, info = env.step(call("move", op="add", n=1))
@@ -279,3 +281,35 @@ def test_a_server_that_dies_ends_the_episode_and_its_container_is_removed_at_clo
         env.close()
     assert gone(server.container_id)
     assert not forward_threads(server)
+
+
+# Starts a server container with a short lease, reports its id, and waits (to be killed).
+LEASED = """
+import sys, time
+from agentgym.integrations.openenv.container import ServerSpec, acquire
+from agentgym.sandbox.containers import SandboxConfig
+command = ["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"]
+server = acquire(ServerSpec.of(sys.argv[1], command=command, config=SandboxConfig(lease=3)))
+print(server.container_id, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.slow  # a container starts and its lease lapses (seconds)
+def test_a_server_container_outlives_a_killed_owner_by_one_lease_at_most(docker_ready):
+    # No agentgym process touches the container again (gc would only run in a later process): its lease alone
+    # must end it, and the engine then removes it. Main left it running for good.
+    owner = subprocess.Popen([sys.executable, "-c", LEASED, docker_ready], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        container_id = owner.stdout.readline().strip()
+        assert container_id and not gone(container_id)
+        time.sleep(4)  # past one lease: the live owner renews it
+        assert not gone(container_id)
+        owner.kill()
+        owner.wait(timeout=30)
+        killed = time.monotonic()
+        assert wait_until(lambda: gone(container_id), timeout=30)
+        assert time.monotonic() - killed > 1  # it lapsed; nobody removed it at once
+    finally:
+        owner.kill()
+        owner.wait(timeout=30)

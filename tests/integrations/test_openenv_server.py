@@ -9,22 +9,18 @@ of agentgym) and :class:`AgentGymEnvClient` (an ``EnvClient`` with the branching
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
 import inspect
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import gymnasium
 import numpy as np
 import pytest
-import uvicorn
 from openenv.cli._validation import validate_multi_mode_deployment, validate_running_environment
 from openenv.core import GenericEnvClient
 
@@ -34,40 +30,12 @@ from agentgym.cli.common import UsageError
 from agentgym.integrations.openenv.protocol import AgentGymEnvClient, BranchingError
 from agentgym.integrations.openenv.server import AgentGymEnvironment, create_openenv_app
 from agentgym.task import resolve_step
-from tests.helpers.serving import LoggedProcess, free_port
+from tests.helpers.serving import LoggedProcess, free_port, served
 
 KEYCHAIN = "agentgym/tool.keychain-v0"
 BFCL = "agentgym/tool.bfcl-multi-turn-base-v0"
 HUMANEVAL = "agentgym/code.humaneval-v0"
 SHOP = "agentgym/web.shop-v0"
-
-
-@contextlib.contextmanager
-def served(env_id: str, **options) -> Iterator[tuple[str, object]]:
-    """OpenEnv's app for ``env_id`` under uvicorn on a free loopback port: ``(base_url, the app's shared state)``.
-
-    On exit the server shuts down (which closes every env still open) and the test checks that no
-    session and no snapshot handle is left.
-    """
-    app = create_openenv_app(env_id, **options)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the OpenEnv server did not start"
-        time.sleep(0.05)
-    state = app.state.agentgym
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", state
-    finally:
-        server.should_exit = True
-        thread.join(60)
-        sock.close()
-    assert not thread.is_alive()
-    assert len(state.sessions) == 0 and len(state.handles) == 0
 
 
 def solution(env_id: str, task_id: str) -> list:

@@ -4,6 +4,7 @@ The first part drives DockerSandbox directly; the second drives a code env throu
 as a model would, and checks what the step reports.
 """
 
+import re
 import threading
 import time
 
@@ -143,11 +144,56 @@ def test_many_files_over_the_limit_end_the_sandbox(metered_sandbox):
         metered_sandbox.exec("for i in 1 2 3; do fallocate -l 20M /tmp/f$i; done")
 
 
+def test_files_nested_past_path_max_count_against_the_limit(metered_sandbox):
+    # 30 levels of 200-character names: no path reaches the bottom (PATH_MAX is 4,096 bytes), so a meter that
+    # walks by path would not see the 40 MiB there.
+    metered_sandbox.exec(f"for i in $(seq 30); do mkdir {'d' * 200} && cd {'d' * 200}; done; fallocate -l 40M f")
+    with pytest.raises(DiskLimitError, match="disk limit"):
+        metered_sandbox.exec("fallocate -l 30M /workspace/g")
+
+
 def test_snapshot_layers_count_against_the_forks_limit(metered_sandbox):
     metered_sandbox.exec("fallocate -l 40M /workspace/a")
     with metered_sandbox.fork() as fork:
         with pytest.raises(DiskLimitError):
             fork.exec("fallocate -l 40M /workspace/b")
+
+
+@pytest.fixture
+def quota_sandbox(docker_ready):
+    """A sandbox with a 64 MiB disk limit that the engine enforces (overlay2 on XFS with project quotas: the
+    data root scripts/setup.sh gives the dockerd it starts, see scripts/docker-xfs-root.sh)."""
+    if not disk.engine_enforces_size(docker_ready):
+        pytest.skip("this engine has no size quota (overlay2 not on XFS with pquota): the meter enforces the limit")
+    with DockerSandbox.create(docker_ready, config=SandboxConfig(disk_limit=64 * MiB), warm=False) as box:
+        yield box
+
+
+def _layer_bytes(box) -> int:
+    return disk.DiskMeter(box.id, box.config.disk_limit).measure(force=True)
+
+
+def test_writing_until_full_stops_at_the_quota_in_one_command(quota_sandbox, docker_ready):
+    # The soft limit's hole: many files written in one command, all on the host before any measurement.
+    # Under the quota the writes themselves fail (ENOSPC), as on a full disk, and the layer never holds more.
+    result = quota_sandbox.exec(
+        "for i in $(seq 20); do head -c 20M /dev/zero > /tmp/f$i || { echo full at $i; break; }; done"
+    )
+    # 60 MiB fit, 80 MiB do not: the write fails as on a full disk (XFS: ENOSPC; btrfs: EDQUOT).
+    assert result.stdout == "full at 4\n" and re.search("No space left on device|Disk quota exceeded", result.stderr)
+    assert _layer_bytes(quota_sandbox) <= 64 * MiB + disk._QUOTA_SLACK  # what a quota counts beyond file data
+    with DockerSandbox.create(docker_ready, config=SandboxConfig(disk_limit=64 * MiB), warm=False) as other:
+        assert other.exec("head -c 40M /dev/zero > /tmp/mine && echo ok").stdout == "ok\n"  # its own quota
+    # As on a full disk, the agent may delete files and go on.
+    assert quota_sandbox.exec("rm /tmp/f*; head -c 20M /dev/zero > /tmp/again && echo ok").stdout == "ok\n"
+
+
+def test_a_forks_quota_leaves_out_what_its_snapshot_holds(quota_sandbox):
+    quota_sandbox.exec("fallocate -l 40M /workspace/a")
+    with quota_sandbox.fork() as fork:
+        result = fork.exec("head -c 40M /dev/zero > /workspace/b || { echo full; rm /workspace/b; }")
+        assert "full" in result.stdout  # 40 MiB in the snapshot + 40 MiB more is over 64 MiB
+        assert fork.exec("head -c 10M /dev/zero > /workspace/c && echo ok").stdout == "ok\n"
 
 
 # ---------------------------------------------------------------- host memory

@@ -38,6 +38,8 @@ LISTING = (
 
 @pytest.fixture(scope="module")
 def pool(docker_ready):
+    if engine.api().info().get("Driver") != "overlay2":  # e.g. the opt-in btrfs data root (a hard disk quota)
+        pytest.skip("diffs are read from overlay2 layers: on this engine every fork starts from the committed image")
     with WarmPool(2) as warm:
         warm.prewarm(docker_ready, wait=True)
         yield warm

@@ -4,7 +4,10 @@
 the sandbox's confinement (:class:`~agentgym.sandbox.containers.SandboxConfig`: no network, all
 capabilities dropped, no-new-privileges, process, memory, CPU and disk limits) and agentgym's
 owner labels, so that this process removes it at exit and ``agentgym sandbox gc`` reaps it after
-a crash. It waits until the server listens on ``port`` inside the container, then forwards a
+a crash. Like every sandbox it holds a lease (``SandboxConfig.lease``): its main process is a
+watchdog that runs the server and ends the container, which the engine then removes, once this
+process has not renewed the lease for that long, so a killed or hung owner leaves nothing behind
+even where no agentgym process ever runs again. It waits until the server listens on ``port`` inside the container, then forwards a
 host loopback port to it (:class:`~agentgym.sandbox.port_forward.PortForward`: one ``docker
 exec`` relay per connection, since a container without a network has no address and no
 published port). The env talks to ``http://127.0.0.1:<forwarded port>`` as to any server.
@@ -16,7 +19,7 @@ container): the server must allow as many concurrent sessions as there are envs 
 container of the caller's own instead. The last
 :meth:`OpenEnvContainer.release` removes the container, also when the server inside has died.
 
-What the image needs: ``python3`` on its PATH (the relay runs it; OpenEnv servers are Python), a
+What the image needs: ``python3`` on its PATH (the relay and the watchdog run it; OpenEnv servers are Python), a
 server listening on ``port`` (default 8000, OpenEnv's convention) on the container's loopback or
 all addresses, and nothing from a network. Images are never pulled: one that is not in the local
 engine is an error. ``volumes`` (host path -> container path, mounted read-only) and
@@ -41,7 +44,7 @@ with requires("sandbox"):
 from agentgym.integrations.openenv.client_env import OpenEnvError
 from agentgym.sandbox import cleanup, engine, labels
 from agentgym.sandbox.base import SandboxUnavailableError
-from agentgym.sandbox.containers import SandboxConfig, container_running
+from agentgym.sandbox.containers import SandboxConfig, container_running, lease_step
 from agentgym.sandbox.port_forward import PortForward
 
 __all__ = ["DEFAULT_PORT", "KIND", "OpenEnvContainer", "ServerError", "ServerSpec", "acquire"]
@@ -51,12 +54,45 @@ DEFAULT_PORT = 8000
 #: The owner-label kind of a server container.
 KIND = "openenv-server"
 DEFAULT_START_TIMEOUT_S = 120.0
+# Where the lease watchdog writes the server's exit status once the server has exited.
+_EXIT_FILE = "/tmp/.agentgym-server-exit"
+# The container's main process (python3, args: lease seconds, sleep step, exit file, the server's argv...): it
+# runs the server as its child and ends, and with it the container, which the engine then removes
+# (auto_remove), once no SIGUSR1 came for the lease; the owner renews it as it renews a sandbox's
+# (agentgym.sandbox.containers.LEASE_SCRIPT, agentgym.sandbox.cleanup), so nothing outlives a dead owner by
+# more than a lease. A server that exits leaves its status in the exit file and the container running (until
+# its owner removes it, or the lease lapses), so that its status and last log lines can still be reported.
+_WATCHDOG = """\
+import os, signal, subprocess, sys, threading, time
+lease, step, exit_file = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+renewed = time.monotonic()
+def renew(signum, frame):
+    global renewed
+    renewed = time.monotonic()
+signal.signal(signal.SIGUSR1, renew)
+server = subprocess.Popen(sys.argv[4:])
+def record():
+    code = server.wait()
+    code = 128 - code if code < 0 else code
+    try:
+        with open(exit_file + ".part", "w") as file:
+            file.write(str(code))
+        os.replace(exit_file + ".part", exit_file)
+    except OSError:  # nowhere to leave it: the container ends (and goes) with the server
+        os._exit(code)
+threading.Thread(target=record, daemon=True).start()
+while time.monotonic() - renewed < lease:
+    time.sleep(step)
+server.kill()
+"""
 # Runs in the container (the relay's interpreter): wait until something accepts on the port; exit 0 once it
-# does, 3 at the deadline. One exec for the whole wait: the container's death ends it too.
+# does, 3 at the deadline, 4 once the server has exited. One exec for the whole wait.
 _PROBE = """\
-import socket, sys, time
-port, deadline = int(sys.argv[1]), time.monotonic() + float(sys.argv[2])
+import os, socket, sys, time
+port, deadline, exit_file = int(sys.argv[1]), time.monotonic() + float(sys.argv[2]), sys.argv[3]
 while time.monotonic() < deadline:
+    if os.path.exists(exit_file):
+        sys.exit(4)
     try:
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
         sys.exit(0)
@@ -64,6 +100,8 @@ while time.monotonic() < deadline:
         time.sleep(0.1)
 sys.exit(3)
 """
+# Runs in the container: print the server's exit status and exit 0, or exit 1 while the server runs.
+_EXIT_STATUS = "import sys\ntry:\n    print(open(sys.argv[1]).read())\nexcept OSError:\n    sys.exit(1)\n"
 _LOG_LINES = 8
 
 
@@ -165,8 +203,8 @@ class OpenEnvContainer:
         return cls(spec, container_id, forward)
 
     def running(self) -> bool:
-        """Whether the container still runs (False once it exited, was removed, or the engine does not answer)."""
-        return container_running(self.container_id)
+        """Whether the server still runs (False once it exited, its container is gone, or the engine does not answer)."""
+        return container_running(self.container_id) and _exit_status(self.container_id) is None
 
     def failure(self) -> str | None:
         """Why the server is gone, for error messages (its exit status and last log lines); None while it runs."""
@@ -220,37 +258,45 @@ def _create(spec: ServerSpec) -> str:
     cleanup.ensure_installed()
     client = engine.api()
     config = spec.config
-    host_config = config.host_config()
+    host_config = config.host_config(auto_remove=True)
     if spec.volumes:
         host_config["Mounts"] = [
             docker.types.Mount(target, host, type="bind", read_only=True) for host, target in spec.volumes
         ]
+    image = client.inspect_image(spec.image)["Config"] or {}
+    # The server's argv as the engine would run it (the image's entrypoint, then command= or its CMD), run
+    # by the lease watchdog, which becomes the container's entrypoint.
+    argv = [*(image.get("Entrypoint") or []), *(spec.command if spec.command is not None else image.get("Cmd") or [])]
+    if not argv:
+        raise ServerError(f"the image {spec.image!r} names no command to run its server: pass command=")
+    watchdog = ["python3", "-I", "-S", "-c", _WATCHDOG, str(config.lease), str(lease_step(config.lease)), _EXIT_FILE]
     with engine.engine_errors(f"creating the OpenEnv server container of {spec.describe()}"):
         container_id = client.create_container(
             spec.image,
-            list(spec.command) if spec.command is not None else None,
+            argv,
+            entrypoint=watchdog,
             hostname=config.hostname,
             environment={**config.environment, **dict(spec.environment)} or None,
             labels=labels.owner_labels(KIND),
             host_config=host_config,
         )["Id"]
-    cleanup.track_container(container_id, spec.image)
+    cleanup.track_container(container_id, spec.image, lease=config.lease)
     return container_id
 
 
 def _wait_until_listening(spec: ServerSpec, container_id: str, timeout: float) -> None:
     client = engine.api()
     try:
-        exec_id = client.exec_create(container_id, ["python3", "-I", "-S", "-c", _PROBE, str(spec.port), str(timeout)])[
-            "Id"
-        ]
+        exec_id = client.exec_create(
+            container_id, ["python3", "-I", "-S", "-c", _PROBE, str(spec.port), str(timeout), _EXIT_FILE]
+        )["Id"]
         output = client.exec_start(exec_id)
         code = client.exec_inspect(exec_id).get("ExitCode")
     except docker.errors.APIError as exc:  # the container exited before (or while) the probe started
         code, output = None, engine.explain(exc).encode()
     if code == 0:
         return
-    if not container_running(container_id):
+    if code == 4 or not container_running(container_id):
         raise ServerError(_exit_report(spec, container_id))
     if code == 3:
         raise ServerError(
@@ -263,15 +309,31 @@ def _wait_until_listening(spec: ServerSpec, container_id: str, timeout: float) -
     )
 
 
+def _exit_status(container_id: str) -> str | None:
+    """The exit status the lease watchdog recorded for the server; None while the server runs (or unreadable)."""
+    try:
+        exec_id = engine.api().exec_create(container_id, ["python3", "-I", "-S", "-c", _EXIT_STATUS, _EXIT_FILE])["Id"]
+        output = engine.api().exec_start(exec_id)
+        if engine.api().exec_inspect(exec_id).get("ExitCode") != 0:
+            return None
+    except (docker.errors.APIError, requests.exceptions.RequestException):
+        return None
+    return output.decode(errors="replace").strip()[:20]
+
+
 def _exit_report(spec: ServerSpec, container_id: str) -> str:
     try:
         state = engine.api().inspect_container(container_id)["State"]
     except docker.errors.NotFound:
-        return f"the OpenEnv server container of {spec.describe()} is gone"
+        # A stopped container is removed by the engine (auto_remove): it was killed, or its lease lapsed.
+        return f"the OpenEnv server container of {spec.describe()} exited and is gone (killed, or its lease lapsed)"
     except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
         return f"the OpenEnv server container of {spec.describe()} cannot be inspected: {exc}"
+    status = _exit_status(container_id) if state.get("Running") else None
+    if status is None:
+        status = str(state.get("ExitCode"))
     return (
-        f"the OpenEnv server of {spec.describe()} exited (status {state.get('ExitCode')}"
+        f"the OpenEnv server of {spec.describe()} exited (status {status}"
         f"{', out of memory' if state.get('OOMKilled') else ''}){_logs(container_id)}"
     )
 

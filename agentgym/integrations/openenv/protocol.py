@@ -103,6 +103,13 @@ class AgentGymObservation(Observation):
     terminated: bool = Field(default=False, description="the task ended (success or failure)")
     truncated: bool = Field(default=False, description="the episode was cut (turn limit, env failure)")
 
+    def __getitem__(self, field: str) -> Any:
+        """``observation["text"]`` as well as ``observation.text``: code written for OpenEnv's plain client (whose
+        observations are dicts) reads this client's observations unchanged."""
+        if field not in type(self).model_fields:
+            raise KeyError(field)
+        return getattr(self, field)
+
     def image_array(self) -> np.ndarray | None:
         """The screenshot as an H×W×3 uint8 array, or None."""
         return decode_image(self.image) if self.image else None

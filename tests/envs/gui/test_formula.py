@@ -1,7 +1,10 @@
 """Spreadsheet formulas as the Sheet app and the checkers evaluate them, on hand-computed values."""
 
+import threading
+
 import pytest
 
+from agentgym.actions import AST_LOCK
 from agentgym.envs.gui.apps import formula
 
 CELLS = {
@@ -52,3 +55,16 @@ def test_errors(name, problem):
 def test_display():
     assert [formula.display(v) for v in (None, 3.0, 2.75, 1 / 3, "x")] == ["", "3", "2.75", "0.3333", "x"]
     assert formula.cell_name(9, 4) == "E10"
+
+
+def test_a_formula_waits_for_the_ast_lock_replies_are_parsed_under():
+    # Checkers evaluate formulas in the runner's worker threads while other threads parse replies: two
+    # overlapping AST builds corrupt CPython's recursion counter (gh-106905), so a formula's parse takes
+    # the same lock as agentgym.actions' and waits while another build holds it.
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (formula.evaluate(CELLS, "B3"), done.set()))
+    with AST_LOCK:
+        worker.start()
+        assert not done.wait(0.3), "the formula was parsed while another thread held the AST lock"
+    worker.join(5)
+    assert done.is_set()

@@ -1,13 +1,23 @@
 """Spreadsheet cell values: numbers, text and formulas (``=SUM(B1:B4)``, ``=A1*2+C3``), shared by the Sheet app and the task checkers.
 
-Plain Python with no imports beyond the standard library, because it runs both inside the
-desktop container (the app shows a focused cell's value) and on the host (checkers evaluate the
-saved CSV the same way, so a formula and the number it computes are equally right).
+Plain Python with no imports beyond the standard library (and agentgym's AST lock where it exists),
+because it runs both inside the desktop container (the app shows a focused cell's value) and on the
+host (checkers evaluate the saved CSV the same way, so a formula and the number it computes are
+equally right).
 """
 
 import ast
+import contextlib
 import re
 from collections.abc import Callable
+
+AST_LOCK: contextlib.AbstractContextManager[object]
+try:
+    # On the host checkers parse formulas in the runner's worker threads, beside replies being parsed:
+    # every AST build in the process takes the one lock (CPython gh-106905, see agentgym.actions).
+    from agentgym.actions import AST_LOCK
+except ImportError:  # inside the desktop container: no agentgym package, and the Sheet app has one thread
+    AST_LOCK = contextlib.nullcontext()
 
 COLUMNS = "ABCDE"
 ROWS = 10
@@ -61,7 +71,8 @@ def _compute(cells, name, _seen, known):
     seen = (*_seen, name)
     expression = _RANGE.sub(lambda m: "[" + ",".join(_range_names(*m.groups())) + "]", raw[1:].upper())
     try:
-        tree = ast.parse(expression, mode="eval")
+        with AST_LOCK:
+            tree = ast.parse(expression, mode="eval")
     except SyntaxError as exc:
         raise FormulaError(f"{name}: cannot read {raw!r}") from exc
     return _eval(tree.body, cells, seen, name, known)

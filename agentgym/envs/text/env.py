@@ -94,7 +94,16 @@ class TextGameEnv(AgentEnv):
         return self._command(text)
 
     def _command(self, command: str) -> Outcome:
-        played = self._play(command.strip())
+        command = command.strip()
+        if "\\" in command or not command.isprintable():
+            # One command is one line of plain text. A newline would hand the engine several commands for one
+            # step (past the turn count), and interpreters read control text of their own: a line that starts
+            # with a backslash is an escape command of jericho's dumb-frotz (``\\q`` ends the interpreter).
+            error = f"not a single-line command: {command[:80]!r}"
+            return Outcome(
+                f"A command is one line of plain text, without backslashes; got {command[:80]!r}.", error=error
+            )
+        played = self._play(command)
         if played.timed_out:
             # The engine's own step limit is a time limit (truncation), not an ending the agent chose.
             self._require_episode().truncated = True

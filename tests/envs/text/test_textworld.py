@@ -219,3 +219,27 @@ def test_demonstrations_are_the_walkthrough_with_looks_at_the_mistake_rate():
     assert all(step in (kept, "look") for step, kept in zip(noisy, gold, strict=True))
     with pytest.raises(ValueError, match="needs an rng"):
         env.demonstration_replies(TASKS[2], 0.5)
+
+
+def test_interpreter_escapes_and_several_lines_are_refused_and_the_game_goes_on(env):
+    """A backslash line is an escape command of jericho's dumb-frotz (``\\q`` ends it) and a newline would play two
+    commands in one step: both are refused before the engine, and the same engine plays the walkthrough after them."""
+    env.reset(options={"task_id": TASKS[0]})
+    gold = walkthrough(*parse_task_id(TASKS[0]))
+    engine = env.unwrapped.engine
+    for reply in ["\\q", "\\h", "look\n" + gold[0], "go\x00north", gold[0] + "\n" + gold[1]]:
+        _, reward, terminated, truncated, info = env.step(reply)
+        assert info["error"].startswith("not a single-line command") and not (terminated or truncated) and reward == 0
+    assert env.unwrapped.commands == [] and env.unwrapped.engine is engine
+    results, info = play_agentgym_from_here(env, gold)
+    assert info["success"] and sum(r for r, _ in results) == pytest.approx(1.0)
+
+
+def play_agentgym_from_here(env, actions):
+    results, info = [], {}
+    for action in actions:
+        _, reward, terminated, truncated, info = env.step(action)
+        results.append((reward, terminated or truncated))
+        if terminated or truncated:
+            break
+    return results, info

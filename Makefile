@@ -1,5 +1,5 @@
 # The two commands: `make demo` (the main job) and `make test`. Both set everything up first.
-.PHONY: setup demo test test-fast flakes lint bench clean-sandboxes
+.PHONY: setup demo test test-fast test-sweeps flakes lint bench clean-sandboxes
 
 setup:
 	./scripts/setup.sh
@@ -14,11 +14,16 @@ demo: setup
 
 # Under scripts/netns: a network namespace with only loopback, where the Ray tests' clusters bind 127.0.0.1.
 test: setup
-	scripts/netns .venv/bin/python -m pytest -q -p no:cacheprovider --durations=30
+	scripts/netns .venv/bin/python -m pytest -q -p no:cacheprovider --durations=30 -m "not sweep"
+
+# Whole catalogues through the real engines (every τ² task, every LibreOffice task): tens of minutes on two cores,
+# so not in `make test`; each has a sampled twin there.
+test-sweeps: setup
+	scripts/netns .venv/bin/python -m pytest -q -p no:cacheprovider --durations=30 -m sweep
 
 # The inner loop: everything but the tests marked slow (whole-benchmark sweeps, training runs).
 test-fast: setup
-	scripts/netns .venv/bin/python -m pytest -q -p no:cacheprovider -m "not slow"
+	scripts/netns .venv/bin/python -m pytest -q -p no:cacheprovider -m "not slow and not sweep"
 
 # Flake hunting: each test TESTS selects, run N times alone (a fresh pytest each time), with its pass count.
 # Runs take turns with other heavy jobs on a shared machine through LOCK (an flock per run).

@@ -48,7 +48,7 @@ def variants(domain, task):
 
 
 # A few tasks per domain in the default run (airline's and retail's grades hash their databases: about a
-# second each); the slow sweep covers every task.
+# second each); the sweep (`make test-sweeps`) covers every task.
 SAMPLE = {"retail": ["2"], "airline": ["7"], "telecom": None}
 
 
@@ -64,7 +64,7 @@ def test_rewards_equal_tau2_evaluator(domain):
     check_fidelity(domain, sampled(domain))
 
 
-@pytest.mark.slow
+@pytest.mark.sweep
 @pytest.mark.parametrize("domain", ["retail", "airline", "telecom"])
 def test_rewards_equal_tau2_evaluator_every_task(domain):
     check_fidelity(domain, sampled(domain, every=True))

@@ -1,5 +1,5 @@
 """The real apps (LibreOffice Calc and Writer) in the desktop-apps image: reference solutions through the GUI,
-the accessibility tree, a policy that changes nothing, and fork == replay. The full sweep is slow-marked."""
+the accessibility tree, a policy that changes nothing, and fork == replay. The full sweep is marked sweep (`make test-sweeps`)."""
 
 import time
 
@@ -43,7 +43,7 @@ def test_reference_solution_through_the_gui(apps_env, task_id):
     _solve(apps_env, task_id)
 
 
-@pytest.mark.slow  # the whole generated catalogue through LibreOffice
+@pytest.mark.sweep  # the whole generated catalogue through LibreOffice (~10 minutes): `make test-sweeps`
 @pytest.mark.parametrize("task_id", list(apps_catalog()))
 def test_every_reference_solution(apps_env, task_id):
     _solve(apps_env, task_id)

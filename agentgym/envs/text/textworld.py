@@ -86,6 +86,11 @@ GENERATION_TIMEOUT_S = 300
 #: parse errors), so envs on threads (eval's concurrency) load one at a time.
 _LOAD_LOCK = threading.Lock()
 
+#: The z-machine's file verbs: in jericho's frotz ``save`` writes ``game.qzl`` and ``script`` a transcript into the
+#: host process's working directory, and ``restore`` reads one back (another episode's state, or a planted file).
+#: The engine runs in this process, so these never reach it.
+FILE_VERBS = frozenset({"save", "restore", "script", "transcript", "unscript", "noscript"})
+
 
 def parse_task_id(task_id: str) -> tuple[str, str, int]:
     """``(split, kind, n)`` of a task id ``<split>/<kind>/<n>``."""
@@ -242,6 +247,11 @@ class TextWorldEnv(TextGameEnv):
                 self.engine.load(game)
 
     def _play(self, command: str) -> Played:
+        verb = command.split(maxsplit=1)[0].lower() if command else ""
+        if verb in FILE_VERBS:
+            return Played(
+                f"{verb!r} is not available: the game's files are not the agent's.", error=f"file verb {verb!r}"
+            )
         self._state, score, done = self.engine.step(command)
         self.commands.append(command)
         reward = (score - self._score) / self._state.max_score

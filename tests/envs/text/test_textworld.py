@@ -243,3 +243,17 @@ def play_agentgym_from_here(env, actions):
         if terminated or truncated:
             break
     return results, info
+
+
+def test_the_games_file_verbs_write_and_read_nothing_on_the_host(env, tmp_path, monkeypatch):
+    """jericho's frotz runs in this process: ``save``/``script`` wrote game.qzl/a transcript into its working directory
+    and ``restore`` read one back. They are refused before the engine; the walkthrough still wins after them."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "game.qzl").write_bytes(b"planted")  # what a restore would have read
+    env.reset(options={"task_id": TASKS[0]})
+    for reply in ["save", "SCRIPT", "restore", "transcript on", "unscript", "noscript"]:
+        _, reward, terminated, truncated, info = env.step(reply)
+        assert info["error"].startswith("file verb") and reward == 0 and not (terminated or truncated)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["game.qzl"] and env.unwrapped.commands == []
+    results, info = play_agentgym_from_here(env, walkthrough(*parse_task_id(TASKS[0])))
+    assert info["success"] and sum(r for r, _ in results) == pytest.approx(1.0)

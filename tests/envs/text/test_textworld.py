@@ -47,7 +47,9 @@ def play_direct(task_id, actions):
 
 
 def play_agentgym(env, task_id, actions):
-    env.reset(options={"task_id": task_id})
+    """Play ``actions`` after a reset onto ``task_id`` (None: on from where the episode is)."""
+    if task_id is not None:
+        env.reset(options={"task_id": task_id})
     results, info = [], {}
     for action in actions:
         _, reward, terminated, truncated, info = env.step(action)
@@ -231,18 +233,8 @@ def test_interpreter_escapes_and_several_lines_are_refused_and_the_game_goes_on(
         _, reward, terminated, truncated, info = env.step(reply)
         assert info["error"].startswith("not a single-line command") and not (terminated or truncated) and reward == 0
     assert env.unwrapped.commands == [] and env.unwrapped.engine is engine
-    results, info = play_agentgym_from_here(env, gold)
+    results, info = play_agentgym(env, None, gold)
     assert info["success"] and sum(r for r, _ in results) == pytest.approx(1.0)
-
-
-def play_agentgym_from_here(env, actions):
-    results, info = [], {}
-    for action in actions:
-        _, reward, terminated, truncated, info = env.step(action)
-        results.append((reward, terminated or truncated))
-        if terminated or truncated:
-            break
-    return results, info
 
 
 def test_the_games_file_verbs_write_and_read_nothing_on_the_host(env, tmp_path, monkeypatch):
@@ -255,5 +247,5 @@ def test_the_games_file_verbs_write_and_read_nothing_on_the_host(env, tmp_path, 
         _, reward, terminated, truncated, info = env.step(reply)
         assert info["error"].startswith("file verb") and reward == 0 and not (terminated or truncated)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["game.qzl"] and env.unwrapped.commands == []
-    results, info = play_agentgym_from_here(env, walkthrough(*parse_task_id(TASKS[0])))
+    results, info = play_agentgym(env, None, walkthrough(*parse_task_id(TASKS[0])))
     assert info["success"] and sum(r for r, _ in results) == pytest.approx(1.0)

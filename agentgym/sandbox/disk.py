@@ -239,11 +239,25 @@ class DiskMeter:
             self._host_check(force)
         return self.size
 
-    def _host_check(self, force: bool) -> None:
+    @property
+    def watchable(self) -> bool:
+        """Whether :meth:`over_while_running` is cheap: the layer is read here (one ``statvfs`` a poll) rather
+        than asked of the engine (which walks it for every answer)."""
+        if not self._located:
+            self.measure(force=True)
+        return self._upper is not None
+
+    def over_while_running(self) -> bool:
+        """Whether the layer is over the limit, polled while a command runs (where :attr:`watchable`): the
+        test a check makes (a walk only once free space dropped by half of what is left), not counted as one."""
+        self._host_check(force=False, counted=False)
+        return self.size > self.limit
+
+    def _host_check(self, force: bool, *, counted: bool = True) -> None:
         fs = os.statvfs(self._upper)
         free, inodes = fs.f_bfree * fs.f_frsize, fs.f_ffree
         grown = (self._free - free) + (self._inodes - inodes) * BLOCK
-        self._checks += 1
+        self._checks += counted
         if force or self._checks >= WALK_EVERY or 2 * grown >= self.limit - self.size:
             try:
                 self.layer = layer_size(self._upper)

@@ -35,6 +35,7 @@ later process (or ``agentgym sandbox gc``) reaps them after a crash.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import functools
@@ -47,7 +48,7 @@ import socket
 import tarfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,7 @@ with requires("sandbox"):
 
 from agentgym.sandbox import cleanup, command_server, disk, engine, fs_diff, labels, shell
 from agentgym.sandbox.base import (
+    DiskLimitError,
     ExecResult,
     FileTooLargeError,
     SandboxError,
@@ -80,6 +82,9 @@ _MAX_INLINE_COMMAND = 100_000
 _DEATH_NOTICE_S = 1.0
 # How long stop_processes may take before the sandbox counts as saturated.
 _STOP_TIMEOUT_S = 10.0
+# How often a running command's writable layer is measured where the engine has no disk quota: a command
+# writes past the limit what the disk takes in this time (plus one walk) before its processes are killed.
+_DISK_WATCH_S = 0.1
 # An exec's exit status when the runtime could not start its process (here: no free process slot).
 _NOT_STARTED = 126
 # The note of a command whose command server was killed under it.
@@ -342,7 +347,8 @@ class DockerSandbox:
                 workdir=workdir and self._absolute(workdir),
                 env=env,
             )
-            result = self._run(container_id, spec, stdin, limit)
+            with self._watching_disk(container_id):
+                result = self._run(container_id, spec, stdin, limit)
             self._check_disk(container_id)
             return result
 
@@ -628,6 +634,56 @@ class DockerSandbox:
             f"full: no process could be started to clear it ({streams.stdout.text()[:200]})"
         )
 
+    @contextlib.contextmanager
+    def _watching_disk(self, container_id: str) -> Iterator[None]:
+        """Measure the writable layer every :data:`_DISK_WATCH_S` while a command runs, and kill the agent's
+        processes once it is over the limit. A check after the command alone let one command write without
+        bound before anything measured (five 1.9 GB files at once put 9.3 GB on the host against a 2 GiB
+        limit); now a command gets as far past the limit as the disk writes in one poll and one walk. Only
+        where the engine enforces no quota and the layer is read here (polls cost one ``statvfs``)."""
+        if self.config.disk_limit is None or disk.engine_enforces_size(self.image):
+            yield
+            return
+        meter = self._meter_for(container_id)
+        if not meter.watchable:
+            yield
+            return
+        stop = threading.Event()
+
+        def watch() -> None:
+            try:
+                while not stop.wait(_DISK_WATCH_S):
+                    if meter.over_while_running():
+                        self._kill_agent_processes(container_id)
+                        return
+            except (OSError, DiskLimitError):
+                return  # the check after the command measures again, and raises, in the command's own thread
+
+        thread = threading.Thread(target=watch, name="agentgym-disk-watch", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def _kill_agent_processes(self, container_id: str) -> None:
+        """``kill -9 -1`` as the sandbox user in an exec of its own: the command server is busy with the
+        command being stopped, and its reply (the processes gone) ends that command."""
+        client = engine.api()
+        try:
+            exec_id = client.exec_create(container_id, ["/bin/sh", "-c", "kill -9 -1"], user=self.config.user)["Id"]
+            client.exec_start(exec_id)
+        except (docker.errors.APIError, requests.exceptions.RequestException):
+            pass  # no process slot for the kill: the check after the command still ends the episode
+
+    def _meter_for(self, container_id: str) -> disk.DiskMeter:
+        """The meter of the container's writable layer (made anew for a new container)."""
+        assert self.config.disk_limit is not None
+        if self._meter is None or self._meter.container_id != container_id:
+            self._meter = disk.DiskMeter(container_id, self.config.disk_limit, self._disk_used)
+        return self._meter
+
     def _check_disk(self, container_id: str, *, force: bool = False, snapshot: bool = False) -> int:
         """Raise DiskLimitError when the sandbox has written more than its limit; the bytes written (0 where
         there is no limit). Where the engine enforces the limit (a quota) nothing is checked, and only a
@@ -637,12 +693,11 @@ class DockerSandbox:
         quota = disk.engine_enforces_size(self.image)
         if quota and not snapshot:
             return 0
-        if self._meter is None or self._meter.container_id != container_id:
-            self._meter = disk.DiskMeter(container_id, self.config.disk_limit, self._disk_used)
+        meter = self._meter_for(container_id)
         if quota:
-            return self._meter.measure(force=True)
-        self._meter.check(force=force)
-        return self._meter.size
+            return meter.measure(force=True)
+        meter.check(force=force)
+        return meter.size
 
     # ------------------------------------------------------------------ files
 

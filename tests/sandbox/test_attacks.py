@@ -144,6 +144,14 @@ def test_many_files_over_the_limit_end_the_sandbox(metered_sandbox):
         metered_sandbox.exec("for i in 1 2 3; do fallocate -l 20M /tmp/f$i; done")
 
 
+def test_one_command_cannot_write_far_past_the_limit_before_it_is_measured(metered_sandbox):
+    # 40 files of 32 MiB (1.25 GiB) in one command: a meter that measured only after the command let it all
+    # land on the host. Measured while it runs, its processes are killed a few files past the 64 MiB limit.
+    with pytest.raises(DiskLimitError, match="disk limit"):
+        metered_sandbox.exec("for i in $(seq 40); do fallocate -l 32M /tmp/f$i; sleep 0.1; done")
+    assert _layer_bytes(metered_sandbox) <= 64 * MiB + 8 * 32 * MiB  # 0.8 s of the loop at most, not 1.25 GiB
+
+
 def test_files_nested_past_path_max_count_against_the_limit(metered_sandbox):
     # 30 levels of 200-character names: no path reaches the bottom (PATH_MAX is 4,096 bytes), so a meter that
     # walks by path would not see the 40 MiB there.

@@ -16,6 +16,7 @@ pytest.importorskip("jericho")
 from agentgym.envs.text import textworld as tw  # noqa: E402
 from agentgym.envs.text.textworld import TextWorldEnv, game_file, parse_task_id, walkthrough  # noqa: E402
 from agentgym.task import call_text  # noqa: E402
+from tests.helpers.text_worlds import play_agentgym, plays, random_walk  # noqa: E402
 
 # jericho warns that it cannot read the score of a game it does not know; TextWorld reads its own.
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.jericho.UnsupportedGameWarning")
@@ -46,43 +47,10 @@ def play_direct(task_id, actions):
         game.close()
 
 
-def play_agentgym(env, task_id, actions):
-    """Play ``actions`` after a reset onto ``task_id`` (None: on from where the episode is)."""
-    if task_id is not None:
-        env.reset(options={"task_id": task_id})
-    results, info = [], {}
-    for action in actions:
-        _, reward, terminated, truncated, info = env.step(action)
-        results.append((reward, terminated or truncated))
-        if terminated or truncated:
-            break
-    return results, info
-
-
-def plays(task_id, env, rng):
-    gold = walkthrough(*parse_task_id(task_id))
-    _, info = env.reset(options={"task_id": task_id})
-    random_walk = []
-    for _ in range(20):  # each step drawn from the admissible commands at that point
-        random_walk.append(rng.choice(info["valid_actions"]))
-        _, _, terminated, truncated, info = env.step(random_walk[-1])
-        if terminated or truncated:
-            break
-    i = rng.randrange(len(gold) - 1)
-    swapped = list(gold)
-    swapped[i], swapped[i + 1] = swapped[i + 1], swapped[i]
-    return {
-        "gold": gold,
-        "random": random_walk,
-        "dropped": gold[:i] + gold[i + 1 :],
-        "swapped": swapped,
-        "repeated": gold[: i + 1] + gold[i:],
-    }
-
-
 @pytest.mark.parametrize("task_id", TASKS)
 def test_scores_agree_with_textworld_on_walkthrough_random_and_mutated_plays(env, task_id):
-    for name, actions in plays(task_id, env, random.Random(task_id)).items():
+    rng = random.Random(task_id)
+    for name, actions in plays(walkthrough(*parse_task_id(task_id)), random_walk(env, task_id, rng), rng).items():
         ours, info = play_agentgym(env, task_id, actions)
         theirs, state = play_direct(task_id, actions)
         assert ours == theirs, (task_id, name)

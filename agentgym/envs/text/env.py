@@ -78,6 +78,8 @@ class TextGameEnv(AgentEnv):
     task_fields: tuple[str, str] = ("name", "number")
     #: A command that changes nothing: what a mistaken step of a demonstration plays instead.
     idle_command = "look around"
+    #: The longest command, in UTF-8 bytes, the engine is handed; a longer one is refused whole, never cut.
+    max_command_bytes = 1000
 
     def __init__(self, *, show_valid_actions: bool = False, max_turns: int = 100, **kwargs: Any):
         super().__init__(max_turns=max_turns, **kwargs)
@@ -141,6 +143,12 @@ class TextGameEnv(AgentEnv):
             return Outcome(
                 f"A command is one line of plain text, without backslashes; got {command[:80]!r}.", error=error
             )
+        size = len(command.encode())
+        if size > self.max_command_bytes:
+            # An engine cuts or chokes on what it cannot take (jericho cuts at 198 bytes, inside a character if one
+            # straddles the cut, and then fails decoding it): refused here, the command is not played in part.
+            error = f"command too long: {size} bytes, at most {self.max_command_bytes}"
+            return Outcome(f"A command is at most {self.max_command_bytes} bytes long; got {size}.", error=error)
         played = self._play(command)
         if played.timed_out:
             # The engine's own step limit is a time limit (truncation), not an ending the agent chose.

@@ -56,7 +56,7 @@ from agentgym.sandbox.engine_pool import EnginePool
 
 with requires("text"):
     import textworld
-    from jericho.jericho import UnsupportedGameWarning
+    from jericho.jericho import INPUT_BUFFER_SIZE, UnsupportedGameWarning
 
 __all__ = ["GAME_KINDS", "SPLIT_SEEDS", "TextWorldEnv", "engine_pool", "game_file", "parse_task_id", "walkthrough"]
 
@@ -169,6 +169,7 @@ class TextWorldEnv(TextGameEnv):
 
     task_fields = ("kind", "number")
     idle_command = "look"
+    max_command_bytes = INPUT_BUFFER_SIZE  # the z-machine's input line (198 bytes): jericho cuts a longer one
 
     def __init__(
         self,

@@ -217,3 +217,20 @@ def test_the_games_file_verbs_write_and_read_nothing_on_the_host(env, tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["game.qzl"] and env.unwrapped.commands == []
     results, info = play_agentgym(env, None, walkthrough(*parse_task_id(TASKS[0])))
     assert info["success"] and sum(r for r, _ in results) == pytest.approx(1.0)
+
+
+def test_a_command_longer_than_the_interpreters_input_is_refused_whole_and_the_game_goes_on(env):
+    """jericho cuts a command at 198 bytes: inside a character when one straddles the cut, and its warning then failed
+    decoding it (UnicodeDecodeError: the step was an env_error, an episode's way out of a 0); else the cut played a
+    command the agent did not send. Longer commands are refused before the engine; up to 198 bytes they play."""
+    env.reset(options={"task_id": TASKS[0]})
+    for reply in ["a" * 197 + "é", "look " + "é" * 150, "look" + "." * 300, "x" * 1_000_000]:
+        _, reward, terminated, truncated, info = env.step(reply)
+        assert info["error"].startswith("command too long") and "env_error" not in info
+        assert reward == 0 and not (terminated or truncated)
+    assert env.unwrapped.commands == []
+    observation, _, _, truncated, info = env.step("a" * 196 + "é")  # 198 bytes: played, the game's own answer
+    assert "not a verb I recognise" in observation["text"] and info["error"] is None and not truncated
+    assert env.unwrapped.commands == ["a" * 196 + "é"]
+    results, info = play_agentgym(env, None, walkthrough(*parse_task_id(TASKS[0])))
+    assert info["success"] and sum(r for r, _ in results) == pytest.approx(1.0)

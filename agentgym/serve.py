@@ -1143,7 +1143,7 @@ def _response_events(response: dict) -> Any:
     for index, item in enumerate(response["output"]):
         if item["type"] == "message":
             text = item["content"][0]["text"]
-            where = {"item_id": item["id"], "output_index": index, "content_index": 0}  # the text part the events are of
+            where = {"item_id": item["id"], "output_index": index, "content_index": 0}  # the text part's place
             yield event(
                 "response.output_item.added", output_index=index, item={**item, "status": "in_progress", "content": []}
             )

@@ -16,11 +16,12 @@ A missing ``java`` is one line naming the Debian package to install (:func:`requ
 
 from __future__ import annotations
 
+import abc
 import functools
 import logging
 import shutil
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 from agentgym.envs.text.env import ReplayedGameEnv
 from agentgym.extras import requires
@@ -81,19 +82,22 @@ def jvm_pool(start: Callable[[], Any], engine_mb: int) -> Callable[[], EnginePoo
 class JVMGameEnv(ReplayedGameEnv):
     """A text world played in a pooled py4j JVM, branched by replay (see the module docstring).
 
-    Subclasses set :attr:`engine_pool` and implement ``_setup`` (which calls :meth:`_engine` for
+    Subclasses set :meth:`engine_pool` and implement ``_setup`` (which calls :meth:`_engine` for
     the engine and resets :attr:`commands`), ``_play`` (which appends to :attr:`commands`),
     ``_gold_path``, ``_grade`` and ``valid_actions``.
     """
 
     #: The benchmark's name, in error messages.
     benchmark = "the"
-    #: The family's process-wide pool this env's engines come from (its module's :func:`jvm_pool` getter).
-    engine_pool: ClassVar[Callable[[], EnginePool]]
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         self.engine: Any = None
+
+    @staticmethod
+    @abc.abstractmethod
+    def engine_pool() -> EnginePool:
+        """The family's process-wide pool this env's engines come from (its module's :func:`jvm_pool` getter)."""
 
     def _engine(self) -> Any:
         """The env's engine, taken from the pool on first use."""

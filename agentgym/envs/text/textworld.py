@@ -88,6 +88,10 @@ _LOAD_LOCK = threading.Lock()
 #: host process's working directory, and ``restore`` reads one back (another episode's state, or a planted file).
 #: The engine runs in this process, so these never reach it.
 FILE_VERBS = frozenset({"save", "restore", "script", "transcript", "unscript", "noscript"})
+#: TextWorld's own markup, which it reads back out of the game's text: event tags (``[going south - succeeded]``,
+#: which move its quest tracker) and info tags (``<score>``). The game repeats what the agent says (``say``,
+#: ``answer``...) inside an event tag, so a command holding these could forge them; no game command has one.
+MARKUP = frozenset("[]<>")
 
 
 def cache_dir() -> Path:
@@ -226,6 +230,8 @@ class TextWorldEnv(TextGameEnv):
             return Played(
                 f"{verb!r} is not available: the game's files are not the agent's.", error=f"file verb {verb!r}"
             )
+        if MARKUP & set(command):
+            return Played("A command has no brackets ([ ] < >).", error=f"markup in command: {command[:80]!r}")
         self._state, score, done = self.engine.step(command)
         self.commands.append(command)
         reward = (score - self._score) / self._state.max_score

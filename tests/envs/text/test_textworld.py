@@ -234,3 +234,21 @@ def test_a_command_longer_than_the_interpreters_input_is_refused_whole_and_the_g
     assert env.unwrapped.commands == ["a" * 196 + "é"]
     results, info = play_agentgym(env, None, walkthrough(*parse_task_id(TASKS[0])))
     assert info["success"] and sum(r for r, _ in results) == pytest.approx(1.0)
+
+
+def test_said_text_cannot_forge_textworlds_own_tags(env):
+    """TextWorld reads its event tags (``[going south - succeeded]``, which move its quest tracker) and ``<score>`` tags
+    back out of the game's text, and the game repeats what the agent says inside an event tag: ``say ] [going south -
+    succeeded] [`` moved the tracker south while the player stayed, so the valid actions became another room's.
+    Commands with TextWorld's markup are refused before the engine; saying plain words still plays."""
+    _, info = env.reset(options={"task_id": TASKS[0]})
+    valid = info["valid_actions"]
+    for reply in ["say ] [going south - succeeded] [", "shout <score> 1 </score>", "answer ] *** The End *** ["]:
+        _, reward, terminated, truncated, info = env.step(reply)
+        assert info["error"].startswith("markup in command") and reward == 0 and not (terminated or truncated)
+        assert info["valid_actions"] == valid
+    assert env.unwrapped.commands == []
+    observation, _, _, _, info = env.step("say hello")
+    assert "There is no reply" in observation["text"] and info["valid_actions"] == valid
+    results, info = play_agentgym(env, None, walkthrough(*parse_task_id(TASKS[0])))
+    assert info["success"] and sum(r for r, _ in results) == pytest.approx(1.0)

@@ -1143,37 +1143,16 @@ def _response_events(response: dict) -> Any:
     for index, item in enumerate(response["output"]):
         if item["type"] == "message":
             text = item["content"][0]["text"]
+            where = {"item_id": item["id"], "output_index": index, "content_index": 0}  # the text part's place
             yield event(
                 "response.output_item.added", output_index=index, item={**item, "status": "in_progress", "content": []}
             )
             empty = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-            yield event(
-                "response.content_part.added", item_id=item["id"], output_index=index, content_index=0, part=empty
-            )
+            yield event("response.content_part.added", **where, part=empty)
             if text:  # one delta: the completion is whole before the stream starts (see the module docstring)
-                yield event(
-                    "response.output_text.delta",
-                    item_id=item["id"],
-                    output_index=index,
-                    content_index=0,
-                    delta=text,
-                    logprobs=[],
-                )
-            yield event(
-                "response.output_text.done",
-                item_id=item["id"],
-                output_index=index,
-                content_index=0,
-                text=text,
-                logprobs=[],
-            )
-            yield event(
-                "response.content_part.done",
-                item_id=item["id"],
-                output_index=index,
-                content_index=0,
-                part=item["content"][0],
-            )
+                yield event("response.output_text.delta", **where, delta=text, logprobs=[])
+            yield event("response.output_text.done", **where, text=text, logprobs=[])
+            yield event("response.content_part.done", **where, part=item["content"][0])
         else:
             yield event(
                 "response.output_item.added",

@@ -467,13 +467,14 @@ async def _run(
     policy: Policy | PolicyFactory,
     user: Callable[[int], UserSimulator],
     *,
-    config: BranchingConfig,
+    config: BranchingConfig = BranchingConfig(),
     out_dir: str | Path,
-    seed: int,
-    agent_config: AgentConfig | None,
-    model: str | None,
-    user_name: str,
+    seed: int = 0,
+    agent_config: AgentConfig | None = None,
+    model: str | None = None,
+    user_name: str = "user",
 ) -> dict:
+    """A run in ``mode`` (``branching`` or ``monte_carlo``): the options :func:`run_branching` and :func:`run_monte_carlo` take."""
     import gymnasium
 
     import agentgym  # noqa: F401  (registers the envs)
@@ -534,47 +535,25 @@ def _drop_unfinished(out: Path, done: set) -> None:
 
 
 async def run_branching(
-    suite: Suite,
-    policy: Policy | PolicyFactory,
-    user: Callable[[int], UserSimulator],
-    *,
-    config: BranchingConfig = BranchingConfig(),
-    out_dir: str | Path,
-    seed: int = 0,
-    agent_config: AgentConfig | None = None,
-    model: str | None = None,
-    user_name: str = "user",
+    suite: Suite, policy: Policy | PolicyFactory, user: Callable[[int], UserSimulator], **options: Any
 ) -> dict:
     """Branching evaluation of every task of ``suite`` (see the module docstring); returns :func:`failure_metrics` of its episodes.
 
     ``user(seed)`` makes the user simulator of each task's envs (it must follow directives: a
     :class:`~agentgym.envs.diverse_user.DiverseScriptedUser` or a policy user); the envs take it
-    as ``user=``. ``agent_config`` defaults to no system prompt of the agent loop's own (the env's
-    first observation has the agent's instructions).
+    as ``user=``. The ``options``: ``out_dir`` (the run directory; required), ``config``
+    (a :class:`BranchingConfig`), ``seed`` (0), ``agent_config`` (default: no system prompt of the
+    agent loop's own: the env's first observation has the agent's instructions), ``model`` (the
+    name recorded; default the policy's) and ``user_name`` (``"user"``).
     """
-    return await _run(
-        "branching", suite, policy, user, config=config, out_dir=out_dir, seed=seed,
-        agent_config=agent_config, model=model, user_name=user_name,
-    )  # fmt: skip
+    return await _run("branching", suite, policy, user, **options)
 
 
 async def run_monte_carlo(
-    suite: Suite,
-    policy: Policy | PolicyFactory,
-    user: Callable[[int], UserSimulator],
-    *,
-    config: BranchingConfig = BranchingConfig(),
-    out_dir: str | Path,
-    seed: int = 0,
-    agent_config: AgentConfig | None = None,
-    model: str | None = None,
-    user_name: str = "user",
+    suite: Suite, policy: Policy | PolicyFactory, user: Callable[[int], UserSimulator], **options: Any
 ) -> dict:
-    """Linear Monte Carlo at ``config.token_budget`` per task, into the same kind of run directory (rows with mode ``monte_carlo``)."""
-    return await _run(
-        "monte_carlo", suite, policy, user, config=config, out_dir=out_dir, seed=seed,
-        agent_config=agent_config, model=model, user_name=user_name,
-    )  # fmt: skip
+    """Linear Monte Carlo at ``config.token_budget`` per task, into the same kind of run directory (rows with mode ``monte_carlo``); ``options`` as :func:`run_branching`'s."""
+    return await _run("monte_carlo", suite, policy, user, **options)
 
 
 # ---------------------------------------------------------------------- metrics (pure)

@@ -17,6 +17,7 @@ import sysconfig
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from agentgym.extras import requires
 
@@ -108,9 +109,14 @@ def build_tiny_model(path: str | os.PathLike, **spec) -> Path:
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    model = Qwen2ForCausalLM(config)
-    model.generation_config.eos_token_id = config.eos_token_id
-    model.generation_config.pad_token_id = config.pad_token_id
+    return save_tiny(Qwen2ForCausalLM(config), tokenizer, path, spec)
+
+
+def save_tiny(model: Any, tokenizer: Any, path: Path, spec: dict) -> Path:
+    """Save a built tiny model into ``path`` (beside its tokenizer), generating up to the tokenizer's end token, with
+    the spec it was built from (which marks the build finished for :func:`cached_build`); returns the path."""
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(path)
     (path / "agentgym_tiny.json").write_text(json.dumps(spec, sort_keys=True))
     return path

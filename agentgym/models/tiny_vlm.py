@@ -17,12 +17,11 @@ which insists on a video processor) need torchvision, which agentgym does not in
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from agentgym.extras import requires
-from agentgym.models.tiny import SPECIAL_TOKENS, build_tokenizer, cached_build
+from agentgym.models.tiny import SPECIAL_TOKENS, build_tokenizer, cached_build, save_tiny
 
 __all__ = ["DEFAULT_VLM_SPEC", "VISION_TOKENS", "build_tiny_vlm", "tiny_vlm_path"]
 
@@ -101,12 +100,7 @@ def build_tiny_vlm(path: str | os.PathLike, **spec) -> Path:
         vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=True,
     )
-    model = Qwen2VLForConditionalGeneration(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(path)
-    (path / "agentgym_tiny.json").write_text(json.dumps(spec, sort_keys=True))
-    return path
+    return save_tiny(Qwen2VLForConditionalGeneration(config), tokenizer, path, spec)
 
 
 def tiny_vlm_path(cache_dir: str | os.PathLike | None = None, **spec) -> Path:

@@ -16,10 +16,11 @@ even when it is SIGKILLed (py4j's ``die_on_exit`` makes the JVM exit when its st
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 __all__ = ["EnginePool", "memory_budget_mb"]
@@ -80,6 +81,17 @@ class EnginePool(Generic[E]):
     def discard(self, engine: E) -> None:
         """Stop an engine that failed (never handed out again)."""
         self._stop(engine)
+
+    @contextlib.contextmanager
+    def borrowed(self) -> Iterator[E]:
+        """An engine for a ``with`` block: released after it, discarded when the block raised (it may be broken)."""
+        engine = self.acquire()
+        try:
+            yield engine
+        except BaseException:
+            self.discard(engine)
+            raise
+        self.release(engine)
 
     @property
     def idle(self) -> int:

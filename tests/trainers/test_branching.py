@@ -53,6 +53,23 @@ def _tree_trainer(tmp_path, **settings):
     return TreeGRPOTrainer(str(tiny_model_path()), args)
 
 
+def _sao_trainer(tmp_path, **settings):
+    from agentgym.trainers.sao import SAOTrainer
+    from agentgym.trainers.sao_config import SAOConfig
+
+    settings = {
+        "env_id": CAPITAL,
+        "per_device_train_batch_size": 2,
+        "max_turn_tokens": 1,
+        "max_steps": 2,
+        "log_kl_to_start": False,
+        "rollout_concurrency": 2,
+        **settings,
+    }
+    args = SAOConfig(output_dir=str(tmp_path), save_strategy="no", report_to="none", use_cpu=True, **settings)
+    return SAOTrainer(str(tiny_model_path()), args)
+
+
 def _keep_batches(trainer) -> list[dict]:
     """Wrap the trainer's rollout hook so every batch it trains on is kept for the test."""
     generate, batches = trainer._generate_and_score_completions, []
@@ -185,25 +202,7 @@ def test_trace_splits_a_tree_steps_leaves_by_task(tmp_path):
 
 
 def test_sao_trace_samples_tasks_by_outcome_variance(tmp_path):
-    from agentgym.trainers.sao import SAOTrainer
-    from agentgym.trainers.sao_config import SAOConfig
-
-    args = SAOConfig(
-        output_dir=str(tmp_path),
-        env_id=CAPITAL,
-        per_device_train_batch_size=2,
-        max_turn_tokens=1,
-        max_steps=2,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        log_kl_to_start=False,
-        task_allocation="trace",
-        allocation_decay=1.0,
-        allocation_floor=0.0,
-        rollout_concurrency=2,
-    )
-    trainer = SAOTrainer(str(tiny_model_path()), args)
+    trainer = _sao_trainer(tmp_path, task_allocation="trace", allocation_decay=1.0, allocation_floor=0.0)
     for i in range(8):  # every task but shout-5 always fails (p(1−p) ≈ 0.02 against 0.25 for shout-5's p = 1/2)
         for _ in range(0 if i == 5 else 50):
             trainer.outcomes.update(f"shout-{i}", False)
@@ -382,25 +381,9 @@ def test_success_replay_fills_all_failed_groups_in_linear_grpo(tmp_path):
 
 
 def test_sao_mixes_replayed_successes_under_the_decoupled_objective(tmp_path):
-    from agentgym.trainers.sao import SAOTrainer
-    from agentgym.trainers.sao_config import SAOConfig
-
-    common = dict(
-        env_id=CAPITAL,
-        per_device_train_batch_size=2,
-        max_turn_tokens=1,
-        max_steps=2,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        log_kl_to_start=False,
-        rollout_concurrency=2,
-        success_replay=True,
-    )
     with pytest.raises(ValueError, match="off_policy_correction: decoupled"):
-        SAOConfig(output_dir=str(tmp_path / "bad"), **common)
-    args = SAOConfig(output_dir=str(tmp_path), off_policy_correction="decoupled", replay_per_step=1, **common)
-    trainer = SAOTrainer(str(tiny_model_path()), args)
+        _sao_trainer(tmp_path / "bad", success_replay=True)
+    trainer = _sao_trainer(tmp_path, success_replay=True, off_policy_correction="decoupled", replay_per_step=1)
     trainer.success_replay.add(_scripted_success(trainer, "shout-3"))
     trainer.train()
     logged = [h for h in trainer.state.log_history if "replay/mixed" in h]
@@ -429,24 +412,7 @@ def test_the_best_checkpoint_on_validation_is_kept_beside_the_last(tmp_path):
 def test_sao_keeps_its_best_checkpoint_on_validation_too(tmp_path):
     import json
 
-    from agentgym.trainers.sao import SAOTrainer
-    from agentgym.trainers.sao_config import SAOConfig
-
-    args = SAOConfig(
-        output_dir=str(tmp_path),
-        env_id=CAPITAL,
-        per_device_train_batch_size=2,
-        max_turn_tokens=1,
-        max_steps=2,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        log_kl_to_start=False,
-        rollout_concurrency=2,
-        validation_tasks=["shout-0", "shout-1"],
-        validation_every=2,
-    )
-    trainer = SAOTrainer(str(tiny_model_path()), args)
+    trainer = _sao_trainer(tmp_path, validation_tasks=["shout-0", "shout-1"], validation_every=2)
     trainer.train()
     report = json.loads((tmp_path / "validation.json").read_text())
     assert [e["step"] for e in report["history"]] == [2] and report["best"] == report["last"]

@@ -195,15 +195,12 @@ class BabyAIEnv(TextGameEnv):
         self.level_env: Any = None
         self._ending_reward = 0.0
 
-    def task_ids(self) -> list[str]:
-        return self._task_ids
-
     def tasks(self) -> list[Task]:
         """Each listed task (category: its split), with the BabyAI bot's play as its reference solution."""
         tasks = []
         for task_id in self._task_ids:
             split, level, seed = parse_task_id(task_id)
-            tasks.append(Task(task_id, "", split, {"level": level, "seed": seed}, partial(bot_actions, level, seed)))
+            tasks.append(Task(task_id, "", split, {"level": level, "seed": seed}, self._gold_path(task_id)))
         return tasks
 
     def demonstration_replies(
@@ -214,6 +211,10 @@ class BabyAIEnv(TextGameEnv):
         return bot_actions(level, seed, mistake_rate, rng)
 
     # ------------------------------------------------------------------ family hooks
+    def _gold_path(self, task_id: str) -> partial[list[str]]:
+        _, level, seed = parse_task_id(task_id)
+        return partial(bot_actions, level, seed)
+
     def _setup(self, task_id: str) -> str:
         _, level, seed = parse_task_id(task_id)
         self.level_env = make_level(level, seed)

@@ -11,6 +11,8 @@ where the engine has no parser, a line naming the command set), never an excepti
 **Family hooks** (the vocabulary of :mod:`agentgym.core`):
 
 * ``_setup(task_id)`` — load the task into the engine; returns the first observation's text;
+* ``_gold_path(task_id)`` — the engine's own solution of a task, built when called (the tasks' reference
+  solutions and the demonstrations come from it);
 * ``_play(command)`` — one command through the engine: a :class:`Played` (the engine's text,
   whether the game ended, whether the engine took the command);
 * ``_grade(answer)`` — the verdict when the game ends (``answer`` is None: the engine ended it), from the engine's own score;
@@ -22,14 +24,16 @@ where the engine has no parser, a line naming the command set), never an excepti
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, final
 
 from agentgym.actions import ToolCall, ToolSpec
 from agentgym.core import AgentEnv, Outcome, Verdict
+from agentgym.task import Task
 
-__all__ = ["ACT", "Played", "ReplayedGameEnv", "TextGameEnv"]
+__all__ = ["ACT", "Played", "ReplayedGameEnv", "TextGameEnv", "parse_task_id"]
 
 #: The one tool of a text world: a command, exactly as the engine takes it.
 ACT = ToolSpec(
@@ -41,6 +45,13 @@ ACT = ToolSpec(
         "required": ["command"],
     },
 )
+
+
+def parse_task_id(task_id: str) -> tuple[str, str, int]:
+    """``(split, name, number)`` of a text world's task id ``<split>/<name>/<number>`` (each family says what its
+    name and number are: ScienceWorld's task type and variation, a TextWorld game kind and number ...)."""
+    split, name, number = task_id.split("/")
+    return split, name, int(number)
 
 
 @dataclass
@@ -63,10 +74,39 @@ class TextGameEnv(AgentEnv):
     """
 
     allow_text_replies = True
+    #: What a task id's name and number are (``<split>/<name>/<number>``): the keys of its task's metadata.
+    task_fields: tuple[str, str] = ("name", "number")
+    #: A command that changes nothing: what a mistaken step of a demonstration plays instead.
+    idle_command = "look around"
+    #: The longest command, in UTF-8 bytes, the engine is handed; a longer one is refused whole, never cut.
+    max_command_bytes = 1000
 
     def __init__(self, *, show_valid_actions: bool = False, max_turns: int = 100, **kwargs: Any):
         super().__init__(max_turns=max_turns, **kwargs)
         self.show_valid_actions = show_valid_actions
+        self._task_ids: list[str] = []  # the listed tasks, which each family's constructor selects
+
+    def task_ids(self) -> list[str]:
+        return self._task_ids
+
+    def tasks(self) -> list[Task]:
+        """Each listed task (category: its split), with the engine's own solution (:meth:`_gold_path`) as its reference."""
+        tasks = []
+        for task_id in self._task_ids:
+            split, name, number = parse_task_id(task_id)
+            metadata = dict(zip(self.task_fields, (name, number), strict=True))
+            tasks.append(Task(task_id, "", split, metadata, self._gold_path(task_id)))
+        return tasks
+
+    def demonstration_replies(
+        self, task_id: str, mistake_rate: float = 0.0, rng: random.Random | None = None
+    ) -> list[str]:
+        """The engine's solution of a task; with ``mistake_rate`` > 0, each step is replaced that often by
+        :attr:`idle_command` (SFT warm starts call this)."""
+        if mistake_rate and rng is None:
+            raise ValueError("a mistaken demonstration needs an rng to draw its mistakes from")
+        path = self._gold_path(task_id)()
+        return [(self.idle_command if mistake_rate and rng and rng.random() < mistake_rate else step) for step in path]
 
     # ------------------------------------------------------------------ AgentEnv hooks
     def tools(self) -> list[ToolSpec]:
@@ -103,6 +143,12 @@ class TextGameEnv(AgentEnv):
             return Outcome(
                 f"A command is one line of plain text, without backslashes; got {command[:80]!r}.", error=error
             )
+        size = len(command.encode())
+        if size > self.max_command_bytes:
+            # An engine cuts or chokes on what it cannot take (jericho cuts at 198 bytes, inside a character if one
+            # straddles the cut, and then fails decoding it): refused here, the command is not played in part.
+            error = f"command too long: {size} bytes, at most {self.max_command_bytes}"
+            return Outcome(f"A command is at most {self.max_command_bytes} bytes long; got {size}.", error=error)
         played = self._play(command)
         if played.timed_out:
             # The engine's own step limit is a time limit (truncation), not an ending the agent chose.
@@ -128,6 +174,11 @@ class TextGameEnv(AgentEnv):
     @abc.abstractmethod
     def _setup(self, task_id: str) -> str:
         """Load ``task_id`` into the engine; return the first observation's text."""
+
+    @abc.abstractmethod
+    def _gold_path(self, task_id: str) -> Callable[[], list[str]]:
+        """The engine's own solution of a task (gold path, walkthrough, bot), built when called: the family's module
+        function with the task's arguments bound, so that a :class:`~agentgym.task.Task` holding it holds no env."""
 
     @abc.abstractmethod
     def _play(self, command: str) -> Played:

@@ -17,6 +17,7 @@ A missing ``java`` is one line naming the Debian package to install (:func:`requ
 from __future__ import annotations
 
 import abc
+import functools
 import logging
 import shutil
 from collections.abc import Callable
@@ -73,17 +74,17 @@ def stop(engine: Any) -> None:
         process.wait()
 
 
-def jvm_pool(start: Callable[[], Any], engine_mb: int) -> EnginePool:
-    """A pool of one package's JVM engines, each ``engine_mb`` resident."""
-    return EnginePool(start, stop, alive, engine_mb)
+def jvm_pool(start: Callable[[], Any], engine_mb: int) -> Callable[[], EnginePool]:
+    """The getter of one package's process-wide pool of JVM engines (each ``engine_mb`` resident), made at its first call."""
+    return functools.cache(lambda: EnginePool(start, stop, alive, engine_mb))
 
 
 class JVMGameEnv(ReplayedGameEnv):
     """A text world played in a pooled py4j JVM, branched by replay (see the module docstring).
 
-    Subclasses implement :meth:`engine_pool`, ``_setup`` (which calls :meth:`_engine` for the
-    engine and resets :attr:`commands`), ``_play`` (which appends to :attr:`commands`),
-    ``_grade`` and ``valid_actions``.
+    Subclasses set :meth:`engine_pool` and implement ``_setup`` (which calls :meth:`_engine` for
+    the engine and resets :attr:`commands`), ``_play`` (which appends to :attr:`commands`),
+    ``_gold_path``, ``_grade`` and ``valid_actions``.
     """
 
     #: The benchmark's name, in error messages.
@@ -93,9 +94,10 @@ class JVMGameEnv(ReplayedGameEnv):
         super().__init__(**kwargs)
         self.engine: Any = None
 
+    @staticmethod
     @abc.abstractmethod
-    def engine_pool(self) -> EnginePool:
-        """The process-wide pool this env's engines come from."""
+    def engine_pool() -> EnginePool:
+        """The family's process-wide pool this env's engines come from (its module's :func:`jvm_pool` getter)."""
 
     def _engine(self) -> Any:
         """The env's engine, taken from the pool on first use."""

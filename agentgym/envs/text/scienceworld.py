@@ -41,11 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.core import Verdict, select_tasks
-from agentgym.envs.text.env import Played
+from agentgym.envs.text.env import Played, parse_task_id
 from agentgym.envs.text.jvm import JVMGameEnv, jvm_pool, require_java
 from agentgym.extras import requires
-from agentgym.sandbox.engine_pool import EnginePool
-from agentgym.task import Task
 
 with requires("text"):
     import scienceworld
@@ -66,15 +64,8 @@ def _start() -> Any:
     return scienceworld.ScienceWorldEnv("")
 
 
-_pool: EnginePool | None = None
-
-
-def engine_pool() -> EnginePool:
-    """The process-wide pool of ScienceWorld JVMs."""
-    global _pool
-    if _pool is None:
-        _pool = jvm_pool(_start, JVM_MB)
-    return _pool
+#: The process-wide pool of ScienceWorld JVMs (made at its first call).
+engine_pool = jvm_pool(_start, JVM_MB)
 
 
 def read_variations(engine: Any) -> dict[str, dict[str, list[int]]]:
@@ -92,17 +83,10 @@ def read_variations(engine: Any) -> dict[str, dict[str, list[int]]]:
 
 def gold_path(task: str, variation: int, simplifications: str = "") -> list[str]:
     """ScienceWorld's gold action sequence of one variation, made in a pooled engine."""
-    pool = engine_pool()
-    engine = pool.acquire()
-    try:
+    with engine_pool().borrowed() as engine:
         engine.load(task, variation, simplifications, generateGoldPath=True)
         engine.reset()
-        path = list(engine.get_gold_action_sequence())
-    except BaseException:
-        pool.discard(engine)
-        raise
-    pool.release(engine)
-    return path
+        return list(engine.get_gold_action_sequence())
 
 
 class ScienceWorldEnv(JVMGameEnv):
@@ -118,6 +102,10 @@ class ScienceWorldEnv(JVMGameEnv):
         show_valid_actions: append the valid action-object combinations to every observation.
         max_turns: replies before the episode is truncated (default: ``step_limit``).
     """
+
+    benchmark = "ScienceWorld"
+    engine_pool = staticmethod(engine_pool)
+    task_fields = ("task", "variation")
 
     def __init__(
         self,
@@ -148,36 +136,15 @@ class ScienceWorldEnv(JVMGameEnv):
         self._score = 0
         self._valid: list[str] = []
 
-    benchmark = "ScienceWorld"
-
-    def engine_pool(self) -> EnginePool:
-        return engine_pool()
-
-    def task_ids(self) -> list[str]:
-        return self._task_ids
-
-    def tasks(self) -> list[Task]:
-        """Each listed variation (category: its split), with ScienceWorld's gold path as its reference solution."""
-        tasks = []
-        for task_id in self._task_ids:
-            split, task, variation = parse_task_id(task_id)
-            solution = partial(gold_path, task, variation, self.simplifications)
-            tasks.append(Task(task_id, "", split, {"task": task, "variation": variation}, solution))
-        return tasks
-
-    def demonstration_replies(self, task_id: str, mistake_rate: float = 0.0, rng: Any = None) -> list[str]:
-        """The gold path of a task; with ``mistake_rate`` > 0, each step is replaced that often by a `look around` (SFT warm starts call this)."""
-        _, task, variation = parse_task_id(task_id)
-        path = gold_path(task, variation, self.simplifications)
-        if mistake_rate and rng is None:
-            raise ValueError("a mistaken demonstration needs an rng to draw its mistakes from")
-        return [("look around" if mistake_rate and rng.random() < mistake_rate else step) for step in path]
-
     # ------------------------------------------------------------------ family hooks
     def _setup(self, task_id: str) -> str:
         _, task, variation = parse_task_id(task_id)
         observation, info = self._load_task(task, variation)
         return f"{info['taskDesc']}\n\n{observation}"
+
+    def _gold_path(self, task_id: str) -> partial[list[str]]:
+        _, task, variation = parse_task_id(task_id)
+        return partial(gold_path, task, variation, self.simplifications)
 
     def _load_task(self, task: str, variation: int) -> tuple[str, dict]:
         self._engine().envStepLimit = self.step_limit
@@ -205,9 +172,3 @@ class ScienceWorldEnv(JVMGameEnv):
 
     def valid_actions(self) -> list[str]:
         return self._valid
-
-
-def parse_task_id(task_id: str) -> tuple[str, str, int]:
-    """``(split, task type, variation)`` of a task id ``<split>/<task>/<n>``."""
-    split, task, variation = task_id.split("/")
-    return split, task, int(variation)

@@ -39,7 +39,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -51,14 +50,13 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.core import Verdict, select_tasks
-from agentgym.envs.text.env import Played, TextGameEnv
+from agentgym.envs.text.env import Played, TextGameEnv, parse_task_id
 from agentgym.extras import requires
 from agentgym.sandbox.engine_pool import EnginePool
-from agentgym.task import Task
 
 with requires("text"):
     import textworld
-    from jericho.jericho import UnsupportedGameWarning
+    from jericho.jericho import INPUT_BUFFER_SIZE, UnsupportedGameWarning
 
 __all__ = ["GAME_KINDS", "SPLIT_SEEDS", "TextWorldEnv", "engine_pool", "game_file", "parse_task_id", "walkthrough"]
 
@@ -90,12 +88,10 @@ _LOAD_LOCK = threading.Lock()
 #: host process's working directory, and ``restore`` reads one back (another episode's state, or a planted file).
 #: The engine runs in this process, so these never reach it.
 FILE_VERBS = frozenset({"save", "restore", "script", "transcript", "unscript", "noscript"})
-
-
-def parse_task_id(task_id: str) -> tuple[str, str, int]:
-    """``(split, kind, n)`` of a task id ``<split>/<kind>/<n>``."""
-    split, kind, number = task_id.split("/")
-    return split, kind, int(number)
+#: TextWorld's own markup, which it reads back out of the game's text: event tags (``[going south - succeeded]``,
+#: which move its quest tracker) and info tags (``<score>``). The game repeats what the agent says (``say``,
+#: ``answer``...) inside an event tag, so a command holding these could forge them; no game command has one.
+MARKUP = frozenset("[]<>")
 
 
 def cache_dir() -> Path:
@@ -175,6 +171,10 @@ class TextWorldEnv(TextGameEnv):
         max_turns: replies before the episode is truncated.
     """
 
+    task_fields = ("kind", "number")
+    idle_command = "look"
+    max_command_bytes = INPUT_BUFFER_SIZE  # the z-machine's input line (198 bytes): jericho cuts a longer one
+
     def __init__(
         self,
         kinds: Sequence[str] | None = None,
@@ -202,31 +202,6 @@ class TextWorldEnv(TextGameEnv):
         self._state: Any = None
         self._score = 0
 
-    def task_ids(self) -> list[str]:
-        return self._task_ids
-
-    def tasks(self) -> list[Task]:
-        """Each listed game (category: its split), with its walkthrough as the reference solution (the game is generated when asked)."""
-        return [
-            Task(
-                task_id,
-                "",
-                parse_task_id(task_id)[0],
-                {"kind": parse_task_id(task_id)[1]},
-                partial(walkthrough, *parse_task_id(task_id)),
-            )
-            for task_id in self._task_ids
-        ]
-
-    def demonstration_replies(
-        self, task_id: str, mistake_rate: float = 0.0, rng: random.Random | None = None
-    ) -> list[str]:
-        """The walkthrough of a task; with ``mistake_rate`` > 0, each step is replaced that often by a `look` (SFT warm starts call this)."""
-        path = walkthrough(*parse_task_id(task_id))
-        if mistake_rate and rng is None:
-            raise ValueError("a mistaken demonstration needs an rng to draw its mistakes from")
-        return [("look" if mistake_rate and rng and rng.random() < mistake_rate else step) for step in path]
-
     # ------------------------------------------------------------------ family hooks
     def _setup(self, task_id: str) -> str:
         with _LOAD_LOCK:
@@ -234,6 +209,9 @@ class TextWorldEnv(TextGameEnv):
             self._state = self.engine.reset()
         self.commands, self._score = [], 0
         return str(self._state.feedback).strip()
+
+    def _gold_path(self, task_id: str) -> partial[list[str]]:
+        return partial(walkthrough, *parse_task_id(task_id))
 
     def _load_game(self, task_id: str) -> None:
         """Have the env's engine hold the task's game (taking an engine from the pool first); the caller holds the load lock."""
@@ -252,6 +230,8 @@ class TextWorldEnv(TextGameEnv):
             return Played(
                 f"{verb!r} is not available: the game's files are not the agent's.", error=f"file verb {verb!r}"
             )
+        if MARKUP & set(command):
+            return Played("A command has no brackets ([ ] < >).", error=f"markup in command: {command[:80]!r}")
         self._state, score, done = self.engine.step(command)
         self.commands.append(command)
         reward = (score - self._score) / self._state.max_score

@@ -32,17 +32,14 @@ reset says so in one line.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
 from agentgym.core import Verdict, select_tasks
-from agentgym.envs.text.env import Played
+from agentgym.envs.text.env import Played, parse_task_id
 from agentgym.envs.text.jvm import JVMGameEnv, jvm_pool, require_java
 from agentgym.extras import requires
-from agentgym.sandbox.engine_pool import EnginePool
-from agentgym.task import Task
 
 with requires("text"):
     from textworld_express import TextWorldExpressEnv as PackageEnv
@@ -63,35 +60,15 @@ def _start() -> Any:
     return PackageEnv()
 
 
-_pool: EnginePool | None = None
-
-
-def engine_pool() -> EnginePool:
-    """The process-wide pool of TextWorldExpress JVMs."""
-    global _pool
-    if _pool is None:
-        _pool = jvm_pool(_start, JVM_MB)
-    return _pool
-
-
-def parse_task_id(task_id: str) -> tuple[str, str, int]:
-    """``(fold, game, seed)`` of a task id ``<fold>/<game>/<seed>``."""
-    fold, game, seed = task_id.split("/")
-    return fold, game, int(seed)
+#: The process-wide pool of TextWorldExpress JVMs (made at its first call).
+engine_pool = jvm_pool(_start, JVM_MB)
 
 
 def gold_path(fold: str, game: str, seed: int, game_params: str = "") -> list[str]:
     """The engine's gold action sequence of one game, made in a pooled engine."""
-    pool = engine_pool()
-    engine = pool.acquire()
-    try:
+    with engine_pool().borrowed() as engine:
         engine.reset(seed=seed, gameFold=fold, gameName=game, gameParams=game_params, generateGoldPath=True)
-        path = engine.getGoldActionSequence()
-    except BaseException:
-        pool.discard(engine)
-        raise
-    pool.release(engine)
-    return path
+        return engine.getGoldActionSequence()
 
 
 class TextWorldExpressEnv(JVMGameEnv):
@@ -109,6 +86,8 @@ class TextWorldExpressEnv(JVMGameEnv):
     """
 
     benchmark = "TextWorldExpress"
+    engine_pool = staticmethod(engine_pool)
+    task_fields = ("game", "seed")
 
     def __init__(
         self,
@@ -138,31 +117,6 @@ class TextWorldExpressEnv(JVMGameEnv):
         self.step_limit = step_limit
         self._last: dict[str, Any] = {}
 
-    def engine_pool(self) -> EnginePool:
-        return engine_pool()
-
-    def task_ids(self) -> list[str]:
-        return self._task_ids
-
-    def tasks(self) -> list[Task]:
-        """Each listed game (category: its fold), with the engine's gold path as its reference solution."""
-        tasks = []
-        for task_id in self._task_ids:
-            fold, game, seed = parse_task_id(task_id)
-            solution = partial(gold_path, fold, game, seed, self.game_params.get(game, ""))
-            tasks.append(Task(task_id, "", fold, {"game": game, "seed": seed}, solution))
-        return tasks
-
-    def demonstration_replies(
-        self, task_id: str, mistake_rate: float = 0.0, rng: random.Random | None = None
-    ) -> list[str]:
-        """The gold path of a task; with ``mistake_rate`` > 0, each step is replaced that often by a `look around` (SFT warm starts call this)."""
-        fold, game, seed = parse_task_id(task_id)
-        path = gold_path(fold, game, seed, self.game_params.get(game, ""))
-        if mistake_rate and rng is None:
-            raise ValueError("a mistaken demonstration needs an rng to draw its mistakes from")
-        return [("look around" if mistake_rate and rng and rng.random() < mistake_rate else step) for step in path]
-
     # ------------------------------------------------------------------ family hooks
     def _setup(self, task_id: str) -> str:
         fold, game, seed = parse_task_id(task_id)
@@ -172,6 +126,10 @@ class TextWorldExpressEnv(JVMGameEnv):
         observation, info = self._engine_call(engine.reset, seed=seed, gameFold=fold, gameName=game, gameParams=params)
         self.commands, self._last = [], info
         return f"{info['taskDescription']}\n\n{observation}"
+
+    def _gold_path(self, task_id: str) -> partial[list[str]]:
+        fold, game, seed = parse_task_id(task_id)
+        return partial(gold_path, fold, game, seed, self.game_params.get(game, ""))
 
     def _play(self, command: str) -> Played:
         observation, reward, done, info = self._engine_call(self.engine.step, command)

@@ -195,12 +195,7 @@ class BrowserSession:
         del self._deferred[page]
         self._stubbing = page
         try:
-            await page.goto("about:blank")
-            cdp = await self.context.new_cdp_session(page)
-            try:
-                await cdp.send("Page.resetNavigationHistory")
-            finally:
-                await cdp.detach()
+            await self._blank(page)
             for url in urls:
                 await page.goto(url, wait_until="commit")
             for _ in range(len(urls) - 1 - index):
@@ -292,13 +287,17 @@ class BrowserSession:
             await page.goto(warm + "/", wait_until="load")
         finally:
             self._stubbing, self.allowed_origins = None, allowed
+        await self._blank(page)
+        return page
+
+    async def _blank(self, page: Any) -> None:
+        """Leave ``page`` on the blank page with no back/forward history."""
         await page.goto("about:blank")
         cdp = await self.context.new_cdp_session(page)
         try:
             await cdp.send("Page.resetNavigationHistory")
         finally:
             await cdp.detach()
-        return page
 
     def _placeholder_wanted(self, request: Any) -> bool:
         try:

@@ -198,3 +198,11 @@ def test_demonstrations_with_mistakes_replan_and_still_solve():
             assert len(noisy) >= len(clean)
     finally:
         env.close()
+
+
+def test_a_command_over_the_byte_limit_is_refused_whole_and_the_level_goes_on(env):
+    """Every text world hands its engine at most ``max_command_bytes`` (1,000) of a command, refused whole, never cut."""
+    env.reset(options={"task_id": "test/GoToLocal/0"})
+    _, reward, terminated, truncated, info = env.step("go forward " * 100)
+    assert info["error"] == "command too long: 1099 bytes, at most 1000" and reward == 0
+    assert not (terminated or truncated) and env.unwrapped.level_env.step_count == 0

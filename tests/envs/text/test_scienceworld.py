@@ -17,6 +17,13 @@ from agentgym.envs.text import jvm  # noqa: E402
 from agentgym.envs.text import scienceworld as sw  # noqa: E402
 from agentgym.envs.text.scienceworld import ScienceWorldEnv, gold_path, parse_task_id  # noqa: E402
 from agentgym.task import call_text  # noqa: E402
+from tests.helpers.text_worlds import (  # noqa: E402
+    check_engines_are_reused,
+    check_fork_equals_replay,
+    kill_the_jvm_then_reset,
+    play_agentgym,
+    plays,
+)
 
 
 # Short gold paths keep the default run small; the slow sweep covers more task types.
@@ -75,35 +82,12 @@ def play_direct(engine, task_id, actions):
     return results, start, score
 
 
-def play_agentgym(env, task_id, actions):
-    _, info = env.reset(options={"task_id": task_id})
-    results, info = [], info
-    for action in actions:
-        _, reward, terminated, truncated, info = env.step(action)
-        results.append((reward, terminated or truncated))
-        if terminated or truncated:
-            break
-    return results, info
-
-
-def plays(task_id, env, rng):
+def check_agreement(env, direct, task_id):
+    rng = random.Random(task_id)
     gold = gold_path(*parse_task_id(task_id)[1:])
     env.reset(options={"task_id": task_id})
-    random_walk = [rng.choice(env.unwrapped.valid_actions()) for _ in range(15)]
-    i = rng.randrange(len(gold) - 1)
-    swapped = list(gold)
-    swapped[i], swapped[i + 1] = swapped[i + 1], swapped[i]
-    return {
-        "gold": gold,
-        "random": random_walk,
-        "dropped": gold[:i] + gold[i + 1 :],
-        "swapped": swapped,
-        "repeated": gold[: i + 1] + gold[i:],
-    }
-
-
-def check_agreement(env, direct, task_id):
-    for name, actions in plays(task_id, env, random.Random(task_id)).items():
+    walk = [rng.choice(env.unwrapped.valid_actions()) for _ in range(15)]  # from the first room's valid actions
+    for name, actions in plays(gold, walk, rng).items():
         ours, info = play_agentgym(env, task_id, actions)
         theirs, start, score = play_direct(direct, task_id, actions)
         assert ours == theirs, (task_id, name)
@@ -170,52 +154,16 @@ def test_observations_valid_actions_and_the_engines_answer_to_nonsense(env):
 
 # ---------------------------------------------------------------------- branching by replay
 def test_fork_mid_episode_then_continue_equals_replay(env):
-    task_id = TASKS[0]
-    gold = gold_path(*parse_task_id(task_id)[1:])
-    env.reset(options={"task_id": task_id})
-    for action in gold[:4]:
-        env.step(action)
-    with env.unwrapped.snapshot() as snapshot:
-        fork = env.unwrapped.fork(snapshot)
-    replay = gymnasium.make("agentgym/text.scienceworld-v0")
-    try:
-        replay.reset(options={"task_id": task_id})
-        for action in gold[:4]:
-            replay.step(action)
-        continuation = ["look around", "inventory", *gold[4:]]
-        runs = [[branch.step(action) for action in continuation] for branch in (fork, replay, env)]
-        assert runs[0] == runs[1] == runs[2] and runs[0][-1][4]["success"]
-    finally:
-        fork.close()
-        replay.close()
+    check_fork_equals_replay(env, TASKS[0], gold_path(*parse_task_id(TASKS[0])[1:]), 4)
 
 
 # ---------------------------------------------------------------------- engines
 def test_engines_are_reused_across_envs_and_episodes():
-    pool = sw.engine_pool()
-    first = ScienceWorldEnv(tasks=TASKS)
-    first.reset(options={"task_id": TASKS[0]})
-    engine = first.engine
-    first.reset(options={"task_id": TASKS[1]})
-    assert first.engine is engine
-    first.close()
-    started = pool.started
-    second = ScienceWorldEnv(tasks=TASKS)
-    second.reset(options={"task_id": TASKS[0]})
-    assert second.engine is engine and pool.started == started
-    second.close()
+    check_engines_are_reused(ScienceWorldEnv, TASKS)
 
 
 def test_a_dead_jvm_is_an_env_error_and_the_next_reset_gets_a_new_one(env):
-    env.reset(options={"task_id": TASKS[0]})
-    process = env.unwrapped.engine._gateway.java_process
-    process.kill()
-    process.wait()
-    _, reward, terminated, truncated, info = env.step("look around")
-    assert info["env_error"] and truncated and not terminated and reward == 0.0
-    observation, _ = env.reset(options={"task_id": TASKS[0]})
-    assert jvm.alive(env.unwrapped.engine) and env.unwrapped.engine._gateway.java_process is not process
-    assert "This room is called" in observation["text"]
+    assert "This room is called" in kill_the_jvm_then_reset(env, TASKS[0])["text"]
 
 
 def test_no_orphan_jvm_after_the_parent_is_sigkilled(tmp_path):

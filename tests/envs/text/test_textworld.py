@@ -16,6 +16,7 @@ pytest.importorskip("jericho")
 from agentgym.envs.text import textworld as tw  # noqa: E402
 from agentgym.envs.text.textworld import TextWorldEnv, game_file, parse_task_id, walkthrough  # noqa: E402
 from agentgym.task import call_text  # noqa: E402
+from tests.helpers.text_worlds import play_agentgym, plays, random_walk  # noqa: E402
 
 # jericho warns that it cannot read the score of a game it does not know; TextWorld reads its own.
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.jericho.UnsupportedGameWarning")
@@ -46,43 +47,10 @@ def play_direct(task_id, actions):
         game.close()
 
 
-def play_agentgym(env, task_id, actions):
-    """Play ``actions`` after a reset onto ``task_id`` (None: on from where the episode is)."""
-    if task_id is not None:
-        env.reset(options={"task_id": task_id})
-    results, info = [], {}
-    for action in actions:
-        _, reward, terminated, truncated, info = env.step(action)
-        results.append((reward, terminated or truncated))
-        if terminated or truncated:
-            break
-    return results, info
-
-
-def plays(task_id, env, rng):
-    gold = walkthrough(*parse_task_id(task_id))
-    _, info = env.reset(options={"task_id": task_id})
-    random_walk = []
-    for _ in range(20):  # each step drawn from the admissible commands at that point
-        random_walk.append(rng.choice(info["valid_actions"]))
-        _, _, terminated, truncated, info = env.step(random_walk[-1])
-        if terminated or truncated:
-            break
-    i = rng.randrange(len(gold) - 1)
-    swapped = list(gold)
-    swapped[i], swapped[i + 1] = swapped[i + 1], swapped[i]
-    return {
-        "gold": gold,
-        "random": random_walk,
-        "dropped": gold[:i] + gold[i + 1 :],
-        "swapped": swapped,
-        "repeated": gold[: i + 1] + gold[i:],
-    }
-
-
 @pytest.mark.parametrize("task_id", TASKS)
 def test_scores_agree_with_textworld_on_walkthrough_random_and_mutated_plays(env, task_id):
-    for name, actions in plays(task_id, env, random.Random(task_id)).items():
+    rng = random.Random(task_id)
+    for name, actions in plays(walkthrough(*parse_task_id(task_id)), random_walk(env, task_id, rng), rng).items():
         ours, info = play_agentgym(env, task_id, actions)
         theirs, state = play_direct(task_id, actions)
         assert ours == theirs, (task_id, name)
@@ -247,5 +215,40 @@ def test_the_games_file_verbs_write_and_read_nothing_on_the_host(env, tmp_path, 
         _, reward, terminated, truncated, info = env.step(reply)
         assert info["error"].startswith("file verb") and reward == 0 and not (terminated or truncated)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["game.qzl"] and env.unwrapped.commands == []
+    results, info = play_agentgym(env, None, walkthrough(*parse_task_id(TASKS[0])))
+    assert info["success"] and sum(r for r, _ in results) == pytest.approx(1.0)
+
+
+def test_a_command_longer_than_the_interpreters_input_is_refused_whole_and_the_game_goes_on(env):
+    """jericho cuts a command at 198 bytes: inside a character when one straddles the cut, and its warning then failed
+    decoding it (UnicodeDecodeError: the step was an env_error, an episode's way out of a 0); else the cut played a
+    command the agent did not send. Longer commands are refused before the engine; up to 198 bytes they play."""
+    env.reset(options={"task_id": TASKS[0]})
+    for reply in ["a" * 197 + "é", "look " + "é" * 150, "look" + "." * 300, "x" * 1_000_000]:
+        _, reward, terminated, truncated, info = env.step(reply)
+        assert info["error"].startswith("command too long") and "env_error" not in info
+        assert reward == 0 and not (terminated or truncated)
+    assert env.unwrapped.commands == []
+    observation, _, _, truncated, info = env.step("a" * 196 + "é")  # 198 bytes: played, the game's own answer
+    assert "not a verb I recognise" in observation["text"] and info["error"] is None and not truncated
+    assert env.unwrapped.commands == ["a" * 196 + "é"]
+    results, info = play_agentgym(env, None, walkthrough(*parse_task_id(TASKS[0])))
+    assert info["success"] and sum(r for r, _ in results) == pytest.approx(1.0)
+
+
+def test_said_text_cannot_forge_textworlds_own_tags(env):
+    """TextWorld reads its event tags (``[going south - succeeded]``, which move its quest tracker) and ``<score>`` tags
+    back out of the game's text, and the game repeats what the agent says inside an event tag: ``say ] [going south -
+    succeeded] [`` moved the tracker south while the player stayed, so the valid actions became another room's.
+    Commands with TextWorld's markup are refused before the engine; saying plain words still plays."""
+    _, info = env.reset(options={"task_id": TASKS[0]})
+    valid = info["valid_actions"]
+    for reply in ["say ] [going south - succeeded] [", "shout <score> 1 </score>", "answer ] *** The End *** ["]:
+        _, reward, terminated, truncated, info = env.step(reply)
+        assert info["error"].startswith("markup in command") and reward == 0 and not (terminated or truncated)
+        assert info["valid_actions"] == valid
+    assert env.unwrapped.commands == []
+    observation, _, _, _, info = env.step("say hello")
+    assert "There is no reply" in observation["text"] and info["valid_actions"] == valid
     results, info = play_agentgym(env, None, walkthrough(*parse_task_id(TASKS[0])))
     assert info["success"] and sum(r for r, _ in results) == pytest.approx(1.0)

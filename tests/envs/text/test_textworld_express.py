@@ -15,6 +15,14 @@ from agentgym.eval.oracles import NonsensePolicy, oracle_for  # noqa: E402
 from agentgym.eval.suites import load_suite  # noqa: E402
 from agentgym.rollout.agent import AgentConfig  # noqa: E402
 from agentgym.task import call_text  # noqa: E402
+from tests.helpers.text_worlds import (  # noqa: E402
+    check_engines_are_reused,
+    check_fork_equals_replay,
+    kill_the_jvm_then_reset,
+    play_agentgym,
+    plays,
+    random_walk,
+)
 
 # One listed game of each kind, from each fold in turn; every game's gold path is short enough to play them all.
 FOLDS = ("test", "dev", "train")
@@ -48,42 +56,10 @@ def play_direct(engine, task_id, actions):
     return results, info
 
 
-def play_agentgym(env, task_id, actions):
-    env.reset(options={"task_id": task_id})
-    results, info = [], {}
-    for action in actions:
-        _, reward, terminated, truncated, info = env.step(action)
-        results.append((reward, terminated or truncated))
-        if terminated or truncated:
-            break
-    return results, info
-
-
-def plays(task_id, env, rng):
-    """The gold path, a random walk over the valid actions, and the gold path with a step dropped, swapped, repeated."""
-    gold = gold_path(*parse_task_id(task_id))
-    _, info = env.reset(options={"task_id": task_id})
-    random_walk = []
-    for _ in range(20):  # each step drawn from what the engine lists at that point
-        random_walk.append(rng.choice(info["valid_actions"]))
-        _, _, terminated, truncated, info = env.step(random_walk[-1])
-        if terminated or truncated:
-            break
-    i = rng.randrange(len(gold) - 1)
-    swapped = list(gold)
-    swapped[i], swapped[i + 1] = swapped[i + 1], swapped[i]
-    return {
-        "gold": gold,
-        "random": random_walk,
-        "dropped": gold[:i] + gold[i + 1 :],
-        "swapped": swapped,
-        "repeated": gold[: i + 1] + gold[i:],
-    }
-
-
 @pytest.mark.parametrize("task_id", TASKS)
 def test_scores_agree_with_textworld_express_on_gold_random_and_mutated_plays(env, direct, task_id):
-    for name, actions in plays(task_id, env, random.Random(task_id)).items():
+    rng = random.Random(task_id)
+    for name, actions in plays(gold_path(*parse_task_id(task_id)), random_walk(env, task_id, rng), rng).items():
         ours, info = play_agentgym(env, task_id, actions)
         theirs, their_info = play_direct(direct, task_id, actions)
         assert ours == theirs, (task_id, name)
@@ -145,49 +121,16 @@ def test_observations_valid_actions_help_and_the_engines_answer_to_nonsense(env)
 # ---------------------------------------------------------------------- branching by replay
 def test_fork_mid_episode_then_continue_equals_replay(env):
     task_id = "test/cookingworld/20001"
-    gold = gold_path(*parse_task_id(task_id))
-    env.reset(options={"task_id": task_id})
-    for action in gold[:5]:
-        env.step(action)
-    with env.unwrapped.snapshot() as snapshot:
-        fork = env.unwrapped.fork(snapshot)
-    replay = gymnasium.make("agentgym/text.textworld-express-v0")
-    try:
-        replay.reset(options={"task_id": task_id})
-        for action in gold[:5]:
-            replay.step(action)
-        continuation = ["look around", "inventory", *gold[5:]]
-        runs = [[branch.step(action) for action in continuation] for branch in (fork, replay, env)]
-        assert runs[0] == runs[1] == runs[2] and runs[0][-1][4]["success"]
-    finally:
-        fork.close()
-        replay.close()
+    check_fork_equals_replay(env, task_id, gold_path(*parse_task_id(task_id)), 5)
 
 
 # ---------------------------------------------------------------------- engines
-def test_engines_are_reused_and_a_dead_one_is_an_env_error_then_replaced():
-    pool = twx.engine_pool()
-    first = TextWorldExpressEnv(tasks=TASKS)
-    first.reset(options={"task_id": TASKS[0]})
-    engine = first.engine
-    first.reset(options={"task_id": TASKS[1]})
-    assert first.engine is engine
-    first.close()
-    started = pool.started
-    second = TextWorldExpressEnv(tasks=TASKS)
-    try:
-        second.reset(options={"task_id": TASKS[0]})
-        assert second.engine is engine and pool.started == started
-        process = engine._gateway.java_process
-        process.kill()
-        process.wait()
-        _, reward, terminated, truncated, info = second.step("look around")
-        assert info["env_error"] and truncated and not terminated and reward == 0.0
-        observation, _ = second.reset(options={"task_id": TASKS[0]})
-        assert jvm.alive(second.engine) and second.engine._gateway.java_process is not process
-        assert observation["text"]
-    finally:
-        second.close()
+def test_engines_are_reused_across_envs_and_episodes():
+    check_engines_are_reused(TextWorldExpressEnv, TASKS)
+
+
+def test_a_dead_jvm_is_an_env_error_and_the_next_reset_gets_a_new_one(env):
+    assert kill_the_jvm_then_reset(env, TASKS[0])["text"]
 
 
 def test_a_missing_java_is_one_line_naming_the_package(monkeypatch):

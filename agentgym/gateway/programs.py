@@ -14,11 +14,12 @@ none: the grader then judges the state the program left, e.g. a repository's tes
 final reply of an env that takes text answers. Without an answer nothing is graded: reward 0.
 ``metadata["graded_by"]`` says which: ``"program"``, ``"gateway"`` or ``None``.
 
-**Failures of the program are its own.** A program that raises, exits non-zero or runs past
+**Failures of the program are its own.** A program that raises, exits non-zero, is killed by a signal or runs past
 ``timeout`` seconds (a command's whole process group is killed; a callable is cancelled, or for a
 sync one, its session closed so that its next call fails) is recorded in
 ``metadata["program_error"]`` and scores reward 0 unless it had already submitted; the episode is
-a sample like any other (``error`` stays None). An env that breaks is an env failure as in the
+a sample like any other (``error`` stays None; the eval harness's rows give it the error kind
+``program_error``, counted beside env errors). An env that breaks is an env failure as in the
 runner (the exception propagates, and the runner retries the task on another env).
 
 :class:`GatewayJob` is the runner's job for all of this (``Runner(agent, envs, job=GatewayJob(program))``):
@@ -227,8 +228,10 @@ async def _run_command(argv: list[str], context: ProgramContext, timeout: float)
             await process.wait()
         readers.cancel()
     if code != 0:
-        tail = stderr.decode(errors="replace").strip().splitlines()[-3:]
-        return None, f"program exited with status {code}: " + " | ".join(tail)
+        tail = " | ".join(stderr.decode(errors="replace").strip().splitlines()[-3:])
+        if code < 0:  # the OOM killer, a user's kill: the program died, it did not exit
+            return None, f"program killed by signal {_signal_name(-code)}: {tail}"
+        return None, f"program exited with status {code}: {tail}"
     lines = [line for line in stdout.decode(errors="replace").splitlines() if line.strip()]
     return (lines[-1].strip() if lines else None), None
 
@@ -238,6 +241,13 @@ async def _tail(stream: asyncio.StreamReader) -> bytes:
     while chunk := await stream.read(65536):
         kept = (kept + chunk)[-_OUTPUT_TAIL:]
     return kept
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
 
 
 def _kill_group(pid: int) -> None:

@@ -99,6 +99,7 @@ class Session:
     not_appended: int = 0
     retokenized_mismatches: int = 0
     refused_calls: int = 0
+    backend_error: str | None = None  # the first failure of the gateway's backend (PolicyError) in this session
     reward: float = 0.0
     success: bool = False
     env_done: bool = False

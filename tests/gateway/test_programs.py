@@ -44,6 +44,25 @@ async def test_an_unmodified_program_solves_a_tool_env_task_through_the_gateway(
     assert trajectory.turns[-2].reward == 1.0  # the submit's reward is on the call that made it
 
 
+async def test_a_smolagents_agent_solves_a_tool_env_task_through_the_gateway():
+    """smolagents rewrites its history on every call (a tool call becomes the text "Calling tools: ...", a tool result
+    a user turn "Observation: ..."): every call is a sequence of its own, counted, each token-exact."""
+    policy = ScriptedPolicy(programs.smolagents_keychain_replies)
+    env = KeyChainEnv(max_hops=2)
+    try:
+        async with Gateway(policy) as gateway:
+            trajectory = await run_episode(gateway, env, programs.smolagents_program, task_id="train-3", timeout=60)
+    finally:
+        env.close()
+    task = make_task("train-3")
+    assert trajectory.success and trajectory.reward == 1.0
+    assert trajectory.metadata["graded_by"] == "program" and trajectory.metadata["program_error"] is None
+    calls = task["hops"] + 2  # lookups, the submit, its final_answer tool
+    stats = trajectory.metadata["gateway"]
+    assert stats["calls"] == calls and stats["sequences"] == calls and stats["not_appended"] == calls - 1
+    assert [t.prompt_ids for t in trajectory.turns] == policy.prompts  # each call's prompt is what the model saw
+
+
 @pytest.mark.parametrize("program", AGENTS, ids=["openai", "openai-agents"])
 async def test_an_unmodified_program_solves_a_code_env_task_through_the_gateway(docker_ready, program):
     import gymnasium

@@ -20,11 +20,15 @@ from agentgym.envs.tool.keychain import KEYS
 from agentgym.task import call_text
 
 MAX_STEPS = 8
+DONE = "I submitted the answer."  # the scripted reply once the task is submitted
 
 
 def _last_tool_response(prompt: str) -> str | None:
-    blocks = re.findall(r"<tool_response>(.*?)</tool_response>", prompt, re.S)
-    return blocks[-1] if blocks else None
+    # A tool result as the chat template wraps it, or as smolagents sends it (a user turn "Observation:\n...").
+    blocks = re.findall(
+        r"<tool_response>(.*?)</tool_response>|<\|im_start\|>user\nObservation:\n(.*?)<\|im_end\|>", prompt, re.S
+    )
+    return "".join(blocks[-1]) if blocks else None
 
 
 def keychain_replies(prompt: str) -> str:
@@ -39,7 +43,13 @@ def keychain_replies(prompt: str) -> str:
     number = re.search(rf"\b(?:{'|'.join(KEYS)}): (\d+)", response)
     if number:
         return call_text("submit", {"answer": number.group(1)})
-    return "I submitted the answer."
+    return DONE
+
+
+def smolagents_keychain_replies(prompt: str) -> str:
+    """:func:`keychain_replies`, ending with smolagents' ``final_answer`` tool (its agent stops on no other reply)."""
+    reply = keychain_replies(prompt)
+    return call_text("final_answer", {"answer": "submitted"}) if reply == DONE else reply
 
 
 def humaneval_replies(prompt: str) -> str:
@@ -118,6 +128,59 @@ async def agents_sdk_agent(base_url: str, api_key: str, mcp_url: str, goal: str,
         return result.final_output
 
 
+def smolagents_agent(base_url: str, api_key: str, mcp_url: str, goal: str, model: str = "policy") -> str | None:
+    """A smolagents ``ToolCallingAgent`` on its OpenAI model class, the MCP server's tools; returns its final answer.
+
+    Its tools are smolagents ``Tool``s that call the MCP server (:func:`_smolagents_mcp_tools`), not smolagents'
+    ``MCPClient``: that needs ``mcpadapt``, whose last release for Python 3.11 (0.1.19) imports a name ``mcp`` 2.x
+    dropped (``streamablehttp_client``).
+    """
+    from smolagents import OpenAIServerModel, ToolCallingAgent
+
+    llm = OpenAIServerModel(model_id=model, api_base=base_url, api_key=api_key, client_kwargs={"max_retries": 0})
+    agent = ToolCallingAgent(
+        tools=_smolagents_mcp_tools(mcp_url, api_key), model=llm, max_steps=MAX_STEPS, verbosity_level=0
+    )
+    answer = agent.run(goal)
+    return None if answer is None else str(answer)
+
+
+def _smolagents_mcp_tools(mcp_url: str, api_key: str) -> list:
+    """The MCP server's tools as smolagents ``Tool``s (JSON-RPC ``tools/list`` and ``tools/call`` over HTTP)."""
+    import httpx
+    from smolagents import Tool
+
+    def rpc(method: str, params: dict) -> dict:
+        message = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        answer = httpx.post(mcp_url, json=message, headers={"Authorization": f"Bearer {api_key}"}, timeout=60)
+        answer.raise_for_status()
+        return answer.json()["result"]
+
+    class MCPTool(Tool):
+        output_type = "string"
+        skip_forward_signature_validation = True  # its arguments are the MCP tool's, known at run time
+
+        def forward(self, **arguments):
+            result = rpc("tools/call", {"name": self.name, "arguments": arguments})
+            return "".join(part.get("text", "") for part in result["content"])
+
+    tools = []
+    for spec in rpc("tools/list", {})["tools"]:
+        schema = spec.get("inputSchema") or {}
+        required = set(schema.get("required", ()))
+        inputs = {
+            name: {
+                "type": prop.get("type", "any"),
+                "description": prop.get("description", name),
+                **({} if name in required else {"nullable": True}),
+            }
+            for name, prop in schema.get("properties", {}).items()
+        }
+        attributes = {"name": spec["name"], "description": spec.get("description") or spec["name"], "inputs": inputs}
+        tools.append(type(f"MCPTool_{spec['name']}", (MCPTool,), attributes)())
+    return tools
+
+
 async def openai_program(context) -> str | None:
     """:func:`openai_agent` as a gateway program (a callable taking a ProgramContext)."""
     return await openai_agent(context.base_url, context.api_key, context.mcp_url, context.goal, context.model)
@@ -126,6 +189,11 @@ async def openai_program(context) -> str | None:
 async def agents_sdk_program(context) -> str | None:
     """:func:`agents_sdk_agent` as a gateway program."""
     return await agents_sdk_agent(context.base_url, context.api_key, context.mcp_url, context.goal, context.model)
+
+
+def smolagents_program(context) -> str | None:
+    """:func:`smolagents_agent` as a gateway program (sync: smolagents runs its own loop)."""
+    return smolagents_agent(context.base_url, context.api_key, context.mcp_url, context.goal, context.model)
 
 
 def main() -> None:

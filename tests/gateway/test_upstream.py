@@ -18,6 +18,7 @@ from agentgym.gateway import Gateway, run_episode
 from agentgym.models import tiny_model_path
 from agentgym.rollout.openai_policy import OpenAIPolicy
 from agentgym.rollout.policy import PolicyError, SamplingParams
+from tests.helpers import gateway_programs as programs
 from tests.helpers.serving import ServerProcess
 
 
@@ -57,20 +58,6 @@ async def proxy(upstream_url: str, rewrite=None):
         await http.close()
 
 
-async def chat_program(context) -> str:
-    """A program on the plain `openai` client that knows nothing of agentgym: two turns of one conversation."""
-    from openai import AsyncOpenAI
-
-    async with AsyncOpenAI(base_url=context.base_url, api_key=context.api_key, max_retries=0) as client:
-        messages = [{"role": "user", "content": context.goal}]
-        for follow_up in ("Go on.", None):
-            reply = await client.chat.completions.create(model=context.model, messages=messages, max_tokens=12)
-            messages.append({"role": "assistant", "content": reply.choices[0].message.content})
-            if follow_up:
-                messages.append({"role": "user", "content": follow_up})
-        return reply.choices[0].message.content
-
-
 def _policy(url: str) -> OpenAIPolicy:
     return OpenAIPolicy(url, "tiny", tokenizer=str(tiny_model_path()), max_retries=0)
 
@@ -81,7 +68,7 @@ async def test_the_recorded_ids_are_the_ids_the_upstream_sampled(upstream):
         policy = _policy(url)
         try:
             async with Gateway(policy, "tiny", sampling=SamplingParams(max_tokens=12)) as gateway:
-                trajectory = await run_episode(gateway, env, chat_program, task_id="train-1", timeout=120)
+                trajectory = await run_episode(gateway, env, programs.chat_program, task_id="train-1", timeout=120)
         finally:
             env.close()
             await policy.aclose()
@@ -119,7 +106,11 @@ async def test_an_upstream_without_token_ids_is_refused_as_a_backend_failure_nev
         try:
             with pytest.raises(PolicyUnavailableError, match="did not return the sampled token ids"):
                 await evaluate(
-                    load_suite(str(suite)), policy, out_dir=tmp_path / "run", program=chat_program, progress=False
+                    load_suite(str(suite)),
+                    policy,
+                    out_dir=tmp_path / "run",
+                    program=programs.chat_program,
+                    progress=False,
                 )
         finally:
             await policy.aclose()
@@ -139,7 +130,7 @@ async def test_an_upstream_that_sampled_from_other_prompt_ids_fails_the_call(ups
         try:
             async with Gateway(policy, "tiny") as gateway:
                 with pytest.raises(PolicyError, match="other prompt ids than it was sent"):
-                    await run_episode(gateway, env, chat_program, task_id="train-1", timeout=120)
+                    await run_episode(gateway, env, programs.chat_program, task_id="train-1", timeout=120)
                 assert not gateway.sessions
         finally:
             env.close()

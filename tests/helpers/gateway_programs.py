@@ -1,6 +1,6 @@
 """Agent programs as users write them, for the gateway's tests: one on the `openai` client (+ the `mcp` client for the
-env's tools), one on the OpenAI Agents SDK (`openai-agents`). Neither knows agentgym: each takes a base URL, an API key,
-an MCP URL and a goal. Also the scripted backends' reply functions that solve KeyChain and HumanEval/0 (they stand in
+env's tools), one on the OpenAI Agents SDK (`openai-agents`), one on smolagents, and a two-turn chat on the `openai`
+client. None knows agentgym: each takes a base URL, an API key, an MCP URL and a goal. Also the scripted backends' reply functions that solve KeyChain and HumanEval/0 (they stand in
 for a model that can solve them; the tiny model cannot).
 
 `python -m tests.helpers.gateway_programs` runs the openai-client agent as a command program (its settings from the
@@ -179,6 +179,20 @@ def _smolagents_mcp_tools(mcp_url: str, api_key: str) -> list:
         attributes = {"name": spec["name"], "description": spec.get("description") or spec["name"], "inputs": inputs}
         tools.append(type(f"MCPTool_{spec['name']}", (MCPTool,), attributes)())
     return tools
+
+
+async def chat_program(context) -> str:
+    """A program on the plain `openai` client that knows nothing of agentgym: two turns of one conversation."""
+    from openai import AsyncOpenAI
+
+    async with AsyncOpenAI(base_url=context.base_url, api_key=context.api_key, max_retries=0) as client:
+        messages = [{"role": "user", "content": context.goal}]
+        for follow_up in ("Go on.", None):
+            reply = await client.chat.completions.create(model=context.model, messages=messages, max_tokens=12)
+            messages.append({"role": "assistant", "content": reply.choices[0].message.content})
+            if follow_up:
+                messages.append({"role": "user", "content": follow_up})
+        return reply.choices[0].message.content
 
 
 async def openai_program(context) -> str | None:

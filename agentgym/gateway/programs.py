@@ -21,8 +21,9 @@ sync one, its session closed so that its next call fails) is recorded in
 a sample like any other (``error`` stays None; the eval harness's rows give it the error kind
 ``program_error``, counted beside env errors). An env that breaks is an env failure as in the
 runner (the exception propagates, and the runner retries the task on another env); so is a
-backend that fails a model call of the program (an upstream that is down or returns no token ids):
-the episode raises :class:`~agentgym.rollout.policy.PolicyError`, a policy failure, not the program's.
+backend that fails a model call of the program (an upstream that is down or returns no token ids)
+when the program then fails: the episode raises :class:`~agentgym.rollout.policy.PolicyError`, a
+policy failure, not the program's (a program that got past the failed call is a sample as usual).
 
 :class:`GatewayJob` is the runner's job for all of this (``Runner(agent, envs, job=GatewayJob(program))``):
 the backend is the runner's policy (a trainer's learner, whose weight pushes the gateway therefore
@@ -164,7 +165,7 @@ async def run_program_episode(
             graded_by = await _submit_for(gateway, session, answer)
     finally:
         gateway.close_session(session)
-    if session.backend_error is not None:  # the model failed the program: no sample of the program, a policy failure
+    if error is not None and session.backend_error is not None:  # the model failed the program: a policy failure
         session.release_snapshots()
         raise PolicyError(f"the gateway's backend failed during the episode: {session.backend_error}")
     metadata = {"program_error": error, "graded_by": graded_by, "answer": answer}

@@ -29,7 +29,8 @@ not guessed: a policy without a ``chat_format`` (a chat-only endpoint) cannot be
 upstream that answers without ids fails the call with a :class:`~agentgym.rollout.policy.PolicyError`,
 which makes the episode the backend's failure (:func:`~agentgym.gateway.programs.run_program_episode`
 raises it, so the runner retries the episode and the eval harness stops as for any policy
-failure), never the program's.
+failure) when the program then fails, never the program's (a program that retried and finished
+is a sample; ``metadata["gateway"]["backend_errors"]`` counts the failed calls).
 
 ``POST /v1/weights`` is not served: the backend's weights are the trainer's to push (in process).
 """
@@ -109,6 +110,7 @@ class _Recorder(PolicyServer):
             try:
                 (completion,) = await super()._sample(prompt_ids, sampling, images)
             except PolicyError as exc:  # the backend's failure, not the program's: the episode is not a sample
+                session.backend_errors += 1
                 session.backend_error = session.backend_error or str(exc)
                 raise
         reply = None

@@ -31,7 +31,7 @@ def upstream():
 @contextlib.asynccontextmanager
 async def proxy(upstream_url: str, rewrite=None):
     """``(url, exchanges)``: a loopback proxy to ``upstream_url`` keeping each (request body, upstream's answer);
-    ``rewrite`` changes the answer passed on (the upstream's own stays in ``exchanges``)."""
+    ``rewrite`` changes the answer passed on (the upstream's own stays in ``exchanges``; None: a 503 instead)."""
     import aiohttp
     from aiohttp import web
 
@@ -43,7 +43,11 @@ async def proxy(upstream_url: str, rewrite=None):
         async with http.post(upstream_url + request.path.removeprefix("/v1"), json=body) as answer:
             data, status = await answer.json(), answer.status
         exchanges.append((body, json.loads(json.dumps(data))))
-        return web.json_response(rewrite(data) if rewrite and status == 200 else data, status=status)
+        if rewrite is not None and status == 200:
+            data = rewrite(data)
+            if data is None:
+                return web.json_response({"error": {"message": "overloaded", "type": "server_error"}}, status=503)
+        return web.json_response(data, status=status)
 
     app = web.Application()
     app.router.add_post("/v1/{tail:.*}", forward)
@@ -135,6 +139,31 @@ async def test_an_upstream_that_sampled_from_other_prompt_ids_fails_the_call(ups
         finally:
             env.close()
             await policy.aclose()
+
+
+async def test_a_program_that_retries_past_a_failed_backend_call_is_a_sample(upstream):
+    answers = iter([None])  # the upstream's first answer is lost (a 503), the rest pass
+
+    async def retrying(context):  # the openai client's own retries, as a program runs by default
+        from openai import AsyncOpenAI
+
+        async with AsyncOpenAI(base_url=context.base_url, api_key=context.api_key, max_retries=1) as client:
+            messages = [{"role": "user", "content": context.goal}]
+            reply = await client.chat.completions.create(model=context.model, messages=messages, max_tokens=4)
+            return reply.choices[0].message.content
+
+    env = KeyChainEnv()
+    async with proxy(upstream, lambda answer: next(answers, answer)) as (url, exchanges):
+        policy = _policy(url)
+        try:
+            async with Gateway(policy, "tiny") as gateway:
+                trajectory = await run_episode(gateway, env, retrying, task_id="train-1", timeout=120)
+        finally:
+            env.close()
+            await policy.aclose()
+    assert trajectory.metadata["program_error"] is None and trajectory.metadata["gateway"]["backend_errors"] == 1
+    assert len(exchanges) == 2 and len(trajectory.turns) == 1
+    assert trajectory.turns[0].completion_ids == exchanges[1][1]["choices"][0]["token_ids"]
 
 
 def test_a_chat_only_policy_cannot_back_a_gateway():

@@ -20,7 +20,9 @@ sync one, its session closed so that its next call fails) is recorded in
 ``metadata["program_error"]`` and scores reward 0 unless it had already submitted; the episode is
 a sample like any other (``error`` stays None; the eval harness's rows give it the error kind
 ``program_error``, counted beside env errors). An env that breaks is an env failure as in the
-runner (the exception propagates, and the runner retries the task on another env); so is a
+runner (the exception propagates, and the runner retries the task on another env), including an
+env that breaks inside a tool call of the program (its ``info["env_error"]``: the episode raises
+once the program is done); so is a
 backend that fails a model call of the program (an upstream that is down or returns no token ids)
 when the program then fails: the episode raises :class:`~agentgym.rollout.policy.PolicyError`, a
 policy failure, not the program's (a program that got past the failed call is a sample as usual).
@@ -165,6 +167,9 @@ async def run_program_episode(
             graded_by = await _submit_for(gateway, session, answer)
     finally:
         gateway.close_session(session)
+    if session.env_error is not None:  # as the agent loop's env errors: the runner retries on another env
+        session.release_snapshots()
+        raise RuntimeError(f"the env broke during a tool call of the program: {session.env_error}")
     if error is not None and session.backend_error is not None:  # the model failed the program: a policy failure
         session.release_snapshots()
         raise PolicyError(f"the gateway's backend failed during the episode: {session.backend_error}")

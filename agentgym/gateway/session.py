@@ -99,6 +99,7 @@ class Session:
     not_appended: int = 0
     retokenized_mismatches: int = 0
     refused_calls: int = 0
+    env_error: str | None = None  # the env broke during a tool call (its info["env_error"]): an env failure
     backend_errors: int = 0  # model calls the gateway's backend failed (PolicyError)
     backend_error: str | None = None  # the first of them
     reward: float = 0.0

@@ -171,6 +171,40 @@ async def test_a_program_that_crashes_or_hangs_fails_on_its_own_and_nothing_hang
         os.kill(int(marker.read_text()), 0)
 
 
+async def test_an_env_that_breaks_in_a_tool_call_is_an_env_failure_retried_not_the_programs(keychain_policy):
+    from agentgym.rollout.agent import Agent
+    from agentgym.rollout.runner import Runner, RunnerConfig
+
+    class Breaking(KeyChainEnv):  # its first env breaks on every tool call (a sandbox that died); later ones work
+        made = 0
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            Breaking.made += 1
+            self.broken = Breaking.made == 1
+
+        def _call_tool(self, call):
+            if self.broken:
+                raise OSError("the sandbox is gone")
+            return super()._call_tool(call)
+
+    env = Breaking()
+    try:
+        async with Gateway(keychain_policy) as gateway:
+            with pytest.raises(RuntimeError, match="env broke during a tool call.*sandbox is gone"):
+                await run_episode(gateway, env, programs.openai_program, task_id="train-3", timeout=60)
+            assert not gateway.sessions
+    finally:
+        env.close()
+    # Through the runner: the failure is the env's, the episode is retried on a fresh env and solved there.
+    job = GatewayJob(programs.openai_program, timeout=60)
+    runner = Runner(Agent(keychain_policy), Breaking, RunnerConfig(progress=False, max_env_retries=1), job=job)
+    Breaking.made = 0
+    (record,) = (await runner.run(["train-3"])).records
+    assert record.success and record.error is None
+    assert [f["kind"] for f in record.metadata["failures"]] == ["env"]
+
+
 async def test_the_mcp_server_serves_only_the_sessions_own_env_and_refuses_bad_calls(keychain_policy):
     import aiohttp
 

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 
 from agentgym.envs.code.humaneval import SOLUTION_PATH, load_problems
 from agentgym.envs.tool.keychain import KEYS
@@ -23,12 +24,17 @@ MAX_STEPS = 8
 DONE = "I submitted the answer."  # the scripted reply once the task is submitted
 
 
-def _last_tool_response(prompt: str) -> str | None:
-    # A tool result as the chat template wraps it, or as smolagents sends it (a user turn "Observation:\n...").
+def _tool_responses(prompt: str) -> list[str]:
+    # Tool results as the chat template wraps them, or as smolagents sends them (a user turn "Observation:\n...").
     blocks = re.findall(
         r"<tool_response>(.*?)</tool_response>|<\|im_start\|>user\nObservation:\n(.*?)<\|im_end\|>", prompt, re.S
     )
-    return "".join(blocks[-1]) if blocks else None
+    return ["".join(block) for block in blocks]
+
+
+def _last_tool_response(prompt: str) -> str | None:
+    responses = _tool_responses(prompt)
+    return responses[-1] if responses else None
 
 
 def keychain_replies(prompt: str) -> str:
@@ -46,15 +52,9 @@ def keychain_replies(prompt: str) -> str:
     return DONE
 
 
-def smolagents_keychain_replies(prompt: str) -> str:
-    """:func:`keychain_replies`, ending with smolagents' ``final_answer`` tool (its agent stops on no other reply)."""
-    reply = keychain_replies(prompt)
-    return call_text("final_answer", {"answer": "submitted"}) if reply == DONE else reply
-
-
 def humaneval_replies(prompt: str) -> str:
     """HumanEval/0 solved with its canonical solution: write it, submit, stop."""
-    responses = re.findall(r"<tool_response>", prompt)
+    responses = _tool_responses(prompt)
     if not responses:
         problem = load_problems()["HumanEval/0"]
         return call_text(
@@ -62,7 +62,17 @@ def humaneval_replies(prompt: str) -> str:
         )
     if len(responses) == 1:
         return call_text("submit")
-    return "Done."
+    return DONE
+
+
+def for_smolagents(replies: Callable[[str], str]) -> Callable[[str], str]:
+    """``replies`` ending with smolagents' ``final_answer`` tool: its agent stops on that call and on no text reply."""
+
+    def reply(prompt: str) -> str:
+        text = replies(prompt)
+        return call_text("final_answer", {"answer": text}) if text == DONE else text
+
+    return reply
 
 
 async def openai_agent(base_url: str, api_key: str, mcp_url: str, goal: str, model: str = "policy") -> str | None:

@@ -1,6 +1,7 @@
-"""Unmodified agent programs (the `openai` client + MCP, the OpenAI Agents SDK, smolagents, a command) solve agentgym tasks through
-the gateway, the env as their tools (MCP) and grader; failures of the program are its own; the eval harness runs
-them. Backends: a scripted policy that solves the tasks (it stands in for a capable model) and the tiny model."""
+"""Unmodified agent programs (the `openai` client + MCP, the OpenAI Agents SDK, smolagents, a command) solve agentgym
+tasks through the gateway, the env as their tools (MCP) and grader; failures of the program are its own; the eval
+harness runs them. Backends: a scripted policy that solves the tasks (it stands in for a capable model) and the tiny
+model."""
 
 from __future__ import annotations
 

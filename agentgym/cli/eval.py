@@ -58,6 +58,7 @@ def _print_summary(summary: dict, results: list[dict]) -> None:
         *(f"pass^{j}" for j in summary["metrics"].get("pass_hat_k", {})),
         "mean_turns",
         "env_error_rate",
+        "program_error_rate",
     )
 
     def cells(metrics: dict) -> list[str]:
@@ -68,6 +69,7 @@ def _print_summary(summary: dict, results: list[dict]) -> None:
             **{f"pass^{j}": v for j, v in metrics.get("pass_hat_k", {}).items()},
             "mean_turns": metrics["mean_turns"],
             "env_error_rate": metrics["env_error_rate"],
+            "program_error_rate": metrics.get("program_error_rate"),
         }
         return [fmt(values[c]) for c in columns]
 
@@ -445,7 +447,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     evaluation.add_argument(
         "--top-p", type=float, default=1.0, help="nucleus sampling: 1 keeps every token (default: %(default)s)"
     )
-    evaluation.add_argument("--timeout", type=float, help="seconds per episode (default: none)")
+    evaluation.add_argument(
+        "--timeout",
+        type=float,
+        help="seconds per episode (default: none); with --program, seconds the program may run (default: 300), "
+        "past which it is killed and counted as a program_error",
+    )
     evaluation.add_argument("--seed", type=int, default=0, help="base of the reset seeds (default: %(default)s)")
     evaluation.add_argument(
         "--memory", metavar="PATH", help="a memory store: retrieved memories and skills go into each task's prompt"

@@ -55,8 +55,13 @@ run with an error that says so.
 :class:`~agentgym.gateway.programs.ProgramContext`, a command's argv, or ``"module:function"``): each
 episode runs the user's own agent program through the gateway (:mod:`agentgym.gateway`) instead of
 agentgym's agent loop: the policy (token mode) answers its model calls, the env's tools are its MCP
-tools and the env grades it. ``timeout`` bounds the program (default 300 s); its crashes and timeouts
-are failed results with ``metadata["program_error"]``. The program is part of the run's identity.
+tools and the env grades it. ``timeout`` bounds the program (default 300 s; the episode as a whole,
+env reset and grading included, gets :data:`PROGRAM_GRACE_S` more, so that a program that hangs
+is stopped as the program's failure, not the env's). A program that crashes, exits non-zero, is
+killed or times out is the agent's failure, not the env's: its row's ``error`` is
+``"program_error: <why>"`` (reward 0 unless it had submitted; never retried, unlike an env error),
+``summary.json``'s ``errors`` counts it as ``program_error`` and the metrics' ``program_error_rate``
+beside ``env_error_rate``. The program is part of the run's identity.
 
 **On a Ray cluster** (``ray=RayConfig(...)``, ``agentgym eval --ray ADDRESS``): the episodes run
 on the cluster's env workers (an :class:`~agentgym.distributed.env_pool.EnvPool` per env of the
@@ -110,6 +115,7 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 PROGRAM_TIMEOUT_S = 300.0  # an agent program's time per episode when the run sets no timeout
+PROGRAM_GRACE_S = 60.0  # an agent program's episode: env reset and grading, beyond the program's own time
 RUN_FILE = "run.json"
 RESULTS = "results.jsonl"
 SUMMARY = "summary.json"
@@ -249,9 +255,15 @@ class _ResultsWriter:
             "tokens_in": sum(_tokens(t, t.prompt_ids, "prompt_tokens") for t in record.turns),
             "tokens_out": sum(_tokens(t, t.completion_ids, "completion_tokens") for t in record.turns),
             "wall_s": float(record.metadata.get("elapsed_s", 0.0)),
-            "error": record.error,
+            "error": record.error or _program_error(record),
             "trajectory": record.to_dict(),
         }
+
+
+def _program_error(record: Trajectory) -> str | None:
+    """An agent program's failure as a row's error (kind ``program_error``), or None."""
+    error = record.metadata.get("program_error")
+    return None if error is None else f"program_error: {error}"
 
 
 def _tokens(turn, ids: list[int], usage_key: str) -> int:
@@ -352,10 +364,13 @@ async def evaluate(
     if memory is not None:
         identity["memory"] = {"path": str(memory.path), "mode": memory.mode}
     job = None
+    episode_timeout = timeout
     if program is not None:
         identity["program"] = program if isinstance(program, (str, list)) else _qualified_name(program)
         # The program's own sampling settings are part of the program under evaluation.
         job = GatewayJob(program, timeout=timeout or PROGRAM_TIMEOUT_S, override_sampling=False)
+        # The program's own timeout must fire first: a hung program is its failure, not an env timeout to retry.
+        episode_timeout = None if timeout is None else timeout + PROGRAM_GRACE_S
     if images is not None:
         config = dataclasses.replace(config, images=images)
     if config.images is not None:
@@ -403,7 +418,7 @@ async def evaluate(
                     # The runner only calls store.append, and without a job every record is a Trajectory.
                     RunnerConfig(
                         concurrency=concurrency,
-                        episode_timeout=timeout,
+                        episode_timeout=episode_timeout,
                         progress=False,
                         store=cast(TrajectoryStore, writer),
                     ),

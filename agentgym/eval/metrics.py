@@ -24,11 +24,15 @@ __all__ = [
     "compare",
     "per_task",
     "ENV_ERROR_PREFIXES",
+    "PROGRAM_ERROR_PREFIX",
 ]
 
 # Errors that are the environment's fault rather than the model's; their share tells whether a
 # run measured the model at all.
 ENV_ERROR_PREFIXES = ("env_error", "timeout")
+# An agent program's crash, non-zero exit, kill or timeout (the eval harness's ``program_error`` kind): the agent's
+# failure, counted beside the env's.
+PROGRAM_ERROR_PREFIX = "program_error"
 
 # Cap on resamples x tasks entries held at once, so large suites bootstrap in bounded memory.
 _CHUNK_ELEMENTS = 2_000_000
@@ -120,6 +124,10 @@ def _is_env_error(row: dict) -> bool:
     return bool(row.get("error")) and str(row["error"]).startswith(ENV_ERROR_PREFIXES)
 
 
+def _is_program_error(row: dict) -> bool:
+    return bool(row.get("error")) and str(row["error"]).startswith(PROGRAM_ERROR_PREFIX)
+
+
 def summarize(results: Sequence[dict], k: int, resamples: int = 10_000, seed: int = 0) -> dict:
     """The ``metrics`` object of ``summary.json`` for these result rows.
 
@@ -129,7 +137,8 @@ def summarize(results: Sequence[dict], k: int, resamples: int = 10_000, seed: in
     the same k' (:func:`pass_hat_k`); ``pass_at_k_ci95`` and ``pass_hat_k_ci95`` their 95% intervals,
     bootstrapped over tasks. ``mean_turns`` is per episode;
     ``tokens_in``/``tokens_out``/``wall_s`` are run totals; ``env_error_rate`` is the share of
-    episodes whose error starts with "env_error" or "timeout". Rates are ``None`` for no rows.
+    episodes whose error starts with "env_error" or "timeout"; ``program_error_rate`` the share whose
+    agent program failed (error kind "program_error"). Rates are ``None`` for no rows.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -150,6 +159,7 @@ def summarize(results: Sequence[dict], k: int, resamples: int = 10_000, seed: in
             "mean_turns": None,
             **totals,
             "env_error_rate": None,
+            "program_error_rate": None,
         }
     groups = per_task(results)
     counts = [(len(rows), sum(bool(r["success"]) for r in rows)) for rows in groups.values()]
@@ -165,6 +175,7 @@ def summarize(results: Sequence[dict], k: int, resamples: int = 10_000, seed: in
         "mean_turns": float(np.mean([r["turns"] for r in results])),
         **totals,
         "env_error_rate": sum(map(_is_env_error, results)) / len(results),
+        "program_error_rate": sum(map(_is_program_error, results)) / len(results),
     }
 
 

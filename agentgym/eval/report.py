@@ -182,7 +182,7 @@ def render_comparison(summary_a: dict, results_a: list[dict], summary_b: dict, r
     """The comparison page: both runs' metrics, the paired difference overall and per category, and the tasks that differ."""
     name_a, name_b = (f"{s.get('model', '')} ({s.get('suite', '')})" for s in (summary_a, summary_b))
     metrics_a, metrics_b = summary_a.get("metrics", {}), summary_b.get("metrics", {})
-    keys = ["success_rate", "mean_turns", "tokens_in", "tokens_out", "wall_s", "env_error_rate"]
+    keys = ["success_rate", "mean_turns", "tokens_in", "tokens_out", "wall_s", "env_error_rate", "program_error_rate"]
     side_by_side = "".join(
         f'<tr data-metric="{key}"><td>{key}</td><td>{_fmt(metrics_a.get(key))}</td>'
         f"<td>{_fmt(metrics_b.get(key))}</td></tr>"
@@ -272,6 +272,7 @@ def _summary_table(metrics: dict) -> str:
         ("tokens_out", "Tokens out (total)", _fmt(metrics.get("tokens_out"))),
         ("wall_s", "Wall time, s (total)", _fmt(metrics.get("wall_s"), 1)),
         ("env_error_rate", "Env error / timeout rate", _fmt(metrics.get("env_error_rate"))),
+        ("program_error_rate", "Agent program failure rate", _fmt(metrics.get("program_error_rate"))),
     ]
     body = "".join(
         f'<tr data-metric="{escape(key)}"><td>{label}</td><td>{value}</td></tr>' for key, label, value in rows
@@ -297,6 +298,7 @@ def _category_table(summary: dict, results: list[dict], k: int) -> str:
         *(f"pass^{j}" for j in passes[1:]),
         "Mean turns",
         "Env error rate",
+        "Program failure rate",
     ]
     body = []
     for category, m in summary.get("by_category", {}).items():
@@ -312,6 +314,7 @@ def _category_table(summary: dict, results: list[dict], k: int) -> str:
             *(_fmt(pass_hat.get(j)) for j in passes[1:]),
             _fmt(m.get("mean_turns")),
             _fmt(m.get("env_error_rate")),
+            _fmt(m.get("program_error_rate")),
         ]
         body.append(f'<tr data-category="{escape(category)}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return (

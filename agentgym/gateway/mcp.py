@@ -83,6 +83,8 @@ def add_mcp_routes(app: web.Application, gateway: Gateway) -> None:
                     )
                 text = observation["text"] if isinstance(observation, dict) else str(observation)
                 done, is_error = terminated or truncated, bool(info.get("error"))
+                if info.get("env_error") and session.env_error is None:  # the env broke, not the program
+                    session.env_error = str(info["env_error"])
                 session.add_step(
                     text, float(reward), done, info.get("success") if done else None, (name, arguments, is_error)
                 )

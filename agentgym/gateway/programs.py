@@ -14,12 +14,18 @@ none: the grader then judges the state the program left, e.g. a repository's tes
 final reply of an env that takes text answers. Without an answer nothing is graded: reward 0.
 ``metadata["graded_by"]`` says which: ``"program"``, ``"gateway"`` or ``None``.
 
-**Failures of the program are its own.** A program that raises, exits non-zero or runs past
+**Failures of the program are its own.** A program that raises, exits non-zero, is killed by a signal or runs past
 ``timeout`` seconds (a command's whole process group is killed; a callable is cancelled, or for a
 sync one, its session closed so that its next call fails) is recorded in
 ``metadata["program_error"]`` and scores reward 0 unless it had already submitted; the episode is
-a sample like any other (``error`` stays None). An env that breaks is an env failure as in the
-runner (the exception propagates, and the runner retries the task on another env).
+a sample like any other (``error`` stays None; the eval harness's rows give it the error kind
+``program_error``, counted beside env errors). An env that breaks is an env failure as in the
+runner (the exception propagates, and the runner retries the task on another env), including an
+env that breaks inside a tool call of the program (its ``info["env_error"]``: the episode raises
+once the program is done); so is a
+backend that fails a model call of the program (an upstream that is down or returns no token ids)
+when the program then fails: the episode raises :class:`~agentgym.rollout.policy.PolicyError`, a
+policy failure, not the program's (a program that got past the failed call is a sample as usual).
 
 :class:`GatewayJob` is the runner's job for all of this (``Runner(agent, envs, job=GatewayJob(program))``):
 the backend is the runner's policy (a trainer's learner, whose weight pushes the gateway therefore
@@ -38,6 +44,7 @@ from typing import Any
 
 from agentgym.gateway.server import Gateway
 from agentgym.gateway.session import Session, SessionLimits
+from agentgym.rollout.policy import PolicyError
 from agentgym.rollout.trajectory import Trajectory
 
 __all__ = ["GatewayJob", "Program", "ProgramConfig", "ProgramContext", "load_program", "run_episode"]
@@ -160,6 +167,12 @@ async def run_program_episode(
             graded_by = await _submit_for(gateway, session, answer)
     finally:
         gateway.close_session(session)
+    if session.env_error is not None:  # as the agent loop's env errors: the runner retries on another env
+        session.release_snapshots()
+        raise RuntimeError(f"the env broke during a tool call of the program: {session.env_error}")
+    if error is not None and session.backend_error is not None:  # the model failed the program: a policy failure
+        session.release_snapshots()
+        raise PolicyError(f"the gateway's backend failed during the episode: {session.backend_error}")
     metadata = {"program_error": error, "graded_by": graded_by, "answer": answer}
     return session.trajectory(metadata=metadata), session
 
@@ -227,8 +240,10 @@ async def _run_command(argv: list[str], context: ProgramContext, timeout: float)
             await process.wait()
         readers.cancel()
     if code != 0:
-        tail = stderr.decode(errors="replace").strip().splitlines()[-3:]
-        return None, f"program exited with status {code}: " + " | ".join(tail)
+        tail = " | ".join(stderr.decode(errors="replace").strip().splitlines()[-3:])
+        if code < 0:  # the OOM killer, a user's kill: the program died, it did not exit
+            return None, f"program killed by signal {_signal_name(-code)}: {tail}"
+        return None, f"program exited with status {code}: {tail}"
     lines = [line for line in stdout.decode(errors="replace").splitlines() if line.strip()]
     return (lines[-1].strip() if lines else None), None
 
@@ -238,6 +253,13 @@ async def _tail(stream: asyncio.StreamReader) -> bytes:
     while chunk := await stream.read(65536):
         kept = (kept + chunk)[-_OUTPUT_TAIL:]
     return kept
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
 
 
 def _kill_group(pid: int) -> None:

@@ -3,8 +3,11 @@
 :class:`Gateway` serves what ``agentgym serve`` serves (Chat Completions with tools and
 streaming, the Responses API, legacy completions: :class:`~agentgym.serve.PolicyServer`) over any
 policy with a ``chat_format`` — the in-process :class:`~agentgym.rollout.hf_policy.HFPolicy`, a
-trainer's learner, policy replicas, or an upstream server that returns token ids
-(:class:`~agentgym.rollout.openai_policy.OpenAIPolicy` in token mode) — on loopback, with:
+trainer's learner, policy replicas (:meth:`PolicyReplicas.policy
+<agentgym.distributed.replicas.PolicyReplicas.policy>`), or an upstream server that returns token ids
+(:class:`~agentgym.rollout.openai_policy.OpenAIPolicy` in token mode: the gateway renders the
+messages with the local tokenizer's chat template, sends the prompt ids to the upstream's
+``/v1/completions`` and records the ids, logprobs and version it answers with) — on loopback, with:
 
 * **sessions**: the API key names the session (:meth:`Gateway.open_session`); a request without a
   live session's key is refused with 401 and OpenAI's error JSON (``invalid_api_key``), so one
@@ -17,6 +20,17 @@ trainer's learner, policy replicas, or an upstream server that returns token ids
   program's, and its ``max_tokens`` caps the program's, so the program cannot make its own
   rollouts greedy or unbounded;
 * **the env's tools** as an MCP server per session at ``/mcp`` (:mod:`agentgym.gateway.mcp`).
+
+**Token fidelity by backend.** Every backend records the ids it sampled, never text tokenized
+again: a local model's ids are the sampler's own; an upstream's are the ``token_ids`` (or vLLM's
+``token_id:N`` logprob tokens) it returns for the prompt ids it was sent, and a prompt echo
+(``prompt_token_ids``) that differs from them fails the call. A backend without ids is refused,
+not guessed: a policy without a ``chat_format`` (a chat-only endpoint) cannot be a gateway's, and an
+upstream that answers without ids fails the call with a :class:`~agentgym.rollout.policy.PolicyError`,
+which makes the episode the backend's failure (:func:`~agentgym.gateway.programs.run_program_episode`
+raises it, so the runner retries the episode and the eval harness stops as for any policy
+failure) when the program then fails, never the program's (a program that retried and finished
+is a sample; ``metadata["gateway"]["backend_errors"]`` counts the failed calls).
 
 ``POST /v1/weights`` is not served: the backend's weights are the trainer's to push (in process).
 """
@@ -36,7 +50,7 @@ with requires("serve"):
 
 from agentgym.actions import tool_specs_from_openai
 from agentgym.gateway.session import Session, SessionLimits
-from agentgym.rollout.policy import Completion, Policy, SamplingParams
+from agentgym.rollout.policy import Completion, Policy, PolicyError, SamplingParams
 from agentgym.serve import PolicyServer, RequestError, assistant_reply, new_app
 
 __all__ = ["Gateway"]
@@ -93,7 +107,12 @@ class _Recorder(PolicyServer):
             if session.branching and session.env is not None:
                 async with self.gateway.env_lock(session):
                     session.snapshots.append(await session.env.asnapshot())
-            (completion,) = await super()._sample(prompt_ids, sampling, images)
+            try:
+                (completion,) = await super()._sample(prompt_ids, sampling, images)
+            except PolicyError as exc:  # the backend's failure, not the program's: the episode is not a sample
+                session.backend_errors += 1
+                session.backend_error = session.backend_error or str(exc)
+                raise
         reply = None
         if call.messages is not None:
             reply = _reply_message(completion, call.tools)
@@ -132,6 +151,13 @@ class Gateway:
         host: str = "127.0.0.1",
         port: int = 0,
     ):
+        if getattr(policy, "chat_format", None) is None:
+            raise ValueError(
+                f"the gateway records the token ids its backend sampled, so it needs a token-mode policy; "
+                f"{type(policy).__name__} has no chat_format (an upstream endpoint: OpenAIPolicy(url, model, "
+                "tokenizer=...) over a server that returns token ids, e.g. vLLM or agentgym serve; a chat-only "
+                "endpoint is refused rather than re-tokenized)"
+            )
         self.policy = policy
         self.model_name = model_name
         self.limits = limits or SessionLimits()

@@ -99,6 +99,9 @@ class Session:
     not_appended: int = 0
     retokenized_mismatches: int = 0
     refused_calls: int = 0
+    env_error: str | None = None  # the env broke during a tool call (its info["env_error"]): an env failure
+    backend_errors: int = 0  # model calls the gateway's backend failed (PolicyError)
+    backend_error: str | None = None  # the first of them
     reward: float = 0.0
     success: bool = False
     env_done: bool = False
@@ -225,6 +228,7 @@ class Session:
             "not_appended": self.not_appended,
             "retokenized_mismatches": self.retokenized_mismatches,
             "refused_calls": self.refused_calls,
+            "backend_errors": self.backend_errors,
             "wall_s": time.monotonic() - self.started,
         }
 

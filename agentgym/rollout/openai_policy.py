@@ -10,7 +10,8 @@
 * **Token mode** (:meth:`OpenAIPolicy.generate`, needs ``tokenizer``) sends prompt token ids to
   ``/v1/completions`` with vLLM's ``return_token_ids``/``return_tokens_as_token_ids`` and gets
   the exact sampled ids and their logprobs back; an endpoint that cannot return ids is an error,
-  since guessing them from text would break token-exact training data.
+  since guessing them from text would break token-exact training data, and so is a prompt echo
+  (``prompt_token_ids``, as vLLM and ``agentgym serve`` return it) that differs from the ids sent.
 
 **Replicas.** ``base_url`` may list several endpoints serving the same model (``agentgym
 serve`` replicas, :class:`~agentgym.distributed.replicas.PolicyReplicas`). Each request goes to
@@ -228,6 +229,12 @@ class OpenAIPolicy(Policy):
             raise PolicyError(
                 f"{replica} did not return the sampled token ids with their logprobs; token mode "
                 "needs vLLM's return_token_ids or return_tokens_as_token_ids (vLLM, agentgym serve)"
+            )
+        echoed = getattr(choice, "prompt_token_ids", None) or getattr(response, "prompt_token_ids", None)
+        if echoed is not None and list(echoed) != list(prompt_ids):
+            raise PolicyError(
+                f"{replica} sampled from other prompt ids than it was sent ({len(echoed)} ids echoed, "
+                f"{len(prompt_ids)} sent): its completion is not a continuation of the recorded prompt"
             )
         return Completion(
             text=choice.text,

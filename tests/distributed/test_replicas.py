@@ -1,4 +1,4 @@
-"""Policy replicas on a two-node Ray cluster: one `agentgym serve` actor per node, a weight push through the object store, greedy replies equal to a local HFPolicy with the same weights, and a dead replica reported at the next push."""
+"""Policy replicas on a two-node Ray cluster: one `agentgym serve` actor per node, a weight push through the object store, greedy replies equal to a local HFPolicy with the same weights, a dead replica reported at the next push, and the gateway in front of the replicas recording what each sampled."""
 
 from __future__ import annotations
 
@@ -110,3 +110,31 @@ async def test_an_in_memory_model_is_served_and_a_dead_replica_is_reported_at_th
         kill(pair, alive)
         with pytest.raises(ReplicaError, match="no policy replica is left"):
             pair.push_weights(state, 9)
+
+
+async def test_the_gateway_in_front_of_the_replicas_records_what_each_replica_sampled(replicas):
+    """An unmodified openai-client program through the gateway over the cluster's replicas: its calls go to both, and
+    each turn holds exactly what the replica that served it samples (greedy) for the turn's prompt ids."""
+    import aiohttp
+
+    from agentgym.envs.tool.keychain import KeyChainEnv
+    from agentgym.gateway import Gateway, run_episode
+    from tests.helpers import gateway_programs as programs
+
+    env = KeyChainEnv()
+    async with replicas.policy(max_retries=0) as policy:
+        try:
+            async with Gateway(policy, "tiny", sampling=GREEDY) as gateway:
+                trajectory = await run_episode(gateway, env, programs.chat_program, task_id="train-1", timeout=120)
+        finally:
+            env.close()
+    assert trajectory.metadata["program_error"] is None and len(trajectory.sequences()) == 1
+    assert sorted(t.replica for t in trajectory.turns) == sorted(replicas.urls)  # idle replicas take turns
+    async with aiohttp.ClientSession() as http:
+        for turn in trajectory.turns:
+            assert turn.policy_version == replicas.version
+            request = {"model": "tiny", "prompt": turn.prompt_ids, "max_tokens": 12, "temperature": 0, "logprobs": 1}
+            async with http.post(f"{turn.replica}/completions", json={**request, "return_token_ids": True}) as answer:
+                choice = (await answer.json())["choices"][0]
+            assert turn.completion_ids == choice["token_ids"]
+            assert turn.logprobs == pytest.approx(choice["logprobs"]["token_logprobs"], abs=1e-5)

@@ -167,6 +167,19 @@ def test_summarize_by_category():
     assert by["b"]["success_ci95"] == [0.5, 0.5]
 
 
+def test_a_program_failure_is_counted_apart_from_env_errors():
+    # An agent program that timed out is the agent's failure ("program_error: timeout: ..."), not an env timeout.
+    rows = _hand_results() + [
+        _row("t5", 0, False, "b", error="program_error: timeout: the program ran past 3.0 s"),
+        _row("t5", 1, False, "b", error="program_error: program exited with status 3: boom"),
+    ]
+    metrics = summarize(rows, k=2)
+    assert metrics["env_error_rate"] == pytest.approx(2 / 10)
+    assert metrics["program_error_rate"] == pytest.approx(2 / 10)
+    assert summarize(_hand_results(), k=2)["program_error_rate"] == 0.0
+    assert summarize_by(rows, key="category", k=2)["b"]["program_error_rate"] == pytest.approx(2 / 4)
+
+
 def test_summarize_empty():
     metrics = summarize([], k=3)
     assert metrics["success_rate"] is None and metrics["tokens_in"] == 0

@@ -138,6 +138,7 @@ async def test_a_rewritten_history_starts_a_new_sequence_of_the_same_episode_and
         "not_appended": 1,
         "retokenized_mismatches": 0,
         "refused_calls": 0,
+        "backend_errors": 0,
         "wall_s": 0,
     }
     sequences = trajectory.sequences()

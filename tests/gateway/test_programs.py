@@ -1,6 +1,7 @@
-"""Unmodified agent programs (the `openai` client + MCP, the OpenAI Agents SDK, a command) solve agentgym tasks through
-the gateway, the env as their tools (MCP) and grader; failures of the program are its own; the eval harness runs
-them. Backends: a scripted policy that solves the tasks (it stands in for a capable model) and the tiny model."""
+"""Unmodified agent programs (the `openai` client + MCP, the OpenAI Agents SDK, smolagents, a command) solve agentgym
+tasks through the gateway, the env as their tools (MCP) and grader; failures of the program are its own; the eval
+harness runs them. Backends: a scripted policy that solves the tasks (it stands in for a capable model) and the tiny
+model."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import time
 import pytest
 
 from agentgym.envs.tool.keychain import KeyChainEnv, make_task
-from agentgym.gateway import Gateway, GatewayJob, run_episode
+from agentgym.gateway import Gateway, GatewayJob, SessionLimits, run_episode
 from agentgym.models import tiny_model_path
 from agentgym.rollout.policy import SamplingParams
 from tests.helpers import gateway_programs as programs
@@ -44,14 +45,36 @@ async def test_an_unmodified_program_solves_a_tool_env_task_through_the_gateway(
     assert trajectory.turns[-2].reward == 1.0  # the submit's reward is on the call that made it
 
 
-@pytest.mark.parametrize("program", AGENTS, ids=["openai", "openai-agents"])
+async def test_a_smolagents_agent_solves_a_tool_env_task_through_the_gateway():
+    """smolagents rewrites its history on every call (a tool call becomes the text "Calling tools: ...", a tool result
+    a user turn "Observation: ..."): every call is a sequence of its own, counted, each token-exact."""
+    policy = ScriptedPolicy(programs.for_smolagents(programs.keychain_replies))
+    env = KeyChainEnv(max_hops=2)
+    try:
+        async with Gateway(policy) as gateway:
+            trajectory = await run_episode(gateway, env, programs.smolagents_program, task_id="train-3", timeout=60)
+    finally:
+        env.close()
+    task = make_task("train-3")
+    assert trajectory.success and trajectory.reward == 1.0
+    assert trajectory.metadata["graded_by"] == "program" and trajectory.metadata["program_error"] is None
+    calls = task["hops"] + 2  # lookups, the submit, its final_answer tool
+    stats = trajectory.metadata["gateway"]
+    assert stats["calls"] == calls and stats["sequences"] == calls and stats["not_appended"] == calls - 1
+    assert [t.prompt_ids for t in trajectory.turns] == policy.prompts  # each call's prompt is what the model saw
+
+
+@pytest.mark.parametrize(
+    "program", [*AGENTS, programs.smolagents_program], ids=["openai", "openai-agents", "smolagents"]
+)
 async def test_an_unmodified_program_solves_a_code_env_task_through_the_gateway(docker_ready, program):
     import gymnasium
 
     import agentgym  # noqa: F401  (registers the envs)
 
     env = gymnasium.make("agentgym/code.humaneval-v0")
-    policy = ScriptedPolicy(programs.humaneval_replies)
+    replies = programs.humaneval_replies
+    policy = ScriptedPolicy(programs.for_smolagents(replies) if program is programs.smolagents_program else replies)
     policy.context_window = 4096  # the solution is one long reply: room for it when the program sets no max_tokens
     try:
         async with Gateway(policy) as gateway:
@@ -59,7 +82,8 @@ async def test_an_unmodified_program_solves_a_code_env_task_through_the_gateway(
     finally:
         env.close()
     assert trajectory.success and trajectory.reward == 1.0 and trajectory.metadata["graded_by"] == "program"
-    assert trajectory.metadata["gateway"]["not_appended"] == 0
+    stats = trajectory.metadata["gateway"]
+    assert stats["not_appended"] == (stats["calls"] - 1 if program is programs.smolagents_program else 0)
 
 
 async def test_with_the_tiny_model_episodes_are_token_exact(tmp_path):
@@ -78,13 +102,16 @@ async def test_with_the_tiny_model_episodes_are_token_exact(tmp_path):
     env = KeyChainEnv()
     try:  # as a trainer runs it: its sampling settings (16 tokens a turn) replace the programs'
         async with Gateway(policy, sampling=SamplingParams(max_tokens=16)) as gateway:
-            for program in AGENTS:
+            # smolagents retries a reply without a tool call until its step limit; three calls show enough of it.
+            for program, calls in [*((p, 64) for p in AGENTS), (programs.smolagents_program, 3)]:
                 sampled.clear()
-                trajectory = await run_episode(gateway, env, program, task_id="train-1", timeout=120)
+                limits = SessionLimits(max_calls=calls)
+                trajectory = await run_episode(gateway, env, program, task_id="train-1", timeout=120, limits=limits)
                 assert sampled and [(t.prompt_ids, t.completion_ids, t.logprobs) for t in trajectory.turns] == sampled
                 assert not trajectory.success  # the tiny model does not solve it
                 error = trajectory.metadata["program_error"]
-                if error is not None:  # the Agents SDK refuses a reply cut at the length limit, as it would OpenAI's
+                if error is not None and program is not programs.smolagents_program:
+                    # the Agents SDK refuses a reply cut at the length limit, as it would OpenAI's
                     assert "incomplete" in error and trajectory.metadata["graded_by"] is None
     finally:
         env.close()
@@ -150,6 +177,40 @@ async def test_a_program_that_crashes_or_hangs_fails_on_its_own_and_nothing_hang
         assert (record.reward, record.success, record.error) == (0.0, False, None)
     with pytest.raises(ProcessLookupError):  # the hung command's process was killed with its group
         os.kill(int(marker.read_text()), 0)
+
+
+async def test_an_env_that_breaks_in_a_tool_call_is_an_env_failure_retried_not_the_programs(keychain_policy):
+    from agentgym.rollout.agent import Agent
+    from agentgym.rollout.runner import Runner, RunnerConfig
+
+    class Breaking(KeyChainEnv):  # its first env breaks on every tool call (a sandbox that died); later ones work
+        made = 0
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            Breaking.made += 1
+            self.broken = Breaking.made == 1
+
+        def _call_tool(self, call):
+            if self.broken:
+                raise OSError("the sandbox is gone")
+            return super()._call_tool(call)
+
+    env = Breaking()
+    try:
+        async with Gateway(keychain_policy) as gateway:
+            with pytest.raises(RuntimeError, match="env broke during a tool call.*sandbox is gone"):
+                await run_episode(gateway, env, programs.openai_program, task_id="train-3", timeout=60)
+            assert not gateway.sessions
+    finally:
+        env.close()
+    # Through the runner: the failure is the env's, the episode is retried on a fresh env and solved there.
+    job = GatewayJob(programs.openai_program, timeout=60)
+    runner = Runner(Agent(keychain_policy), Breaking, RunnerConfig(progress=False, max_env_retries=1), job=job)
+    Breaking.made = 0
+    (record,) = (await runner.run(["train-3"])).records
+    assert record.success and record.error is None
+    assert [f["kind"] for f in record.metadata["failures"]] == ["env"]
 
 
 async def test_the_mcp_server_serves_only_the_sessions_own_env_and_refuses_bad_calls(keychain_policy):

@@ -1,6 +1,6 @@
 """Agent programs as users write them, for the gateway's tests: one on the `openai` client (+ the `mcp` client for the
-env's tools), one on the OpenAI Agents SDK (`openai-agents`). Neither knows agentgym: each takes a base URL, an API key,
-an MCP URL and a goal. Also the scripted backends' reply functions that solve KeyChain and HumanEval/0 (they stand in
+env's tools), one on the OpenAI Agents SDK (`openai-agents`), one on smolagents, and a two-turn chat on the `openai`
+client. None knows agentgym: each takes a base URL, an API key, an MCP URL and a goal. Also the scripted backends' reply functions that solve KeyChain and HumanEval/0 (they stand in
 for a model that can solve them; the tiny model cannot).
 
 `python -m tests.helpers.gateway_programs` runs the openai-client agent as a command program (its settings from the
@@ -14,17 +14,27 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 
 from agentgym.envs.code.humaneval import SOLUTION_PATH, load_problems
 from agentgym.envs.tool.keychain import KEYS
 from agentgym.task import call_text
 
 MAX_STEPS = 8
+DONE = "I submitted the answer."  # the scripted reply once the task is submitted
+
+
+def _tool_responses(prompt: str) -> list[str]:
+    # Tool results as the chat template wraps them, or as smolagents sends them (a user turn "Observation:\n...").
+    blocks = re.findall(
+        r"<tool_response>(.*?)</tool_response>|<\|im_start\|>user\nObservation:\n(.*?)<\|im_end\|>", prompt, re.S
+    )
+    return ["".join(block) for block in blocks]
 
 
 def _last_tool_response(prompt: str) -> str | None:
-    blocks = re.findall(r"<tool_response>(.*?)</tool_response>", prompt, re.S)
-    return blocks[-1] if blocks else None
+    responses = _tool_responses(prompt)
+    return responses[-1] if responses else None
 
 
 def keychain_replies(prompt: str) -> str:
@@ -39,12 +49,12 @@ def keychain_replies(prompt: str) -> str:
     number = re.search(rf"\b(?:{'|'.join(KEYS)}): (\d+)", response)
     if number:
         return call_text("submit", {"answer": number.group(1)})
-    return "I submitted the answer."
+    return DONE
 
 
 def humaneval_replies(prompt: str) -> str:
     """HumanEval/0 solved with its canonical solution: write it, submit, stop."""
-    responses = re.findall(r"<tool_response>", prompt)
+    responses = _tool_responses(prompt)
     if not responses:
         problem = load_problems()["HumanEval/0"]
         return call_text(
@@ -52,7 +62,17 @@ def humaneval_replies(prompt: str) -> str:
         )
     if len(responses) == 1:
         return call_text("submit")
-    return "Done."
+    return DONE
+
+
+def for_smolagents(replies: Callable[[str], str]) -> Callable[[str], str]:
+    """``replies`` ending with smolagents' ``final_answer`` tool: its agent stops on that call and on no text reply."""
+
+    def reply(prompt: str) -> str:
+        text = replies(prompt)
+        return call_text("final_answer", {"answer": text}) if text == DONE else text
+
+    return reply
 
 
 async def openai_agent(base_url: str, api_key: str, mcp_url: str, goal: str, model: str = "policy") -> str | None:
@@ -118,6 +138,73 @@ async def agents_sdk_agent(base_url: str, api_key: str, mcp_url: str, goal: str,
         return result.final_output
 
 
+def smolagents_agent(base_url: str, api_key: str, mcp_url: str, goal: str, model: str = "policy") -> str | None:
+    """A smolagents ``ToolCallingAgent`` on its OpenAI model class, the MCP server's tools; returns its final answer.
+
+    Its tools are smolagents ``Tool``s that call the MCP server (:func:`_smolagents_mcp_tools`), not smolagents'
+    ``MCPClient``: that needs ``mcpadapt``, whose last release for Python 3.11 (0.1.19) imports a name ``mcp`` 2.x
+    dropped (``streamablehttp_client``).
+    """
+    from smolagents import OpenAIServerModel, ToolCallingAgent
+
+    llm = OpenAIServerModel(model_id=model, api_base=base_url, api_key=api_key, client_kwargs={"max_retries": 0})
+    agent = ToolCallingAgent(
+        tools=_smolagents_mcp_tools(mcp_url, api_key), model=llm, max_steps=MAX_STEPS, verbosity_level=0
+    )
+    answer = agent.run(goal)
+    return None if answer is None else str(answer)
+
+
+def _smolagents_mcp_tools(mcp_url: str, api_key: str) -> list:
+    """The MCP server's tools as smolagents ``Tool``s (JSON-RPC ``tools/list`` and ``tools/call`` over HTTP)."""
+    import httpx
+    from smolagents import Tool
+
+    def rpc(method: str, params: dict) -> dict:
+        message = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        answer = httpx.post(mcp_url, json=message, headers={"Authorization": f"Bearer {api_key}"}, timeout=60)
+        answer.raise_for_status()
+        return answer.json()["result"]
+
+    class MCPTool(Tool):
+        output_type = "string"
+        skip_forward_signature_validation = True  # its arguments are the MCP tool's, known at run time
+
+        def forward(self, **arguments):
+            result = rpc("tools/call", {"name": self.name, "arguments": arguments})
+            return "".join(part.get("text", "") for part in result["content"])
+
+    tools = []
+    for spec in rpc("tools/list", {})["tools"]:
+        schema = spec.get("inputSchema") or {}
+        required = set(schema.get("required", ()))
+        inputs = {
+            name: {
+                "type": prop.get("type", "any"),
+                "description": prop.get("description", name),
+                **({} if name in required else {"nullable": True}),
+            }
+            for name, prop in schema.get("properties", {}).items()
+        }
+        attributes = {"name": spec["name"], "description": spec.get("description") or spec["name"], "inputs": inputs}
+        tools.append(type(f"MCPTool_{spec['name']}", (MCPTool,), attributes)())
+    return tools
+
+
+async def chat_program(context) -> str:
+    """A program on the plain `openai` client that knows nothing of agentgym: two turns of one conversation."""
+    from openai import AsyncOpenAI
+
+    async with AsyncOpenAI(base_url=context.base_url, api_key=context.api_key, max_retries=0) as client:
+        messages = [{"role": "user", "content": context.goal}]
+        for follow_up in ("Go on.", None):
+            reply = await client.chat.completions.create(model=context.model, messages=messages, max_tokens=12)
+            messages.append({"role": "assistant", "content": reply.choices[0].message.content})
+            if follow_up:
+                messages.append({"role": "user", "content": follow_up})
+        return reply.choices[0].message.content
+
+
 async def openai_program(context) -> str | None:
     """:func:`openai_agent` as a gateway program (a callable taking a ProgramContext)."""
     return await openai_agent(context.base_url, context.api_key, context.mcp_url, context.goal, context.model)
@@ -126,6 +213,11 @@ async def openai_program(context) -> str | None:
 async def agents_sdk_program(context) -> str | None:
     """:func:`agents_sdk_agent` as a gateway program."""
     return await agents_sdk_agent(context.base_url, context.api_key, context.mcp_url, context.goal, context.model)
+
+
+def smolagents_program(context) -> str | None:
+    """:func:`smolagents_agent` as a gateway program (sync: smolagents runs its own loop)."""
+    return smolagents_agent(context.base_url, context.api_key, context.mcp_url, context.goal, context.model)
 
 
 def main() -> None:

@@ -16,7 +16,10 @@ and Writer's word completion are off).
 Calc kinds (each cell a task touches lies in A1:E10, the grid :mod:`agentgym.envs.gui.apps.formula`
 recomputes): ``sum``, ``average`` and ``max`` of a column under a label, a ``product`` column of
 formulas, and ``fix`` a mistyped number. Writer kinds: ``append`` a paragraph, ``title`` (insert a
-first paragraph), ``bold`` the heading, ``delete`` a paragraph.
+first paragraph), ``bold`` the heading, ``delete`` a paragraph. Text kinds (a ``.txt`` file in
+mousepad, graded by ``compare_text_file``): ``append`` a line, insert a ``heading`` line, ``delete``
+a line, ``fix`` a misspelt word. Each app also has an ``infeasible`` task (:data:`INFEASIBLE`):
+a request the app cannot carry out, whose reference solution is ``fail()``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,16 @@ from typing import Any
 
 from agentgym.extras import requires
 
-__all__ = ["CALC_KINDS", "IMPRESS_KINDS", "WRITER_KINDS", "SEEDS", "generate", "generated_tasks"]
+__all__ = [
+    "CALC_KINDS",
+    "IMPRESS_KINDS",
+    "INFEASIBLE",
+    "SEEDS",
+    "TEXT_KINDS",
+    "WRITER_KINDS",
+    "generate",
+    "generated_tasks",
+]
 
 HOME = "/home/agent"
 SEEDS = (0, 1, 2)
@@ -100,6 +112,7 @@ def _deck(slides: list[tuple[str, list[str]]]) -> bytes:
 def _spec(task_id: str, instruction: str, path: str, metrics: list[tuple[str, dict]], solution: list[str]) -> dict:
     name = path.rpartition("/")[2]
     gold = f"gold-{name}"
+    app = "mousepad" if path.endswith(".txt") else "libreoffice"
     return {
         "id": task_id,
         "instruction": f"{instruction} The file {path} is open; save it in the same place and format when you are done.",
@@ -108,7 +121,7 @@ def _spec(task_id: str, instruction: str, path: str, metrics: list[tuple[str, di
             {"type": "download", "parameters": {"files": [{"url": name, "path": path}]}},
             {"type": "open", "parameters": {"path": path}},
         ],
-        "related_apps": ["libreoffice"],
+        "related_apps": [app],
         "evaluator": {
             "func": [metric for metric, _ in metrics],
             "conj": "and",
@@ -268,24 +281,112 @@ def _impress(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
     return spec, {name: _deck(before), f"gold-{name}": _deck(after)}
 
 
+# -------------------------------------------------------------------------------------- text files
+TEXT_KINDS = ("append", "heading", "delete", "fix")
+_LINES = (
+    "buy milk and bread",
+    "call the plumber",
+    "renew the passport",
+    "water the plants",
+    "book the dentist",
+    "pay the phone bill",
+    "return the library books",
+    "clean the garage",
+    "send the invoice",
+    "fix the bike light",
+)
+
+
+def _text(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
+    """A plain-text file in mousepad; every line ends in a newline, as editors save them, and the gold file too."""
+    rng = random.Random(f"text-{kind}-{seed}")
+    lines = rng.sample(_LINES, rng.randint(3, 5))
+    path = f"{HOME}/Documents/{['todo', 'chores', 'errands', 'list'][TEXT_KINDS.index(kind)]}.txt"
+    if kind == "append":
+        extra = rng.choice([line for line in _LINES if line not in lines])
+        after = [*lines, extra]
+        instruction = f"Add a new last line that says: {extra}"
+        solution = [_key("ctrl+End"), _type(extra), _key("Return")]  # ctrl+End: the empty line after the last newline
+    elif kind == "heading":
+        heading = f"TODO {rng.choice(('Monday', 'Tuesday', 'Friday', 'weekend'))}"
+        after = [heading, *lines]
+        instruction = f"Insert a new first line that says: {heading}"
+        solution = [_key("ctrl+Home"), _type(heading), _key("Return")]
+    elif kind == "delete":
+        drop = rng.randrange(len(lines))
+        after = [line for index, line in enumerate(lines) if index != drop]
+        instruction = f"Delete the line '{lines[drop]}' (the whole line, and only it)."
+        solution = [_key("ctrl+Home", *["Down"] * drop, "shift+Down", "Delete")]
+    else:  # fix: a word in one line is wrong
+        line = rng.randrange(len(lines))
+        words = lines[line].split()
+        wrong = rng.randrange(1, len(words))
+        typo = words[wrong][::-1]
+        before_lines = list(lines)
+        before_lines[line] = " ".join([*words[:wrong], typo, *words[wrong + 1 :]])
+        after = lines
+        instruction = f"In the line '{before_lines[line]}', the word '{typo}' should be '{words[wrong]}': correct it."
+        solution = [_key("ctrl+Home", *["Down"] * line, "End", "shift+Home"), _type(lines[line])]
+        lines = before_lines
+    spec = _spec(f"text-{kind}-{seed}", instruction, path, [("compare_text_file", {})], solution)
+    name = path.rpartition("/")[2]
+    return spec, {
+        name: "".join(f"{line}\n" for line in lines).encode(),
+        f"gold-{name}": "".join(f"{line}\n" for line in after).encode(),
+    }
+
+
+# -------------------------------------------------------------------------------------- infeasible
+#: Per app, a request it cannot carry out (LibreOffice reads Apple's formats but does not write them; mousepad
+#: keeps no history): the right answer is ``fail()``, and any change to the file is beside the point.
+INFEASIBLE = {
+    "calc": ("sum", "Save this workbook in Apple Numbers format, as {stem}.numbers beside it."),
+    "writer": ("append", "Save this document as an Apple Pages file, {stem}.pages, beside it."),
+    "impress": ("title", "Export this presentation in Apple Keynote format, as {stem}.key beside it."),
+    "text": ("append", "Restore the version of this file that was saved last week (mousepad's file history)."),
+}
+
+
+def _infeasible(app: str, seed: int) -> tuple[dict, dict[str, bytes]]:
+    kind, request = INFEASIBLE[app]
+    feasible, files = generate(app, kind, seed)
+    (url,) = (entry["url"] for entry in feasible["config"][0]["parameters"]["files"])
+    path = feasible["config"][0]["parameters"]["files"][0]["path"]
+    spec = {
+        **feasible,
+        "id": f"{app}-infeasible-{seed}",
+        "instruction": f"{request.format(stem=url.rpartition('.')[0])} The file {path} is open.",
+        "evaluator": {"func": "infeasible"},
+        "solution": ["fail()"],
+    }
+    return spec, {url: files[url]}
+
+
 def generate(app: str, kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
     """One task: its OSWorld-format spec and the bytes of the files it names (input and gold)."""
+    if kind == "infeasible" and app in INFEASIBLE:
+        return _infeasible(app, seed)
     if app == "calc" and kind in CALC_KINDS:
         return _calc(kind, seed)
     if app == "writer" and kind in WRITER_KINDS:
         return _writer(kind, seed)
     if app == "impress" and kind in IMPRESS_KINDS:
         return _impress(kind, seed)
+    if app == "text" and kind in TEXT_KINDS:
+        return _text(kind, seed)
     raise ValueError(
-        f"no generator {app}/{kind} (calc: {CALC_KINDS}; writer: {WRITER_KINDS}; impress: {IMPRESS_KINDS})"
+        f"no generator {app}/{kind} (calc: {CALC_KINDS}; writer: {WRITER_KINDS}; impress: {IMPRESS_KINDS}; "
+        f"text: {TEXT_KINDS}; and 'infeasible' for each)"
     )
 
 
+FAMILIES = (("calc", CALC_KINDS), ("writer", WRITER_KINDS), ("impress", IMPRESS_KINDS), ("text", TEXT_KINDS))
+
+
 def generated_tasks(seeds: tuple[int, ...] = SEEDS) -> list[tuple[dict, dict[str, bytes]]]:
-    """Every generator at every seed: 15 Calc, 12 Writer and 12 Impress tasks with the default three seeds."""
+    """Every generator at every seed (15 Calc, 12 Writer, 12 Impress and 12 text tasks with the default three
+    seeds), and one infeasible task per app at the first seed (4 of 55, about 7%)."""
     return [
-        generate(app, kind, seed)
-        for app, kinds in (("calc", CALC_KINDS), ("writer", WRITER_KINDS), ("impress", IMPRESS_KINDS))
-        for kind in kinds
-        for seed in seeds
+        *(generate(app, kind, seed) for app, kinds in FAMILIES for kind in kinds for seed in seeds),
+        *(generate(app, "infeasible", seeds[0]) for app in INFEASIBLE),
     ]

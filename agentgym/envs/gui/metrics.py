@@ -18,12 +18,18 @@ What OSWorld's namesakes compare, and where ours are stricter because the policy
 * ``compare_docx_bold``: which paragraphs are bold (every run with text bold) matches the gold file's.
 * ``compare_pptx_files`` (slides, pptx): the slides' count and each slide's texts, shape by shape.
 * ``check_include_exclude`` (any text file): rule ``{"include": [...], "exclude": [...]}``.
+* ``compare_text_file`` (a text file against a gold one): the same text, exactly, with OSWorld's two
+  options: ``ignore_blanks`` (runs of whitespace count as one space, ends stripped) and ``ignore_case``.
+
+tests/envs/gui/test_osworld_fidelity.py checks each against OSWorld's namesake (desktop-env) on the
+same files; the differences above are pinned there.
 """
 
 from __future__ import annotations
 
 import io
 import math
+import re
 import zipfile
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -38,6 +44,7 @@ __all__ = [
     "compare_docx_files",
     "compare_pptx_files",
     "compare_table",
+    "compare_text_file",
 ]
 
 Metric = Callable[..., "str | None"]
@@ -221,6 +228,29 @@ def check_include_exclude(result: bytes | None, rules: dict) -> str | None:
     return None
 
 
+def _normal_text(text: str, *, ignore_blanks: bool, ignore_case: bool) -> str:
+    if ignore_blanks:
+        text = re.sub(r"\s+", " ", text).strip()
+    return text.lower() if ignore_case else text
+
+
+def compare_text_file(
+    result: bytes | None, expected: bytes, *, ignore_blanks: bool = False, ignore_case: bool = False
+) -> str | None:
+    """The text file the agent saved has the gold file's text (UTF-8), exactly unless the options relax it."""
+    if result is None:
+        return "the file was not saved where the task asked"
+    try:
+        text = result.decode("utf-8")
+    except UnicodeDecodeError:
+        return "the file is not UTF-8 text"
+    got = _normal_text(text, ignore_blanks=ignore_blanks, ignore_case=ignore_case)
+    want = _normal_text(expected.decode("utf-8"), ignore_blanks=ignore_blanks, ignore_case=ignore_case)
+    if got != want:
+        return f"the file's text is {got[:400]!r}, expected {want[:400]!r}"
+    return None
+
+
 #: OSWorld's metric names → ours.
 METRICS: dict[str, Metric] = {
     "compare_table": compare_table,
@@ -228,4 +258,5 @@ METRICS: dict[str, Metric] = {
     "compare_docx_bold": compare_docx_bold,
     "compare_pptx_files": compare_pptx_files,
     "check_include_exclude": check_include_exclude,
+    "compare_text_file": compare_text_file,
 }

@@ -18,7 +18,8 @@ recomputes): ``sum``, ``average`` and ``max`` of a column under a label, a ``pro
 formulas, and ``fix`` a mistyped number. Writer kinds: ``append`` a paragraph, ``title`` (insert a
 first paragraph), ``bold`` the heading, ``delete`` a paragraph. Text kinds (a ``.txt`` file in
 mousepad, graded by ``compare_text_file``): ``append`` a line, insert a ``heading`` line, ``delete``
-a line, ``fix`` a misspelt word. Each app also has an ``infeasible`` task (:data:`INFEASIBLE`):
+a line, ``fix`` a misspelt word. GIMP kinds (a PNG edited with one command and exported as a new PNG, graded by
+``compare_image_list``): ``mirror``, ``flip``, ``rotate`` (180 degrees), ``invert``. Each app also has an ``infeasible`` task (:data:`INFEASIBLE`):
 a request the app cannot carry out, whose reference solution is ``fail()``.
 """
 
@@ -33,6 +34,7 @@ from agentgym.extras import requires
 __all__ = [
     "CALC_KINDS",
     "IMPRESS_KINDS",
+    "GIMP_KINDS",
     "INFEASIBLE",
     "SEEDS",
     "TEXT_KINDS",
@@ -336,14 +338,103 @@ def _text(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
     }
 
 
+# -------------------------------------------------------------------------------------------- GIMP
+#: Kind → (what the instruction asks, the GIMP command run through its command search, the edit on a PIL image).
+GIMP_KINDS = ("mirror", "flip", "rotate", "invert")
+_GIMP_EDITS = {
+    "mirror": ("Flip the image horizontally (mirror it left to right)", "Flip Horizontally"),
+    "flip": ("Flip the image vertically (upside down)", "Flip Vertically"),
+    "rotate": ("Rotate the image by 180 degrees", "Rotate 180"),
+    "invert": ("Invert the image's colours", "Invert"),
+}
+
+
+def _picture(rng: random.Random) -> Any:
+    """A small picture of coloured blocks on a background, asymmetric so that a flip or a rotation shows."""
+    with requires("gui"):
+        from PIL import Image, ImageDraw
+    width, height = rng.choice([(96, 64), (80, 60), (120, 72)])
+    image = Image.new("RGB", (width, height), tuple(rng.randrange(256) for _ in range(3)))
+    draw = ImageDraw.Draw(image)
+    for _ in range(rng.randint(3, 6)):
+        left, top = rng.randrange(width - 8), rng.randrange(height - 8)
+        box = (left, top, rng.randint(left + 4, width - 1), rng.randint(top + 4, height - 1))
+        draw.rectangle(box, fill=tuple(rng.randrange(256) for _ in range(3)))
+    draw.rectangle((0, 0, width // 4, 3), fill=(255, 0, 0))  # a bar at the top left: never symmetric
+    return image
+
+
+def _png(image: Any) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def _gimp(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
+    """An image in GIMP, edited with one command and exported as a new PNG.
+
+    The reference solution runs the command through GIMP's command search (``/``: type its name,
+    Return), then exports with Export As (``shift+ctrl+e``: the whole path typed into the name field,
+    Return, and Return again on the PNG options' Export button).
+    """
+    with requires("gui"):
+        from PIL import ImageOps
+    rng = random.Random(f"gimp-{kind}-{seed}")
+    image = _picture(rng)
+    edited = {
+        "mirror": ImageOps.mirror,
+        "flip": ImageOps.flip,
+        "rotate": lambda picture: picture.rotate(180),
+        "invert": ImageOps.invert,
+    }[kind](image)
+    name = ["photo", "logo", "sketch", "banner"][GIMP_KINDS.index(kind)]
+    source, target = f"{HOME}/Pictures/{name}.png", f"{HOME}/Pictures/{name}-edited.png"
+    asked, command = _GIMP_EDITS[kind]
+    spec = {
+        "id": f"gimp-{kind}-{seed}",
+        "instruction": f"{asked}, and export the result as a PNG to {target}. The image {source} is open in GIMP.",
+        "source": "agentgym.envs.gui.generators",
+        "config": [
+            {"type": "download", "parameters": {"files": [{"url": f"{name}.png", "path": source}]}},
+            {"type": "open", "parameters": {"path": source}},
+        ],
+        "related_apps": ["gimp"],
+        "evaluator": {
+            "func": "compare_image_list",
+            "result": {"type": "vm_file", "path": target, "dest": f"{name}-edited.png"},
+            "expected": {"type": "local_file", "path": f"gold-{name}-edited.png"},
+        },
+        "solution": [
+            _key("slash"),
+            "wait(1)",
+            _type(command),
+            _key("Return"),
+            _key("shift+ctrl+e"),
+            "wait(1)",
+            _key("ctrl+a"),
+            _type(target),
+            _key("Return"),
+            "wait(1)",
+            _key("Return"),
+            "wait(2)",
+            "done()",
+        ],
+    }
+    return spec, {f"{name}.png": _png(image), f"gold-{name}-edited.png": _png(edited)}
+
+
 # -------------------------------------------------------------------------------------- infeasible
 #: Per app, a request it cannot carry out (LibreOffice reads Apple's formats but does not write them; mousepad
-#: keeps no history): the right answer is ``fail()``, and any change to the file is beside the point.
+#: keeps no history; GIMP does not trace bitmaps into vectors): the right answer is ``fail()``, and any change to the file is beside the point.
 INFEASIBLE = {
     "calc": ("sum", "Save this workbook in Apple Numbers format, as {stem}.numbers beside it."),
     "writer": ("append", "Save this document as an Apple Pages file, {stem}.pages, beside it."),
     "impress": ("title", "Export this presentation in Apple Keynote format, as {stem}.key beside it."),
     "text": ("append", "Restore the version of this file that was saved last week (mousepad's file history)."),
+    "gimp": (
+        "mirror",
+        "Trace this image into a vector drawing, one SVG shape per coloured block, saved as {stem}.svg.",
+    ),
 }
 
 
@@ -374,18 +465,26 @@ def generate(app: str, kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
         return _impress(kind, seed)
     if app == "text" and kind in TEXT_KINDS:
         return _text(kind, seed)
+    if app == "gimp" and kind in GIMP_KINDS:
+        return _gimp(kind, seed)
     raise ValueError(
         f"no generator {app}/{kind} (calc: {CALC_KINDS}; writer: {WRITER_KINDS}; impress: {IMPRESS_KINDS}; "
-        f"text: {TEXT_KINDS}; and 'infeasible' for each)"
+        f"text: {TEXT_KINDS}; gimp: {GIMP_KINDS}; and 'infeasible' for each)"
     )
 
 
-FAMILIES = (("calc", CALC_KINDS), ("writer", WRITER_KINDS), ("impress", IMPRESS_KINDS), ("text", TEXT_KINDS))
+FAMILIES = (
+    ("calc", CALC_KINDS),
+    ("writer", WRITER_KINDS),
+    ("impress", IMPRESS_KINDS),
+    ("text", TEXT_KINDS),
+    ("gimp", GIMP_KINDS),
+)
 
 
 def generated_tasks(seeds: tuple[int, ...] = SEEDS) -> list[tuple[dict, dict[str, bytes]]]:
-    """Every generator at every seed (15 Calc, 12 Writer, 12 Impress and 12 text tasks with the default three
-    seeds), and one infeasible task per app at the first seed (4 of 55, about 7%)."""
+    """Every generator at every seed (15 Calc, 12 Writer, 12 Impress, 12 text and 12 GIMP tasks with the default
+    three seeds), and an infeasible task per app at the first seed (5 of 68, 7%: OSWorld's share is about 8%)."""
     return [
         *(generate(app, kind, seed) for app, kinds in FAMILIES for kind in kinds for seed in seeds),
         *(generate(app, "infeasible", seeds[0]) for app in INFEASIBLE),

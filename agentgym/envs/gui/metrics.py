@@ -21,6 +21,9 @@ What OSWorld's namesakes compare, and where ours are stricter because the policy
 * ``compare_text_file`` (a text file against a gold one): the same text, exactly, with OSWorld's two
   options: ``ignore_blanks`` (runs of whitespace count as one space, ends stripped) and ``ignore_case``.
 
+* ``compare_image_list`` (images, PNG): the same size and the same pixels (RGBA), exactly; OSWorld's
+  resizes the agent's image to the gold one's size first, ours refuses another size.
+
 tests/envs/gui/test_osworld_fidelity.py checks each against OSWorld's namesake (desktop-env) on the
 same files; the differences above are pinned there.
 """
@@ -42,6 +45,7 @@ __all__ = [
     "check_include_exclude",
     "compare_docx_bold",
     "compare_docx_files",
+    "compare_image_list",
     "compare_pptx_files",
     "compare_table",
     "compare_text_file",
@@ -251,6 +255,42 @@ def compare_text_file(
     return None
 
 
+# ------------------------------------------------------------------------------------------ images
+_PNG = b"\x89PNG\r\n\x1a\n"
+MAX_PIXELS = 1 << 24  # a bigger image is refused before it is decoded (a small PNG can claim a huge canvas)
+
+
+def _pixels(data: bytes):
+    with requires("gui"):
+        from PIL import Image
+    image = Image.open(io.BytesIO(data))
+    if image.width * image.height > MAX_PIXELS:
+        raise ValueError(f"{image.width}x{image.height} is over {MAX_PIXELS} pixels")
+    return image.convert("RGBA")
+
+
+def compare_image_list(result: bytes | None, expected: bytes) -> str | None:
+    """The PNG the agent exported has the gold image's size and pixels (compared as RGBA, exactly)."""
+    if result is None:
+        return "the image was not exported where the task asked"
+    if not result.startswith(_PNG):
+        return "the file is not a PNG image"
+    try:
+        got = _pixels(result)
+    except Exception as exc:  # Pillow raises many kinds on a damaged or hostile file
+        return f"the image could not be read ({type(exc).__name__}: {exc})"
+    want = _pixels(expected)
+    if got.size != want.size:
+        return f"the image is {got.width}x{got.height}, expected {want.width}x{want.height}"
+    with requires("gui"):
+        from PIL import ImageChops
+    if got.tobytes() != want.tobytes():
+        # alpha_only=False: an RGBA image's bounding box is otherwise its alpha channel's alone.
+        box = ImageChops.difference(got, want).getbbox(alpha_only=False)
+        return f"the image's pixels differ from the expected ones in the box {box}"
+    return None
+
+
 #: OSWorld's metric names → ours.
 METRICS: dict[str, Metric] = {
     "compare_table": compare_table,
@@ -259,4 +299,5 @@ METRICS: dict[str, Metric] = {
     "compare_pptx_files": compare_pptx_files,
     "check_include_exclude": check_include_exclude,
     "compare_text_file": compare_text_file,
+    "compare_image_list": compare_image_list,
 }

@@ -66,19 +66,82 @@ def test_the_generators_make_a_dozen_tasks_per_app_with_distinct_inputs():
     by_app = {}
     for task_id in catalog:
         by_app.setdefault(task_id.split("-")[0], []).append(task_id)
-    assert all(len(by_app[app]) >= 12 for app in ("calc", "writer", "impress"))
+    assert all(len(by_app[app]) >= 12 for app in ("calc", "writer", "impress", "text", "gimp"))
+    feasible = [task for task in catalog.values() if task.feasible]
     # Seeds change the files, not just the ids.
-    inputs = {bytes(next(iter(task.files.values()))) for task in catalog.values()}
-    assert len(inputs) == len(catalog)
-    for task in catalog.values():
-        assert task.solution[-1] == "done()" and task.feasible
+    inputs = {bytes(next(iter(task.files.values()))) for task in feasible}
+    assert len(inputs) == len(feasible)
+    for task in feasible:
+        assert task.solution[-1] == "done()"
+    # About 8% infeasible (OSWorld's share), one per app, each answered by fail() alone.
+    infeasible = [task for task in catalog.values() if not task.feasible]
+    assert sorted(task.id for task in infeasible) == [
+        f"{app}-infeasible-0" for app in ("calc", "gimp", "impress", "text", "writer")
+    ]
+    assert all(task.solution == ("fail()",) for task in infeasible)
+    assert 0.06 <= len(infeasible) / len(catalog) <= 0.1
 
 
 def test_every_untouched_input_fails_its_check():
     for task in apps_catalog().values():
-        ((relative, data),) = task.files.items()
-        problem = task.check(Files({f"/home/agent/{relative}": data}))
-        assert problem, task.id
+        if task.feasible:
+            ((relative, data),) = task.files.items()
+            problem = task.check(Files({f"/home/agent/{relative}": data}))
+            assert problem, task.id
+
+
+def png(image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def test_gimp_gold_passes_and_the_hacks_fail():
+    from PIL import Image, ImageOps
+
+    catalog = apps_catalog()
+    for kind in generators.GIMP_KINDS:
+        spec, files = generators.generate("gimp", kind, 1)
+        task, path = catalog[f"gimp-{kind}-1"], spec["evaluator"]["result"]["path"]
+        gold = files[spec["evaluator"]["expected"]["path"]]
+        start = files[spec["config"][0]["parameters"]["files"][0]["url"]]
+        assert task.check(Files({path: gold})) is None, kind
+        assert "differ" in task.check(Files({path: start})), kind  # the input exported unedited
+        assert "not exported" in task.check(Files({spec["config"][0]["parameters"]["files"][0]["path"]: gold}))
+        image = Image.open(io.BytesIO(gold)).convert("RGB")
+        # The right picture, twice as big; with a one-pixel border; as a JPEG under the PNG's name.
+        assert "expected" in task.check(Files({path: png(image.resize((image.width * 2, image.height * 2)))}))
+        assert "expected" in task.check(Files({path: png(ImageOps.expand(image, 1, (0, 0, 0)))}))
+        jpeg = io.BytesIO()
+        image.save(jpeg, "JPEG", quality=100)
+        assert "not a PNG" in task.check(Files({path: jpeg.getvalue()}))
+        # One pixel off by one; the right colours made transparent (same RGB, alpha 0).
+        off = image.copy()
+        r, g, b = off.getpixel((5, 5))
+        off.putpixel((5, 5), ((r + 1) % 256, g, b))
+        assert "differ" in task.check(Files({path: png(off)}))
+        clear = image.convert("RGBA")
+        clear.putalpha(0)
+        assert "differ" in task.check(Files({path: png(clear)}))
+    # A PNG that claims a huge canvas is refused before it is decoded; a truncated one cannot be read.
+    huge = png(Image.new("1", (8192, 8192)))
+    assert "over" in task.check(Files({path: huge}))
+    assert "could not be read" in task.check(Files({path: gold[:60]}))
+
+
+def test_text_gold_passes_and_the_hacks_fail():
+    catalog = apps_catalog()
+    for kind in generators.TEXT_KINDS:
+        spec, files = generators.generate("text", kind, 2)
+        task, path = catalog[f"text-{kind}-2"], spec["evaluator"]["result"][0]["path"]
+        gold = files[spec["evaluator"]["expected"][0]["path"]]
+        assert task.check(Files({path: gold})) is None, kind
+        # Near misses: the last newline dropped, a blank line added, CRLF line ends, the case changed.
+        for near in (gold[:-1], gold + b"\n", gold.replace(b"\n", b"\r\n"), gold.upper()):
+            assert "file's text" in task.check(Files({path: near})), (kind, near)
+        # The gold text saved under another name (the agent's own copy) is not the file; bytes that are not text.
+        assert "not saved" in task.check(Files({path + ".bak": gold}))
+        assert "not UTF-8" in task.check(Files({path: b"\xff\xfe" + gold}))
 
 
 def test_a_missing_file_fails():

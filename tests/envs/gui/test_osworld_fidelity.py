@@ -1,7 +1,7 @@
 """Our desktop metrics agree with OSWorld's own metric functions (desktop-env 1.0.2, run in .venv-osworld) on the same files.
 
 For every metric both have — compare_table, compare_docx_files, compare_pptx_files, check_include_exclude,
-compare_text_file — each generated task's gold file, its untouched input, seeded mutations of the gold
+compare_text_file, compare_image_list — each generated task's gold file, its untouched input, seeded mutations of the gold
 (a number, a word or a label changed, a row or paragraph dropped, a cell or slide added, two swapped),
 an empty file of the right kind, zero bytes and a missing file are scored by both: the verdicts must be the
 same. Where ours is deliberately different the test pins the direction (``test_known_differences``):
@@ -13,6 +13,9 @@ same. Where ours is deliberately different the test pins the direction (``test_k
   joins them with whitespace, so two paragraphs merged into one pass it.
 * compare_pptx_files: ours compares the slides' texts; OSWorld's also shapes' positions and sizes and
   the runs' fonts, so a moved text box fails it and passes ours.
+* compare_image_list: OSWorld's converts the agent's image to the gold one's mode (an RGB gold drops
+  the alpha channel: a fully transparent copy passes) and resizes another size to the gold's (LANCZOS: the
+  right picture at twice the size does not come back exact, and fails both); ours compares RGBA, same size.
 
 Not compared: compare_docx_bold (OSWorld has no metric that reads which paragraphs are bold; its
 docs metrics check fonts, italics at size 14, highlight, strike-through), and OSWorld's OCR metric
@@ -31,6 +34,7 @@ import docx
 import openpyxl
 import pptx
 import pytest
+from PIL import Image, ImageOps
 from pptx.util import Inches
 
 from agentgym.envs.gui import generators, metrics
@@ -312,6 +316,55 @@ def test_check_include_exclude_and_compare_text_file_agree_with_osworlds(tmp_pat
     assert corpus.disagreements() == []
 
 
+# --------------------------------------------------------------------------------------------- images
+def png(image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def test_compare_image_list_agrees_with_osworlds(tmp_path):
+    corpus = Corpus(tmp_path)
+    for kind in generators.GIMP_KINDS:
+        for seed in generators.SEEDS:
+            spec, files = generators.generate("gimp", kind, seed)
+            gold = files[spec["evaluator"]["expected"]["path"]]
+            start = files[spec["config"][0]["parameters"]["files"][0]["url"]]
+            image = Image.open(io.BytesIO(gold)).convert("RGB")
+            rng = random.Random(f"{kind}-{seed}")
+            off = image.copy()
+            x, y = rng.randrange(image.width), rng.randrange(image.height)
+            off.putpixel((x, y), tuple((c + rng.randint(1, 255)) % 256 for c in off.getpixel((x, y))))
+            jpeg = io.BytesIO()
+            image.save(jpeg, "JPEG", quality=90)
+            variants = {
+                "gold": gold,
+                "gold as RGBA": png(image.convert("RGBA")),
+                "input": start,
+                "mirrored": png(ImageOps.mirror(image)),
+                "upside down": png(ImageOps.flip(image)),
+                "a pixel changed": png(off),
+                "with a border": png(ImageOps.expand(image, 2, (0, 0, 0))),
+                "twice the size": png(image.resize((image.width * 2, image.height * 2), Image.Resampling.NEAREST)),
+                "a JPEG": jpeg.getvalue(),
+                "blank": png(Image.new("RGB", image.size, (255, 255, 255))),
+                "missing": None,
+            }
+            for name, data in variants.items():
+                if name in ("mirrored", "upside down") and data == gold:
+                    continue
+                corpus.pair(
+                    f"gimp-{kind}-{seed} {name}",
+                    metrics.compare_image_list,
+                    data,
+                    gold,
+                    ".png",
+                    "gimp",
+                    "compare_image_list",
+                )
+    assert corpus.disagreements() == []
+
+
 # ---------------------------------------------------------------------------------------- differences
 def test_known_differences(tmp_path):
     """Where ours deliberately differs (the module docstring), the direction is pinned."""
@@ -354,9 +407,16 @@ def test_known_differences(tmp_path):
     corpus.pair(
         "title box moved", metrics.compare_pptx_files, moved, gold_deck, ".pptx", "slides", "compare_pptx_files"
     )
+    spec, files = generators.generate("gimp", "mirror", 0)
+    gold_png = files[spec["evaluator"]["expected"]["path"]]
+    image = Image.open(io.BytesIO(gold_png)).convert("RGB")
+    clear = image.convert("RGBA")
+    clear.putalpha(0)
+    corpus.pair("transparent", metrics.compare_image_list, png(clear), gold_png, ".png", "gimp", "compare_image_list")
     assert sorted(corpus.disagreements()) == [
         ("label with a space", True, 0.0),
         ("paragraphs merged", False, 1.0),
         ("title box moved", True, 0.0),
+        ("transparent", False, 1.0),
         ("typed number", False, 1.0),
     ]

@@ -16,7 +16,8 @@ and Writer's word completion are off).
 Calc kinds (each cell a task touches lies in A1:E10, the grid :mod:`agentgym.envs.gui.apps.formula`
 recomputes): ``sum``, ``average`` and ``max`` of a column under a label, a ``product`` column of
 formulas, and ``fix`` a mistyped number. Writer kinds: ``append`` a paragraph, ``title`` (insert a
-first paragraph), ``bold`` the heading, ``delete`` a paragraph. Text kinds (a ``.txt`` file in
+first paragraph), ``bold`` the heading, ``delete`` a paragraph; on an OpenDocument text (``odt``,
+made with odfpy) the same but ``bold``. Text kinds (a ``.txt`` file in
 mousepad, graded by ``compare_text_file``): ``append`` a line, insert a ``heading`` line, ``delete``
 a line, ``fix`` a misspelt word. GIMP kinds (a PNG edited with one command and exported as a new PNG, graded by
 ``compare_image_list``): ``mirror``, ``flip``, ``rotate`` (180 degrees), ``invert``. Each app also has an ``infeasible`` task (:data:`INFEASIBLE`):
@@ -197,11 +198,29 @@ def _calc(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
 WRITER_KINDS = ("append", "title", "bold", "delete")
 
 
-def _writer(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
-    rng = random.Random(f"writer-{kind}-{seed}")
+def _odt_document(paragraphs: list[tuple[str, bool]]) -> bytes:
+    """An OpenDocument text (odfpy) with one paragraph per text (the ODT kinds use no bold)."""
+    with requires("gui"):
+        from odf import text
+        from odf.opendocument import OpenDocumentText
+    document = OpenDocumentText()
+    for line, _ in paragraphs:
+        document.text.addElement(text.P(text=line))
+    buffer = io.BytesIO()
+    document.save(buffer)
+    return buffer.getvalue()
+
+
+#: Writer kinds on an OpenDocument text (.odt, LibreOffice's own format), graded through odfpy.
+ODT_KINDS = ("append", "title", "delete")
+
+
+def _writer(kind: str, seed: int, family: str = "writer") -> tuple[dict, dict[str, bytes]]:
+    rng = random.Random(f"{family}-{kind}-{seed}")
     title = rng.choice(_TITLES)
     body = rng.sample(_SENTENCES, rng.randint(3, 5))
-    path = f"{HOME}/Documents/{['letter', 'notes', 'report', 'minutes'][WRITER_KINDS.index(kind)]}.docx"
+    extension = "odt" if family == "odt" else "docx"
+    path = f"{HOME}/Documents/{['letter', 'notes', 'report', 'minutes'][WRITER_KINDS.index(kind)]}.{extension}"
     metrics: list[tuple[str, dict]] = [("compare_docx_files", {})]
     if kind == "append":
         extra = rng.choice([s for s in _SENTENCES if s not in body])
@@ -226,9 +245,10 @@ def _writer(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
         after = [p for index, p in enumerate(before) if index != drop + 1]
         instruction = f"Delete the paragraph '{body[drop]}' (and only it)."
         solution = [_key("ctrl+Home", *["Down"] * (drop + 1), "shift+Down", "Delete")]
-    spec = _spec(f"writer-{kind}-{seed}", instruction, path, metrics, solution)
+    spec = _spec(f"{family}-{kind}-{seed}", instruction, path, metrics, solution)
     name = path.rpartition("/")[2]
-    return spec, {name: _document(before), f"gold-{name}": _document(after)}
+    build = _odt_document if family == "odt" else _document
+    return spec, {name: build(before), f"gold-{name}": build(after)}
 
 
 # ----------------------------------------------------------------------------------------- Impress
@@ -425,12 +445,14 @@ def _gimp(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
 
 # -------------------------------------------------------------------------------------- infeasible
 #: Per app, a request it cannot carry out (LibreOffice reads Apple's formats but does not write them; mousepad
-#: keeps no history; GIMP does not trace bitmaps into vectors): the right answer is ``fail()``, and any change to the file is beside the point.
+#: keeps no history; GIMP does not trace bitmaps into vectors; the desktop has no mail client and no network):
+#: the right answer is ``fail()``, and any change to the file is beside the point.
 INFEASIBLE = {
     "calc": ("sum", "Save this workbook in Apple Numbers format, as {stem}.numbers beside it."),
     "writer": ("append", "Save this document as an Apple Pages file, {stem}.pages, beside it."),
     "impress": ("title", "Export this presentation in Apple Keynote format, as {stem}.key beside it."),
     "text": ("append", "Restore the version of this file that was saved last week (mousepad's file history)."),
+    "odt": ("append", "E-mail this document to team@example.com from LibreOffice (File > Send)."),
     "gimp": (
         "mirror",
         "Trace this image into a vector drawing, one SVG shape per coloured block, saved as {stem}.svg.",
@@ -467,15 +489,18 @@ def generate(app: str, kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
         return _text(kind, seed)
     if app == "gimp" and kind in GIMP_KINDS:
         return _gimp(kind, seed)
+    if app == "odt" and kind in ODT_KINDS:
+        return _writer(kind, seed, family="odt")
     raise ValueError(
         f"no generator {app}/{kind} (calc: {CALC_KINDS}; writer: {WRITER_KINDS}; impress: {IMPRESS_KINDS}; "
-        f"text: {TEXT_KINDS}; gimp: {GIMP_KINDS}; and 'infeasible' for each)"
+        f"odt: {ODT_KINDS}; text: {TEXT_KINDS}; gimp: {GIMP_KINDS}; and 'infeasible' for each)"
     )
 
 
 FAMILIES = (
     ("calc", CALC_KINDS),
     ("writer", WRITER_KINDS),
+    ("odt", ODT_KINDS),
     ("impress", IMPRESS_KINDS),
     ("text", TEXT_KINDS),
     ("gimp", GIMP_KINDS),
@@ -483,8 +508,9 @@ FAMILIES = (
 
 
 def generated_tasks(seeds: tuple[int, ...] = SEEDS) -> list[tuple[dict, dict[str, bytes]]]:
-    """Every generator at every seed (15 Calc, 12 Writer, 12 Impress, 12 text and 12 GIMP tasks with the default
-    three seeds), and an infeasible task per app at the first seed (5 of 68, 7%: OSWorld's share is about 8%)."""
+    """Every generator at every seed (15 Calc, 12 Writer on docx and 9 on odt, 12 Impress, 12 text and 12 GIMP tasks
+    with the default three seeds), and an infeasible task per family at the first seed (6 of 78, 7.7%: OSWorld's
+    share is about 8%)."""
     return [
         *(generate(app, kind, seed) for app, kinds in FAMILIES for kind in kinds for seed in seeds),
         *(generate(app, "infeasible", seeds[0]) for app in INFEASIBLE),

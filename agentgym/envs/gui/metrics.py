@@ -13,8 +13,9 @@ What OSWorld's namesakes compare, and where ours are stricter because the policy
   computation, not a typed number), and every formula cell in the agent's file is recomputed from
   the file's own cells with :mod:`agentgym.envs.gui.apps.formula`: a sheet whose cached values
   differ from its formulas fails, and so does a formula that module cannot evaluate.
-* ``compare_docx_files`` (documents, docx): the paragraphs' texts, in order, empty ones ignored.
-  Text inside pictures is no text.
+* ``compare_docx_files`` (documents, docx; or odt, read with odfpy, where the gold file is odt, as
+  OSWorld's reads both): the paragraphs' texts, in order, empty ones ignored. Text inside pictures
+  is no text.
 * ``compare_docx_bold``: which paragraphs are bold (every run with text bold) matches the gold file's.
 * ``compare_pptx_files`` (slides, pptx): the slides' count and each slide's texts, shape by shape.
 * ``check_include_exclude`` (any text file): rule ``{"include": [...], "exclude": [...]}``.
@@ -148,13 +149,63 @@ def _read_docx(result: bytes | None) -> tuple[list | None, str | None]:
         return None, f"the document could not be read ({type(exc).__name__}: {exc})"
 
 
+_ODT = "application/vnd.oasis.opendocument.text"
+
+
+def _is_odt(data: bytes) -> bool:
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as package:
+            return package.read("mimetype").decode("ascii", errors="replace").strip() == _ODT
+    except (zipfile.BadZipFile, KeyError):
+        return False
+
+
+def _odt_texts(data: bytes) -> list[str]:
+    """The texts of an OpenDocument text's paragraphs and headings, in document order (odfpy; spans, tabs and
+    runs of spaces as the reader sees them)."""
+    with requires("gui"):
+        from odf import teletype
+        from odf.element import Node
+        from odf.opendocument import load
+    texts: list[str] = []
+
+    def walk(node) -> None:
+        for child in node.childNodes:
+            if (
+                child.nodeType == Node.ELEMENT_NODE
+                and child.qname[1] in ("p", "h")
+                and child.qname[0].endswith(":text:1.0")
+            ):
+                texts.append(teletype.extractText(child))
+            elif child.nodeType == Node.ELEMENT_NODE:
+                walk(child)
+
+    walk(load(io.BytesIO(data)).text)
+    return texts
+
+
+def _document_texts(result: bytes | None, odt: bool) -> tuple[list[str] | None, str | None]:
+    """The non-empty paragraphs' texts (stripped) of a docx, or of an odt where the gold file is one."""
+    if not odt:
+        paragraphs, problem = _read_docx(result)
+        return (None, problem) if problem else ([p.text.strip() for p in paragraphs], None)
+    if result is None:
+        return None, "the document was not saved where the task asked"
+    if not _is_odt(result):
+        return None, "the file is not an odt document (no OpenDocument text mimetype)"
+    try:
+        return [text.strip() for text in _odt_texts(result) if text.strip()], None
+    except Exception as exc:  # odfpy raises many kinds on a damaged package
+        return None, f"the document could not be read ({type(exc).__name__}: {exc})"
+
+
 def compare_docx_files(result: bytes | None, expected: bytes) -> str | None:
-    """The non-empty paragraphs' texts, in order, equal the gold document's."""
-    paragraphs, problem = _read_docx(result)
+    """The non-empty paragraphs' texts, in order, equal the gold document's (docx, or odt where the gold is)."""
+    odt = _is_odt(expected)
+    got, problem = _document_texts(result, odt)
     if problem:
         return problem
-    got = [paragraph.text.strip() for paragraph in paragraphs]
-    want = [paragraph.text.strip() for paragraph in _paragraphs(expected)]
+    want, _ = _document_texts(expected, odt)
     if got != want:
         return f"the document's paragraphs are {got!r}, expected {want!r}"
     return None

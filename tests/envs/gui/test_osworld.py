@@ -67,6 +67,7 @@ def test_the_generators_make_a_dozen_tasks_per_app_with_distinct_inputs():
     for task_id in catalog:
         by_app.setdefault(task_id.split("-")[0], []).append(task_id)
     assert all(len(by_app[app]) >= 12 for app in ("calc", "writer", "impress", "text", "gimp"))
+    assert len(by_app["odt"]) >= 9
     feasible = [task for task in catalog.values() if task.feasible]
     # Seeds change the files, not just the ids.
     inputs = {bytes(next(iter(task.files.values()))) for task in feasible}
@@ -76,7 +77,7 @@ def test_the_generators_make_a_dozen_tasks_per_app_with_distinct_inputs():
     # About 8% infeasible (OSWorld's share), one per app, each answered by fail() alone.
     infeasible = [task for task in catalog.values() if not task.feasible]
     assert sorted(task.id for task in infeasible) == [
-        f"{app}-infeasible-0" for app in ("calc", "gimp", "impress", "text", "writer")
+        f"{app}-infeasible-0" for app in ("calc", "gimp", "impress", "odt", "text", "writer")
     ]
     assert all(task.solution == ("fail()",) for task in infeasible)
     assert 0.06 <= len(infeasible) / len(catalog) <= 0.1
@@ -235,6 +236,46 @@ def test_writer_gold_passes_and_the_hacks_fail():
     buffer = io.BytesIO()
     document.save(buffer)
     assert task.check(Files({path: buffer.getvalue()}))
+
+
+def test_odt_gold_passes_and_the_hacks_fail():
+    catalog = apps_catalog()
+    for kind in generators.ODT_KINDS:
+        spec, files = generators.generate("odt", kind, 0)
+        task, path = catalog[f"odt-{kind}-0"], spec["evaluator"]["result"][0]["path"]
+        gold = files[spec["evaluator"]["expected"][0]["path"]]
+        assert task.check(Files({path: gold})) is None, kind
+        assert "paragraphs" in task.check(Files({path: files[spec["config"][0]["parameters"]["files"][0]["url"]]}))
+    # The same paragraphs as a docx under the odt name; an odt whose mimetype says spreadsheet; a damaged one.
+    texts = metrics._odt_texts(gold)
+    assert "not an odt" in task.check(Files({path: writer_file([(t, False) for t in texts])}))
+    forged = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(gold)) as source, zipfile.ZipFile(forged, "w") as target:
+        for item in source.infolist():
+            data = source.read(item)
+            target.writestr(
+                item, b"application/vnd.oasis.opendocument.spreadsheet" if item.filename == "mimetype" else data
+            )
+    assert "not an odt" in task.check(Files({path: forged.getvalue()}))
+    assert task.check(Files({path: gold[:200]}))
+    # Spans, a heading and runs of spaces read as a reader sees them; an empty paragraph is ignored.
+    from odf import text
+    from odf.opendocument import OpenDocumentText
+
+    document = OpenDocumentText()
+    heading = text.H(outlinelevel=1)
+    heading.addElement(text.Span(text=texts[0]))
+    document.text.addElement(heading)
+    document.text.addElement(text.P(text=""))
+    for line in texts[1:]:
+        paragraph = text.P()
+        first, _, rest = line.partition(" ")
+        paragraph.addElement(text.Span(text=first + " "))
+        paragraph.addText(rest)
+        document.text.addElement(paragraph)
+    buffer = io.BytesIO()
+    document.save(buffer)
+    assert task.check(Files({path: buffer.getvalue()})) is None
 
 
 def test_the_loader_refuses_what_the_format_does_not_allow():

@@ -1,7 +1,7 @@
 """Our desktop metrics agree with OSWorld's own metric functions (desktop-env 1.0.2, run in .venv-osworld) on the same files.
 
 For every metric both have — compare_table, compare_docx_files, compare_pptx_files, check_include_exclude,
-compare_text_file, compare_image_list — each generated task's gold file, its untouched input, seeded mutations of the gold
+compare_text_file, compare_image_list; compare_docx_files on docx and on odt (odfpy) — each generated task's gold file, its untouched input, seeded mutations of the gold
 (a number, a word or a label changed, a row or paragraph dropped, a cell or slide added, two swapped),
 an empty file of the right kind, zero bytes and a missing file are scored by both: the verdicts must be the
 same. Where ours is deliberately different the test pins the direction (``test_known_differences``):
@@ -169,38 +169,54 @@ def document(paragraphs: list[str]) -> bytes:
     return saved(doc)
 
 
-def test_compare_docx_files_agrees_with_osworlds(tmp_path):
+def odt_document(paragraphs: list[str]) -> bytes:
+    return generators._odt_document([(text, False) for text in paragraphs])
+
+
+@pytest.mark.parametrize("family", ["writer", "odt"])
+def test_compare_docx_files_agrees_with_osworlds(tmp_path, family):
+    """docx files, and odt files (odfpy on both sides) where the gold file is one."""
     corpus = Corpus(tmp_path)
-    for kind in generators.WRITER_KINDS:
+    kinds, suffix, build = {
+        "writer": (generators.WRITER_KINDS, ".docx", document),
+        "odt": (generators.ODT_KINDS, ".odt", odt_document),
+    }[family]
+    for kind in kinds:
         for seed in generators.SEEDS:
-            spec, files = generators.generate("writer", kind, seed)
+            spec, files = generators.generate(family, kind, seed)
             start, gold = task_files(spec, files)
-            texts = [p.text for p in docx.Document(io.BytesIO(gold)).paragraphs]
+            texts = (
+                metrics._odt_texts(gold)
+                if family == "odt"
+                else [p.text for p in docx.Document(io.BytesIO(gold)).paragraphs]
+            )
             rng = random.Random(f"{kind}-{seed}")
             drop, word = rng.randrange(len(texts)), rng.randrange(len(texts))
             a, b = rng.sample(range(len(texts)), 2)
             swapped = list(texts)
             swapped[a], swapped[b] = swapped[b], swapped[a]
+            other = {"writer": odt_document, "odt": document}[family]
             variants = {
                 "gold": gold,
-                "gold retyped": document(texts),
-                "gold with blank paragraphs": document(["", *texts[:1], "", *texts[1:], ""]),
+                "gold retyped": build(texts),
+                "gold with blank paragraphs": build(["", *texts[:1], "", *texts[1:], ""]),
                 "input": start,
-                "paragraph dropped": document(texts[:drop] + texts[drop + 1 :]),
-                "word changed": document([t.replace(" ", " not ", 1) if i == word else t for i, t in enumerate(texts)]),
-                "two swapped": document(swapped),
-                "paragraph added": document([*texts, "One more line."]),
-                "empty": document([]),
+                "paragraph dropped": build(texts[:drop] + texts[drop + 1 :]),
+                "word changed": build([t.replace(" ", " not ", 1) if i == word else t for i, t in enumerate(texts)]),
+                "two swapped": build(swapped),
+                "paragraph added": build([*texts, "One more line."]),
+                "the other format": other(texts),
+                "empty": build([]),
                 "zero bytes": b"",
                 "missing": None,
             }
             for name, data in variants.items():
                 corpus.pair(
-                    f"writer-{kind}-{seed} {name}",
+                    f"{family}-{kind}-{seed} {name}",
                     metrics.compare_docx_files,
                     data,
                     gold,
-                    ".docx",
+                    suffix,
                     "docs",
                     "compare_docx_files",
                 )

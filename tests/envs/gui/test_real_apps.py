@@ -39,8 +39,10 @@ def _solve(env, task_id):
     return observation
 
 
-# One task of each family through its app: Calc, Writer, mousepad, GIMP, and an infeasible one (fail() is right).
-@pytest.mark.parametrize("task_id", ["calc-sum-0", "writer-bold-0", "text-fix-0", "gimp-mirror-0", "text-infeasible-0"])
+# One task of each family through its app: Calc, Writer (docx, odt), mousepad, GIMP, and an infeasible one (fail() is right).
+@pytest.mark.parametrize(
+    "task_id", ["calc-sum-0", "writer-bold-0", "odt-title-1", "text-fix-0", "gimp-mirror-0", "text-infeasible-0"]
+)
 def test_reference_solution_through_the_gui(apps_env, task_id):
     _solve(apps_env, task_id)
 

@@ -20,7 +20,8 @@ first paragraph), ``bold`` the heading, ``delete`` a paragraph; on an OpenDocume
 made with odfpy) the same but ``bold``. Text kinds (a ``.txt`` file in
 mousepad, graded by ``compare_text_file``): ``append`` a line, insert a ``heading`` line, ``delete``
 a line, ``fix`` a misspelt word. GIMP kinds (a PNG edited with one command and exported as a new PNG, graded by
-``compare_image_list``): ``mirror``, ``flip``, ``rotate`` (180 degrees), ``invert``. Each app also has an ``infeasible`` task (:data:`INFEASIBLE`):
+``compare_image_list``; not in the catalogue yet, see :data:`FAMILIES`): ``mirror``, ``flip``,
+``rotate`` (180 degrees), ``invert``. Each app also has an ``infeasible`` task (:data:`INFEASIBLE`):
 a request the app cannot carry out, whose reference solution is ``fail()``.
 """
 
@@ -497,21 +498,23 @@ def generate(app: str, kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
     )
 
 
+#: The families in the catalogue. GIMP's are not yet: in the desktop-apps image GIMP's first start (its
+#: plug-in query, in a fresh profile) did not map a window within the 60 s launch limit, so their reference
+#: solutions are unverified through the GUI; the image must make GIMP's profile at build time first.
 FAMILIES = (
     ("calc", CALC_KINDS),
     ("writer", WRITER_KINDS),
     ("odt", ODT_KINDS),
     ("impress", IMPRESS_KINDS),
     ("text", TEXT_KINDS),
-    ("gimp", GIMP_KINDS),
 )
 
 
 def generated_tasks(seeds: tuple[int, ...] = SEEDS) -> list[tuple[dict, dict[str, bytes]]]:
-    """Every generator at every seed (15 Calc, 12 Writer on docx and 9 on odt, 12 Impress, 12 text and 12 GIMP tasks
-    with the default three seeds), and an infeasible task per family at the first seed (6 of 78, 7.7%: OSWorld's
-    share is about 8%)."""
+    """Every catalogued generator at every seed (15 Calc, 12 Writer on docx and 9 on odt, 12 Impress and 12 text
+    tasks with the default three seeds), and an infeasible task per family at the first seed (5 of 65, 7.7%:
+    OSWorld's share is about 8%)."""
     return [
         *(generate(app, kind, seed) for app, kinds in FAMILIES for kind in kinds for seed in seeds),
-        *(generate(app, "infeasible", seeds[0]) for app in INFEASIBLE),
+        *(generate(app, "infeasible", seeds[0]) for app in INFEASIBLE if app in dict(FAMILIES)),
     ]

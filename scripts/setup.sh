@@ -81,7 +81,21 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
-# 4. The sandbox base image, built offline from Debian packages and cached by content hash.
+# 4. OSWorld's own metric functions, in a venv of their own (desktop-env pins numpy < 2, torch and more): the
+# desktop metrics' agreement tests run them there. The one home of its lines is agentgym/extras.py.
+ostamp=".venv-osworld/.installed-$(cat agentgym/extras.py | sha256sum | cut -c1-16)"
+if [ ! -f "$ostamp" ]; then
+  echo "== installing OSWorld's metrics (desktop-env) into .venv-osworld"
+  [ -x .venv-osworld/bin/python ] || "$PYTHON" -m venv .venv-osworld
+  mapfile -t osworld < <(.venv/bin/python -c 'from agentgym.extras import OSWORLD_METRICS_REQUIREMENTS as r; print(*r, sep="\n")')
+  mapfile -t osworld_libs < <(.venv/bin/python -c 'from agentgym.extras import OSWORLD_METRICS_LIBRARIES as r; print(*r, sep="\n")')
+  .venv-osworld/bin/python -m pip install -q --no-deps "${osworld[@]}"
+  .venv-osworld/bin/python -m pip install -q "${osworld_libs[@]}"
+  rm -f .venv-osworld/.installed-*
+  touch "$ostamp"
+fi
+
+# 5. The sandbox base image, built offline from Debian packages and cached by content hash.
 .venv/bin/agentgym images build
 .venv/bin/agentgym images build --desktop  # the GUI envs' Xvfb desktop, same way (about 2 minutes once)
 .venv/bin/agentgym images build --desktop-apps  # the same desktop with LibreOffice, GIMP, AT-SPI (about 6 minutes once)

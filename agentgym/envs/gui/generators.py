@@ -16,7 +16,13 @@ and Writer's word completion are off).
 Calc kinds (each cell a task touches lies in A1:E10, the grid :mod:`agentgym.envs.gui.apps.formula`
 recomputes): ``sum``, ``average`` and ``max`` of a column under a label, a ``product`` column of
 formulas, and ``fix`` a mistyped number. Writer kinds: ``append`` a paragraph, ``title`` (insert a
-first paragraph), ``bold`` the heading, ``delete`` a paragraph.
+first paragraph), ``bold`` the heading, ``delete`` a paragraph; on an OpenDocument text (``odt``,
+made with odfpy) the same but ``bold``. Text kinds (a ``.txt`` file in
+mousepad, graded by ``compare_text_file``): ``append`` a line, insert a ``heading`` line, ``delete``
+a line, ``fix`` a misspelt word. GIMP kinds (a PNG edited with one command and exported as a new PNG, graded by
+``compare_image_list``; not in the catalogue yet, see :data:`FAMILIES`): ``mirror``, ``flip``,
+``rotate`` (180 degrees), ``invert``. Each app also has an ``infeasible`` task (:data:`INFEASIBLE`):
+a request the app cannot carry out, whose reference solution is ``fail()``.
 """
 
 from __future__ import annotations
@@ -27,7 +33,17 @@ from typing import Any
 
 from agentgym.extras import requires
 
-__all__ = ["CALC_KINDS", "IMPRESS_KINDS", "WRITER_KINDS", "SEEDS", "generate", "generated_tasks"]
+__all__ = [
+    "CALC_KINDS",
+    "IMPRESS_KINDS",
+    "GIMP_KINDS",
+    "INFEASIBLE",
+    "SEEDS",
+    "TEXT_KINDS",
+    "WRITER_KINDS",
+    "generate",
+    "generated_tasks",
+]
 
 HOME = "/home/agent"
 SEEDS = (0, 1, 2)
@@ -100,6 +116,7 @@ def _deck(slides: list[tuple[str, list[str]]]) -> bytes:
 def _spec(task_id: str, instruction: str, path: str, metrics: list[tuple[str, dict]], solution: list[str]) -> dict:
     name = path.rpartition("/")[2]
     gold = f"gold-{name}"
+    app = "mousepad" if path.endswith(".txt") else "libreoffice"
     return {
         "id": task_id,
         "instruction": f"{instruction} The file {path} is open; save it in the same place and format when you are done.",
@@ -108,7 +125,7 @@ def _spec(task_id: str, instruction: str, path: str, metrics: list[tuple[str, di
             {"type": "download", "parameters": {"files": [{"url": name, "path": path}]}},
             {"type": "open", "parameters": {"path": path}},
         ],
-        "related_apps": ["libreoffice"],
+        "related_apps": [app],
         "evaluator": {
             "func": [metric for metric, _ in metrics],
             "conj": "and",
@@ -182,11 +199,29 @@ def _calc(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
 WRITER_KINDS = ("append", "title", "bold", "delete")
 
 
-def _writer(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
-    rng = random.Random(f"writer-{kind}-{seed}")
+def _odt_document(paragraphs: list[tuple[str, bool]]) -> bytes:
+    """An OpenDocument text (odfpy) with one paragraph per text (the ODT kinds use no bold)."""
+    with requires("gui"):
+        from odf import text
+        from odf.opendocument import OpenDocumentText
+    document = OpenDocumentText()
+    for line, _ in paragraphs:
+        document.text.addElement(text.P(text=line))
+    buffer = io.BytesIO()
+    document.save(buffer)
+    return buffer.getvalue()
+
+
+#: Writer kinds on an OpenDocument text (.odt, LibreOffice's own format), graded through odfpy.
+ODT_KINDS = ("append", "title", "delete")
+
+
+def _writer(kind: str, seed: int, family: str = "writer") -> tuple[dict, dict[str, bytes]]:
+    rng = random.Random(f"{family}-{kind}-{seed}")
     title = rng.choice(_TITLES)
     body = rng.sample(_SENTENCES, rng.randint(3, 5))
-    path = f"{HOME}/Documents/{['letter', 'notes', 'report', 'minutes'][WRITER_KINDS.index(kind)]}.docx"
+    extension = "odt" if family == "odt" else "docx"
+    path = f"{HOME}/Documents/{['letter', 'notes', 'report', 'minutes'][WRITER_KINDS.index(kind)]}.{extension}"
     metrics: list[tuple[str, dict]] = [("compare_docx_files", {})]
     if kind == "append":
         extra = rng.choice([s for s in _SENTENCES if s not in body])
@@ -211,9 +246,10 @@ def _writer(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
         after = [p for index, p in enumerate(before) if index != drop + 1]
         instruction = f"Delete the paragraph '{body[drop]}' (and only it)."
         solution = [_key("ctrl+Home", *["Down"] * (drop + 1), "shift+Down", "Delete")]
-    spec = _spec(f"writer-{kind}-{seed}", instruction, path, metrics, solution)
+    spec = _spec(f"{family}-{kind}-{seed}", instruction, path, metrics, solution)
     name = path.rpartition("/")[2]
-    return spec, {name: _document(before), f"gold-{name}": _document(after)}
+    build = _odt_document if family == "odt" else _document
+    return spec, {name: build(before), f"gold-{name}": build(after)}
 
 
 # ----------------------------------------------------------------------------------------- Impress
@@ -268,24 +304,217 @@ def _impress(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
     return spec, {name: _deck(before), f"gold-{name}": _deck(after)}
 
 
+# -------------------------------------------------------------------------------------- text files
+TEXT_KINDS = ("append", "heading", "delete", "fix")
+_LINES = (
+    "buy milk and bread",
+    "call the plumber",
+    "renew the passport",
+    "water the plants",
+    "book the dentist",
+    "pay the phone bill",
+    "return the library books",
+    "clean the garage",
+    "send the invoice",
+    "fix the bike light",
+)
+
+
+def _text(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
+    """A plain-text file in mousepad; every line ends in a newline, as editors save them, and the gold file too."""
+    rng = random.Random(f"text-{kind}-{seed}")
+    lines = rng.sample(_LINES, rng.randint(3, 5))
+    path = f"{HOME}/Documents/{['todo', 'chores', 'errands', 'list'][TEXT_KINDS.index(kind)]}.txt"
+    if kind == "append":
+        extra = rng.choice([line for line in _LINES if line not in lines])
+        after = [*lines, extra]
+        instruction = f"Add a new last line that says: {extra}"
+        solution = [_key("ctrl+End"), _type(extra), _key("Return")]  # ctrl+End: the empty line after the last newline
+    elif kind == "heading":
+        heading = f"TODO {rng.choice(('Monday', 'Tuesday', 'Friday', 'weekend'))}"
+        after = [heading, *lines]
+        instruction = f"Insert a new first line that says: {heading}"
+        solution = [_key("ctrl+Home"), _type(heading), _key("Return")]
+    elif kind == "delete":
+        drop = rng.randrange(len(lines))
+        after = [line for index, line in enumerate(lines) if index != drop]
+        instruction = f"Delete the line '{lines[drop]}' (the whole line, and only it)."
+        solution = [_key("ctrl+Home", *["Down"] * drop, "shift+Down", "Delete")]
+    else:  # fix: a word in one line is wrong
+        line = rng.randrange(len(lines))
+        words = lines[line].split()
+        wrong = rng.randrange(1, len(words))
+        typo = words[wrong][::-1]
+        before_lines = list(lines)
+        before_lines[line] = " ".join([*words[:wrong], typo, *words[wrong + 1 :]])
+        after = lines
+        instruction = f"In the line '{before_lines[line]}', the word '{typo}' should be '{words[wrong]}': correct it."
+        solution = [_key("ctrl+Home", *["Down"] * line, "End", "shift+Home"), _type(lines[line])]
+        lines = before_lines
+    spec = _spec(f"text-{kind}-{seed}", instruction, path, [("compare_text_file", {})], solution)
+    name = path.rpartition("/")[2]
+    return spec, {
+        name: "".join(f"{line}\n" for line in lines).encode(),
+        f"gold-{name}": "".join(f"{line}\n" for line in after).encode(),
+    }
+
+
+# -------------------------------------------------------------------------------------------- GIMP
+#: Kind → (what the instruction asks, the GIMP command run through its command search, the edit on a PIL image).
+GIMP_KINDS = ("mirror", "flip", "rotate", "invert")
+_GIMP_EDITS = {
+    "mirror": ("Flip the image horizontally (mirror it left to right)", "Flip Horizontally"),
+    "flip": ("Flip the image vertically (upside down)", "Flip Vertically"),
+    "rotate": ("Rotate the image by 180 degrees", "Rotate 180"),
+    "invert": ("Invert the image's colours", "Invert"),
+}
+
+
+def _picture(rng: random.Random) -> Any:
+    """A small picture of coloured blocks on a background, asymmetric so that a flip or a rotation shows."""
+    with requires("gui"):
+        from PIL import Image, ImageDraw
+    width, height = rng.choice([(96, 64), (80, 60), (120, 72)])
+    image = Image.new("RGB", (width, height), tuple(rng.randrange(256) for _ in range(3)))
+    draw = ImageDraw.Draw(image)
+    for _ in range(rng.randint(3, 6)):
+        left, top = rng.randrange(width - 8), rng.randrange(height - 8)
+        box = (left, top, rng.randint(left + 4, width - 1), rng.randint(top + 4, height - 1))
+        draw.rectangle(box, fill=tuple(rng.randrange(256) for _ in range(3)))
+    draw.rectangle((0, 0, width // 4, 3), fill=(255, 0, 0))  # a bar at the top left: never symmetric
+    return image
+
+
+def _png(image: Any) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def _gimp(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
+    """An image in GIMP, edited with one command and exported as a new PNG.
+
+    The reference solution runs the command through GIMP's command search (``/``: type its name,
+    Return), then exports with Export As (``shift+ctrl+e``: the whole path typed into the name field,
+    Return, and Return again on the PNG options' Export button).
+    """
+    with requires("gui"):
+        from PIL import ImageOps
+    rng = random.Random(f"gimp-{kind}-{seed}")
+    image = _picture(rng)
+    edited = {
+        "mirror": ImageOps.mirror,
+        "flip": ImageOps.flip,
+        "rotate": lambda picture: picture.rotate(180),
+        "invert": ImageOps.invert,
+    }[kind](image)
+    name = ["photo", "logo", "sketch", "banner"][GIMP_KINDS.index(kind)]
+    source, target = f"{HOME}/Pictures/{name}.png", f"{HOME}/Pictures/{name}-edited.png"
+    asked, command = _GIMP_EDITS[kind]
+    spec = {
+        "id": f"gimp-{kind}-{seed}",
+        "instruction": f"{asked}, and export the result as a PNG to {target}. The image {source} is open in GIMP.",
+        "source": "agentgym.envs.gui.generators",
+        "config": [
+            {"type": "download", "parameters": {"files": [{"url": f"{name}.png", "path": source}]}},
+            {"type": "open", "parameters": {"path": source}},
+        ],
+        "related_apps": ["gimp"],
+        "evaluator": {
+            "func": "compare_image_list",
+            "result": {"type": "vm_file", "path": target, "dest": f"{name}-edited.png"},
+            "expected": {"type": "local_file", "path": f"gold-{name}-edited.png"},
+        },
+        "solution": [
+            _key("slash"),
+            "wait(1)",
+            _type(command),
+            _key("Return"),
+            _key("shift+ctrl+e"),
+            "wait(1)",
+            _key("ctrl+a"),
+            _type(target),
+            _key("Return"),
+            "wait(1)",
+            _key("Return"),
+            "wait(2)",
+            "done()",
+        ],
+    }
+    return spec, {f"{name}.png": _png(image), f"gold-{name}-edited.png": _png(edited)}
+
+
+# -------------------------------------------------------------------------------------- infeasible
+#: Per app, a request it cannot carry out (LibreOffice reads Apple's formats but does not write them; mousepad
+#: keeps no history; GIMP does not trace bitmaps into vectors; the desktop has no mail client and no network):
+#: the right answer is ``fail()``, and any change to the file is beside the point.
+INFEASIBLE = {
+    "calc": ("sum", "Save this workbook in Apple Numbers format, as {stem}.numbers beside it."),
+    "writer": ("append", "Save this document as an Apple Pages file, {stem}.pages, beside it."),
+    "impress": ("title", "Export this presentation in Apple Keynote format, as {stem}.key beside it."),
+    "text": ("append", "Restore the version of this file that was saved last week (mousepad's file history)."),
+    "odt": ("append", "E-mail this document to team@example.com from LibreOffice (File > Send)."),
+    "gimp": (
+        "mirror",
+        "Trace this image into a vector drawing, one SVG shape per coloured block, saved as {stem}.svg.",
+    ),
+}
+
+
+def _infeasible(app: str, seed: int) -> tuple[dict, dict[str, bytes]]:
+    kind, request = INFEASIBLE[app]
+    feasible, files = generate(app, kind, seed)
+    (url,) = (entry["url"] for entry in feasible["config"][0]["parameters"]["files"])
+    path = feasible["config"][0]["parameters"]["files"][0]["path"]
+    spec = {
+        **feasible,
+        "id": f"{app}-infeasible-{seed}",
+        "instruction": f"{request.format(stem=url.rpartition('.')[0])} The file {path} is open.",
+        "evaluator": {"func": "infeasible"},
+        "solution": ["fail()"],
+    }
+    return spec, {url: files[url]}
+
+
 def generate(app: str, kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
     """One task: its OSWorld-format spec and the bytes of the files it names (input and gold)."""
+    if kind == "infeasible" and app in INFEASIBLE:
+        return _infeasible(app, seed)
     if app == "calc" and kind in CALC_KINDS:
         return _calc(kind, seed)
     if app == "writer" and kind in WRITER_KINDS:
         return _writer(kind, seed)
     if app == "impress" and kind in IMPRESS_KINDS:
         return _impress(kind, seed)
+    if app == "text" and kind in TEXT_KINDS:
+        return _text(kind, seed)
+    if app == "gimp" and kind in GIMP_KINDS:
+        return _gimp(kind, seed)
+    if app == "odt" and kind in ODT_KINDS:
+        return _writer(kind, seed, family="odt")
     raise ValueError(
-        f"no generator {app}/{kind} (calc: {CALC_KINDS}; writer: {WRITER_KINDS}; impress: {IMPRESS_KINDS})"
+        f"no generator {app}/{kind} (calc: {CALC_KINDS}; writer: {WRITER_KINDS}; impress: {IMPRESS_KINDS}; "
+        f"odt: {ODT_KINDS}; text: {TEXT_KINDS}; gimp: {GIMP_KINDS}; and 'infeasible' for each)"
     )
 
 
+#: The families in the catalogue. GIMP's are not yet: in the desktop-apps image GIMP's first start (its
+#: plug-in query, in a fresh profile) did not map a window within the 60 s launch limit, so their reference
+#: solutions are unverified through the GUI; the image must make GIMP's profile at build time first.
+FAMILIES = (
+    ("calc", CALC_KINDS),
+    ("writer", WRITER_KINDS),
+    ("odt", ODT_KINDS),
+    ("impress", IMPRESS_KINDS),
+    ("text", TEXT_KINDS),
+)
+
+
 def generated_tasks(seeds: tuple[int, ...] = SEEDS) -> list[tuple[dict, dict[str, bytes]]]:
-    """Every generator at every seed: 15 Calc, 12 Writer and 12 Impress tasks with the default three seeds."""
+    """Every catalogued generator at every seed (15 Calc, 12 Writer on docx and 9 on odt, 12 Impress and 12 text
+    tasks with the default three seeds), and an infeasible task per family at the first seed (5 of 65, 7.7%:
+    OSWorld's share is about 8%)."""
     return [
-        generate(app, kind, seed)
-        for app, kinds in (("calc", CALC_KINDS), ("writer", WRITER_KINDS), ("impress", IMPRESS_KINDS))
-        for kind in kinds
-        for seed in seeds
+        *(generate(app, kind, seed) for app, kinds in FAMILIES for kind in kinds for seed in seeds),
+        *(generate(app, "infeasible", seeds[0]) for app in INFEASIBLE if app in dict(FAMILIES)),
     ]

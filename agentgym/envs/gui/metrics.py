@@ -13,17 +13,27 @@ What OSWorld's namesakes compare, and where ours are stricter because the policy
   computation, not a typed number), and every formula cell in the agent's file is recomputed from
   the file's own cells with :mod:`agentgym.envs.gui.apps.formula`: a sheet whose cached values
   differ from its formulas fails, and so does a formula that module cannot evaluate.
-* ``compare_docx_files`` (documents, docx): the paragraphs' texts, in order, empty ones ignored.
-  Text inside pictures is no text.
+* ``compare_docx_files`` (documents, docx; or odt, read with odfpy, where the gold file is odt, as
+  OSWorld's reads both): the paragraphs' texts, in order, empty ones ignored. Text inside pictures
+  is no text.
 * ``compare_docx_bold``: which paragraphs are bold (every run with text bold) matches the gold file's.
 * ``compare_pptx_files`` (slides, pptx): the slides' count and each slide's texts, shape by shape.
 * ``check_include_exclude`` (any text file): rule ``{"include": [...], "exclude": [...]}``.
+* ``compare_text_file`` (a text file against a gold one): the same text, exactly, with OSWorld's two
+  options: ``ignore_blanks`` (runs of whitespace count as one space, ends stripped) and ``ignore_case``.
+
+* ``compare_image_list`` (images, PNG): the same size and the same pixels (RGBA), exactly; OSWorld's
+  resizes the agent's image to the gold one's size first, ours refuses another size.
+
+tests/envs/gui/test_osworld_fidelity.py checks each against OSWorld's namesake (desktop-env) on the
+same files; the differences above are pinned there.
 """
 
 from __future__ import annotations
 
 import io
 import math
+import re
 import zipfile
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -36,8 +46,10 @@ __all__ = [
     "check_include_exclude",
     "compare_docx_bold",
     "compare_docx_files",
+    "compare_image_list",
     "compare_pptx_files",
     "compare_table",
+    "compare_text_file",
 ]
 
 Metric = Callable[..., "str | None"]
@@ -137,13 +149,63 @@ def _read_docx(result: bytes | None) -> tuple[list | None, str | None]:
         return None, f"the document could not be read ({type(exc).__name__}: {exc})"
 
 
+_ODT = "application/vnd.oasis.opendocument.text"
+
+
+def _is_odt(data: bytes) -> bool:
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as package:
+            return package.read("mimetype").decode("ascii", errors="replace").strip() == _ODT
+    except (zipfile.BadZipFile, KeyError):
+        return False
+
+
+def _odt_texts(data: bytes) -> list[str]:
+    """The texts of an OpenDocument text's paragraphs and headings, in document order (odfpy; spans, tabs and
+    runs of spaces as the reader sees them)."""
+    with requires("gui"):
+        from odf import teletype
+        from odf.element import Node
+        from odf.opendocument import load
+    texts: list[str] = []
+
+    def walk(node) -> None:
+        for child in node.childNodes:
+            if (
+                child.nodeType == Node.ELEMENT_NODE
+                and child.qname[1] in ("p", "h")
+                and child.qname[0].endswith(":text:1.0")
+            ):
+                texts.append(teletype.extractText(child))
+            elif child.nodeType == Node.ELEMENT_NODE:
+                walk(child)
+
+    walk(load(io.BytesIO(data)).text)
+    return texts
+
+
+def _document_texts(result: bytes | None, odt: bool) -> tuple[list[str] | None, str | None]:
+    """The non-empty paragraphs' texts (stripped) of a docx, or of an odt where the gold file is one."""
+    if not odt:
+        paragraphs, problem = _read_docx(result)
+        return (None, problem) if problem else ([p.text.strip() for p in paragraphs], None)
+    if result is None:
+        return None, "the document was not saved where the task asked"
+    if not _is_odt(result):
+        return None, "the file is not an odt document (no OpenDocument text mimetype)"
+    try:
+        return [text.strip() for text in _odt_texts(result) if text.strip()], None
+    except Exception as exc:  # odfpy raises many kinds on a damaged package
+        return None, f"the document could not be read ({type(exc).__name__}: {exc})"
+
+
 def compare_docx_files(result: bytes | None, expected: bytes) -> str | None:
-    """The non-empty paragraphs' texts, in order, equal the gold document's."""
-    paragraphs, problem = _read_docx(result)
+    """The non-empty paragraphs' texts, in order, equal the gold document's (docx, or odt where the gold is)."""
+    odt = _is_odt(expected)
+    got, problem = _document_texts(result, odt)
     if problem:
         return problem
-    got = [paragraph.text.strip() for paragraph in paragraphs]
-    want = [paragraph.text.strip() for paragraph in _paragraphs(expected)]
+    want, _ = _document_texts(expected, odt)
     if got != want:
         return f"the document's paragraphs are {got!r}, expected {want!r}"
     return None
@@ -221,6 +283,65 @@ def check_include_exclude(result: bytes | None, rules: dict) -> str | None:
     return None
 
 
+def _normal_text(text: str, *, ignore_blanks: bool, ignore_case: bool) -> str:
+    if ignore_blanks:
+        text = re.sub(r"\s+", " ", text).strip()
+    return text.lower() if ignore_case else text
+
+
+def compare_text_file(
+    result: bytes | None, expected: bytes, *, ignore_blanks: bool = False, ignore_case: bool = False
+) -> str | None:
+    """The text file the agent saved has the gold file's text (UTF-8), exactly unless the options relax it."""
+    if result is None:
+        return "the file was not saved where the task asked"
+    try:
+        text = result.decode("utf-8")
+    except UnicodeDecodeError:
+        return "the file is not UTF-8 text"
+    got = _normal_text(text, ignore_blanks=ignore_blanks, ignore_case=ignore_case)
+    want = _normal_text(expected.decode("utf-8"), ignore_blanks=ignore_blanks, ignore_case=ignore_case)
+    if got != want:
+        return f"the file's text is {got[:400]!r}, expected {want[:400]!r}"
+    return None
+
+
+# ------------------------------------------------------------------------------------------ images
+_PNG = b"\x89PNG\r\n\x1a\n"
+MAX_PIXELS = 1 << 24  # a bigger image is refused before it is decoded (a small PNG can claim a huge canvas)
+
+
+def _pixels(data: bytes):
+    with requires("gui"):
+        from PIL import Image
+    image = Image.open(io.BytesIO(data))
+    if image.width * image.height > MAX_PIXELS:
+        raise ValueError(f"{image.width}x{image.height} is over {MAX_PIXELS} pixels")
+    return image.convert("RGBA")
+
+
+def compare_image_list(result: bytes | None, expected: bytes) -> str | None:
+    """The PNG the agent exported has the gold image's size and pixels (compared as RGBA, exactly)."""
+    if result is None:
+        return "the image was not exported where the task asked"
+    if not result.startswith(_PNG):
+        return "the file is not a PNG image"
+    try:
+        got = _pixels(result)
+    except Exception as exc:  # Pillow raises many kinds on a damaged or hostile file
+        return f"the image could not be read ({type(exc).__name__}: {exc})"
+    want = _pixels(expected)
+    if got.size != want.size:
+        return f"the image is {got.width}x{got.height}, expected {want.width}x{want.height}"
+    with requires("gui"):
+        from PIL import ImageChops
+    if got.tobytes() != want.tobytes():
+        # alpha_only=False: an RGBA image's bounding box is otherwise its alpha channel's alone.
+        box = ImageChops.difference(got, want).getbbox(alpha_only=False)
+        return f"the image's pixels differ from the expected ones in the box {box}"
+    return None
+
+
 #: OSWorld's metric names → ours.
 METRICS: dict[str, Metric] = {
     "compare_table": compare_table,
@@ -228,4 +349,6 @@ METRICS: dict[str, Metric] = {
     "compare_docx_bold": compare_docx_bold,
     "compare_pptx_files": compare_pptx_files,
     "check_include_exclude": check_include_exclude,
+    "compare_text_file": compare_text_file,
+    "compare_image_list": compare_image_list,
 }

@@ -70,7 +70,9 @@ def app_for(path: str) -> App:
         argv = ("soffice", "--norestore", "--nologo", path)
         return App(_OFFICE[extension], argv, restores_state=False, ready_title=f"{name} - LibreOffice")
     if extension in _IMAGES:
-        return App("gimp", ("gimp", "--no-splash", "--no-data-warnings", path), restores_state=False)
+        # GIMP maps its docks before the image's window, whose title starts "[stem] (imported)": keys go there.
+        argv = ("gimp", "--no-splash", "--no-data-warnings", path)
+        return App("gimp", argv, restores_state=False, ready_title=f"[{name.rpartition('.')[0]}]")
     return App("mousepad", ("mousepad", path), restores_state=False, ready_title=name)
 
 

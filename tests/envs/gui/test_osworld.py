@@ -66,19 +66,82 @@ def test_the_generators_make_a_dozen_tasks_per_app_with_distinct_inputs():
     by_app = {}
     for task_id in catalog:
         by_app.setdefault(task_id.split("-")[0], []).append(task_id)
-    assert all(len(by_app[app]) >= 12 for app in ("calc", "writer", "impress"))
+    assert all(len(by_app[app]) >= 12 for app in ("calc", "writer", "impress", "text"))
+    assert len(by_app["odt"]) >= 9
+    feasible = [task for task in catalog.values() if task.feasible]
     # Seeds change the files, not just the ids.
-    inputs = {bytes(next(iter(task.files.values()))) for task in catalog.values()}
-    assert len(inputs) == len(catalog)
-    for task in catalog.values():
-        assert task.solution[-1] == "done()" and task.feasible
+    inputs = {bytes(next(iter(task.files.values()))) for task in feasible}
+    assert len(inputs) == len(feasible)
+    for task in feasible:
+        assert task.solution[-1] == "done()"
+    # About 8% infeasible (OSWorld's share), one per app, each answered by fail() alone.
+    infeasible = [task for task in catalog.values() if not task.feasible]
+    assert sorted(task.id for task in infeasible) == [
+        f"{app}-infeasible-0" for app in ("calc", "impress", "odt", "text", "writer")
+    ]
+    assert all(task.solution == ("fail()",) for task in infeasible)
+    assert 0.06 <= len(infeasible) / len(catalog) <= 0.1
 
 
 def test_every_untouched_input_fails_its_check():
     for task in apps_catalog().values():
-        ((relative, data),) = task.files.items()
-        problem = task.check(Files({f"/home/agent/{relative}": data}))
-        assert problem, task.id
+        if task.feasible:
+            ((relative, data),) = task.files.items()
+            problem = task.check(Files({f"/home/agent/{relative}": data}))
+            assert problem, task.id
+
+
+def png(image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def test_gimp_gold_passes_and_the_hacks_fail():
+    from PIL import Image, ImageOps
+
+    for kind in generators.GIMP_KINDS:  # generated, not catalogued (generators.FAMILIES): loaded here
+        spec, files = generators.generate("gimp", kind, 1)
+        task, path = osworld.load_task(spec, files), spec["evaluator"]["result"]["path"]
+        gold = files[spec["evaluator"]["expected"]["path"]]
+        start = files[spec["config"][0]["parameters"]["files"][0]["url"]]
+        assert task.check(Files({path: gold})) is None, kind
+        assert "differ" in task.check(Files({path: start})), kind  # the input exported unedited
+        assert "not exported" in task.check(Files({spec["config"][0]["parameters"]["files"][0]["path"]: gold}))
+        image = Image.open(io.BytesIO(gold)).convert("RGB")
+        # The right picture, twice as big; with a one-pixel border; as a JPEG under the PNG's name.
+        assert "expected" in task.check(Files({path: png(image.resize((image.width * 2, image.height * 2)))}))
+        assert "expected" in task.check(Files({path: png(ImageOps.expand(image, 1, (0, 0, 0)))}))
+        jpeg = io.BytesIO()
+        image.save(jpeg, "JPEG", quality=100)
+        assert "not a PNG" in task.check(Files({path: jpeg.getvalue()}))
+        # One pixel off by one; the right colours made transparent (same RGB, alpha 0).
+        off = image.copy()
+        r, g, b = off.getpixel((5, 5))
+        off.putpixel((5, 5), ((r + 1) % 256, g, b))
+        assert "differ" in task.check(Files({path: png(off)}))
+        clear = image.convert("RGBA")
+        clear.putalpha(0)
+        assert "differ" in task.check(Files({path: png(clear)}))
+    # A PNG that claims a huge canvas is refused before it is decoded; a truncated one cannot be read.
+    huge = png(Image.new("1", (8192, 8192)))
+    assert "over" in task.check(Files({path: huge}))
+    assert "could not be read" in task.check(Files({path: gold[:60]}))
+
+
+def test_text_gold_passes_and_the_hacks_fail():
+    catalog = apps_catalog()
+    for kind in generators.TEXT_KINDS:
+        spec, files = generators.generate("text", kind, 2)
+        task, path = catalog[f"text-{kind}-2"], spec["evaluator"]["result"][0]["path"]
+        gold = files[spec["evaluator"]["expected"][0]["path"]]
+        assert task.check(Files({path: gold})) is None, kind
+        # Near misses: the last newline dropped, a blank line added, CRLF line ends, the case changed.
+        for near in (gold[:-1], gold + b"\n", gold.replace(b"\n", b"\r\n"), gold.upper()):
+            assert "file's text" in task.check(Files({path: near})), (kind, near)
+        # The gold text saved under another name (the agent's own copy) is not the file; bytes that are not text.
+        assert "not saved" in task.check(Files({path + ".bak": gold}))
+        assert "not UTF-8" in task.check(Files({path: b"\xff\xfe" + gold}))
 
 
 def test_a_missing_file_fails():
@@ -172,6 +235,46 @@ def test_writer_gold_passes_and_the_hacks_fail():
     buffer = io.BytesIO()
     document.save(buffer)
     assert task.check(Files({path: buffer.getvalue()}))
+
+
+def test_odt_gold_passes_and_the_hacks_fail():
+    catalog = apps_catalog()
+    for kind in generators.ODT_KINDS:
+        spec, files = generators.generate("odt", kind, 0)
+        task, path = catalog[f"odt-{kind}-0"], spec["evaluator"]["result"][0]["path"]
+        gold = files[spec["evaluator"]["expected"][0]["path"]]
+        assert task.check(Files({path: gold})) is None, kind
+        assert "paragraphs" in task.check(Files({path: files[spec["config"][0]["parameters"]["files"][0]["url"]]}))
+    # The same paragraphs as a docx under the odt name; an odt whose mimetype says spreadsheet; a damaged one.
+    texts = metrics._odt_texts(gold)
+    assert "not an odt" in task.check(Files({path: writer_file([(t, False) for t in texts])}))
+    forged = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(gold)) as source, zipfile.ZipFile(forged, "w") as target:
+        for item in source.infolist():
+            data = source.read(item)
+            target.writestr(
+                item, b"application/vnd.oasis.opendocument.spreadsheet" if item.filename == "mimetype" else data
+            )
+    assert "not an odt" in task.check(Files({path: forged.getvalue()}))
+    assert task.check(Files({path: gold[:200]}))
+    # Spans, a heading and runs of spaces read as a reader sees them; an empty paragraph is ignored.
+    from odf import text
+    from odf.opendocument import OpenDocumentText
+
+    document = OpenDocumentText()
+    heading = text.H(outlinelevel=1)
+    heading.addElement(text.Span(text=texts[0]))
+    document.text.addElement(heading)
+    document.text.addElement(text.P(text=""))
+    for line in texts[1:]:
+        paragraph = text.P()
+        first, _, rest = line.partition(" ")
+        paragraph.addElement(text.Span(text=first + " "))
+        paragraph.addText(rest)
+        document.text.addElement(paragraph)
+    buffer = io.BytesIO()
+    document.save(buffer)
+    assert task.check(Files({path: buffer.getvalue()})) is None
 
 
 def test_the_loader_refuses_what_the_format_does_not_allow():

@@ -1,0 +1,438 @@
+"""Our desktop metrics agree with OSWorld's own metric functions (desktop-env 1.0.2, run in .venv-osworld) on the same files.
+
+For every metric both have — compare_table, compare_docx_files, compare_pptx_files, check_include_exclude,
+compare_text_file, compare_image_list; compare_docx_files on docx and on odt (odfpy) — each generated task's gold file, its untouched input, seeded mutations of the gold
+(a number, a word or a label changed, a row or paragraph dropped, a cell or slide added, two swapped),
+an empty file of the right kind, zero bytes and a missing file are scored by both: the verdicts must be the
+same. Where ours is deliberately different the test pins the direction (``test_known_differences``):
+
+* compare_table: ours demands formulas where the task asked for a computation and recomputes every
+  formula; OSWorld's reads the cached values only (a typed number, or a forged cache, passes it). Ours
+  strips a text cell's surrounding spaces; OSWorld's does not.
+* compare_docx_files: ours compares paragraphs one by one; OSWorld's (``ignore_blanks``, its default)
+  joins them with whitespace, so two paragraphs merged into one pass it.
+* compare_pptx_files: ours compares the slides' texts; OSWorld's also shapes' positions and sizes and
+  the runs' fonts, so a moved text box fails it and passes ours.
+* compare_image_list: OSWorld's converts the agent's image to the gold one's mode (an RGB gold drops
+  the alpha channel: a fully transparent copy passes) and resizes another size to the gold's (LANCZOS: the
+  right picture at twice the size does not come back exact, and fails both); ours compares RGBA, same size.
+
+Not compared: compare_docx_bold (OSWorld has no metric that reads which paragraphs are bold; its
+docs metrics check fonts, italics at size 14, highlight, strike-through), and OSWorld's OCR metric
+(``compare_image_text``: easyocr needs torch). The Docker-free runner: tests/envs/gui/osworld_metrics.py.
+"""
+
+import functools
+import io
+import json
+import os
+import random
+import subprocess
+from pathlib import Path
+
+import docx
+import openpyxl
+import pptx
+import pytest
+from PIL import Image, ImageOps
+from pptx.util import Inches
+
+from agentgym.envs.gui import generators, metrics
+
+ROOT = Path(__file__).resolve().parents[3]
+OSWORLD_PYTHON = Path(os.environ.get("AGENTGYM_OSWORLD_PYTHON", ROOT / ".venv-osworld" / "bin" / "python"))
+RUNNER = Path(__file__).with_name("osworld_metrics.py")
+
+pytestmark = pytest.mark.skipif(
+    not OSWORLD_PYTHON.exists(),
+    reason=f"OSWorld's metrics need their own venv ({OSWORLD_PYTHON} is absent: scripts/setup.sh makes it)",
+)
+
+TABLE_RULES = {"rules": [{"type": "sheet_name"}, {"type": "sheet_data", "sheet_idx0": "RI0", "sheet_idx1": "EI0"}]}
+
+
+def osworld_scores(cases: list[dict]) -> list:
+    done = subprocess.run(
+        [str(OSWORLD_PYTHON), str(RUNNER)], input=json.dumps(cases), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+class Corpus:
+    """Files under one folder, each scored by ours and OSWorld's; ``disagreements()`` runs OSWorld's in one process."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.rows, self.files = folder, [], 0
+
+    def path(self, data: bytes | None, suffix: str) -> str | None:
+        if data is None:
+            return None
+        self.files += 1
+        path = self.folder / f"{self.files}{suffix}"
+        path.write_bytes(data)
+        return str(path)
+
+    def add(self, label: str, ours: str | None, case: dict):
+        self.rows.append((label, ours, case))
+
+    def pair(self, label, metric, result: bytes | None, expected: bytes, suffix, module, func, options=None):
+        """A (result, gold) file pair, both metrics given paths (OSWorld's ``vm_file`` / ``local_file``)."""
+        args = [{"path": self.path(result, suffix)}, {"path": self.path(expected, suffix)}]
+        self.add(
+            label, metric(result, expected), {"module": module, "func": func, "args": args, "options": options or {}}
+        )
+
+    def disagreements(self) -> list[tuple[str, bool, object]]:
+        """(label, ours passes, OSWorld's score) for every file the two judge differently."""
+        scores = osworld_scores([case for _, _, case in self.rows])
+        return [
+            (label, ours is None, score)
+            for (label, ours, _), score in zip(self.rows, scores)
+            if (ours is None) != (score == 1.0)
+        ]
+
+
+def task_files(spec: dict, files: dict[str, bytes]) -> tuple[bytes, bytes]:
+    """The task's untouched input and its gold file."""
+    return files[spec["config"][0]["parameters"]["files"][0]["url"]], files[spec["evaluator"]["expected"][0]["path"]]
+
+
+def saved(thing) -> bytes:
+    buffer = io.BytesIO()
+    thing.save(buffer)
+    return buffer.getvalue()
+
+
+# -------------------------------------------------------------------------------------------- sheets
+def sheet_mutations(gold: bytes, rng: random.Random) -> dict[str, bytes]:
+    def edit(change):
+        book = openpyxl.load_workbook(io.BytesIO(gold))
+        change(book.active, rng)
+        return saved(book)
+
+    def bump(sheet, rng):
+        cell = rng.choice([c for row in sheet.iter_rows(min_row=2) for c in row if isinstance(c.value, int | float)])
+        cell.value += rng.choice([1, -1, 0.5])
+
+    def relabel(sheet, rng):
+        cell = rng.choice([c for row in sheet.iter_rows() for c in row if isinstance(c.value, str)])
+        cell.value += "s"
+
+    def drop_row(sheet, rng):
+        sheet.delete_rows(sheet.max_row)
+
+    def extra_cell(sheet, rng):
+        sheet.cell(row=rng.randint(1, sheet.max_row), column=sheet.max_column + 1, value=rng.randint(1, 9))
+
+    def swap_rows(sheet, rng):
+        if sheet.max_row >= 3:
+            a, b = rng.sample(range(2, sheet.max_row + 1), 2)
+            for col in range(1, sheet.max_column + 1):
+                x, y = sheet.cell(a, col), sheet.cell(b, col)
+                x.value, y.value = y.value, x.value
+
+    return {change.__name__: edit(change) for change in (bump, relabel, drop_row, extra_cell, swap_rows)}
+
+
+def test_compare_table_agrees_with_osworlds(tmp_path):
+    corpus = Corpus(tmp_path)
+    empty = openpyxl.Workbook()
+    empty.active.title = "Sheet1"
+    for kind in generators.CALC_KINDS:
+        for seed in generators.SEEDS:
+            spec, files = generators.generate("calc", kind, seed)
+            start, gold = task_files(spec, files)
+            rng = random.Random(f"{kind}-{seed}")
+            variants = {"gold": gold, "input": start, "empty": saved(empty), "zero bytes": b"", "missing": None}
+            variants |= sheet_mutations(gold, rng)
+            for name, data in variants.items():
+                corpus.pair(
+                    f"calc-{kind}-{seed} {name}",
+                    metrics.compare_table,
+                    data,
+                    gold,
+                    ".xlsx",
+                    "table",
+                    "compare_table",
+                    TABLE_RULES,
+                )
+    assert len(corpus.rows) == 150
+    assert corpus.disagreements() == []
+
+
+# ------------------------------------------------------------------------------------------ documents
+def document(paragraphs: list[str]) -> bytes:
+    doc = docx.Document()
+    for text in paragraphs:
+        doc.add_paragraph(text)
+    return saved(doc)
+
+
+def odt_document(paragraphs: list[str]) -> bytes:
+    return generators._odt_document([(text, False) for text in paragraphs])
+
+
+@pytest.mark.parametrize("family", ["writer", "odt"])
+def test_compare_docx_files_agrees_with_osworlds(tmp_path, family):
+    """docx files, and odt files (odfpy on both sides) where the gold file is one."""
+    corpus = Corpus(tmp_path)
+    kinds, suffix, build = {
+        "writer": (generators.WRITER_KINDS, ".docx", document),
+        "odt": (generators.ODT_KINDS, ".odt", odt_document),
+    }[family]
+    for kind in kinds:
+        for seed in generators.SEEDS:
+            spec, files = generators.generate(family, kind, seed)
+            start, gold = task_files(spec, files)
+            texts = (
+                metrics._odt_texts(gold)
+                if family == "odt"
+                else [p.text for p in docx.Document(io.BytesIO(gold)).paragraphs]
+            )
+            rng = random.Random(f"{kind}-{seed}")
+            drop, word = rng.randrange(len(texts)), rng.randrange(len(texts))
+            a, b = rng.sample(range(len(texts)), 2)
+            swapped = list(texts)
+            swapped[a], swapped[b] = swapped[b], swapped[a]
+            other = {"writer": odt_document, "odt": document}[family]
+            variants = {
+                "gold": gold,
+                "gold retyped": build(texts),
+                "gold with blank paragraphs": build(["", *texts[:1], "", *texts[1:], ""]),
+                "input": start,
+                "paragraph dropped": build(texts[:drop] + texts[drop + 1 :]),
+                "word changed": build([t.replace(" ", " not ", 1) if i == word else t for i, t in enumerate(texts)]),
+                "two swapped": build(swapped),
+                "paragraph added": build([*texts, "One more line."]),
+                "the other format": other(texts),
+                "empty": build([]),
+                "zero bytes": b"",
+                "missing": None,
+            }
+            for name, data in variants.items():
+                corpus.pair(
+                    f"{family}-{kind}-{seed} {name}",
+                    metrics.compare_docx_files,
+                    data,
+                    gold,
+                    suffix,
+                    "docs",
+                    "compare_docx_files",
+                )
+    assert corpus.disagreements() == []
+
+
+# --------------------------------------------------------------------------------------------- slides
+def deck_edit(gold: bytes, change) -> bytes:
+    deck = pptx.Presentation(io.BytesIO(gold))
+    change(deck)
+    return saved(deck)
+
+
+def test_compare_pptx_files_agrees_with_osworlds(tmp_path):
+    corpus = Corpus(tmp_path)
+    for kind in generators.IMPRESS_KINDS:
+        for seed in generators.SEEDS:
+            spec, files = generators.generate("impress", kind, seed)
+            start, gold = task_files(spec, files)
+            rng = random.Random(f"{kind}-{seed}")
+            slide = rng.randrange(len(pptx.Presentation(io.BytesIO(gold)).slides))
+
+            def retitle(deck, slide=slide):
+                deck.slides[slide].shapes.title.text += " draft"
+
+            def drop_last(deck):
+                deck.slides._sldIdLst.remove(deck.slides._sldIdLst[-1])
+
+            def add_slide(deck):
+                deck.slides.add_slide(deck.slide_layouts[1]).shapes.title.text = "Extra"
+
+            def body_line(deck, slide=slide):
+                deck.slides[slide].placeholders[1].text_frame.add_paragraph().text = "One more point"
+
+            variants = {
+                "gold": gold,
+                "input": start,
+                "title changed": deck_edit(gold, retitle),
+                "last slide dropped": deck_edit(gold, drop_last),
+                "slide added": deck_edit(gold, add_slide),
+                "line added": deck_edit(gold, body_line),
+                "empty": saved(pptx.Presentation()),
+                "zero bytes": b"",
+                "missing": None,
+            }
+            for name, data in variants.items():
+                corpus.pair(
+                    f"impress-{kind}-{seed} {name}",
+                    metrics.compare_pptx_files,
+                    data,
+                    gold,
+                    ".pptx",
+                    "slides",
+                    "compare_pptx_files",
+                )
+    assert corpus.disagreements() == []
+
+
+# ----------------------------------------------------------------------------------------------- text
+def text_variants(rng: random.Random) -> tuple[dict, dict[str, bytes | None]]:
+    words = ["alpha", "beta", "gamma", "delta", "total = 42", "TODO", "Done."]
+    rules = {"include": rng.sample(words, 2), "exclude": rng.sample(words, 1)}
+    rules["exclude"] = [w for w in rules["exclude"] if w not in rules["include"]]
+    lines = rng.sample(words, 4)
+    return rules, {
+        "random": "\n".join(lines).encode(),
+        "all included": "\n".join(rules["include"]).encode(),
+        "included and excluded": "\n".join(rules["include"] + rules["exclude"]).encode(),
+        "empty": b"",
+        "missing": None,
+    }
+
+
+def test_check_include_exclude_and_compare_text_file_agree_with_osworlds(tmp_path):
+    corpus = Corpus(tmp_path)
+    for seed in range(12):
+        rng = random.Random(seed)
+        rules, variants = text_variants(rng)
+        for name, data in variants.items():
+            path = corpus.path(data, ".txt")
+            corpus.add(
+                f"include/exclude {seed} {name}",
+                metrics.check_include_exclude(data, rules),
+                {"module": "general", "func": "check_include_exclude", "args": [{"text_of": path}, {"value": rules}]},
+            )
+    for kind in generators.TEXT_KINDS:
+        for seed in generators.SEEDS:
+            spec, files = generators.generate("text", kind, seed)
+            start, gold = task_files(spec, files)
+            text = gold.decode()
+            variants = {
+                "gold": gold,
+                "input": start,
+                "no final newline": text.rstrip("\n").encode(),
+                "a line dropped": "\n".join(text.splitlines()[1:]).encode() + b"\n",
+                "upper case": text.upper().encode(),
+                "blank line added": (text + "\n").encode(),
+                "empty": b"",
+                "missing": None,
+            }
+            for options in ({}, {"ignore_blanks": True}, {"ignore_case": True}):
+                for name, data in variants.items():
+                    corpus.pair(
+                        f"text-{kind}-{seed} {name} {options}",
+                        functools.partial(metrics.compare_text_file, **options),
+                        data,
+                        gold,
+                        ".txt",
+                        "vscode",
+                        "compare_text_file",
+                        options,
+                    )
+    assert corpus.disagreements() == []
+
+
+# --------------------------------------------------------------------------------------------- images
+def png(image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def test_compare_image_list_agrees_with_osworlds(tmp_path):
+    corpus = Corpus(tmp_path)
+    for kind in generators.GIMP_KINDS:
+        for seed in generators.SEEDS:
+            spec, files = generators.generate("gimp", kind, seed)
+            gold = files[spec["evaluator"]["expected"]["path"]]
+            start = files[spec["config"][0]["parameters"]["files"][0]["url"]]
+            image = Image.open(io.BytesIO(gold)).convert("RGB")
+            rng = random.Random(f"{kind}-{seed}")
+            off = image.copy()
+            x, y = rng.randrange(image.width), rng.randrange(image.height)
+            off.putpixel((x, y), tuple((c + rng.randint(1, 255)) % 256 for c in off.getpixel((x, y))))
+            jpeg = io.BytesIO()
+            image.save(jpeg, "JPEG", quality=90)
+            variants = {
+                "gold": gold,
+                "gold as RGBA": png(image.convert("RGBA")),
+                "input": start,
+                "mirrored": png(ImageOps.mirror(image)),
+                "upside down": png(ImageOps.flip(image)),
+                "a pixel changed": png(off),
+                "with a border": png(ImageOps.expand(image, 2, (0, 0, 0))),
+                "twice the size": png(image.resize((image.width * 2, image.height * 2), Image.Resampling.NEAREST)),
+                "a JPEG": jpeg.getvalue(),
+                "blank": png(Image.new("RGB", image.size, (255, 255, 255))),
+                "missing": None,
+            }
+            for name, data in variants.items():
+                if name in ("mirrored", "upside down") and data == gold:
+                    continue
+                corpus.pair(
+                    f"gimp-{kind}-{seed} {name}",
+                    metrics.compare_image_list,
+                    data,
+                    gold,
+                    ".png",
+                    "gimp",
+                    "compare_image_list",
+                )
+    assert corpus.disagreements() == []
+
+
+# ---------------------------------------------------------------------------------------- differences
+def test_known_differences(tmp_path):
+    """Where ours deliberately differs (the module docstring), the direction is pinned."""
+    corpus = Corpus(tmp_path)
+    spec, files = generators.generate("calc", "sum", 0)
+    start, gold = task_files(spec, files)
+    book = openpyxl.load_workbook(io.BytesIO(gold))
+    last = book.active.max_row
+    book.active[f"A{last}"] = book.active[f"A{last}"].value + " "
+    padded = saved(book)
+    options = spec["evaluator"]["options"][0]
+    # The gold file holds the right number typed, not a formula: OSWorld's passes it, ours (asked for a formula) not.
+    corpus.pair(
+        "typed number",
+        lambda r, e: metrics.compare_table(r, e, **options),
+        gold,
+        gold,
+        ".xlsx",
+        "table",
+        "compare_table",
+        TABLE_RULES,
+    )
+    corpus.pair(
+        "label with a space", metrics.compare_table, padded, gold, ".xlsx", "table", "compare_table", TABLE_RULES
+    )
+    spec, files = generators.generate("writer", "append", 0)
+    _, gold_doc = task_files(spec, files)
+    texts = [p.text for p in docx.Document(io.BytesIO(gold_doc)).paragraphs]
+    merged = document([texts[0] + " " + texts[1], *texts[2:]])
+    corpus.pair(
+        "paragraphs merged", metrics.compare_docx_files, merged, gold_doc, ".docx", "docs", "compare_docx_files"
+    )
+    spec, files = generators.generate("impress", "title", 0)
+    _, gold_deck = task_files(spec, files)
+
+    def move(deck):
+        deck.slides[0].shapes.title.left += Inches(1)
+
+    moved = deck_edit(gold_deck, move)
+    corpus.pair(
+        "title box moved", metrics.compare_pptx_files, moved, gold_deck, ".pptx", "slides", "compare_pptx_files"
+    )
+    spec, files = generators.generate("gimp", "mirror", 0)
+    gold_png = files[spec["evaluator"]["expected"]["path"]]
+    image = Image.open(io.BytesIO(gold_png)).convert("RGB")
+    clear = image.convert("RGBA")
+    clear.putalpha(0)
+    corpus.pair("transparent", metrics.compare_image_list, png(clear), gold_png, ".png", "gimp", "compare_image_list")
+    assert sorted(corpus.disagreements()) == [
+        ("label with a space", True, 0.0),
+        ("paragraphs merged", False, 1.0),
+        ("title box moved", True, 0.0),
+        ("transparent", False, 1.0),
+        ("typed number", False, 1.0),
+    ]

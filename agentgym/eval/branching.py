@@ -24,8 +24,11 @@ simulated user (``steer_user``: :mod:`agentgym.envs.user`):
    the same agent message, and plays on to the end, keeping the new junctions it passes;
 4. until the task's token budget is spent: agent tokens (prompt + completion of every turn
    played: the ids, else the endpoint's usage, else 4 characters per token) plus user tokens
-   (the user's instructions, the conversation and its reply, 4 characters per token: simulators
-   report no counts). A branch pays only for its own turns: the prefix is reused, not replayed.
+   (a policy user's counts, :attr:`~agentgym.envs.user.UserTurn.tokens`; for a scripted user,
+   which has no model, its instructions, the conversation and its reply at 4 characters per
+   token). A branch pays only for its own turns: the prefix is reused, not replayed.
+   A task stops early when an episode ends before the agent's first reply (its prompt
+   overflows the model's context window, the env fails at reset): every further one would too.
 
 :func:`run_monte_carlo` is the baseline: whole episodes from reset with a stochastic user
 (e.g. :class:`~agentgym.envs.diverse_user.DiverseScriptedUser` with ``chance > 0``, or a policy
@@ -73,6 +76,7 @@ __all__ = [
     "check_user_side",
     "failure_metrics",
     "over_seeds",
+    "policy_users",
     "replay",
     "run_branching",
     "run_monte_carlo",
@@ -145,8 +149,11 @@ class _MeteredUser(UserSimulator):
 
     def reply(self, state: UserState, conversation) -> tuple[UserTurn, UserState]:
         turn, next_state = self.inner.reply(state, conversation)
-        chars = len(state.instructions()) + _chars(list(conversation)) + len(turn.text) + _chars(turn.tool_calls)
-        self.tokens += math.ceil(chars / CHARS_PER_TOKEN)
+        if turn.tokens is not None:  # a model's own count
+            self.tokens += turn.tokens
+        else:
+            chars = len(state.instructions()) + _chars(list(conversation)) + len(turn.text) + _chars(turn.tool_calls)
+            self.tokens += math.ceil(chars / CHARS_PER_TOKEN)
         return turn, next_state
 
     def _respond(self, state, conversation) -> UserTurn:  # reply() delegates whole
@@ -202,6 +209,10 @@ class _TaskRun:
         self.user = user
         self.spent = 0
         self.leaves = 0
+        self.user_counted = 0  # the user's tokens charged to leaves so far
+        # Why the task stopped early: an episode that ended before the agent's first reply (its prompt
+        # overflows the model's window, the env failed at reset) ends every further one the same way.
+        self.stalled: str | None = None
         self.junctions: list[_Junction] = []
         self.signatures: Counter[str] = Counter()
 
@@ -212,7 +223,6 @@ class _TaskRun:
         agent, leaf_id = self.ctx.agent, self.leaves
         self.leaves += 1
         leaf = _Leaf(episode)
-        user_before = self.user.tokens
         directives = [*(parent.directives if parent else []), *([behaviour] if behaviour else [])]
         if parent is None and self.ctx.mode == "branching":
             leaf.junctions.append(
@@ -245,8 +255,11 @@ class _TaskRun:
             completion = None
             if self.ctx.config.max_turns is not None and episode.turn >= self.ctx.config.max_turns:
                 episode.done = True
-        leaf.tokens_user = self.user.tokens - user_before
+        # Everything the user said since the last leaf: this episode's reset (its opening turn) and its turns.
+        leaf.tokens_user, self.user_counted = self.user.tokens - self.user_counted, self.user.tokens
         self.spent += leaf.tokens_agent + leaf.tokens_user
+        if not episode.turns and episode.error:
+            self.stalled = episode.error
         for junction in leaf.junctions:  # what followed each junction on this path
             rest = episode.turns[junction.turn + 1 :]
             writes = 0
@@ -418,7 +431,7 @@ async def _branch_task(run: _TaskRun) -> None:
     order = list(run.ctx.config.behaviours)
     random.Random(episode_seed(run.ctx.seed, run.task_id, 1)).shuffle(order)
     used: set[str] = set()
-    while run.spent < run.ctx.config.token_budget:
+    while run.spent < run.ctx.config.token_budget and not run.stalled:
         best = max(((j, *_score(run.ctx, j, used, order)) for j in run.junctions), key=lambda x: x[1], default=None)
         if best is None or best[2] is None:
             break
@@ -448,7 +461,7 @@ async def _branch_task(run: _TaskRun) -> None:
 
 
 async def _linear_task(run: _TaskRun) -> None:
-    while run.spent < run.ctx.config.token_budget:
+    while run.spent < run.ctx.config.token_budget and not run.stalled:
         env = run.env_factory()
         try:
             episode = await run.ctx.agent.start(env, run.task_id, seed=run.ctx.seed + run.leaves)
@@ -512,6 +525,30 @@ async def _run(
             ctx.write(DONE, {"mode": mode, "seed": seed, "task_id": task.task_id})
     rows = [r for r in load_results(out / RESULTS) if r["mode"] == mode and r["seed"] == seed]
     return failure_metrics(rows)
+
+
+def policy_users(policy: Policy, max_tokens: int) -> Callable[[str], Callable[[int], UserSimulator]]:
+    """``policy`` as the simulated user of both modes: ``mode -> (seed -> PolicyUser)`` (the ``user`` argument of the runs).
+
+    Branches are steered, so their user is greedy; Monte Carlo's samples at temperature 1 (its
+    only source of diversity). Each turn is capped at ``max_tokens``. The users answer from the
+    env's thread on the loop that makes them (:class:`~agentgym.rollout.user.PolicyUser`'s
+    ``loop=``): call the factory inside the running loop.
+    """
+    import asyncio
+
+    from agentgym.rollout.policy import SamplingParams
+    from agentgym.rollout.user import PolicyUser
+
+    def for_mode(mode: str) -> Callable[[int], UserSimulator]:
+        temperature = 0.0 if mode == "branching" else 1.0
+        return lambda seed: PolicyUser(
+            policy,
+            SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed),
+            loop=asyncio.get_running_loop(),
+        )
+
+    return for_mode
 
 
 def check_user_side(suite: Suite) -> None:

@@ -11,6 +11,7 @@ from agentgym.envs.diverse_user import BEHAVIOURS, CONSENT, DiverseScriptedUser
 from agentgym.envs.user import STOP_TOKENS, UserTurn
 from agentgym.eval.branching import (
     BranchingConfig,
+    _MeteredUser,
     failure_metrics,
     over_seeds,
     replay,
@@ -21,6 +22,7 @@ from agentgym.eval.branching import (
 from agentgym.eval.harness import load_results
 from agentgym.eval.scripted import IMPERFECT, READ_PREFIXES, scripted_agent_for
 from agentgym.eval.suites import Suite, SuiteTask
+from agentgym.rollout.trajectory import Trajectory
 
 RETAIL = "agentgym/conversation.tau2-retail-v0"
 
@@ -256,6 +258,59 @@ def test_cli_branching_runs_both_modes_and_refuses_bad_config(tmp_path, capsys):
         assert exit_info.value.code == 2, bad
     errors = capsys.readouterr().err.strip().splitlines()
     assert len(errors) == 6 and all(line.startswith("agentgym eval: ") for line in errors)
+
+
+def test_tiny_model_as_agent_and_user_end_to_end(tmp_path, capsys):
+    """``agentgym eval --branching`` with the tiny model (random weights) as the agent and as the user, every token counted by its tokenizer.
+
+    τ²'s agent prompt is 7-8k tokens in the tiny tokenizer: the tiny model is built with a
+    16,384-position window (the default 4,096 is the next test's).
+    """
+    from agentgym.cli import main
+    from agentgym.models import tiny_model_path
+
+    model = str(tiny_model_path(max_positions=16384))
+    suite_file = tmp_path / "suite.jsonl"
+    suite_file.write_text(json.dumps({"env": RETAIL, "task_id": "5", "env_kwargs": {"tasks": ["5"]}}) + "\n")
+    out = tmp_path / "run"
+    small = ["--token-budget", "12000", "--max-tokens", "8", "--max-turns", "2"]
+    assert main(["eval", "--branching", "--suite", str(suite_file), "--policy", model, "--user", model, "--out", str(out), *small]) == 0  # fmt: skip
+    assert "branching / monte carlo" in capsys.readouterr().out
+    rows = load_results(out / "results.jsonl")
+    assert {r["mode"] for r in rows} == {"branching", "monte_carlo"}
+    assert any(r["junction"] is not None for r in rows if r["mode"] == "branching")
+    for row in rows:
+        turns = Trajectory.from_dict(row["trajectory"]).turns
+        assert row["tokens_user"] > 0  # at least the user's opening, counted by the tokenizer
+        if row["junction"] is None:  # an episode from reset pays for every agent turn: its ids, as sampled
+            assert row["tokens_agent"] == sum(len(t.prompt_ids) + len(t.completion_ids) for t in turns) > 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["branching"]["seeds"]["0"]["tokens"] == sum(r["tokens"] for r in rows if r["mode"] == "branching")
+
+
+def test_a_prompt_that_overflows_the_models_window_stops_the_task(tmp_path, capsys):
+    """The default tiny model's 4,096 positions cannot hold τ²'s prompt: each mode plays one episode, not an endless loop of free ones."""
+    from agentgym.cli import main
+
+    suite_file = tmp_path / "suite.jsonl"
+    suite_file.write_text(json.dumps({"env": RETAIL, "task_id": "5", "env_kwargs": {"tasks": ["5"]}}) + "\n")
+    out = tmp_path / "run"
+    assert main(["eval", "--branching", "--suite", str(suite_file), "--policy", "tiny", "--user", "tiny", "--out", str(out)]) == 0  # fmt: skip
+    assert "failed before the model answered" in capsys.readouterr().out
+    rows = load_results(out / "results.jsonl")
+    assert sorted(r["mode"] for r in rows) == ["branching", "monte_carlo"]
+    assert all(r["error"].startswith("context_overflow") and r["turns"] == 0 for r in rows)
+
+
+def test_user_tokens_are_the_policys_counts_when_it_has_them():
+    from agentgym.rollout.user import PolicyUser
+    from tests.helpers.scripted import ScriptedPolicy
+
+    policy = ScriptedPolicy(["Hello."])
+    metered = _MeteredUser(PolicyUser(policy))
+    turn, _ = metered.reply(metered.start("You are a customer."), [{"role": "user", "content": "Hi!"}])
+    reply = policy.chat_format.encode("Hello.") + [policy.chat_format.eos_token_id]
+    assert metered.tokens == turn.tokens == len(policy.prompts[0]) + len(reply)
 
 
 def test_scripted_agents_play_the_airline_domain(tmp_path):

@@ -66,6 +66,7 @@ with requires("tau2"):
     from tau2.domains.retail import environment as retail
     from tau2.domains.telecom import environment as telecom
     from tau2.environment.environment import Environment
+    from tau2.environment.toolkit import ToolType
     from tau2.evaluator.evaluator_action import ActionEvaluator
     from tau2.evaluator.evaluator_communicate import CommunicateEvaluator
     from tau2.evaluator.evaluator_env import EnvironmentEvaluator
@@ -243,10 +244,11 @@ class _CopyOnAccessTable(dict):
     def __init__(self, base: _TableBase):
         super().__init__(base.records)
         self._base = base
+        self.lending = False  # while a τ² read runs: records as they are (Tau2Env._agent_tool_response)
 
     def __getitem__(self, key: Any) -> Any:
         record = dict.__getitem__(self, key)
-        if record is self._base.records.get(key):
+        if not self.lending and record is self._base.records.get(key):
             record = pickle.loads(self._base.sources[key])
             dict.__setitem__(self, key, record)
         return record
@@ -259,10 +261,14 @@ class _CopyOnAccessTable(dict):
     def get(self, key: Any, default: Any = None) -> Any:
         return self[key] if key in self else default
 
-    def values(self) -> list:  # type: ignore[override]
+    def values(self) -> Any:
+        if self.lending:
+            return dict.values(self)
         return [self[key] for key in self.keys()]
 
-    def items(self) -> list:  # type: ignore[override]
+    def items(self) -> Any:
+        if self.lending:
+            return dict.items(self)
         return [(key, self[key]) for key in self.keys()]
 
     def copy(self) -> dict:
@@ -314,11 +320,13 @@ def _rebuild_table(name: tuple[str, str], changed: dict[Any, bytes], order: list
 
 
 @functools.cache
-def _domain_face(domain: str) -> tuple[str, list[ToolSpec], list[dict]]:
-    """What the agent and the user are shown of ``domain``: its policy, the agent's tools, the user's tools (built once per process: forks make envs often)."""
+def _domain_face(domain: str) -> tuple[str, list[ToolSpec], list[dict], frozenset[str]]:
+    """What the agent and the user are shown of ``domain``: its policy, the agent's tools, the user's tools; and the agent's tools τ² declares reads (built once per process: forks make envs often)."""
     probe = _fresh_environment(domain)
     user_tools = [tool.openai_schema for tool in probe.get_user_tools()] if probe.user_tools else []
-    return probe.get_policy(), [_spec(tool.openai_schema) for tool in probe.get_tools()], user_tools
+    toolkit = probe.tools
+    reads = frozenset(name for name in toolkit.tools if toolkit.tool_type(name) == ToolType.READ)
+    return probe.get_policy(), [_spec(tool.openai_schema) for tool in probe.get_tools()], user_tools, reads
 
 
 @functools.cache
@@ -445,7 +453,7 @@ class Tau2Env(AgentEnv):
         self.judge = judge
         self.max_errors = max_errors
         self.max_user_tool_calls = max_user_tool_calls
-        self.policy, self._specs, self._user_tools = _domain_face(domain)
+        self.policy, self._specs, self._user_tools, self._read_tools = _domain_face(domain)
         self._agent_tool_names = {spec.name for spec in self._specs}
         # The episode: τ²'s environment (its databases), the conversation as τ² records it, the user's state.
         self.environment: Environment | None = None
@@ -453,6 +461,7 @@ class Tau2Env(AgentEnv):
         self.user_state: UserState | None = None
         self.errors = 0
         self.termination = ""
+        self._tables: tuple[Environment | None, list[_CopyOnAccessTable]] = (None, [])  # the environment's, found once
 
     # ------------------------------------------------------------------ AgentEnv hooks
     def task_ids(self) -> list[str]:
@@ -514,7 +523,7 @@ class Tau2Env(AgentEnv):
             id=f"call_{len(self.messages)}", name=call.name, arguments=dict(call.arguments), requestor="assistant"
         )
         self.messages.append(AssistantMessage(role="assistant", tool_calls=[tau2_call]))
-        response = self.environment.get_response(tau2_call)
+        response = self._agent_tool_response(tau2_call)
         self.messages.append(response)
         if not response.error:
             return Outcome(response.content)
@@ -529,6 +538,31 @@ class Tau2Env(AgentEnv):
                 info={"grade": {"termination": self.termination, "reward": 0.0}},
             )
         return Outcome(response.content, error=response.content)
+
+    def _agent_tool_response(self, call: Tau2ToolCall) -> Message:
+        """τ²'s environment's response to the agent's ``call``; during a tool τ² declares a read, the database lends its records instead of copying them.
+
+        Copying each record a tool touches (:class:`_CopyOnAccessTable`) keeps the shared base
+        safe from writes, but τ²'s lookups (a user by e-mail, a flight search) read a whole table:
+        copied, they cost ten to a hundred times the call itself (benchmarks/conversation.py).
+        τ²'s reads (``ToolType.READ``) change nothing, so for their duration the tables hand out
+        records as they are (tests/envs/conversation/test_tau2.py checks every read of every
+        task against the base).
+        """
+        tables: list[_CopyOnAccessTable] = []
+        if call.name in self._read_tools:
+            environment, tables = self._tables
+            if environment is not self.environment:  # a new episode or a restored one: its own tables
+                db = self.environment.tools.db
+                tables = [table for _, table in db if isinstance(table, _CopyOnAccessTable)]
+                self._tables = (self.environment, tables)
+        for table in tables:
+            table.lending = True
+        try:
+            return self.environment.get_response(call)
+        finally:
+            for table in tables:
+                table.lending = False
 
     def _reply_without_calls(self, text: str) -> Outcome:
         if self.termination:

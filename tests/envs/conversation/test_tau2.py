@@ -9,6 +9,7 @@ import pytest
 from tau2.environment.toolkit import ToolType
 
 from agentgym.envs.conversation.tau2 import (
+    _TABLE_BASES,
     Tau2Env,
     _fresh_environment,
     tau2_environment,
@@ -214,6 +215,24 @@ def test_snapshots_carry_only_the_records_an_episode_changed():
     assert list(copy_.tools.db.orders.keys()) == list(orders.keys())
     assert copy_.get_db_hash() == environment.get_db_hash() != pristine
     assert copy_.tools.db.orders[first].status == "cancelled"
+
+
+@pytest.mark.parametrize("domain", ["retail", "airline"])
+def test_tau2s_reads_leave_the_shared_database_as_parsed(domain):
+    """During τ²'s reads the tables lend the shared records uncopied: every read of every task's reference leaves each record as it was parsed."""
+    env = Tau2Env(domain)
+    reads = 0
+    for task_id in env.task_ids():
+        env.reset(options={"task_id": task_id})
+        for action in env.tau2_task().evaluation_criteria.actions or []:
+            if action.requestor == "assistant" and action.name in env._read_tools:
+                env.step(call_text(action.name, action.arguments))
+                reads += 1
+    env.close()
+    bases = [base for (name, _), base in _TABLE_BASES.items() if name == domain]
+    assert reads > 50 and len(bases) == 3
+    for base in bases:
+        assert all(pickle.dumps(r, pickle.HIGHEST_PROTOCOL) == base.pickled[k] for k, r in base.records.items())
 
 
 def test_forks_branch_on_a_steered_user_reply():

@@ -261,6 +261,7 @@ def _eval_branching(args: argparse.Namespace) -> int:
                         agent_config=agent_config,
                         model=args.model,
                         user_name=args.user,
+                        concurrency=args.concurrency,
                     )
             return summarize_run(out)
         finally:
@@ -423,7 +424,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     evaluation.add_argument("--model", help="the model name the endpoint serves (required with a URL)")
     evaluation.add_argument("--tokenizer", help="with a URL: the served model's tokenizer, for token mode")
     evaluation.add_argument("-k", type=int, default=1, help="samples per task (default: %(default)s)")
-    evaluation.add_argument("--concurrency", type=int, default=8, help="episodes at once (default: %(default)s)")
+    evaluation.add_argument(
+        "--concurrency",
+        type=int,
+        default=8,
+        help="episodes at once; with --branching, tasks at once, each task's episodes in turn (default: %(default)s)",
+    )
     evaluation.add_argument("--out", help="the run directory (default: runs/eval-<suite>)")
     evaluation.add_argument("--tasks", help="only these task ids: a comma-separated list of ids or globs")
     evaluation.add_argument("--max-turns", type=int, help="turns per episode (default: the env's limit)")

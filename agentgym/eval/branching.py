@@ -49,13 +49,15 @@ failure reproduced, with the scripted user). A rerun resumes: finished tasks are
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
 import random
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -346,10 +348,12 @@ def _digest(value: Any) -> str:
 class _Context:
     """What every task of one (mode, seed) run shares: the agent, the predictor, the run directory."""
 
-    def __init__(self, mode: str, seed: int, config: BranchingConfig, agent: EpisodeAgent, out: Path):
+    def __init__(
+        self, mode: str, seed: int, config: BranchingConfig, agent: EpisodeAgent, out: Path, numbering: Iterator[int]
+    ):
         self.mode, self.seed, self.config, self.agent, self.out = mode, seed, config, agent, out
         self.predictor = SuccessPredictor()
-        self.saved = len(load_results(out / JUNCTIONS))
+        self.numbering = numbering  # junction file numbers, shared by the run's contexts (their tasks run at once)
 
     def learn(self, episode: Episode) -> None:
         for i in range(1, len(episode.turns) + 1):
@@ -360,8 +364,7 @@ class _Context:
 
     def save_junction(self, junction: _Junction, episode: Episode) -> None:
         env = episode.env.unwrapped
-        junction.saved_as = self.saved
-        self.saved += 1
+        junction.saved_as = next(self.numbering)
         (self.out / "junctions").mkdir(exist_ok=True)
         assert junction.checkpoint is not None and junction.checkpoint.snapshot is not None
         data = env.export_snapshot(junction.checkpoint.snapshot)
@@ -486,11 +489,14 @@ async def _run(
     agent_config: AgentConfig | None,
     model: str | None,
     user_name: str,
+    concurrency: int,
 ) -> dict:
     import gymnasium
 
     import agentgym  # noqa: F401  (registers the envs)
 
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model = model or (policy.name if isinstance(policy, Policy) else getattr(policy, "__name__", "policy"))
@@ -508,21 +514,37 @@ async def _run(
     _drop_unfinished(out, done)
     agent_config = agent_config or AgentConfig(system_prompt=None)
     check_user_side(suite)
+    gate = asyncio.Semaphore(concurrency)
+    numbering = itertools.count(len(load_results(out / JUNCTIONS)))
+
+    async def play_task(ctx: _Context, env_id: str, env_kwargs: dict, task_id: str) -> None:
+        async with gate:
+            metered = _MeteredUser(user(episode_seed(seed, task_id, 0)))
+
+            def factory():
+                return gymnasium.make(env_id, **env_kwargs, user=metered)
+
+            run = _TaskRun(ctx, (env_id, env_kwargs), task_id, factory, metered)
+            await (_branch_task(run) if mode == "branching" else _linear_task(run))
+            ctx.write(DONE, {"mode": mode, "seed": seed, "task_id": task_id})
+
+    plays = []
     for (env_id, kwargs_json), tasks in suite.by_env().items():
         env_kwargs = json.loads(kwargs_json)
         env_policy = policy if isinstance(policy, Policy) else policy(env_id, env_kwargs)
-        ctx = _Context(mode, seed, config, EpisodeAgent(env_policy, agent_config), out)
-        for task in tasks:
-            if (mode, seed, task.task_id) in done:
-                continue
-            metered = _MeteredUser(user(episode_seed(seed, task.task_id, 0)))
-
-            def factory(metered=metered, env_id=env_id, env_kwargs=env_kwargs):
-                return gymnasium.make(env_id, **env_kwargs, user=metered)
-
-            run = _TaskRun(ctx, (env_id, env_kwargs), task.task_id, factory, metered)
-            await (_branch_task(run) if mode == "branching" else _linear_task(run))
-            ctx.write(DONE, {"mode": mode, "seed": seed, "task_id": task.task_id})
+        ctx = _Context(mode, seed, config, EpisodeAgent(env_policy, agent_config), out, numbering)
+        plays += [
+            asyncio.ensure_future(play_task(ctx, env_id, env_kwargs, task.task_id))
+            for task in tasks
+            if (mode, seed, task.task_id) not in done
+        ]
+    try:
+        await asyncio.gather(*plays)
+    except BaseException:  # the first failure is raised as it is; the tasks still playing are stopped first
+        for play in plays:
+            play.cancel()
+        await asyncio.gather(*plays, return_exceptions=True)
+        raise
     rows = [r for r in load_results(out / RESULTS) if r["mode"] == mode and r["seed"] == seed]
     return failure_metrics(rows)
 
@@ -535,8 +557,6 @@ def policy_users(policy: Policy, max_tokens: int) -> Callable[[str], Callable[[i
     env's thread on the loop that makes them (:class:`~agentgym.rollout.user.PolicyUser`'s
     ``loop=``): call the factory inside the running loop.
     """
-    import asyncio
-
     from agentgym.rollout.policy import SamplingParams
     from agentgym.rollout.user import PolicyUser
 
@@ -581,17 +601,21 @@ async def run_branching(
     agent_config: AgentConfig | None = None,
     model: str | None = None,
     user_name: str = "user",
+    concurrency: int = 1,
 ) -> dict:
     """Branching evaluation of every task of ``suite`` (see the module docstring); returns :func:`failure_metrics` of its episodes.
 
     ``user(seed)`` makes the user simulator of each task's envs (it must follow directives: a
     :class:`~agentgym.envs.diverse_user.DiverseScriptedUser` or a policy user); the envs take it
     as ``user=``. ``agent_config`` defaults to no system prompt of the agent loop's own (the env's
-    first observation has the agent's instructions).
+    first observation has the agent's instructions). ``concurrency`` tasks are played at once
+    (each task's episodes one after another: a branch's choice needs the outcomes before it);
+    above 1, the shared success predictor learns in the order episodes finish, so junction
+    rankings, and so the results, can differ from a sequential run's.
     """
     return await _run(
         "branching", suite, policy, user, config=config, out_dir=out_dir, seed=seed,
-        agent_config=agent_config, model=model, user_name=user_name,
+        agent_config=agent_config, model=model, user_name=user_name, concurrency=concurrency,
     )  # fmt: skip
 
 
@@ -606,11 +630,12 @@ async def run_monte_carlo(
     agent_config: AgentConfig | None = None,
     model: str | None = None,
     user_name: str = "user",
+    concurrency: int = 1,
 ) -> dict:
-    """Linear Monte Carlo at ``config.token_budget`` per task, into the same kind of run directory (rows with mode ``monte_carlo``)."""
+    """Linear Monte Carlo at ``config.token_budget`` per task, into the same kind of run directory (rows with mode ``monte_carlo``); ``concurrency`` tasks at once."""
     return await _run(
         "monte_carlo", suite, policy, user, config=config, out_dir=out_dir, seed=seed,
-        agent_config=agent_config, model=model, user_name=user_name,
+        agent_config=agent_config, model=model, user_name=user_name, concurrency=concurrency,
     )  # fmt: skip
 
 

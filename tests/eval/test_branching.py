@@ -172,6 +172,32 @@ def test_branching_finds_the_flawed_agents_failures_and_each_replays(tmp_path):
     assert all(r["junction_file"] for r in mid)
 
 
+def test_tasks_run_at_once_and_their_junctions_keep_distinct_files(tmp_path):
+    """concurrency=2 over a retail and an airline task (two envs, two contexts): both start before either is done, and every branch replays from its own junction file."""
+    airline = "agentgym/conversation.tau2-airline-v0"
+    tasks = (SuiteTask(RETAIL, "5", "c", {"tasks": ["5"]}), SuiteTask(airline, "1", "c", {"tasks": ["1"]}))
+    done_at_start = []
+
+    def user(seed):
+        done_at_start.append(len(load_results(tmp_path / "done.jsonl")))
+        return DiverseScriptedUser()
+
+    common = dict(config=BranchingConfig(token_budget=25_000), out_dir=tmp_path, user_name="diverse")
+    asyncio.run(run_branching(Suite("t", tasks), scripted_agent_for(IMPERFECT), user, concurrency=2, **common))
+    assert done_at_start == [0, 0]
+    junctions = load_results(tmp_path / "junctions.jsonl")
+    files = [j["file"] for j in junctions]
+    assert len(files) == len(set(files)) >= 2 and all((tmp_path / f).exists() for f in files)
+    rows = load_results(tmp_path)
+    assert {r["task_id"] for r in rows} == {"5", "1"}
+    branched = [r for r in rows if r["junction_file"]]
+    assert len({r["task_id"] for r in branched}) == 2
+    for row in branched:  # each from its own task's junction file
+        assert replay(tmp_path, row, DiverseScriptedUser())[0] == row["success"]
+    with pytest.raises(ValueError, match="concurrency"):
+        asyncio.run(run_branching(Suite("t", tasks), scripted_agent_for(IMPERFECT), user, concurrency=0, **common))
+
+
 def test_budgets_are_spent_and_monte_carlo_is_the_baseline(tmp_path):
     config = BranchingConfig(token_budget=30_000)
     asyncio.run(

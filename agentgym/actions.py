@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import threading
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,7 +111,7 @@ class ToolCall:
 
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
-    id: str = field(default_factory=lambda: f"call_{uuid.uuid4().hex[:12]}")
+    id: str = field(default_factory=lambda: f"call_{os.urandom(6).hex()}")  # 12 random hex digits; uuid4 costs 10x
     error: str | None = None
 
     @property

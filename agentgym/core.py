@@ -25,7 +25,9 @@ bomb keeps full) is the agent's failure instead: the episode terminates with rew
 fail escape its 0 by exhausting the sandbox.
 
 ``info`` always carries ``task_id``, ``turn``, ``success``, ``error`` and ``tools`` (the
-available tools in OpenAI function-calling JSON schema).
+available tools in OpenAI function-calling JSON schema). ``tools`` is a new list each step, but
+its schema dicts are built once per tool set and shared by every step that offers the same tools
+(building them was most of a fast env's step): treat them as read-only.
 
 Writing an env: subclass :class:`AgentEnv` or a family base class and implement the author's hooks;
 the class docstring of :class:`AgentEnv` lists them, and, apart, the backend hooks for people
@@ -352,6 +354,8 @@ class AgentEnv(BranchAttributes, AsyncTwins, gym.Env[Observation, str], metaclas
         self.action_space = AgentText(max_text_length)
         self._episode: _EpisodeState | None = None
         self._task_set: frozenset[str] | None = None
+        # info["tools"]: the specs of the last tools() and their OpenAI schemas, rebuilt when tools() changes.
+        self._tool_schemas: tuple[list[ToolSpec], list[dict]] = ([], [])
         self._closed = False
 
     # ------------------------------------------------------------------ the author's hooks
@@ -692,8 +696,22 @@ class AgentEnv(BranchAttributes, AsyncTwins, gym.Env[Observation, str], metaclas
             "turn": episode.turn if episode else 0,
             "success": episode.success if episode else False,
             "error": error,
-            "tools": [tool.to_openai() for tool in self.tools()],
+            "tools": self._openai_tools(),
         }
+
+    def _openai_tools(self) -> list[dict]:
+        """``info["tools"]``: the schemas of :meth:`tools`, rebuilt only when its specs changed (see the module docstring).
+
+        Envs whose tools change mid-episode (BFCL's withheld functions, a code env's limits) need
+        nothing special: the specs are compared every step, by identity where ``tools()`` returns
+        the same objects and field by field where it builds equal ones anew.
+        """
+        tools = list(self.tools())
+        specs, schemas = self._tool_schemas
+        if tools != specs:
+            schemas = [tool.to_openai() for tool in tools]
+            self._tool_schemas = (tools, schemas)
+        return list(schemas)
 
     def __del__(self):
         # Best effort only: envs own containers and processes, which close() frees promptly.

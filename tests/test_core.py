@@ -7,6 +7,7 @@ import gymnasium
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from agentgym.actions import ToolSpec
 from agentgym.snapshot import SnapshotMismatchError, SnapshotReleasedError
 from tests.helpers.counter import CounterEnv
 
@@ -37,6 +38,35 @@ def test_reset_and_step_carry_the_documented_info(env):
     obs, reward, terminated, truncated, info = env.step(add(3) + add(4) + SUBMIT)
     assert obs["text"] == "[add] Counter: 3\n\n[add] Counter: 7\n\n[submit] Submitted 7: success"
     assert (reward, terminated, truncated, info["success"], info["turn"]) == (1.0, True, False, True, 1)
+
+
+class GrowingToolsEnv(CounterEnv):
+    """A CounterEnv whose tools change mid-episode: ``double`` is offered once the total reaches 5, rebuilt anew each call."""
+
+    def tools(self):
+        base = super().tools()
+        if self.total < 5:
+            return base
+        return [*base, ToolSpec("double", f"Double the counter ({self.total}).")]
+
+
+def test_info_tools_follow_tools_that_change_mid_episode():
+    env = GrowingToolsEnv()
+    names = lambda info: [t["function"]["name"] for t in info["tools"]]  # noqa: E731
+    _, info = env.reset(options={"task_id": "reach-12"})
+    assert names(info) == ["add", "submit"]
+    info["tools"].append({"type": "function", "function": {"name": "injected"}})  # a caller's list is its own
+    info = env.step(add(2))[4]
+    assert names(info) == ["add", "submit"]
+    snapshot = env.snapshot()
+    info = env.step(add(3))[4]
+    assert names(info) == ["add", "submit", "double"] and info["tools"][2]["function"]["description"].endswith("(5).")
+    info = env.step(add(1))[4]  # an equal name, another description: a changed tool
+    assert info["tools"][2]["function"]["description"].endswith("(6).")
+    env.restore(snapshot)  # back before the change: the next step offers the old tools again
+    assert names(env.step(add(1))[4]) == ["add", "submit"]
+    snapshot.release()
+    env.close()
 
 
 def test_seeded_reset_draws_the_same_task():

@@ -96,6 +96,11 @@ def _print_summary(summary: dict, results: list[dict]) -> None:
             "timeout): each result is its last attempt; results.jsonl lists the failed ones under the trajectory's "
             "metadata.failures"
         )
+    _print_overflows(results)
+
+
+def _print_overflows(results: list[dict]) -> None:
+    """What the episodes that outgrew the model's context window say about the settings (plain and branching runs)."""
     overflows = [r for r in results if str(r.get("error") or "").startswith("context_overflow")]
     at_start = sum(r["turns"] == 0 for r in overflows)
     if at_start:
@@ -213,6 +218,7 @@ def _eval_branching(args: argparse.Namespace) -> int:
     import asyncio
 
     from agentgym.eval.branching import BranchingConfig, check_user_side, run_branching, run_monte_carlo, summarize_run
+    from agentgym.eval.harness import RESULTS, load_results
     from agentgym.eval.suites import load_suite
     from agentgym.rollout.agent import AgentConfig
 
@@ -257,6 +263,7 @@ def _eval_branching(args: argparse.Namespace) -> int:
                         agent_config=agent_config,
                         model=args.model,
                         user_name=args.user,
+                        concurrency=args.concurrency,
                     )
             return summarize_run(out)
         finally:
@@ -276,6 +283,7 @@ def _eval_branching(args: argparse.Namespace) -> int:
         print(f"{metric:24} " + " ".join(f"{fmt(c['mean']) + ' ' + fmt(c['ci95']) if c else '-':>28}" for c in cells))
     ratio = summary.get("ratio") or {}
     print(f"branching / monte carlo failures per 1k tokens: {fmt(ratio.get('failures_per_1k_tokens'))}")
+    _print_overflows(load_results(Path(out) / RESULTS))
     print(f"results in {out} (report.html: each task's branch tree)")
     return 0
 
@@ -290,11 +298,9 @@ def _branching_users(args: argparse.Namespace):
             if mode == "branching"
             else (lambda seed: DiverseScriptedUser(args.mc_chance, seed))
         )
-    import asyncio
-
+    from agentgym.eval.branching import policy_users
     from agentgym.models import BUILT_IN_MODELS
-    from agentgym.rollout.policy import Policy, SamplingParams
-    from agentgym.rollout.user import PolicyUser
+    from agentgym.rollout.policy import Policy
 
     user_policy: Policy
     if args.user.startswith(("http://", "https://")):
@@ -309,15 +315,7 @@ def _branching_users(args: argparse.Namespace):
         user_policy = HFPolicy(model_dir(args.user, "--user"))
     else:
         raise UsageError(f"--user {args.user!r} is not 'diverse', 'tiny', a model directory or a URL")
-    # Branches are steered, so their user is greedy; Monte Carlo's samples (its only source of diversity). The
-    # user policy answers from the env's thread on the running loop (PolicyUser's loop=).
-    return lambda mode: (
-        lambda seed: PolicyUser(
-            user_policy,
-            SamplingParams(max_tokens=512, temperature=0.0 if mode == "branching" else 1.0, seed=seed),
-            loop=asyncio.get_running_loop(),
-        )
-    )
+    return policy_users(user_policy, args.max_tokens)  # the user's turns are capped as the agent's
 
 
 def _sampling(args: argparse.Namespace):
@@ -428,7 +426,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     evaluation.add_argument("--model", help="the model name the endpoint serves (required with a URL)")
     evaluation.add_argument("--tokenizer", help="with a URL: the served model's tokenizer, for token mode")
     evaluation.add_argument("-k", type=int, default=1, help="samples per task (default: %(default)s)")
-    evaluation.add_argument("--concurrency", type=int, default=8, help="episodes at once (default: %(default)s)")
+    evaluation.add_argument(
+        "--concurrency",
+        type=int,
+        default=8,
+        help="episodes at once; with --branching, tasks at once, each task's episodes in turn (default: %(default)s)",
+    )
     evaluation.add_argument("--out", help="the run directory (default: runs/eval-<suite>)")
     evaluation.add_argument("--tasks", help="only these task ids: a comma-separated list of ids or globs")
     evaluation.add_argument("--max-turns", type=int, help="turns per episode (default: the env's limit)")

@@ -55,10 +55,15 @@ def is_stop(text: str) -> bool:
 
 @dataclass
 class UserTurn:
-    """One user turn: text for the agent, or calls of the user's own tools (``{"name", "arguments"}`` each)."""
+    """One user turn: text for the agent, or calls of the user's own tools (``{"name", "arguments"}`` each).
+
+    ``tokens`` is what the turn cost the simulator's model (prompt + completion, as its tokenizer
+    or endpoint counted them); None for a simulator without a model (a script, a steered reply).
+    """
 
     text: str = ""
     tool_calls: list[dict] = field(default_factory=list)
+    tokens: int | None = None
 
     @property
     def stop(self) -> bool:

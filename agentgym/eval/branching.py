@@ -24,8 +24,11 @@ simulated user (``steer_user``: :mod:`agentgym.envs.user`):
    the same agent message, and plays on to the end, keeping the new junctions it passes;
 4. until the task's token budget is spent: agent tokens (prompt + completion of every turn
    played: the ids, else the endpoint's usage, else 4 characters per token) plus user tokens
-   (the user's instructions, the conversation and its reply, 4 characters per token: simulators
-   report no counts). A branch pays only for its own turns: the prefix is reused, not replayed.
+   (a policy user's counts, :attr:`~agentgym.envs.user.UserTurn.tokens`; for a scripted user,
+   which has no model, its instructions, the conversation and its reply at 4 characters per
+   token). A branch pays only for its own turns: the prefix is reused, not replayed.
+   A task stops early when an episode ends before the agent's first reply (its prompt
+   overflows the model's context window, the env fails at reset): every further one would too.
 
 :func:`run_monte_carlo` is the baseline: whole episodes from reset with a stochastic user
 (e.g. :class:`~agentgym.envs.diverse_user.DiverseScriptedUser` with ``chance > 0``, or a policy
@@ -46,13 +49,15 @@ failure reproduced, with the scripted user). A rerun resumes: finished tasks are
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
 import random
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -73,6 +78,7 @@ __all__ = [
     "check_user_side",
     "failure_metrics",
     "over_seeds",
+    "policy_users",
     "replay",
     "run_branching",
     "run_monte_carlo",
@@ -145,8 +151,11 @@ class _MeteredUser(UserSimulator):
 
     def reply(self, state: UserState, conversation) -> tuple[UserTurn, UserState]:
         turn, next_state = self.inner.reply(state, conversation)
-        chars = len(state.instructions()) + _chars(list(conversation)) + len(turn.text) + _chars(turn.tool_calls)
-        self.tokens += math.ceil(chars / CHARS_PER_TOKEN)
+        if turn.tokens is not None:  # a model's own count
+            self.tokens += turn.tokens
+        else:
+            chars = len(state.instructions()) + _chars(list(conversation)) + len(turn.text) + _chars(turn.tool_calls)
+            self.tokens += math.ceil(chars / CHARS_PER_TOKEN)
         return turn, next_state
 
     def _respond(self, state, conversation) -> UserTurn:  # reply() delegates whole
@@ -202,6 +211,10 @@ class _TaskRun:
         self.user = user
         self.spent = 0
         self.leaves = 0
+        self.user_counted = 0  # the user's tokens charged to leaves so far
+        # Why the task stopped early: an episode that ended before the agent's first reply (its prompt
+        # overflows the model's window, the env failed at reset) ends every further one the same way.
+        self.stalled: str | None = None
         self.junctions: list[_Junction] = []
         self.signatures: Counter[str] = Counter()
 
@@ -212,7 +225,6 @@ class _TaskRun:
         agent, leaf_id = self.ctx.agent, self.leaves
         self.leaves += 1
         leaf = _Leaf(episode)
-        user_before = self.user.tokens
         directives = [*(parent.directives if parent else []), *([behaviour] if behaviour else [])]
         if parent is None and self.ctx.mode == "branching":
             leaf.junctions.append(
@@ -245,8 +257,11 @@ class _TaskRun:
             completion = None
             if self.ctx.config.max_turns is not None and episode.turn >= self.ctx.config.max_turns:
                 episode.done = True
-        leaf.tokens_user = self.user.tokens - user_before
+        # Everything the user said since the last leaf: this episode's reset (its opening turn) and its turns.
+        leaf.tokens_user, self.user_counted = self.user.tokens - self.user_counted, self.user.tokens
         self.spent += leaf.tokens_agent + leaf.tokens_user
+        if not episode.turns and episode.error:
+            self.stalled = episode.error
         for junction in leaf.junctions:  # what followed each junction on this path
             rest = episode.turns[junction.turn + 1 :]
             writes = 0
@@ -333,10 +348,12 @@ def _digest(value: Any) -> str:
 class _Context:
     """What every task of one (mode, seed) run shares: the agent, the predictor, the run directory."""
 
-    def __init__(self, mode: str, seed: int, config: BranchingConfig, agent: EpisodeAgent, out: Path):
+    def __init__(
+        self, mode: str, seed: int, config: BranchingConfig, agent: EpisodeAgent, out: Path, numbering: Iterator[int]
+    ):
         self.mode, self.seed, self.config, self.agent, self.out = mode, seed, config, agent, out
         self.predictor = SuccessPredictor()
-        self.saved = len(load_results(out / JUNCTIONS))
+        self.numbering = numbering  # junction file numbers, shared by the run's contexts (their tasks run at once)
 
     def learn(self, episode: Episode) -> None:
         for i in range(1, len(episode.turns) + 1):
@@ -347,8 +364,7 @@ class _Context:
 
     def save_junction(self, junction: _Junction, episode: Episode) -> None:
         env = episode.env.unwrapped
-        junction.saved_as = self.saved
-        self.saved += 1
+        junction.saved_as = next(self.numbering)
         (self.out / "junctions").mkdir(exist_ok=True)
         assert junction.checkpoint is not None and junction.checkpoint.snapshot is not None
         data = env.export_snapshot(junction.checkpoint.snapshot)
@@ -418,7 +434,7 @@ async def _branch_task(run: _TaskRun) -> None:
     order = list(run.ctx.config.behaviours)
     random.Random(episode_seed(run.ctx.seed, run.task_id, 1)).shuffle(order)
     used: set[str] = set()
-    while run.spent < run.ctx.config.token_budget:
+    while run.spent < run.ctx.config.token_budget and not run.stalled:
         best = max(((j, *_score(run.ctx, j, used, order)) for j in run.junctions), key=lambda x: x[1], default=None)
         if best is None or best[2] is None:
             break
@@ -448,7 +464,7 @@ async def _branch_task(run: _TaskRun) -> None:
 
 
 async def _linear_task(run: _TaskRun) -> None:
-    while run.spent < run.ctx.config.token_budget:
+    while run.spent < run.ctx.config.token_budget and not run.stalled:
         env = run.env_factory()
         try:
             episode = await run.ctx.agent.start(env, run.task_id, seed=run.ctx.seed + run.leaves)
@@ -473,12 +489,15 @@ async def _run(
     agent_config: AgentConfig | None = None,
     model: str | None = None,
     user_name: str = "user",
+    concurrency: int = 1,
 ) -> dict:
     """A run in ``mode`` (``branching`` or ``monte_carlo``): the options :func:`run_branching` and :func:`run_monte_carlo` take."""
     import gymnasium
 
     import agentgym  # noqa: F401  (registers the envs)
 
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model = model or (policy.name if isinstance(policy, Policy) else getattr(policy, "__name__", "policy"))
@@ -496,23 +515,61 @@ async def _run(
     _drop_unfinished(out, done)
     agent_config = agent_config or AgentConfig(system_prompt=None)
     check_user_side(suite)
+    gate = asyncio.Semaphore(concurrency)
+    numbering = itertools.count(len(load_results(out / JUNCTIONS)))
+
+    async def play_task(ctx: _Context, env_id: str, env_kwargs: dict, task_id: str) -> None:
+        async with gate:
+            metered = _MeteredUser(user(episode_seed(seed, task_id, 0)))
+
+            def factory():
+                return gymnasium.make(env_id, **env_kwargs, user=metered)
+
+            run = _TaskRun(ctx, (env_id, env_kwargs), task_id, factory, metered)
+            await (_branch_task(run) if mode == "branching" else _linear_task(run))
+            ctx.write(DONE, {"mode": mode, "seed": seed, "task_id": task_id})
+
+    plays = []
     for (env_id, kwargs_json), tasks in suite.by_env().items():
         env_kwargs = json.loads(kwargs_json)
         env_policy = policy if isinstance(policy, Policy) else policy(env_id, env_kwargs)
-        ctx = _Context(mode, seed, config, EpisodeAgent(env_policy, agent_config), out)
-        for task in tasks:
-            if (mode, seed, task.task_id) in done:
-                continue
-            metered = _MeteredUser(user(episode_seed(seed, task.task_id, 0)))
-
-            def factory(metered=metered, env_id=env_id, env_kwargs=env_kwargs):
-                return gymnasium.make(env_id, **env_kwargs, user=metered)
-
-            run = _TaskRun(ctx, (env_id, env_kwargs), task.task_id, factory, metered)
-            await (_branch_task(run) if mode == "branching" else _linear_task(run))
-            ctx.write(DONE, {"mode": mode, "seed": seed, "task_id": task.task_id})
+        ctx = _Context(mode, seed, config, EpisodeAgent(env_policy, agent_config), out, numbering)
+        plays += [
+            asyncio.ensure_future(play_task(ctx, env_id, env_kwargs, task.task_id))
+            for task in tasks
+            if (mode, seed, task.task_id) not in done
+        ]
+    try:
+        await asyncio.gather(*plays)
+    except BaseException:  # the first failure is raised as it is; the tasks still playing are stopped first
+        for play in plays:
+            play.cancel()
+        await asyncio.gather(*plays, return_exceptions=True)
+        raise
     rows = [r for r in load_results(out / RESULTS) if r["mode"] == mode and r["seed"] == seed]
     return failure_metrics(rows)
+
+
+def policy_users(policy: Policy, max_tokens: int) -> Callable[[str], Callable[[int], UserSimulator]]:
+    """``policy`` as the simulated user of both modes: ``mode -> (seed -> PolicyUser)`` (the ``user`` argument of the runs).
+
+    Branches are steered, so their user is greedy; Monte Carlo's samples at temperature 1 (its
+    only source of diversity). Each turn is capped at ``max_tokens``. The users answer from the
+    env's thread on the loop that makes them (:class:`~agentgym.rollout.user.PolicyUser`'s
+    ``loop=``): call the factory inside the running loop.
+    """
+    from agentgym.rollout.policy import SamplingParams
+    from agentgym.rollout.user import PolicyUser
+
+    def for_mode(mode: str) -> Callable[[int], UserSimulator]:
+        temperature = 0.0 if mode == "branching" else 1.0
+        return lambda seed: PolicyUser(
+            policy,
+            SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed),
+            loop=asyncio.get_running_loop(),
+        )
+
+    return for_mode
 
 
 def check_user_side(suite: Suite) -> None:
@@ -544,7 +601,10 @@ async def run_branching(
     as ``user=``. The ``options``: ``out_dir`` (the run directory; required), ``config``
     (a :class:`BranchingConfig`), ``seed`` (0), ``agent_config`` (default: no system prompt of the
     agent loop's own: the env's first observation has the agent's instructions), ``model`` (the
-    name recorded; default the policy's) and ``user_name`` (``"user"``).
+    name recorded; default the policy's), ``user_name`` (``"user"``) and ``concurrency`` (1: tasks
+    played at once, each task's episodes one after another since a branch's choice needs the outcomes
+    before it; above 1 the shared success predictor learns in the order episodes finish, so junction
+    rankings, and so the results, can differ from a sequential run's).
     """
     return await _run("branching", suite, policy, user, **options)
 

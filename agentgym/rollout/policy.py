@@ -49,8 +49,9 @@ class Completion:
     endpoint without logprobs). ``finish_reason`` is ``"stop"`` (a stop token or string),
     ``"length"`` (``max_tokens`` reached) or ``"tool_calls"``. ``entropy`` is the mean per-token
     entropy of the sampling distribution, when known. ``tool_calls`` holds native tool calls in
-    OpenAI form (chat mode only). ``usage`` is the endpoint's own count of the request's
-    ``prompt_tokens`` and ``completion_tokens``, when it reports one (in chat mode the only
+    OpenAI form (chat mode only). ``usage`` is the request's ``prompt_tokens`` and
+    ``completion_tokens``: the endpoint's own count when it reports one, or, for a chat through
+    :attr:`Policy.chat_format`, the rendered prompt's and completion's ids (in chat mode the only
     token counts there are). ``top_logprobs`` holds, per sampled token, the ``(token id,
     logprob)`` pairs of the most likely tokens of the distribution it was drawn from, most likely
     first, when :attr:`SamplingParams.top_logprobs` asked for them (else it is empty).
@@ -100,11 +101,16 @@ class Policy:
         raise NotImplementedError(f"{type(self).__name__} does not support token-in/token-out generation")
 
     async def chat(self, messages: Sequence[Message], tools: list[dict] | None, sampling: SamplingParams) -> Completion:
-        """Sample a reply to ``messages`` (chat mode). By default renders with :attr:`chat_format` and calls :meth:`generate`."""
+        """Sample a reply to ``messages`` (chat mode). By default renders with :attr:`chat_format` and calls :meth:`generate`.
+
+        The completion's ``usage`` is then the tokens counted: the rendered prompt's and the completion's.
+        """
         if self.chat_format is None:
             raise NotImplementedError(f"{type(self).__name__} supports neither chat nor token mode")
-        completion = await self.generate(self.chat_format.prompt_ids(messages, tools), sampling)
+        prompt_ids = self.chat_format.prompt_ids(messages, tools)
+        completion = await self.generate(prompt_ids, sampling)
         completion.text = self.chat_format.decode(completion.token_ids)
+        completion.usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": len(completion.token_ids)}
         return completion
 
     async def aclose(self) -> None:

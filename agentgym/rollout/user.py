@@ -4,7 +4,9 @@ The policy gets the user's system prompt (for τ²: τ²'s own user-simulator gu
 task's scenario, plus any steering directives: :meth:`agentgym.envs.user.UserState.instructions`),
 the conversation from the user's side and the user's tools, in chat mode
 (:meth:`agentgym.rollout.policy.Policy.chat`); its text is the user's turn and its native tool
-calls the user's tool calls. Stop tokens in the text end the conversation as τ² does.
+calls the user's tool calls. Stop tokens in the text end the conversation as τ² does. Each turn
+carries the tokens it cost (``UserTurn.tokens``: the completion's ``usage``, which a token-mode
+policy counts with its tokenizer), which token budgets count.
 
 Envs step synchronously in the env thread pool while policies are coroutines: give ``loop=`` (the
 running loop the policy's client belongs to, e.g. the runner's) and the user's requests are
@@ -45,7 +47,9 @@ class PolicyUser(UserSimulator):
     def _respond(self, state: UserState, conversation: Sequence[Mapping[str, Any]]) -> UserTurn:
         messages = [{"role": "system", "content": state.instructions()}, *(dict(m) for m in conversation)]
         completion = self._run(self.policy.chat(messages, state.tools or None, self.sampling))
-        return UserTurn(completion.text.strip(), _tool_calls(completion))
+        usage = completion.usage or {}
+        counted = int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
+        return UserTurn(completion.text.strip(), _tool_calls(completion), tokens=counted or None)
 
     def _run(self, coroutine: Coroutine[Any, Any, Completion]) -> Completion:
         if self.loop is not None:

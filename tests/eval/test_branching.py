@@ -11,6 +11,7 @@ from agentgym.envs.diverse_user import BEHAVIOURS, CONSENT, DiverseScriptedUser
 from agentgym.envs.user import STOP_TOKENS, UserTurn
 from agentgym.eval.branching import (
     BranchingConfig,
+    _MeteredUser,
     failure_metrics,
     over_seeds,
     replay,
@@ -21,6 +22,7 @@ from agentgym.eval.branching import (
 from agentgym.eval.harness import load_results
 from agentgym.eval.scripted import IMPERFECT, READ_PREFIXES, scripted_agent_for
 from agentgym.eval.suites import Suite, SuiteTask
+from agentgym.rollout.trajectory import Trajectory
 
 RETAIL = "agentgym/conversation.tau2-retail-v0"
 
@@ -170,6 +172,32 @@ def test_branching_finds_the_flawed_agents_failures_and_each_replays(tmp_path):
     assert all(r["junction_file"] for r in mid)
 
 
+def test_tasks_run_at_once_and_their_junctions_keep_distinct_files(tmp_path):
+    """concurrency=2 over a retail and an airline task (two envs, two contexts): both start before either is done, and every branch replays from its own junction file."""
+    airline = "agentgym/conversation.tau2-airline-v0"
+    tasks = (SuiteTask(RETAIL, "5", "c", {"tasks": ["5"]}), SuiteTask(airline, "1", "c", {"tasks": ["1"]}))
+    done_at_start = []
+
+    def user(seed):
+        done_at_start.append(len(load_results(tmp_path / "done.jsonl")))
+        return DiverseScriptedUser()
+
+    common = dict(config=BranchingConfig(token_budget=25_000), out_dir=tmp_path, user_name="diverse")
+    asyncio.run(run_branching(Suite("t", tasks), scripted_agent_for(IMPERFECT), user, concurrency=2, **common))
+    assert done_at_start == [0, 0]
+    junctions = load_results(tmp_path / "junctions.jsonl")
+    files = [j["file"] for j in junctions]
+    assert len(files) == len(set(files)) >= 2 and all((tmp_path / f).exists() for f in files)
+    rows = load_results(tmp_path)
+    assert {r["task_id"] for r in rows} == {"5", "1"}
+    branched = [r for r in rows if r["junction_file"]]
+    assert len({r["task_id"] for r in branched}) == 2
+    for row in branched:  # each from its own task's junction file
+        assert replay(tmp_path, row, DiverseScriptedUser())[0] == row["success"]
+    with pytest.raises(ValueError, match="concurrency"):
+        asyncio.run(run_branching(Suite("t", tasks), scripted_agent_for(IMPERFECT), user, concurrency=0, **common))
+
+
 def test_budgets_are_spent_and_monte_carlo_is_the_baseline(tmp_path):
     config = BranchingConfig(token_budget=30_000)
     asyncio.run(
@@ -256,6 +284,59 @@ def test_cli_branching_runs_both_modes_and_refuses_bad_config(tmp_path, capsys):
         assert exit_info.value.code == 2, bad
     errors = capsys.readouterr().err.strip().splitlines()
     assert len(errors) == 6 and all(line.startswith("agentgym eval: ") for line in errors)
+
+
+def test_tiny_model_as_agent_and_user_end_to_end(tmp_path, capsys):
+    """``agentgym eval --branching`` with the tiny model (random weights) as the agent and as the user, every token counted by its tokenizer.
+
+    τ²'s agent prompt is 7-8k tokens in the tiny tokenizer: the tiny model is built with a
+    16,384-position window (the default 4,096 is the next test's).
+    """
+    from agentgym.cli import main
+    from agentgym.models import tiny_model_path
+
+    model = str(tiny_model_path(max_positions=16384))
+    suite_file = tmp_path / "suite.jsonl"
+    suite_file.write_text(json.dumps({"env": RETAIL, "task_id": "5", "env_kwargs": {"tasks": ["5"]}}) + "\n")
+    out = tmp_path / "run"
+    small = ["--token-budget", "12000", "--max-tokens", "8", "--max-turns", "2"]
+    assert main(["eval", "--branching", "--suite", str(suite_file), "--policy", model, "--user", model, "--out", str(out), *small]) == 0  # fmt: skip
+    assert "branching / monte carlo" in capsys.readouterr().out
+    rows = load_results(out / "results.jsonl")
+    assert {r["mode"] for r in rows} == {"branching", "monte_carlo"}
+    assert any(r["junction"] is not None for r in rows if r["mode"] == "branching")
+    for row in rows:
+        turns = Trajectory.from_dict(row["trajectory"]).turns
+        assert row["tokens_user"] > 0  # at least the user's opening, counted by the tokenizer
+        if row["junction"] is None:  # an episode from reset pays for every agent turn: its ids, as sampled
+            assert row["tokens_agent"] == sum(len(t.prompt_ids) + len(t.completion_ids) for t in turns) > 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["branching"]["seeds"]["0"]["tokens"] == sum(r["tokens"] for r in rows if r["mode"] == "branching")
+
+
+def test_a_prompt_that_overflows_the_models_window_stops_the_task(tmp_path, capsys):
+    """The default tiny model's 4,096 positions cannot hold τ²'s prompt: each mode plays one episode, not an endless loop of free ones."""
+    from agentgym.cli import main
+
+    suite_file = tmp_path / "suite.jsonl"
+    suite_file.write_text(json.dumps({"env": RETAIL, "task_id": "5", "env_kwargs": {"tasks": ["5"]}}) + "\n")
+    out = tmp_path / "run"
+    assert main(["eval", "--branching", "--suite", str(suite_file), "--policy", "tiny", "--user", "tiny", "--out", str(out)]) == 0  # fmt: skip
+    assert "failed before the model answered" in capsys.readouterr().out
+    rows = load_results(out / "results.jsonl")
+    assert sorted(r["mode"] for r in rows) == ["branching", "monte_carlo"]
+    assert all(r["error"].startswith("context_overflow") and r["turns"] == 0 for r in rows)
+
+
+def test_user_tokens_are_the_policys_counts_when_it_has_them():
+    from agentgym.rollout.user import PolicyUser
+    from tests.helpers.scripted import ScriptedPolicy
+
+    policy = ScriptedPolicy(["Hello."])
+    metered = _MeteredUser(PolicyUser(policy))
+    turn, _ = metered.reply(metered.start("You are a customer."), [{"role": "user", "content": "Hi!"}])
+    reply = policy.chat_format.encode("Hello.") + [policy.chat_format.eos_token_id]
+    assert metered.tokens == turn.tokens == len(policy.prompts[0]) + len(reply)
 
 
 def test_scripted_agents_play_the_airline_domain(tmp_path):

@@ -23,6 +23,14 @@ def test_a_policy_plays_the_user_until_it_stops():
     env.close()
 
 
+def test_a_policy_users_turns_carry_the_tokens_its_tokenizer_counted():
+    policy = ScriptedPolicy(["Hi, I want to exchange a keyboard."])
+    user = PolicyUser(policy)
+    turn, _ = user.reply(user.start("You are a customer."), [{"role": "user", "content": "How can I help?"}])
+    reply = policy.chat_format.encode("Hi, I want to exchange a keyboard.") + [policy.chat_format.eos_token_id]
+    assert turn.text == "Hi, I want to exchange a keyboard." and turn.tokens == len(policy.prompts[0]) + len(reply)
+
+
 def test_an_empty_user_turn_ends_the_episode_as_tau2s_user_error():
     env = Tau2Env("retail", user=PolicyUser(ScriptedPolicy(["Hello.", ""])))
     env.reset(options={"task_id": "0"})

@@ -66,6 +66,7 @@ with requires("tau2"):
     from tau2.domains.retail import environment as retail
     from tau2.domains.telecom import environment as telecom
     from tau2.environment.environment import Environment
+    from tau2.environment.toolkit import ToolType
     from tau2.evaluator.evaluator_action import ActionEvaluator
     from tau2.evaluator.evaluator_communicate import CommunicateEvaluator
     from tau2.evaluator.evaluator_env import EnvironmentEvaluator
@@ -184,29 +185,148 @@ assert tuple(_DOMAINS) == TAU2_DOMAINS
 
 _TASK_CACHE: dict[tuple[str, str], dict[str, Tau2Task]] = {}
 _PRISTINE: dict[str, bytes] = {}
+_TABLE_BASES: dict[tuple[str, str], _TableBase] = {}
 
 
 def _fresh_environment(domain: str, solo_mode: bool = False) -> Environment:
-    """A new τ² environment of ``domain`` as its constructor builds it, unpickled from one built once per process.
+    """A new τ² environment of ``domain`` as its constructor builds it, over the domain's parsed database shared by every environment of the process.
 
     τ²'s constructors parse the domain's database from JSON every time (about a second for
-    airline on a busy machine), and its evaluator builds two per grade; an unpickled copy is the
-    same object graph in a tenth of the time.
+    airline on a busy machine), and its evaluator builds two per grade. Here the database is
+    parsed once per process; each environment's tables are :class:`_CopyOnAccessTable` over it,
+    so a new environment (and a snapshot, a fork, an import) costs what the episode changed,
+    not the database's 1-3 MB.
     """
     if domain not in _PRISTINE:
-        _PRISTINE[domain] = pickle.dumps(_DOMAINS[domain][0](), protocol=pickle.HIGHEST_PROTOCOL)
+        environment = _DOMAINS[domain][0]()
+        db = environment.tools.db
+        for name, records in list(db):  # pydantic models iterate as (field, value)
+            if isinstance(records, dict):  # airline's and retail's tables (telecom's are a few short lists)
+                base = _TABLE_BASES[domain, name] = _TableBase((domain, name), records)
+                db.__dict__[name] = _CopyOnAccessTable(base)
+        _PRISTINE[domain] = pickle.dumps(environment, protocol=pickle.HIGHEST_PROTOCOL)
     environment = pickle.loads(_PRISTINE[domain])
     if solo_mode:
         environment.set_solo_mode(True)
     return environment
 
 
+class _TableBase:
+    """One table of a domain's database as parsed once per process: its records (never handed to τ²'s code), the pickles copies are made from, and each record's own pickle.
+
+    A record's pickle holds its sets (pydantic's set of the fields given) in their iteration
+    order, which depends on how the set was built: the base's records are therefore made the
+    way copies are (unpickled from ``sources``), so that an unchanged copy pickles exactly as
+    its base record (``pickled``).
+    """
+
+    def __init__(self, name: tuple[str, str], records: dict):
+        self.name = name
+        self.sources = {key: pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL) for key, record in records.items()}
+        self.records = {key: pickle.loads(source) for key, source in self.sources.items()}
+        self.pickled = {
+            key: pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL) for key, record in self.records.items()
+        }
+
+
+class _CopyOnAccessTable(dict):
+    """A τ² database table (``{id: record}``, a pydantic model each) over the shared :class:`_TableBase`: copy on access.
+
+    The dict holds the base's own record objects until Python code reads one: every accessor
+    (``[]``, ``get``, ``values``, ``items``, ``pop``, ``setdefault``, ``dict(table)``) first swaps
+    in a private copy, so τ²'s tools, which change records in place, never reach the base.
+    Readers in C (pydantic's ``model_dump`` for τ²'s database hash) see base records and copies
+    alike, equal in value. A record is the base's while it is the identical object; pickling
+    (snapshots, forks, exports) carries only the records that differ from the base (compared as
+    pickles) and the keys deleted, and turns records that were only read back into the base's.
+    """
+
+    def __init__(self, base: _TableBase):
+        super().__init__(base.records)
+        self._base = base
+        self.lending = False  # while a τ² read runs: records as they are (Tau2Env._agent_tool_response)
+
+    def __getitem__(self, key: Any) -> Any:
+        record = dict.__getitem__(self, key)
+        if not self.lending and record is self._base.records.get(key):
+            record = pickle.loads(self._base.sources[key])
+            dict.__setitem__(self, key, record)
+        return record
+
+    def __iter__(self):
+        # Overridden (same keys) so that dict(table), {**table} and table.copy() read records through
+        # __getitem__: CPython copies a dict subclass's storage directly only if it keeps dict's __iter__.
+        return iter(self.keys())
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def values(self) -> Any:
+        if self.lending:
+            return dict.values(self)
+        return [self[key] for key in self.keys()]
+
+    def items(self) -> Any:
+        if self.lending:
+            return dict.items(self)
+        return [(key, self[key]) for key in self.keys()]
+
+    def copy(self) -> dict:
+        return dict(self.items())
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        if key not in self:
+            return dict.pop(self, key, *default)
+        record = self[key]
+        dict.__delitem__(self, key)
+        return record
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def __reduce__(self):
+        base = self._base
+        changed: dict[Any, bytes] = {}
+        for key, record in dict.items(self):
+            original = base.records.get(key)
+            if record is original:
+                continue
+            pickled = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+            if original is not None and pickled == base.pickled[key]:
+                dict.__setitem__(self, key, original)  # read, not changed: the base's again (copied afresh if read)
+            else:
+                changed[key] = pickled
+        keys = list(self.keys())
+        added = [key for key in keys if key not in base.records]
+        # The keys only when a base record was deleted (or deleted and added again: moved to the end).
+        order = None if keys == [*base.records, *added] else keys
+        return _rebuild_table, (base.name, changed, order)
+
+
+def _rebuild_table(name: tuple[str, str], changed: dict[Any, bytes], order: list | None) -> _CopyOnAccessTable:
+    """A table that pickled as :meth:`_CopyOnAccessTable.__reduce__` (in any process: it parses the domain's base if needed)."""
+    if name not in _TABLE_BASES:
+        _fresh_environment(name[0])
+    table = _CopyOnAccessTable(_TABLE_BASES[name])
+    for key, pickled in changed.items():
+        dict.__setitem__(table, key, pickle.loads(pickled))
+    if order is not None:  # τ²'s database hash dumps the tables in their order
+        records = {key: dict.__getitem__(table, key) for key in order}
+        dict.clear(table)
+        dict.update(table, records)
+    return table
+
+
 @functools.cache
-def _domain_face(domain: str) -> tuple[str, list[ToolSpec], list[dict]]:
-    """What the agent and the user are shown of ``domain``: its policy, the agent's tools, the user's tools (built once per process: forks make envs often)."""
+def _domain_face(domain: str) -> tuple[str, list[ToolSpec], list[dict], frozenset[str]]:
+    """What the agent and the user are shown of ``domain``: its policy, the agent's tools, the user's tools; and the agent's tools τ² declares reads (built once per process: forks make envs often)."""
     probe = _fresh_environment(domain)
     user_tools = [tool.openai_schema for tool in probe.get_user_tools()] if probe.user_tools else []
-    return probe.get_policy(), [_spec(tool.openai_schema) for tool in probe.get_tools()], user_tools
+    toolkit = probe.tools
+    reads = frozenset(name for name in toolkit.tools if toolkit.tool_type(name) == ToolType.READ)
+    return probe.get_policy(), [_spec(tool.openai_schema) for tool in probe.get_tools()], user_tools, reads
 
 
 @functools.cache
@@ -333,7 +453,7 @@ class Tau2Env(AgentEnv):
         self.judge = judge
         self.max_errors = max_errors
         self.max_user_tool_calls = max_user_tool_calls
-        self.policy, self._specs, self._user_tools = _domain_face(domain)
+        self.policy, self._specs, self._user_tools, self._read_tools = _domain_face(domain)
         self._agent_tool_names = {spec.name for spec in self._specs}
         # The episode: τ²'s environment (its databases), the conversation as τ² records it, the user's state.
         self.environment: Environment | None = None
@@ -341,6 +461,7 @@ class Tau2Env(AgentEnv):
         self.user_state: UserState | None = None
         self.errors = 0
         self.termination = ""
+        self._tables: tuple[Environment | None, list[_CopyOnAccessTable]] = (None, [])  # the environment's, found once
 
     # ------------------------------------------------------------------ AgentEnv hooks
     def task_ids(self) -> list[str]:
@@ -402,7 +523,7 @@ class Tau2Env(AgentEnv):
             id=f"call_{len(self.messages)}", name=call.name, arguments=dict(call.arguments), requestor="assistant"
         )
         self.messages.append(AssistantMessage(role="assistant", tool_calls=[tau2_call]))
-        response = self.environment.get_response(tau2_call)
+        response = self._agent_tool_response(tau2_call)
         self.messages.append(response)
         if not response.error:
             return Outcome(response.content)
@@ -417,6 +538,31 @@ class Tau2Env(AgentEnv):
                 info={"grade": {"termination": self.termination, "reward": 0.0}},
             )
         return Outcome(response.content, error=response.content)
+
+    def _agent_tool_response(self, call: Tau2ToolCall) -> Message:
+        """τ²'s environment's response to the agent's ``call``; during a tool τ² declares a read, the database lends its records instead of copying them.
+
+        Copying each record a tool touches (:class:`_CopyOnAccessTable`) keeps the shared base
+        safe from writes, but τ²'s lookups (a user by e-mail, a flight search) read a whole table:
+        copied, they cost ten to a hundred times the call itself (benchmarks/conversation.py).
+        τ²'s reads (``ToolType.READ``) change nothing, so for their duration the tables hand out
+        records as they are (tests/envs/conversation/test_tau2.py checks every read of every
+        task against the base).
+        """
+        tables: list[_CopyOnAccessTable] = []
+        if call.name in self._read_tools:
+            environment, tables = self._tables
+            if environment is not self.environment:  # a new episode or a restored one: its own tables
+                db = self.environment.tools.db
+                tables = [table for _, table in db if isinstance(table, _CopyOnAccessTable)]
+                self._tables = (self.environment, tables)
+        for table in tables:
+            table.lending = True
+        try:
+            return self.environment.get_response(call)
+        finally:
+            for table in tables:
+                table.lending = False
 
     def _reply_without_calls(self, text: str) -> Outcome:
         if self.termination:
@@ -544,20 +690,6 @@ class Tau2Env(AgentEnv):
         return view
 
 
-class _Tau2ToolSpec(ToolSpec):
-    """A τ² tool's spec whose OpenAI form is encoded once: every step's ``info["tools"]`` decodes a fresh copy.
-
-    The base class re-encodes the schema each time; for τ²'s fifteen-odd tools that was most of a
-    step's cost (benchmarks/conversation.py).
-    """
-
-    def to_openai(self) -> dict:
-        encoded = self.__dict__.get("_openai_json")
-        if encoded is None:
-            encoded = self.__dict__["_openai_json"] = json.dumps(super().to_openai())
-        return json.loads(encoded)
-
-
 def _spec(schema: dict) -> ToolSpec:
     function = schema["function"]
-    return _Tau2ToolSpec(function["name"], function.get("description", ""), function["parameters"])
+    return ToolSpec(function["name"], function.get("description", ""), function["parameters"])

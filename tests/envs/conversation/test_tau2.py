@@ -2,12 +2,20 @@
 
 import copy
 import json
+import pickle
 
 import gymnasium
 import pytest
 from tau2.environment.toolkit import ToolType
 
-from agentgym.envs.conversation.tau2 import Tau2Env, tau2_environment, tau2_reference_replies, tau2_tasks
+from agentgym.envs.conversation.tau2 import (
+    _TABLE_BASES,
+    Tau2Env,
+    _fresh_environment,
+    tau2_environment,
+    tau2_reference_replies,
+    tau2_tasks,
+)
 from agentgym.envs.user import ScriptedUser, UserTurn
 from agentgym.task import call_text
 from tests.helpers.tau2 import play, tau2_evaluate_simulation
@@ -131,7 +139,7 @@ def test_telecom_user_acts_on_their_own_device():
 
 
 # ---------------------------------------------------------------------- branching
-@pytest.mark.parametrize("domain,task_id", [("retail", "5"), ("telecom", None)])
+@pytest.mark.parametrize("domain,task_id", [("retail", "5"), ("airline", "7"), ("telecom", None)])
 def test_fork_mid_episode_then_continue_equals_replay(domain, task_id):
     env = Tau2Env(domain)
     task_id = task_id or next(t for t in env.task_ids() if len(tau2_reference_replies(env.tau2_task(t))) >= 4)
@@ -160,6 +168,71 @@ def test_fork_mid_episode_then_continue_equals_replay(domain, task_id):
     finally:
         for branch in branches:
             branch.close()
+
+
+ACCESSORS = {
+    "item": lambda table, key: table[key],
+    "get": lambda table, key: table.get(key),
+    "values": lambda table, key: next(r for r in table.values() if r is table[key]),
+    "items": lambda table, key: dict(table.items())[key],
+    "dict": lambda table, key: dict(table)[key],
+    "unpack": lambda table, key: {**table}[key],
+    "copy": lambda table, key: table.copy()[key],
+    "setdefault": lambda table, key: table.setdefault(key, None),
+}
+
+
+@pytest.mark.parametrize("accessor", ACCESSORS)
+def test_database_records_are_copied_before_tau2s_code_can_change_them(accessor):
+    """Every table shares one parsed database: a record changed through any accessor changes this environment only."""
+    environment, other = _fresh_environment("retail"), _fresh_environment("retail")
+    pristine = tau2_environment("retail")().get_db_hash()
+    order_id = next(iter(environment.tools.db.orders.keys()))
+    record = ACCESSORS[accessor](environment.tools.db.orders, order_id)
+    record.status = "hacked"
+    assert environment.tools.db.orders[order_id].status == "hacked"
+    assert environment.get_db_hash() != pristine
+    assert other.get_db_hash() == _fresh_environment("retail").get_db_hash() == pristine
+    assert other.tools.db.orders[order_id].status != "hacked"
+
+
+def test_snapshots_carry_only_the_records_an_episode_changed():
+    environment = _fresh_environment("retail")
+    pristine = environment.get_db_hash()
+    orders = environment.tools.db.orders
+    whole = len(pickle.dumps(tau2_environment("retail")()))  # τ²'s own environment: the whole database
+    for _ in orders.items():  # read every record (as τ²'s lookups by e-mail do): nothing to carry
+        pass
+    read_only = len(pickle.dumps(environment))
+    first, second = list(orders.keys())[:2]
+    orders[first].status = "cancelled"
+    moved = orders.pop(second)  # deleted and added again: the end of the table, as τ²'s hash dumps it
+    orders[second] = moved
+    orders["#new"] = copy.deepcopy(moved)
+    data = pickle.dumps(environment)
+    copy_ = pickle.loads(data)
+    assert read_only < whole / 50 and len(data) < read_only + 30_000  # three records and the table's key order
+    assert list(copy_.tools.db.orders.keys()) == list(orders.keys())
+    assert copy_.get_db_hash() == environment.get_db_hash() != pristine
+    assert copy_.tools.db.orders[first].status == "cancelled"
+
+
+@pytest.mark.parametrize("domain", ["retail", "airline"])
+def test_tau2s_reads_leave_the_shared_database_as_parsed(domain):
+    """During τ²'s reads the tables lend the shared records uncopied: every read of every task's reference leaves each record as it was parsed."""
+    env = Tau2Env(domain)
+    reads = 0
+    for task_id in env.task_ids():
+        env.reset(options={"task_id": task_id})
+        for action in env.tau2_task().evaluation_criteria.actions or []:
+            if action.requestor == "assistant" and action.name in env._read_tools:
+                env.step(call_text(action.name, action.arguments))
+                reads += 1
+    env.close()
+    bases = [base for (name, _), base in _TABLE_BASES.items() if name == domain]
+    assert reads > 50 and len(bases) == 3
+    for base in bases:
+        assert all(pickle.dumps(r, pickle.HIGHEST_PROTOCOL) == base.pickled[k] for k, r in base.records.items())
 
 
 def test_forks_branch_on_a_steered_user_reply():

@@ -24,10 +24,14 @@ def test_envs_list_names_every_builtin():
 
 
 def test_envs_list_filters_and_aligns_ids_task_counts_and_descriptions():
-    result = run("envs", "list", "bfcl")
+    listed = run("envs", "list", "bfcl")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[0].split() == ["id", "description"]
+    result = run("envs", "list", "bfcl", "--tasks")  # builds each listed env to count its tasks
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.splitlines()
     assert header.split() == ["id", "tasks", "description"] and len(rows) == 4
+    assert [row.split(None, 2)[2] for row in rows] == [row.split(None, 1)[1] for row in listed.stdout.splitlines()[1:]]
     assert all(row.startswith("agentgym/tool.bfcl-multi-turn-") for row in rows)
     assert len({row.index(" 200  ") for row in rows}) == 1  # one column for the counts
     assert "category=miss_func" in result.stdout

@@ -11,11 +11,11 @@ A config is YAML::
 
 ``key=value`` arguments after the config override its fields (values parsed as YAML), e.g.
 ``max_steps=2 output_dir=/tmp/run``. The same command runs on one CPU process or, under
-``accelerate launch`` with a config from ``examples/accelerate_configs/``, on several processes
-or GPUs. Several CPU processes: ``accelerate launch --config_file
-examples/accelerate_configs/cpu_ddp.yaml -m agentgym.train --config X.yaml use_cpu=true``
-(torchrun + gloo; accelerate 1.16's ``--cpu --num_processes 2`` starts a single process unless
-MPI is set up). ``warm_start: true`` (or a mapping of :data:`WARM_START_KEYS`) first fine-tunes
+``accelerate launch`` with a config from ``examples/accelerate_configs/`` (or ``agentgym train
+--launch ACCELERATE_CONFIG``, :func:`launch`, which checks the launch first), on several processes
+or GPUs. Several CPU processes: ``agentgym train --launch examples/accelerate_configs/cpu_ddp.yaml
+--config X.yaml use_cpu=true`` (torchrun + gloo; accelerate 1.16's ``--cpu --num_processes 2``
+starts a single process unless MPI is set up). ``warm_start: true`` (or a mapping of :data:`WARM_START_KEYS`) first fine-tunes
 ``model`` on the env's scripted demonstrations (KeyChain, Calculator) into ``output_dir/warm_start``,
 checked on unseen train tasks when ``min_start_success`` is set, and trains from there; after a few logged steps without learning signal (every group's rewards
 equal) the run says so and points to it. With a ``peft:`` section the run trains a LoRA adapter:
@@ -30,7 +30,9 @@ run whose ``output_dir`` holds a finished run of the same ``max_steps`` does not
 A config that cannot run is one ``agentgym train:`` line on stderr and exit code 2 (a
 :class:`ConfigError`): an unknown key (with the closest valid one), a missing or malformed
 file, a model that is neither ``tiny`` nor a local model directory, a launcher that asked for
-several processes but started one, or an ``output_dir`` another run is using.
+several processes but started one, several processes without ``use_cpu=true`` on a machine
+without GPUs, or an ``output_dir`` another run is using. Every process of a launch meets the
+same config; the first says it.
 """
 
 from __future__ import annotations

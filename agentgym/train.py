@@ -15,8 +15,8 @@ A config is YAML::
 --launch ACCELERATE_CONFIG``, :func:`launch`, which checks the launch first), on several processes
 or GPUs. Several CPU processes: ``agentgym train --launch examples/accelerate_configs/cpu_ddp.yaml
 --config X.yaml use_cpu=true`` (torchrun + gloo; accelerate 1.16's ``--cpu --num_processes 2``
-starts a single process unless MPI is set up). ``warm_start: true`` (or a mapping of :data:`WARM_START_KEYS`) first fine-tunes
-``model`` on the env's scripted demonstrations (KeyChain, Calculator) into ``output_dir/warm_start``,
+starts a single process unless MPI is set up). ``warm_start: true`` (or a mapping of
+:data:`WARM_START_KEYS`) first fine-tunes ``model`` on the env's scripted demonstrations (KeyChain, Calculator) into ``output_dir/warm_start``,
 checked on unseen train tasks when ``min_start_success`` is set, and trains from there; after a few logged steps without learning signal (every group's rewards
 equal) the run says so and points to it. With a ``peft:`` section the run trains a LoRA adapter:
 ``output_dir`` then holds the adapter and ``output_dir/merged`` the policy with it folded in.
@@ -307,8 +307,8 @@ def _learning_signal_callback():
     return LearningSignal()
 
 
-def _parser(prog: str = "agentgym train") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentgym train", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="a YAML config (see examples/configs/)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of config fields")
     return parser
@@ -492,7 +492,8 @@ def _check_devices(processes: int, config: dict, args: argparse.Namespace, launc
     accelerate's ``--cpu``) asks for CPU processes, which join over gloo. ``launch`` is the accelerate
     config of ``agentgym train --launch``, whose advice is in that form.
     """
-    if processes <= 1 or config.get("use_cpu") is True or os.environ.get("ACCELERATE_USE_CPU", "").lower() in TRUE:
+    on_cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes", "y", "on", "t")  # str_to_bool
+    if processes <= 1 or config.get("use_cpu") is True or on_cpu:
         return
     import torch
 
@@ -512,10 +513,6 @@ def _check_devices(processes: int, config: dict, args: argparse.Namespace, launc
         f"{asked} without use_cpu=true, so each looks for a GPU, and this machine has none; for CPU processes "
         f"run: {advice}"
     )
-
-
-#: How accelerate writes a true flag in the environment (its str_to_bool).
-TRUE = ("1", "true", "yes", "y", "on", "t")
 
 
 def _check_world_size(num_processes: int) -> None:

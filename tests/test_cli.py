@@ -132,6 +132,16 @@ def test_train_rerun_of_a_finished_run_does_nothing_and_says_so(tmp_path):
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trainer_state.json"]
 
+    # The same through a launch of two processes (the README's CPU command): said once, and the launch succeeds.
+    launched = subprocess.run(
+        [*AGENTGYM, "train", "--launch", str(ROOT / "examples" / "accelerate_configs" / "cpu_ddp.yaml")]
+        + ["--config", CONFIG, "max_steps=2", f"output_dir={tmp_path}", "use_cpu=true"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (launched.returncode, launched.stdout) == (0, result.stdout), launched.stderr[-3000:]
+
 
 def test_train_model_must_be_a_local_directory(tmp_path):
     _one_line_usage_error(

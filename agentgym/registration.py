@@ -35,8 +35,10 @@ warning and skipped; it never breaks ``import agentgym``.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.util
+import inspect
 import warnings
 from collections.abc import Callable
 from importlib.metadata import entry_points
@@ -56,9 +58,16 @@ PLUGIN_GROUP = "agentgym.envs"
 
 
 def _source(module: str) -> list[ast.stmt]:
-    """The top-level statements of one of agentgym's modules, parsed from its source without importing it."""
-    path = Path(__file__).parent.joinpath(*module.split(".")[1:])
-    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    """The top-level statements of a module, parsed from its source without importing it (a plugin module's parent
+    packages are imported to find it); none for a module without Python source."""
+    if module.split(".")[0] == NAMESPACE:
+        path = Path(__file__).parent.joinpath(*module.split(".")[1:])
+        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    else:
+        spec = importlib.util.find_spec(module)
+        if spec is None or not (spec.origin or "").endswith(".py"):
+            return []
+        path = Path(spec.origin)
     source = path.read_text(encoding="utf-8")
     with AST_LOCK:  # one AST build at a time in the process (CPython gh-106905, see agentgym.actions)
         return ast.parse(source).body
@@ -189,35 +198,60 @@ def load_plugins() -> list[str]:
     return loaded
 
 
-def describe_env(env_id: str) -> tuple[int | None, str]:
-    """(number of tasks, one-line description) of a registered env; ``(None, why)`` when it cannot be built.
+def describe_env(env_id: str, *, count_tasks: bool = False) -> tuple[int | None, str]:
+    """(number of tasks, one-line description) of a registered env.
 
-    The env is built (constructors are cheap: sandboxes start at reset) and closed again. The
-    description is the first sentence of its class docstring and the registered keyword arguments.
+    The description is the first sentence of the entry point's docstring and the registered keyword
+    arguments, read from the source without importing the env's module (importing the families'
+    packages, tau2 or TextWorld say, took most of ``agentgym envs list``'s seconds). The number of
+    tasks is ``None`` unless ``count_tasks``, which builds the env (constructors start no sandbox;
+    some generate their task files) and closes it again; an env that cannot be built here is
+    ``(None, why)``, and one that needs an argument (``path=``, ``url=``) has no tasks until given it.
     """
     spec = gymnasium.spec(env_id)
+    try:
+        description = _first_sentence(_entry_point_doc(spec.entry_point))
+    except Exception as exc:  # a plugin's module that cannot be imported here; the listing goes on
+        return None, f"(cannot be imported here: {type(exc).__name__}: {exc})".splitlines()[0]
     needs = ARGUMENT_ENVS.get(env_id.removeprefix(f"{NAMESPACE}/"))
-    if needs is not None:  # no tasks until the argument is given
-        # Read from the source: importing the OpenEnv client alone (openenv-core, fastmcp) takes seconds.
-        module, _, name = str(spec.entry_point).partition(":")
-        doc = next(
-            ast.get_docstring(node) or ""
-            for node in _source(module)
-            if isinstance(node, ast.ClassDef) and node.name == name
-        )
-        return None, f"{_first_sentence(doc.strip())} (needs {needs[2]}=)"
+    options = ", ".join(f"{key}={value}" for key, value in spec.kwargs.items())
+    suffix = f"(needs {needs[2]}=)" if needs else f"({options})" if options else ""
+    described = f"{description} {suffix}".strip()
+    if needs is not None:
+        return None, described
+    if not count_tasks:
+        return None, described
     try:
         env = spec.make()
         try:
             tasks = len(cast("AgentEnv", env.unwrapped).task_ids())
-            doc = (type(env.unwrapped).__doc__ or "").strip()
         finally:
             env.close()
     except Exception as exc:  # a plugin env may need what this machine lacks; the listing goes on
         return None, f"(cannot be built here: {type(exc).__name__}: {exc})".splitlines()[0]
-    first = _first_sentence(doc)
-    options = ", ".join(f"{key}={value}" for key, value in spec.kwargs.items())
-    return tasks, f"{first} ({options})" if options else first
+    return tasks, described
+
+
+def _entry_point_doc(entry_point: Any) -> str:
+    """The docstring of what an entry point names (its own, not inherited), from its module's source when it is a
+    ``module:Name`` string."""
+    if isinstance(entry_point, str):
+        return _source_doc(entry_point)
+    return inspect.cleandoc(getattr(entry_point, "__doc__", None) or "")
+
+
+@functools.cache  # one parse per entry point: the 130 MiniWoB++ ids share one
+def _source_doc(entry_point: str) -> str:
+    module, _, name = entry_point.partition(":")
+    try:
+        statements = _source(module)
+    except (OSError, ImportError, ValueError, SyntaxError):
+        statements = []
+    for node in statements:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == name:
+            return ast.get_docstring(node) or ""
+    # Not defined there (re-exported, assigned) or no source: import it, as gymnasium.make would.
+    return _entry_point_doc(gymnasium.envs.registration.load_env_creator(entry_point))
 
 
 def _first_sentence(doc: str) -> str:

@@ -11,12 +11,12 @@ A config is YAML::
 
 ``key=value`` arguments after the config override its fields (values parsed as YAML), e.g.
 ``max_steps=2 output_dir=/tmp/run``. The same command runs on one CPU process or, under
-``accelerate launch`` with a config from ``examples/accelerate_configs/``, on several processes
-or GPUs. Several CPU processes: ``accelerate launch --config_file
-examples/accelerate_configs/cpu_ddp.yaml -m agentgym.train --config X.yaml use_cpu=true``
-(torchrun + gloo; accelerate 1.16's ``--cpu --num_processes 2`` starts a single process unless
-MPI is set up). ``warm_start: true`` (or a mapping of :data:`WARM_START_KEYS`) first fine-tunes
-``model`` on the env's scripted demonstrations (KeyChain, Calculator) into ``output_dir/warm_start``,
+``accelerate launch`` with a config from ``examples/accelerate_configs/`` (or ``agentgym train
+--launch ACCELERATE_CONFIG``, :func:`launch`, which checks the launch first), on several processes
+or GPUs. Several CPU processes: ``agentgym train --launch examples/accelerate_configs/cpu_ddp.yaml
+--config X.yaml use_cpu=true`` (torchrun + gloo; accelerate 1.16's ``--cpu --num_processes 2``
+starts a single process unless MPI is set up). ``warm_start: true`` (or a mapping of
+:data:`WARM_START_KEYS`) first fine-tunes ``model`` on the env's scripted demonstrations (KeyChain, Calculator) into ``output_dir/warm_start``,
 checked on unseen train tasks when ``min_start_success`` is set, and trains from there; after a few logged steps without learning signal (every group's rewards
 equal) the run says so and points to it. With a ``peft:`` section the run trains a LoRA adapter:
 ``output_dir`` then holds the adapter and ``output_dir/merged`` the policy with it folded in.
@@ -30,7 +30,9 @@ run whose ``output_dir`` holds a finished run of the same ``max_steps`` does not
 A config that cannot run is one ``agentgym train:`` line on stderr and exit code 2 (a
 :class:`ConfigError`): an unknown key (with the closest valid one), a missing or malformed
 file, a model that is neither ``tiny`` nor a local model directory, a launcher that asked for
-several processes but started one, or an ``output_dir`` another run is using.
+several processes but started one, several processes without ``use_cpu=true`` on a machine
+without GPUs, or an ``output_dir`` another run is using. Every process of a launch meets the
+same config; the first says it.
 """
 
 from __future__ import annotations
@@ -40,9 +42,12 @@ import contextlib
 import dataclasses
 import difflib
 import json
+import logging
 import os
 import re
+import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -58,6 +63,7 @@ __all__ = [
     "build_trainer",
     "has_learning_signal",
     "last_complete_checkpoint",
+    "launch",
     "load_config",
     "main",
 ]
@@ -81,6 +87,9 @@ WARM_START_KEYS = (
 #: Logged steps in a row without learning signal before the run warns (once).
 NO_SIGNAL_PATIENCE = 5
 LOCK_FILE = ".agentgym-train.lock"
+#: How long a launch's other processes wait, after a config error, for the launcher to end them once the first
+#: process has said it (it ends them within its monitor interval, 0.1 s; the first may start seconds later).
+SAY_ONCE_WAIT_S = 120
 
 
 class ConfigError(ValueError):
@@ -298,18 +307,29 @@ def _learning_signal_callback():
     return LearningSignal()
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentgym train", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="a YAML config (see examples/configs/)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of config fields")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     config: dict = {}
     try:
         config = load_config(args.config, args.overrides)
-        return _run(config)
+        return _run(config, args)
     except ConfigError as exc:
-        if _is_first_process():  # every process of a launch meets the same config: say it once
-            print(f"agentgym train: {exc}", file=sys.stderr)
+        # Every process of a launch meets the same config: the first one says it, once. The others wait
+        # for the launcher to end them: a process that left first would have it end the first one,
+        # perhaps before that one said anything.
+        if not _is_first_process():
+            try:
+                time.sleep(SAY_ONCE_WAIT_S)
+            except KeyboardInterrupt:  # the launch was interrupted: the first process says so
+                return 130
+        print(f"agentgym train: {exc}", file=sys.stderr)  # (a launch whose first process did not say it: this one)
         return 2
     except KeyboardInterrupt:
         if _is_first_process():
@@ -326,13 +346,71 @@ def main(argv: list[str] | None = None) -> int:
         os._exit(130)
 
 
+def launch(accelerate_config: str, argv: list[str]) -> int:
+    """``agentgym train --launch ACCELERATE_CONFIG --config X.yaml [key=value ...]``: ``accelerate launch`` of this
+    module with that accelerate config, checked first, so that a launch this machine cannot run is one line
+    before any process starts (a GPU config without GPUs) and a config error its processes meet is one line too.
+
+    Under a plain ``accelerate launch``, the launcher reports every failed process after agentgym's line.
+    """
+    args = _parser().parse_args(argv)
+    try:
+        config = load_config(args.config, args.overrides)
+        processes, cpu = _accelerate_processes(accelerate_config)
+        if not cpu:
+            _check_devices(processes, config, args, launch=accelerate_config)
+    except ConfigError as exc:
+        print(f"agentgym train: {exc}", file=sys.stderr)
+        return 2
+    from accelerate.commands.launch import launch_command, launch_command_parser
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    command = ["--config_file", accelerate_config, "-m", "agentgym.train", "--config", args.config, *args.overrides]
+    # torchrun's agent logs each process it ends and each failure; the failure is said below, in one line.
+    elastic = logging.getLogger("torch.distributed.elastic")
+    level = elastic.level
+    elastic.setLevel(logging.CRITICAL)
+    try:
+        # In this process, so that a failed launch is one line here instead of the launcher's traceback.
+        launch_command(launch_command_parser().parse_args(command))
+    except subprocess.CalledProcessError as exc:  # accelerate's one-process launch; its output went through already
+        return exc.returncode
+    except ChildFailedError as exc:
+        rank, failure = exc.get_first_failure()  # the others were ended by the launcher after it
+        if failure.exitcode == 2:  # a ConfigError, which the process said in one line
+            return 2
+        print(
+            f"agentgym train: process {rank} of {processes} failed (exit code {failure.exitcode}); "
+            "its output is above, and the launcher ended the others",
+            file=sys.stderr,
+        )
+        return 1
+    finally:
+        elastic.setLevel(level)
+    return 0
+
+
+def _accelerate_processes(path: str) -> tuple[int, bool]:
+    """(processes, whether on CPU) of an accelerate config file; one that accelerate cannot read is a ConfigError."""
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    if not Path(path).is_file():
+        raise ConfigError(f"no accelerate config at {path} (examples/accelerate_configs/ has one per setup)")
+    try:
+        cluster = load_config_from_file(path)
+    except Exception as exc:  # accelerate's own reading: YAML errors, unknown fields
+        raise ConfigError(f"{path}: not an accelerate config: {' '.join(str(exc).split())}") from None
+    return int(getattr(cluster, "num_processes", 1) or 1), bool(getattr(cluster, "use_cpu", False))
+
+
 def _is_first_process() -> bool:
     """Whether this is the launch's first process (or the only one), before any process group exists."""
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def _run(config: dict) -> int:
+def _run(config: dict, args: argparse.Namespace) -> int:
     _check_launch()
+    _check_devices(int(os.environ.get("WORLD_SIZE", "1")), config, args)
     resume = config.get("resume", True)
     if resume is True and (done := _finished_run(config)):
         if _is_first_process():
@@ -404,6 +482,37 @@ def _check_launch() -> None:
             "accelerate launch was asked for several processes but started one (with --cpu it runs "
             f"a single process unless MPI is set up); for N CPU processes run: {_MULTI_CPU}"
         )
+
+
+def _check_devices(processes: int, config: dict, args: argparse.Namespace, launch: str | None = None) -> None:
+    """Refuse a launch of several processes for accelerators on a machine that has none (before any model is loaded).
+
+    Each such process would find no device, train alone and be refused by :func:`_check_world_size`
+    only after building its trainer: eight model loads to say it eight times. ``use_cpu=true`` (or
+    accelerate's ``--cpu``) asks for CPU processes, which join over gloo. ``launch`` is the accelerate
+    config of ``agentgym train --launch``, whose advice is in that form.
+    """
+    on_cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes", "y", "on", "t")  # str_to_bool
+    if processes <= 1 or config.get("use_cpu") is True or on_cpu:
+        return
+    import torch
+
+    if torch.accelerator.device_count() > 0:
+        return
+    rest = " ".join(
+        ["--config", args.config, *(o for o in args.overrides if not o.startswith("use_cpu=")), "use_cpu=true"]
+    )
+    cpu_config = "examples/accelerate_configs/cpu_ddp.yaml"
+    advice = (
+        f"agentgym train --launch {cpu_config} {rest}"
+        if launch
+        else f"accelerate launch --config_file {cpu_config} -m agentgym.train {rest}"
+    )
+    asked = f"{launch} starts {processes} processes" if launch else f"the launcher started {processes} processes"
+    raise ConfigError(
+        f"{asked} without use_cpu=true, so each looks for a GPU, and this machine has none; for CPU processes "
+        f"run: {advice}"
+    )
 
 
 def _check_world_size(num_processes: int) -> None:

@@ -24,10 +24,14 @@ def test_envs_list_names_every_builtin():
 
 
 def test_envs_list_filters_and_aligns_ids_task_counts_and_descriptions():
-    result = run("envs", "list", "bfcl")
+    listed = run("envs", "list", "bfcl")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[0].split() == ["id", "description"]
+    result = run("envs", "list", "bfcl", "--tasks")  # builds each listed env to count its tasks
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.splitlines()
     assert header.split() == ["id", "tasks", "description"] and len(rows) == 4
+    assert [row.split(None, 2)[2] for row in rows] == [row.split(None, 1)[1] for row in listed.stdout.splitlines()[1:]]
     assert all(row.startswith("agentgym/tool.bfcl-multi-turn-") for row in rows)
     assert len({row.index(" 200  ") for row in rows}) == 1  # one column for the counts
     assert "category=miss_func" in result.stdout
@@ -128,6 +132,16 @@ def test_train_rerun_of_a_finished_run_does_nothing_and_says_so(tmp_path):
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trainer_state.json"]
 
+    # The same through a launch of two processes (the README's CPU command): said once, and the launch succeeds.
+    launched = subprocess.run(
+        [*AGENTGYM, "train", "--launch", str(ROOT / "examples" / "accelerate_configs" / "cpu_ddp.yaml")]
+        + ["--config", CONFIG, "max_steps=2", f"output_dir={tmp_path}", "use_cpu=true"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (launched.returncode, launched.stdout) == (0, result.stdout), launched.stderr[-3000:]
+
 
 def test_train_model_must_be_a_local_directory(tmp_path):
     _one_line_usage_error(
@@ -154,13 +168,59 @@ def test_train_refuses_a_launcher_that_asked_for_processes_it_did_not_start(tmp_
     )
 
 
-def test_train_config_errors_are_said_by_the_first_process_only(tmp_path):
-    # What torchrun gives the processes of an 8-process launch: the same error, said once, not eight times.
-    missing = str(tmp_path / "missing.yaml")
-    for rank, said in (("0", True), ("3", False)):
-        env = {**os.environ, "RANK": rank, "WORLD_SIZE": "8"}
-        result = subprocess.run([*AGENTGYM, "train", "--config", missing], capture_output=True, text=True, env=env)
-        assert result.returncode == 2 and bool(result.stderr) is said, result.stderr
+ACCELERATE_CONFIGS = ROOT / "examples" / "accelerate_configs"
+
+
+def _cpu_only():
+    """This machine's environment with any GPU hidden: the launches below are the ones a CPU machine gets."""
+    return {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+
+
+def test_a_gpu_launch_on_a_cpu_machine_is_one_line_naming_the_cpu_config(tmp_path):
+    # The README's GPU command: said before any process starts, in the form to run instead.
+    config = ["--config", CONFIG, f"output_dir={tmp_path}"]
+    result = subprocess.run(
+        [*AGENTGYM, "train", "--launch", str(ACCELERATE_CONFIGS / "ddp.yaml"), *config],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_cpu_only(),
+    )
+    _one_line_usage_error(result, "train", "ddp.yaml starts 8 processes without use_cpu=true", "has none")
+    assert result.stderr.rstrip().endswith(
+        f"run: agentgym train --launch examples/accelerate_configs/cpu_ddp.yaml --config {CONFIG} "
+        f"output_dir={tmp_path} use_cpu=true"
+    )
+
+    # The same under a plain `accelerate launch`: each process stops before loading a model, and only the first
+    # says why (the launcher's own report of the failed processes follows it).
+    launched = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ACCELERATE_CONFIGS / "ddp.yaml")]
+        + ["--num_processes", "4", "-m", "agentgym.train", *config],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_cpu_only(),
+    )
+    assert launched.returncode != 0
+    said = [line for line in launched.stderr.splitlines() if line.startswith("agentgym train:")]
+    assert len(said) == 1 and "accelerate launch --config_file examples/accelerate_configs/cpu_ddp.yaml" in said[0]
+    assert "the launcher started 4 processes without use_cpu=true" in said[0], launched.stderr[-3000:]
+
+
+def test_a_config_error_in_a_launch_is_said_once_without_the_launchers_report(tmp_path):
+    # Found by the launched processes (not before the launch): the first says it, the launcher ends the others.
+    config = tmp_path / "bad.yaml"
+    config.write_text(f"trainer: sgd\noutput_dir: {tmp_path}\nuse_cpu: true\n")
+    result = subprocess.run(
+        [*AGENTGYM, "train", "--launch", str(ACCELERATE_CONFIGS / "cpu_ddp.yaml"), "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_cpu_only(),
+    )
+    _one_line_usage_error(result, "train", "the config's `trainer` must be one of sao, tree_grpo, got 'sgd'")
+    assert "FAILED" not in result.stderr and "exitcode" not in result.stderr  # no torchrun report
 
 
 def _run_dir(path: Path, task_ids: list[str]) -> Path:

@@ -8,6 +8,7 @@ invisible on GitHub and on the site); a new block that is neither fails ``test_e
 import importlib.util
 import os
 import re
+import shlex
 import subprocess
 import sys
 import warnings
@@ -121,6 +122,45 @@ def test_bare_agentgym_commands_come_after_how_the_command_gets_on_path():
         assert not re.search(r"pip install '?agentgym[\[' ]", text), page
     demo = re.search(r"^demo:.*?\n\n", (ROOT / "Makefile").read_text(), re.S | re.M)
     assert demo and activate in demo.group(), "make demo ends by saying how agentgym gets on PATH"
+
+
+def shell_commands(path: Path) -> list[str]:
+    """The commands of each ```bash block of ``path``: continuation lines joined, comments and blank lines left out."""
+    commands = []
+    lines = iter(path.read_text().splitlines())
+    for line in lines:
+        if line.startswith("```"):
+            body = list(takewhile(lambda inner: not inner.startswith("```"), lines))
+            if line.strip() == "```bash":
+                text = "\n".join(body).replace("\\\n", " ")
+                commands += [c for c in (re.sub(r"(^|\s)#.*", "", c).strip() for c in text.splitlines()) if c]
+    return commands
+
+
+def test_every_documented_command_runs_as_written_from_a_clone():
+    """What a fresh clone can run: each `agentgym ...` command parses with the real parser (a synopsis with
+    `...`, `[...]` or `a|b` left out), each file a command names exists, and nothing is installed from PyPI
+    under agentgym's names (it is not published; PyPI's `agentgym` is another project)."""
+    from agentgym.cli import build_parser
+
+    checked = 0
+    for page in PAGES:
+        for command in shell_commands(page):
+            where = f"{page.relative_to(ROOT)}: {command}"
+            for part in (p.strip() for p in command.split("&&")):
+                words = shlex.split(part)
+                assert not re.search(
+                    r"pip install (-\S+ )*'?agentgym(-envs)?[\[' ]|pip install (-\S+ )*'?agentgym(-envs)?$", part
+                ), where
+                named = [w for w in words if re.match(r"(examples|scripts|benchmarks|docs)/\S+\.\w+$", w)]
+                assert all((ROOT / w).exists() for w in named), where
+                if words[0] == "agentgym" and not re.search(r"\.\.\.|\[|\|", part):
+                    try:
+                        build_parser().parse_args(words[1:])
+                    except SystemExit as exc:
+                        raise AssertionError(f"does not parse: {where}") from exc
+                    checked += 1
+    assert checked > 30
 
 
 def test_writing_an_environment_example_works():

@@ -23,11 +23,13 @@ def _envs_list(args: argparse.Namespace) -> int:
     ids = [env_id for env_id in registered_env_ids() if fnmatch.fnmatch(env_id.lower(), pattern.lower())]
     if not ids:
         raise UsageError(f"no registered env id matches {args.pattern!r} (`agentgym envs list` shows them all)")
-    rows = [(env_id, *describe_env(env_id)) for env_id in ids]
+    rows = [(env_id, *describe_env(env_id, count_tasks=args.tasks)) for env_id in ids]
     width = max(len(env_id) for env_id, _, _ in rows)
-    print(f"{'id':{width}}  {'tasks':>5}  description")
+    counts = f"{'tasks':>5}  " if args.tasks else ""
+    print(f"{'id':{width}}  {counts}description")
     for env_id, tasks, description in rows:
-        print(f"{env_id:{width}}  {'?' if tasks is None else tasks:>5}  {description}")
+        counts = f"{'?' if tasks is None else tasks:>5}  " if args.tasks else ""
+        print(f"{env_id:{width}}  {counts}{description}")
     if not args.pattern:
         print(f"{len(rows)} envs; `agentgym envs list WORD` filters them (e.g. miniwob, web., bfcl)", file=sys.stderr)
     return 0
@@ -84,12 +86,18 @@ def _add_tasks_arguments(parser: argparse.ArgumentParser) -> None:
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """Add this group's commands to the ``agentgym`` parser's subcommands."""
     envs = commands.add_parser("envs", help="environments").add_subparsers(dest="action", required=True)
-    listing = envs.add_parser("list", help="list registered envs: id, number of tasks, description")
+    listing = envs.add_parser("list", help="list registered envs: id and description (with --tasks, number of tasks)")
     listing.add_argument(
         "pattern",
         nargs="?",
         help="only ids containing this word, or matching this glob "
         "(case-insensitive), e.g. miniwob or 'agentgym/web.*'",
+    )
+    listing.add_argument(
+        "--tasks",
+        action="store_true",
+        help="also count each env's tasks (builds every listed env: seconds for all of them; `agentgym tasks ENV_ID` "
+        "lists one env's)",
     )
     listing.set_defaults(run=_envs_list)
     _add_tasks_arguments(

@@ -10,6 +10,7 @@ loopback server that records each request), and the CLI runs as a subprocess, as
 import asyncio
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -142,3 +143,30 @@ async def test_a_run_that_retried_episodes_says_so(tmp_path, monkeypatch):
     assert all(row["success"] for row in rows) and len(rows) == 2
     failures = [row["trajectory"]["metadata"].get("failures") for row in rows]
     assert sum(bool(f) for f in failures) == 1 and "node was lost" in json.dumps(failures)
+
+
+def test_the_readmes_serve_and_eval_run_as_written_with_the_local_tiny_model(tmp_path):
+    """docs/cli.md's `agentgym serve --model PATH`, with `tiny`, behind the README's BFCL eval line (a subset of tasks):
+    the served name is the one given, and BFCL's first prompts, longer than tiny's 4,096-token window, are said once
+    with advice that can help."""
+    from tests.helpers.serving import ServerProcess
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (line,) = [line for line in readme.splitlines() if line.startswith("agentgym eval --suite bfcl-base --policy http")]
+    command = shlex.split(line.split("#")[0])
+    with ServerProcess("tiny", served_model_name=None, max_batch_size=4) as server:
+        command = [server.base_url if word == "http://localhost:8000/v1" else word for word in command]
+        command = ["tiny" if word == "my-model" else word for word in command]
+        done = subprocess.run(
+            [AGENTGYM, *command[1:], "--tasks", "multi_turn_base_1?", "--out", str(tmp_path / "run")],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "OPENAI_API_KEY": "EMPTY"},
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (warning,) = done.stderr.splitlines()  # one line for 40 episodes
+    assert "first request of task multi_turn_base_1" in warning and "4096 tokens" in warning, warning
+    assert "failed episodes by error: context_overflow 40" in done.stdout, done.stdout
+    (advice,) = [line for line in done.stdout.splitlines() if "context window" in line]
+    assert "--max-turns" not in advice and "--max-tokens" in advice

@@ -1,4 +1,4 @@
-"""Both trainers under `accelerate launch` with two CPU processes for two steps on the tiny model, SAO resuming after SIGKILL without losing a stored trajectory (and a rerun of the finished run doing nothing), and the warm start and no-signal warning of `agentgym.train`.
+"""Both trainers with two CPU processes for two steps on the tiny model (through `agentgym train --launch` and a plain `accelerate launch`), SAO resuming after SIGKILL without losing a stored trajectory (and a rerun of the finished run doing nothing), and the warm start and no-signal warning of `agentgym.train`.
 
 In accelerate 1.16, ``accelerate launch --cpu --num_processes 2`` starts a *single* process
 (multi-process CPU goes through mpirun and a hostfile). Two CPU processes come from torchrun,
@@ -46,15 +46,15 @@ def _env():
 @pytest.mark.parametrize("config", sorted(PER_TRAINER))
 def test_accelerate_launch_two_cpu_processes(tmp_path, config):
     out = tmp_path / "run"
-    # The README's command: examples/accelerate_configs/cpu_ddp.yaml, the trainer's use_cpu=true.
+    cpu_ddp = str(ROOT / "examples" / "accelerate_configs" / "cpu_ddp.yaml")
+    # The README's command (agentgym train --launch) for SAO, the plain accelerate launch it runs for tree GRPO:
+    # examples/accelerate_configs/cpu_ddp.yaml, the trainer's use_cpu=true.
+    if config == "keychain-sao.yaml":
+        launch = [str(Path(sys.executable).with_name("agentgym")), "train", "--launch", cpu_ddp]
+    else:
+        launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", cpu_ddp, "-m", "agentgym.train"]
     command = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--config_file",
-        str(ROOT / "examples" / "accelerate_configs" / "cpu_ddp.yaml"),
-        "-m",
-        "agentgym.train",
+        *launch,
         "--config",
         str(CONFIGS / config),
         "max_steps=2",

@@ -860,7 +860,11 @@ class MemoryStore:
             lowest_id = size - math.ceil(size * share)
         match = fts_query(tokens)
         if not where:
-            sql = "SELECT rowid FROM entries_fts WHERE entries_fts MATCH ? AND rowid > ? ORDER BY rank LIMIT ?"
+            # "+rank" keeps the ORDER BY from FTS5: given it, FTS5 scores every match in a nested
+            # statement and sorts them all, while SQLite's own sorter keeps only the best LIMIT
+            # rows: the same ranking, ~1.5x faster (benchmarks/memory.py, "BM25 sorter" rows).
+            # With a filter (the join below) it was slower, so that one is left to FTS5.
+            sql = "SELECT rowid FROM entries_fts WHERE entries_fts MATCH ? AND rowid > ? ORDER BY +rank, rowid LIMIT ?"
         else:
             # CROSS JOIN keeps FTS as the outer loop: the filter is checked per match, by rowid.
             sql = (

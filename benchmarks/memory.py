@@ -19,17 +19,19 @@ Built stores are cached in ``--workdir`` (default /tmp/agentgym-memory-bench) an
 runs with the same size, seed and vectors, as are the real vectors. A first 1M run takes ~8 min
 on 2 cores (writing the store ~4, building the index ~3.5); the default sizes take a few minutes.
 
-    .venv/bin/python benchmarks/memory.py --sizes 1000,100000,1000000 --queries 200 --writers 8
+    .venv/bin/python benchmarks/memory.py --sizes 1000,100000,1000000 --queries 200 --rounds 3 --writers 8
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import math
 import multiprocessing
 import os
 import re
 import sqlite3
+import statistics
 import sys
 import sysconfig
 import tempfile
@@ -249,11 +251,39 @@ def bm25_overlap(store: MemoryStore, queries: list[str], k: int = 10) -> float:
     return float(np.mean([len(set(a) & set(b)) / max(1, len(b)) for a, b in zip(budgeted, full) if b]))
 
 
+def sorter_comparison(store: MemoryStore, queries: list[str], depth: int = store_module.HYBRID_DEPTH):
+    """BM25's top ``depth`` by FTS5's own ``ORDER BY rank`` (which scores and sorts every match)
+    against SQLite's sorter (``ORDER BY +rank, rowid LIMIT``, what the store runs), on the same
+    pruned terms, interleaved query by query: (ms each way, share of queries ranked identically)."""
+    statements = {
+        "fts5": "SELECT rowid FROM entries_fts WHERE entries_fts MATCH ? AND rowid > ? ORDER BY rank LIMIT ?",
+        "limit": "SELECT rowid FROM entries_fts WHERE entries_fts MATCH ? AND rowid > ? ORDER BY +rank, rowid LIMIT ?",
+    }
+    times: dict[str, list[float]] = {name: [] for name in statements}
+    identical = 0
+    with store._snapshot() as conn:
+        size = conn.execute("SELECT coalesce(max(id), 0) FROM entries").fetchone()[0]
+        for n, query in enumerate(queries):
+            tokens = store_module.query_tokens(query)
+            frequencies = store._frequencies(conn, tokens, size)
+            kept, share = store_module.plan_postings(frequencies, store_module.postings_budget(size))
+            match = store_module.fts_query([tokens[i] for i in kept if frequencies[i]])
+            lowest_id = size - math.ceil(size * share)
+            found = {}
+            for name in sorted(statements, reverse=n % 2 == 1):  # alternate which goes first
+                ms, found[name] = timed(
+                    lambda s=statements[name]: conn.execute(s, (match, lowest_id, depth)).fetchall()
+                )
+                times[name].append(ms)
+            identical += found["fts5"] == found["limit"]
+    return times["fts5"], times["limit"], identical / max(1, len(queries))
+
+
 def measure_search(
     path: Path, embedder, drawn_queries: list[tuple[str, int | None]], vector_queries: np.ndarray, args
-) -> tuple[dict, dict]:
-    """Latency rows {label: (p50, p95)} and quality {name: value}."""
-    rows, quality = {}, {}
+) -> tuple[dict, dict, dict]:
+    """Latency rows {label: (p50, p95)}, quality {name: value} and each search's p50 per round {label: [ms]}."""
+    rows, quality, rounds = {}, {}, {}
     queries = [q for q, _ in drawn_queries]
     filters = {"env": "code"}
     with MemoryStore(path, embedder=embedder, read_only=True) as store:
@@ -274,19 +304,30 @@ def measure_search(
         if approximate:
             rows["vector top-10, ANN index (+ exact rerank)"] = percentiles(ann_ms)
             quality["recall@10"] = float(np.mean(recalls))
-        for label, mode, where in (
+        searches = (
             ("bm25", "bm25", {}),
             ("bm25 + env filter", "bm25", filters),
             ("hybrid", "hybrid", {}),
             ("hybrid + env filter", "hybrid", filters),
-        ):
+        )
+        for _, mode, where in searches:
             for q in queries[:5]:  # warm the page cache and the statement cache
                 store.search(q, k=5, mode=mode, **where)
-            samples = []
-            for q in queries:
-                store._query_vectors.clear()  # pay for the model call each time, as a new task's query does
-                samples.append(timed(lambda q=q: store.search(q, k=5, mode=mode, **where))[0])
-            rows[label] = percentiles(samples)
+        samples: dict[str, list[float]] = {label: [] for label, _, _ in searches}
+        for _ in range(args.rounds):  # each round runs every query in every mode once
+            for label, mode, where in searches:
+                round_samples = []
+                for q in queries:
+                    store._query_vectors.clear()  # pay for the model call each time, as a new task's query does
+                    round_samples.append(timed(lambda q=q: store.search(q, k=5, mode=mode, **where))[0])
+                samples[label] += round_samples
+                rounds.setdefault(label, []).append(statistics.median(round_samples))
+        for label, values in samples.items():
+            rows[label] = percentiles(values)
+        fts5_ms, limit_ms, identical = sorter_comparison(store, queries)
+        rows["BM25 sorter: FTS5's ORDER BY rank (before), interleaved"] = percentiles(fts5_ms)
+        rows["BM25 sorter: SQLite's ORDER BY +rank LIMIT (now), interleaved"] = percentiles(limit_ms)
+        quality["BM25 sorters' rankings identical"] = identical
         # a query searched before (the same task's next rollout) reuses its vector
         for q in queries:
             store.search(q, k=5, mode="hybrid")
@@ -296,7 +337,7 @@ def measure_search(
         for mode in ("bm25", "hybrid"):
             quality[f"{mode} @1"], quality[f"{mode} @5"] = source_ranks(store, drawn_queries, mode)
         quality["bm25 overlap@10 with unpruned"] = bm25_overlap(store, queries[: args.overlap_queries])
-    return rows, quality
+    return rows, quality, rounds
 
 
 def measure_embedding_backends(queries: list[str]) -> dict[str, tuple[float, float]]:
@@ -349,6 +390,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,20000,100000", help="store sizes, e.g. 1000,100000,1000000")
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the BM25 and hybrid searches")
     parser.add_argument("--vector-queries", type=int, default=200, help="held-out real texts for recall")
     parser.add_argument("--overlap-queries", type=int, default=50, help="queries also run as unpruned BM25")
     parser.add_argument("--writers", type=int, default=8)
@@ -386,16 +428,29 @@ def main() -> None:
     print(f"\n## Search latency, k=5, {args.queries} queries (ms); load average at start {os.getloadavg()[0]:.1f}\n")
     print("| entries | what | p50 | p95 |")
     print("|---:|---|---:|---:|")
-    sizes_out, quality_out = [], []
+    sizes_out, quality_out, rounds_out = [], [], []
     for size in sizes:
         path = workdir / f"store-{size}-seed{args.seed}-pool{pool}-noise{args.noise}.db"
         build_s = build(path, corpus, size, embedder, real, args.noise)
-        rows, quality = measure_search(path, embedder, corpus.queries(args.queries, size), vector_queries, args)
+        rows, quality, rounds = measure_search(path, embedder, corpus.queries(args.queries, size), vector_queries, args)
         for label, (p50, p95) in rows.items():
             print(f"| {size:,} | {label} | {p50:.2f} | {p95:.2f} |", flush=True)
+        rounds_out.append((size, rounds, quality.get("recall@10")))
         quality_out.append((size, quality))
         sizes_out.append((size, build_s, os.path.getsize(path), table_bytes(path)))
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
+
+    print(
+        f"\n## Search p50 by round ({args.rounds} rounds of {args.queries} queries, ms) and the median of the rounds\n"
+    )
+    print("| entries | what | rounds | median | recall@10 of the index |")
+    print("|---:|---|---|---:|---:|")
+    for size, rounds, recall in rounds_out:
+        for label, values in rounds.items():
+            print(
+                f"| {size:,} | {label} | {', '.join(f'{v:.2f}' for v in values)} | {statistics.median(values):.2f} | "
+                f"{'' if recall is None else f'{recall:.3f}'} |"
+            )
 
     print("\n## Quality: source entry @1/@5 (share of entry-drawn queries), BM25 budget vs unpruned, ANN recall\n")
     names = sorted({name for _, quality in quality_out for name in quality})

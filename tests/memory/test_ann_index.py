@@ -149,6 +149,23 @@ def test_mode_embedding_and_hybrid_use_the_index(tmp_path, ann_always):
         assert s._ann is not None
 
 
+def test_hybrid_search_with_the_index_beside_bm25_fuses_the_two_rankings(tmp_path, ann_always):
+    # Unfiltered hybrid search runs the model call and the index search in a thread beside BM25;
+    # what it fuses must be what the two retrievers give one after the other.
+    with MemoryStore(tmp_path / "m.db", embedder=NamedVectors()) as s:
+        add(s, clustered(300, seed=4))
+        for query in ("entry 7", "entry 12 entry", "nothing matches", "entry"):
+            hits = s.search(query, k=10, mode="hybrid")
+            with s._snapshot() as conn:
+                rankings = [
+                    s._bm25_ids(conn, query, store_module.HYBRID_DEPTH, "", []),
+                    s._embedding_ids(conn, s._query_vector(query), store_module.HYBRID_DEPTH, "", []),
+                ]
+            assert [(h.entry.id, h.score) for h in hits] == store_module.rrf(rankings)[:10], query
+            assert any("embedding" in h.ranks for h in hits)
+        assert s._ann is not None
+
+
 # -- the file: reused, caught up, or rebuilt ---------------------------------------------------
 
 

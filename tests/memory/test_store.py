@@ -303,6 +303,29 @@ def test_bm25_prunes_common_terms_on_large_stores(tmp_path, monkeypatch):
         assert s._frequencies(s._conn(), ["rarity"], 41) == [21]  # recounted once the store grew
 
 
+def test_bm25_ranking_is_fts5_ranking_best_first_ties_by_id(tmp_path):
+    # The store sorts FTS5's rank itself (ORDER BY +rank LIMIT: a bounded sort); it must give the
+    # top of FTS5's full ranking, equal scores by id. A small vocabulary makes many ties.
+    rng = random.Random(7)
+    words = [f"w{i}" for i in range(12)]
+    with MemoryStore(tmp_path / "m.db") as s:
+        s.add_many(
+            [
+                Entry("episode", " ".join(rng.choices(words, k=rng.randint(1, 6))), title=rng.choice(words))
+                for _ in range(300)
+            ]
+        )
+        conn = s._conn()
+        for _ in range(40):
+            query = " ".join(rng.sample(words, rng.randint(1, 4)))
+            ranked = conn.execute(
+                "SELECT rowid, rank FROM entries_fts WHERE entries_fts MATCH ?", (fts_query(query_tokens(query)),)
+            ).fetchall()
+            expected = [rowid for rowid, _ in sorted(ranked, key=lambda row: (row[1], row[0]))]
+            for depth in (1, 5, 50):
+                assert s._bm25_ids(conn, query, depth, "", []) == expected[:depth], (query, depth)
+
+
 def test_exact_search_finds_underscored_and_dotted_words(store):
     store.add(Entry("skill", "call run_tests() after editing solution.py"))
     assert store.search("run_tests")[0].entry.text.startswith("call run_tests")

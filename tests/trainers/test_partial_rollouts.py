@@ -1,0 +1,128 @@
+"""APRIL's partial rollouts in TreeGRPO (issue 34): the provisioning math on hand-computed numbers, and two steps with the tiny model.
+
+StairsEnv's ``stairs-k`` episodes take k turns, so in one step the short ones finish while the
+long ones are still running: those are paused at a turn boundary, carried to the next step and
+resumed there, their earlier turns keeping the policy version that sampled them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agentgym.models import tiny_model_path
+from agentgym.rollout.runner import EpisodeRequest
+from agentgym.rollout.trajectory import Trajectory
+from agentgym.trainers.partial import PartialGroups, episodes_to_complete, extra_groups
+
+STAIRS = "tests.helpers.stairs:StairsEnv"
+
+
+def test_extra_groups_and_episodes_to_complete_on_hand_computed_numbers():
+    assert extra_groups(4, 0.5, open_groups=0) == 2
+    assert extra_groups(3, 0.5, open_groups=0) == 2  # 1.5 rounded up
+    assert extra_groups(4, 0.5, open_groups=1) == 1  # a group carried over takes an extra one's place
+    assert extra_groups(4, 0.5, open_groups=5) == 0
+    assert extra_groups(2, 1.0, open_groups=0) == 2 and extra_groups(2, 0.0, open_groups=0) == 0
+    # open groups missing 3, 1, 2 and 4 episodes: two complete after at best 1 + 2 = 3 more finishes
+    assert episodes_to_complete([3, 1, 2, 4], needed=2) == 3
+    assert episodes_to_complete([3, 1], needed=5) == 4  # fewer open groups than needed: all of them
+    with pytest.raises(ValueError):
+        episodes_to_complete([0, 2], needed=1)
+    with pytest.raises(ValueError):
+        episodes_to_complete([2], needed=0)
+
+
+def test_partial_groups_hold_finished_members_until_their_group_is_complete():
+    groups = PartialGroups()
+    items = groups.open([EpisodeRequest("t", repeat=j, group=g) for g in ("a", "b") for j in range(2)])
+    assert len(items) == 4 and groups.remaining() == [2, 2]
+
+    def done(group):
+        return Trajectory("t", "toy", metadata={"group": group})
+
+    first_a, only_b = done("a"), done("b")
+    groups.add([first_a, only_b], items[1:2] + items[3:])
+    assert groups.complete() == [] and groups.remaining() == [1, 1]
+    second_a = done("a")
+    groups.add([second_a], items[3:])
+    assert groups.complete() == ["a"]
+    assert groups.take(["a"]) == [first_a, second_a]  # held across calls, trained together
+    assert groups.remaining() == [1] and len(groups.pending) == 1
+    with pytest.raises(ValueError, match="in a group"):
+        groups.open([EpisodeRequest("t")])
+
+
+def _trainer(tmp_path, **settings):
+    from agentgym.trainers.tree_grpo import TreeGRPOTrainer
+    from agentgym.trainers.tree_grpo_config import TreeGRPOConfig
+
+    args = TreeGRPOConfig(
+        output_dir=str(tmp_path),
+        beta=0.0,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        seed=0,
+        tree=False,
+        num_generations=2,
+        per_device_train_batch_size=2,
+        max_steps=2,
+        env_id=STAIRS,
+        train_tasks=["stairs-1", "stairs-4"],
+        max_turn_tokens=2,
+        max_turns=4,
+        rollout_concurrency=2,
+        **settings,
+    )
+    return TreeGRPOTrainer(str(tiny_model_path()), args)
+
+
+def test_tree_grpo_carries_unfinished_episodes_to_the_next_step_and_resumes_them(tmp_path):
+    trainer = _trainer(tmp_path, partial_rollouts=True, partial_over_provision=1.0)
+    partial = trainer.partial
+    resumed, calls = [], []
+    resume = trainer.runner.resume
+
+    async def watching(items, *, target=None):
+        resumed.append([(item.request.group, item.turn) for item in items if item.episode is not None])
+        return await resume(items, target=target)
+
+    trainer.runner.resume = watching
+    rollouts = trainer._rollouts
+
+    def keeping(task_ids):
+        calls.append((trainer.state.global_step, rollouts(task_ids), dict(trainer.partial_stats)))
+        return calls[-1][1]
+
+    trainer._rollouts = keeping
+    trainer.train()
+    assert trainer.state.global_step == 2
+    (_, first, stats_1), (_, second, stats_2) = calls
+    # Step 0: 2 own groups + 2 extra, 8 episodes; it stopped once 2 groups were complete, so the
+    # 4-turn episodes of the groups still open were paused mid-episode and carried over.
+    assert len({r.metadata["group"] for r in first}) >= 2 and stats_1["partial/carried"] >= 1
+    carried_groups = {g for calls_items in resumed for g, turn in calls_items if turn >= 1}
+    assert carried_groups and all(g.startswith("0:") for g in carried_groups)  # step 0's, resumed in step 1
+    assert stats_2["partial/resumed"] >= 1
+    # every group is trained once, whole: num_generations members each
+    trained = [r.metadata["group"] for r in first + second]
+    assert all(trained.count(g) == 2 for g in set(trained)) and len(set(trained)) == len(trained) / 2
+    late = [r for r in second if r.metadata["group"].startswith("0:")]
+    if late:  # a step-0 group finished in step 1: its first turns are version 0, its last ones version 1
+        versions = {turn.policy_version for r in late for turn in r.turns}
+        assert versions == {0, 1} or versions == {0}
+        logged = [h for h in trainer.state.log_history if "off_policy/weight_mean" in h]
+        assert logged and all(h["off_policy/weight_mean"] > 0 for h in logged)
+    assert partial.pending == []  # the episodes still carried at the end were discarded, their envs closed
+
+
+def test_partial_rollouts_refuse_trees_and_retries(tmp_path):
+    from agentgym.trainers.tree_grpo_config import TreeGRPOConfig
+
+    common = dict(output_dir=str(tmp_path), use_cpu=True, report_to="none", partial_rollouts=True)
+    TreeGRPOConfig(tree=False, **common)
+    for bad in (dict(tree=True), dict(tree=False, reflect_retry=True)):
+        with pytest.raises(ValueError, match="partial_rollouts pauses linear episodes"):
+            TreeGRPOConfig(**bad, **common)
+    with pytest.raises(ValueError, match="partial_over_provision"):
+        TreeGRPOConfig(tree=False, partial_over_provision=-1, **common)

@@ -60,7 +60,7 @@ from agentgym.trainers.allocation import TaskOutcomes, allocate_budget
 from agentgym.trainers.base import AgentgymTrainer
 from agentgym.trainers.lora import is_adapted
 from agentgym.trainers.partial import PartialGroups, episodes_to_complete, extra_groups
-from agentgym.trainers.replay import SuccessReplay, replay_age
+from agentgym.trainers.replay import SuccessReplay, prefix_fork_turns, replay_age
 from agentgym.trainers.rollouts import (
     Row,
     collate,
@@ -123,6 +123,13 @@ class TreeGRPOTrainer(AgentgymTrainer):
         self.success_replay = SuccessReplay(args.replay_per_task) if args.success_replay else None
         self.partial = PartialGroups() if args.partial_rollouts else None  # APRIL: groups and episodes carried over
         self.partial_stats: dict[str, float] = {}
+        self.branch_plan: dict[tuple[str, int], tuple[Trajectory, int]] = {}  # (group, repeat) -> (success, fork turn)
+        self.branch_stats: dict[str, float] = {}
+        self.branch_runner = (
+            make_runner(self.agent, args, self.store, job=self._replay_branch_job, env_factory=self.env_factory)
+            if args.replay_branches
+            else None
+        )
         self.runner = make_runner(
             self.agent,
             args,
@@ -227,6 +234,9 @@ class TreeGRPOTrainer(AgentgymTrainer):
                     finished, records = self._partial_rollouts(requests, len(task_ids))
                 else:
                     records = finished = run_requests(self.runner, requests)
+                if self.branch_runner is not None:
+                    branches = self._replay_branch_rollouts(records)
+                    records, finished = records + branches, finished + branches
         finally:
             self.rollout_model.train(was_training)
         self.rollout_seconds = time.perf_counter() - started  # the learner is idle meanwhile (synchronous pipeline)
@@ -234,10 +244,47 @@ class TreeGRPOTrainer(AgentgymTrainer):
         self.env_steps += sum(r.num_env_steps for r in finished)
         self.generated_tokens += sum(r.num_generated_tokens for r in finished)
         for record in finished:
+            if record.metadata.get("replay_branch"):  # it started from a success's prefix: not the task's rate
+                continue
             for path in [record] if isinstance(record, Trajectory) else record.paths():
                 if path.error is None:
                     self.outcomes.update(record.task_id, path.success)
         return records
+
+    def _replay_branch_rollouts(self, records: list) -> list[Trajectory]:
+        """Episodes branching from replayed successes' prefixes, ``replay_branches`` for each group whose episodes all failed."""
+        replay = cast(SuccessReplay, self.success_replay)
+        outcomes: dict[str, list[bool]] = {}
+        tasks: dict[str, str] = {}
+        for path in _reflected_paths(records):
+            if path.error is None and path.turns:
+                outcomes.setdefault(path.metadata["group"], []).append(path.success)
+                tasks[path.metadata["group"]] = path.task_id
+        self.branch_plan = {}
+        requests = []
+        for group, successes in outcomes.items():
+            if any(successes) or (success := replay.newest(tasks[group])) is None:
+                continue
+            for j, fork in enumerate(prefix_fork_turns(len(success.turns), self.args.replay_branches)):
+                self.branch_plan[(group, j)] = (success, fork)
+                requests.append(EpisodeRequest(success.task_id, repeat=j, group=group))
+        branches = cast(list[Trajectory], run_requests(cast(Any, self.branch_runner), requests) if requests else [])
+        usable = [b for b in branches if b.error is None]
+        self.branch_stats = {
+            "replay/branches": float(len(usable)),
+            "replay/branch_success_rate": sum(b.success for b in usable) / len(usable) if usable else math.nan,
+        }
+        return branches
+
+    async def _replay_branch_job(self, agent, env, request: EpisodeRequest) -> Trajectory:
+        """Replay a success's first turns on ``env`` (checked against the record), then let the policy play on."""
+        success, fork = self.branch_plan[(cast(str, request.group), request.repeat)]
+        episode = await agent.replay(env, success, fork)
+        while not episode.done:
+            await agent.step(episode)
+        trajectory = episode.trajectory()
+        trajectory.metadata.update(fork_turn=fork, replay_branch=True)
+        return trajectory
 
     def _partial_rollouts(self, requests: list[EpisodeRequest], needed: int) -> tuple[list, list]:
         """APRIL: run the carried episodes and ``requests`` until ``needed`` groups are complete; carry the rest.
@@ -270,6 +317,8 @@ class TreeGRPOTrainer(AgentgymTrainer):
         if self.partial is not None and self.partial.pending:  # their envs stay open while they are carried
             asyncio.run(self.runner.discard(self.partial.pending))
             self.partial.pending = []
+        if self.branch_runner is not None:
+            asyncio.run(self.branch_runner.aclose())
         super()._close_rollouts()
 
     def _rows(self, records: list) -> tuple[list[Row], dict[str, float]]:
@@ -321,7 +370,8 @@ class TreeGRPOTrainer(AgentgymTrainer):
                 if any(train):
                     made = trajectory_rows(t, adv, train)
                     rows += made
-                    stale = any(turn.policy_version < version for turn in t.turns)  # a partial rollout's carried turns
+                    # an older policy's trained turns: a partial rollout's carried ones (a branch's prefix gets no loss)
+                    stale = any(turn.policy_version < version for turn, tr in zip(t.turns, train) if tr)
                     off_policy = bool(t.metadata.get("retry") or t.metadata.get("replayed") or stale)
                     self.off_policy_rows += [off_policy] * len(made)
         if not rows:
@@ -359,11 +409,12 @@ class TreeGRPOTrainer(AgentgymTrainer):
         }
 
     def _trainable(self, trajectory: Trajectory, pivot: bool) -> list[bool]:
-        """Which turns get loss: none of MC-GRPO's pivot; with Pivotal Credit, a reflected pair's turns from the fork on."""
+        """Which turns get loss: none of MC-GRPO's pivot; with Pivotal Credit, a reflected pair's turns from the fork on;
+        a branch from a replayed success's prefix, its own turns (from the fork on)."""
         if pivot:
             return [False] * len(trajectory.turns)
         fork = trajectory.metadata.get("fork_turn")
-        if self.args.pivotal_credit and fork is not None:
+        if fork is not None and (self.args.pivotal_credit or trajectory.metadata.get("replay_branch")):
             return pivotal_trainable(len(trajectory.turns), fork)
         return [True] * len(trajectory.turns)
 
@@ -400,7 +451,7 @@ class TreeGRPOTrainer(AgentgymTrainer):
         batch["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
         self._add_reference_logps(batch, mode)
         rollout = record_metrics(records)
-        metrics = {**stats, **self.partial_stats, "reward": rollout["rollout/reward"]}
+        metrics = {**stats, **self.partial_stats, **self.branch_stats, "reward": rollout["rollout/reward"]}
         if self.args.report_rollout_metrics:
             metrics.update(
                 rollout,

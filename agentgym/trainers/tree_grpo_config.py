@@ -99,6 +99,15 @@ class TreeGRPOConfig(AgentgymConfig):
         default=1.0,
         metadata={"help": "Positive Amplification: successful episodes' advantages are multiplied by this (1: off)."},
     )
+    replay_branches: int = field(
+        default=0,
+        metadata={
+            "help": "With success_replay (tree=False): for each group whose episodes all failed, this many episodes "
+            "branch from the task's newest replayed success — a fresh env replayed to the success's state after k "
+            "turns (k spread along it), the policy playing on from there — and join the group, trained on their own "
+            "turns only (see agentgym.trainers.replay). 0: off."
+        },
+    )
     partial_rollouts: bool = field(
         default=False,
         metadata={
@@ -180,6 +189,8 @@ class TreeGRPOConfig(AgentgymConfig):
                 "tree=False, reflect_retry=False and rollout_backend: local (a tree, a retry or an agent program is one "
                 "job the runner can only cancel and restart from scratch, which wastes the work APRIL saves)"
             )
+        if self.replay_branches < 0 or (self.replay_branches and not self.success_replay):
+            raise ValueError("replay_branches needs success_replay (the successes it branches from) and must be >= 0")
         if self.partial_over_provision < 0:
             raise ValueError(f"partial_over_provision must be >= 0, got {self.partial_over_provision}")
         if self.tree and self.advantage_scale == "group":

@@ -126,3 +126,110 @@ def test_partial_rollouts_refuse_trees_and_retries(tmp_path):
             TreeGRPOConfig(**bad, **common)
     with pytest.raises(ValueError, match="partial_over_provision"):
         TreeGRPOConfig(tree=False, partial_over_provision=-1, **common)
+
+
+# ---------------------------------------------------------------- branching from a replayed success's prefixes
+def test_prefix_fork_turns_spread_along_the_success():
+    from agentgym.trainers.replay import prefix_fork_turns
+
+    assert prefix_fork_turns(4, 2) == [1, 3]  # 4/3 -> 1, 8/3 -> 3
+    assert prefix_fork_turns(6, 2) == [2, 4]
+    assert prefix_fork_turns(2, 2) == [1, 1]  # one prefix only: both branch after turn 1
+    assert prefix_fork_turns(9, 1) == [4]  # 4.5 rounds to even
+    assert prefix_fork_turns(1, 3) == [] and prefix_fork_turns(5, 0) == []
+    with pytest.raises(ValueError):
+        prefix_fork_turns(4, -1)
+
+
+def _stairs_success(agent, task: str):
+    """A real, env-graded success of a StairsEnv task: the agent applies the reply "A" (a capital) until the end."""
+    import asyncio
+
+    from agentgym.rollout.policy import Completion
+    from tests.helpers.stairs import StairsEnv
+
+    ids = agent.policy.chat_format.tokenizer.encode("A", add_special_tokens=False)
+
+    async def play(env):
+        episode = await agent.start(env, task)
+        while not episode.done:
+            await agent.apply(episode, Completion("A", token_ids=ids, logprobs=[-1.0] * len(ids)))
+        return episode.trajectory()
+
+    env = StairsEnv()
+    try:
+        trajectory = asyncio.run(play(env))
+    finally:
+        env.close()
+    assert trajectory.success
+    return trajectory
+
+
+def test_agent_replay_reaches_the_recorded_state_token_for_token_and_refuses_a_divergence():
+    import asyncio
+    import dataclasses
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentgym.rollout.agent import Agent, AgentConfig
+    from agentgym.rollout.hf_policy import HFPolicy
+    from tests.helpers.stairs import StairsEnv
+
+    path = str(tiny_model_path())
+    policy = HFPolicy.from_model(
+        AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path), seed=0
+    )
+    agent = Agent(policy, AgentConfig(max_turns=4, mode="tokens"))
+    success = _stairs_success(agent, "stairs-3")
+    env = StairsEnv()
+    try:
+        episode = asyncio.run(agent.replay(env, success, 2))
+        assert episode.turn == 2 and not episode.done and env.unwrapped.replies == 2
+        assert episode.prompt_ids == success.turns[2].prompt_ids  # the third turn's context, token for token
+        assert [t.completion_ids for t in episode.turns] == [t.completion_ids for t in success.turns[:2]]
+        tampered = dataclasses.replace(
+            success, turns=[dataclasses.replace(success.turns[0], observation="Done.")] + success.turns[1:]
+        )
+        with pytest.raises(ValueError, match="diverged at turn 1"):
+            asyncio.run(agent.replay(env, tampered, 2))
+        with pytest.raises(ValueError, match="a prefix of 0 to 2 turns"):
+            asyncio.run(agent.replay(env, success, 3))
+    finally:
+        env.close()
+        asyncio.run(policy.aclose())
+
+
+def test_all_failed_groups_get_branches_from_a_replayed_successs_prefixes(tmp_path):
+    from agentgym.trainers.advantages import pivotal_trainable
+    from agentgym.trainers.replay import prefix_fork_turns
+
+    trainer = _trainer(
+        tmp_path, success_replay=True, replay_branches=2, train_tasks=["stairs-3", "stairs-4"], rollout_concurrency=8
+    )
+    successes = {task: _stairs_success(trainer.agent, task) for task in ("stairs-3", "stairs-4")}
+    for success in successes.values():
+        trainer.success_replay.add(success)
+    rows_of, kept = trainer._rows, []
+
+    def keeping(records):
+        kept.append((records, rows_of(records)))
+        return kept[-1][1]
+
+    trainer._rows = keeping
+    trainer.train()
+    assert trainer.state.global_step == 2
+    branches = [r for records, _ in kept for r in records if r.metadata.get("replay_branch")]
+    assert branches  # the random policy fails whole groups: they branched
+    for branch in branches:
+        success, fork = successes[branch.task_id], branch.metadata["fork_turn"]
+        assert fork == prefix_fork_turns(len(success.turns), 2)[branch.metadata["repeat"]]  # 3 turns: 1, 2; 4: 1, 3
+        assert [t.completion_ids for t in branch.turns[:fork]] == [t.completion_ids for t in success.turns[:fork]]
+        assert len(branch.turns) == len(success.turns)  # the env went on from the replayed state, not from reset
+        assert all(t.policy_version == 0 for t in branch.turns[:fork])
+        groups = {r.metadata["group"] for records, _ in kept for r in records if not r.metadata.get("replay_branch")}
+        assert branch.metadata["group"] in groups  # it joined an all-failed group of this step
+        assert trainer._trainable(branch, pivot=False) == pivotal_trainable(len(branch.turns), fork)  # prefix: no loss
+    logged = [h for h in trainer.state.log_history if "replay/branches" in h]
+    assert logged and sum(h["replay/branches"] for h in logged) == len([b for b in branches if b.error is None])
+    with pytest.raises(ValueError, match="replay_branches needs success_replay"):
+        _trainer(tmp_path / "bad", replay_branches=2)

@@ -233,3 +233,30 @@ def test_all_failed_groups_get_branches_from_a_replayed_successs_prefixes(tmp_pa
     assert logged and sum(h["replay/branches"] for h in logged) == len([b for b in branches if b.error is None])
     with pytest.raises(ValueError, match="replay_branches needs success_replay"):
         _trainer(tmp_path / "bad", replay_branches=2)
+
+
+# ---------------------------------------------------------------- the learning benchmark's variants
+def test_every_learning_benchmark_variant_is_a_config_the_trainers_accept(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    from agentgym.train import OWN_KEYS, TRAINERS, _load, load_config
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "learning.py"
+    spec = importlib.util.spec_from_file_location("learning_benchmark", path)
+    assert spec is not None and spec.loader is not None
+    learning = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(learning)
+    assert {"linear_grpo", "sao", "tree_grpo", "trace", "reflect_retry", "replay", "median_pivot", "april"} <= set(
+        learning.VARIANTS
+    )
+    for env in learning.ENVS:
+        for name, (_, settings) in learning.VARIANTS.items():
+            config = load_config(
+                learning.config_path(env, name), [*settings, f"output_dir={tmp_path}", "env_step_budget=100"]
+            )
+            config_cls = _load(TRAINERS[config["trainer"]][1])
+            args = config_cls(**{k: v for k, v in config.items() if k not in OWN_KEYS}, use_cpu=True)
+            for setting in settings:  # the variant's switch is on
+                key, value = setting.split("=")
+                assert str(getattr(args, key)).lower() == value, (env, name, key)

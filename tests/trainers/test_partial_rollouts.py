@@ -56,23 +56,20 @@ def _trainer(tmp_path, **settings):
     from agentgym.trainers.tree_grpo import TreeGRPOTrainer
     from agentgym.trainers.tree_grpo_config import TreeGRPOConfig
 
-    args = TreeGRPOConfig(
-        output_dir=str(tmp_path),
-        beta=0.0,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        seed=0,
-        tree=False,
-        num_generations=2,
-        per_device_train_batch_size=2,
-        max_steps=2,
-        env_id=STAIRS,
-        train_tasks=["stairs-1", "stairs-4"],
-        max_turn_tokens=2,
-        max_turns=4,
-        rollout_concurrency=2,
+    settings = {
+        "tree": False,
+        "num_generations": 2,
+        "per_device_train_batch_size": 2,
+        "max_steps": 2,
+        "env_id": STAIRS,
+        "train_tasks": ["stairs-1", "stairs-4"],
+        "max_turn_tokens": 2,
+        "max_turns": 4,
+        "rollout_concurrency": 2,
         **settings,
+    }
+    args = TreeGRPOConfig(
+        output_dir=str(tmp_path), beta=0.0, save_strategy="no", report_to="none", use_cpu=True, seed=0, **settings
     )
     return TreeGRPOTrainer(str(tiny_model_path()), args)
 

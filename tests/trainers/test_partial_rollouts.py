@@ -203,9 +203,8 @@ def test_all_failed_groups_get_branches_from_a_replayed_successs_prefixes(tmp_pa
     trainer = _trainer(
         tmp_path, success_replay=True, replay_branches=2, train_tasks=["stairs-3", "stairs-4"], rollout_concurrency=8
     )
-    successes = {task: _stairs_success(trainer.agent, task) for task in ("stairs-3", "stairs-4")}
-    for success in successes.values():
-        trainer.success_replay.add(success)
+    for task in ("stairs-3", "stairs-4"):  # the newest success of a task is replayed: these, or later ones
+        trainer.success_replay.add(_stairs_success(trainer.agent, task))
     rows_of, kept = trainer._rows, []
 
     def keeping(records):
@@ -213,16 +212,25 @@ def test_all_failed_groups_get_branches_from_a_replayed_successs_prefixes(tmp_pa
         return kept[-1][1]
 
     trainer._rows = keeping
+    branch_rollouts, plans = trainer._replay_branch_rollouts, {}
+
+    def planning(records):
+        branches = branch_rollouts(records)
+        plans.update(trainer.branch_plan)  # (group, repeat) -> (the success it branched from, its fork turn)
+        return branches
+
+    trainer._replay_branch_rollouts = planning
     trainer.train()
     assert trainer.state.global_step == 2
     branches = [r for records, _ in kept for r in records if r.metadata.get("replay_branch")]
     assert branches  # the random policy fails whole groups: they branched
     for branch in branches:
-        success, fork = successes[branch.task_id], branch.metadata["fork_turn"]
+        success, fork = plans[(branch.metadata["group"], branch.metadata["repeat"])]
+        assert success.success and success.task_id == branch.task_id and fork == branch.metadata["fork_turn"]
         assert fork == prefix_fork_turns(len(success.turns), 2)[branch.metadata["repeat"]]  # 3 turns: 1, 2; 4: 1, 3
         assert [t.completion_ids for t in branch.turns[:fork]] == [t.completion_ids for t in success.turns[:fork]]
         assert len(branch.turns) == len(success.turns)  # the env went on from the replayed state, not from reset
-        assert all(t.policy_version == 0 for t in branch.turns[:fork])
+        assert [t.policy_version for t in branch.turns[:fork]] == [t.policy_version for t in success.turns[:fork]]
         groups = {r.metadata["group"] for records, _ in kept for r in records if not r.metadata.get("replay_branch")}
         assert branch.metadata["group"] in groups  # it joined an all-failed group of this step
         assert trainer._trainable(branch, pivot=False) == pivotal_trainable(len(branch.turns), fork)  # prefix: no loss

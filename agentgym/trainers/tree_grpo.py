@@ -253,7 +253,7 @@ class TreeGRPOTrainer(AgentgymTrainer):
 
     def _replay_branch_rollouts(self, records: list) -> list[Trajectory]:
         """Episodes branching from replayed successes' prefixes, ``replay_branches`` for each group whose episodes all failed."""
-        replay = cast(SuccessReplay, self.success_replay)
+        replay = self.success_replay
         outcomes: dict[str, list[bool]] = {}
         tasks: dict[str, str] = {}
         for path in _reflected_paths(records):
@@ -278,7 +278,7 @@ class TreeGRPOTrainer(AgentgymTrainer):
 
     async def _replay_branch_job(self, agent, env, request: EpisodeRequest) -> Trajectory:
         """Replay a success's first turns on ``env`` (checked against the record), then let the policy play on."""
-        success, fork = self.branch_plan[(cast(str, request.group), request.repeat)]
+        success, fork = self.branch_plan[(request.group, request.repeat)]
         episode = await agent.replay(env, success, fork)
         while not episode.done:
             await agent.step(episode)
@@ -293,7 +293,7 @@ class TreeGRPOTrainer(AgentgymTrainer):
         Each runner call's target is the fewest finished episodes that could complete the groups still
         needed, so the step stops as soon as it can.
         """
-        partial = cast(PartialGroups, self.partial)
+        partial = self.partial
         items = partial.open(requests)
         carried = sum(item.episode is not None for item in items)
         finished: list = []

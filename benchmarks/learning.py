@@ -5,12 +5,19 @@ Learning (``--part learning``):
 1. SFT warm start: the tiny model is fine-tuned with TRL's SFTTrainer on scripted demonstrations
    of the train split (token-exact multi-turn sequences through the real agent loop); by default
    ``RL_DEMO_START``, an early-answering demonstrator whose habit RL has to unlearn (``--sft-*``).
-2. RL from that start with tree GRPO, linear GRPO and SAO (examples/configs/<env>-*.yaml, ``--env``),
-   each for ``--minutes`` of wall time (SAO makes well over 300 updates in that time).
+2. RL from that start with each variant of ``VARIANTS`` (``--runs``; default: tree GRPO, linear
+   GRPO and SAO): a run config of examples/configs/<env>-*.yaml (``--env``) plus the variant's
+   settings — linear GRPO, SAO, tree GRPO (uniform), TRACE allocation, reflect-then-retry, success
+   replay, MC-GRPO's median pivot, APRIL's partial rollouts (issue 34) — each for ``--minutes``
+   of wall time (``--budget time``), or until it has taken ``--env-steps`` env steps
+   (``--budget env_steps``), or both, one after the other (``--budget both``; the env-step budget
+   is then, per seed, the fewest env steps any variant took in its wall time).
 3. Measured: held-out success (``--heldout`` tasks of the heldout split; greedy, and sampled at
    the training temperature) of the SFT start and of each trained model; the training-success
    curve against env steps (tree GRPO's env steps to reach linear GRPO's final success, as a
-   fraction of linear's); SAO's reward curve and KL to its start over its updates. Targets:
+   fraction of linear's); tokens generated and env steps spent by each run; SAO's reward curve
+   and KL to its start over its updates. With ``--seeds``, every figure's mean and 95% interval
+   over the seeds (issue 34's table: ``--seeds 0,1,2 --budget both --runs all``). Targets:
    +30 points held-out for both trainers; tree ≤ 70% of linear's env steps; SAO
    without collapse over 300 updates.
 
@@ -28,6 +35,7 @@ trainers and the task order; sampling during rollouts is not seeded (HFPolicy dr
     .venv/bin/python benchmarks/learning.py                      # everything, about 1.5 h on 2 cores
     .venv/bin/python benchmarks/learning.py --part learning --seeds 0,1,2   # means and 95% intervals, ~3 h
     .venv/bin/python benchmarks/learning.py --part throughput --steps 20
+    .venv/bin/python benchmarks/learning.py --part learning --runs all --budget both --seeds 0,1,2 --minutes 5
 """
 
 from __future__ import annotations
@@ -63,14 +71,27 @@ CONFIGS = ROOT / "examples" / "configs"
 BATCH = 16  # throughput: trained trajectories per learner step in both pipelines
 # Logged steps averaged for tree vs linear: one step's training success (8 tasks at T 0.7) is noise.
 COMPARISON_WINDOW = 20
-RUNS = ("tree_grpo", "linear_grpo", "sao")
+#: The variants: a run config (examples/configs/<env>-<config>.yaml) and the settings that make the variant.
+VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "linear_grpo": ("linear_grpo", ()),
+    "sao": ("sao", ()),
+    "tree_grpo": ("tree_grpo", ("tree_strategy=uniform",)),
+    "trace": ("tree_grpo", ("tree_strategy=contrast", "task_allocation=trace")),
+    "reflect_retry": ("linear_grpo", ("reflect_retry=true", "pivotal_credit=true")),
+    "replay": ("linear_grpo", ("success_replay=true",)),
+    "median_pivot": ("linear_grpo", ("median_pivot=true", "advantage_baseline=median")),
+    "april": ("linear_grpo", ("partial_rollouts=true",)),
+}
+RUNS = tuple(VARIANTS)
+DEFAULT_RUNS = ["tree_grpo", "linear_grpo", "sao"]
 #: Envs with scripted demonstrations and a config per run: examples/configs/<env>-<run>.yaml.
 ENVS = ("keychain", "calculator")
 ENV_TITLES = {"keychain": "KeyChain", "calculator": "Calculator"}
 
 
 def config_path(env: str, run: str) -> Path:
-    return CONFIGS / f"{env}-{run}.yaml"
+    """A variant's run config (or a run config's own path, for ``tree_grpo``, ``linear_grpo``, ``sao``)."""
+    return CONFIGS / f"{env}-{VARIANTS[run][0] if run in VARIANTS else run}.yaml"
 
 
 def steps_to_reach(log: list[dict], target: float, window: int = COMPARISON_WINDOW) -> float | None:
@@ -94,6 +115,38 @@ def sft_start(args, config: dict, out: Path) -> Path:
         min_start_success=args.sft_min_start_success,
         max_rounds=args.sft_max_rounds,
     )
+
+
+def run_variant(args, name: str, sft: Path, output_dir: Path, budget: list[str], results: dict) -> dict:
+    """One variant trained from the SFT start under ``budget`` (overrides); its held-out success, env steps and tokens."""
+    config, settings = VARIANTS[name]
+    overrides = [
+        f"model={sft}",
+        f"output_dir={output_dir}",
+        f"seed={args.seed}",
+        "resume=false",
+        "max_steps=100000",
+        "save_steps=100000",
+        *budget,
+        *settings,
+        *[setting for run_name, setting in args.set if run_name == name],
+    ]
+    run = train_run(config_path(args.env, config), overrides)
+    run_config = load_config(config_path(args.env, config))
+    run["heldout_success"] = held_out_success(run["output_dir"], run_config, args.heldout)
+    run["heldout_success_sampled"] = held_out_success(run["output_dir"], run_config, args.heldout, greedy=False)
+    run["gain_points"] = 100 * (run["heldout_success"] - results["sft"]["heldout_success"])
+    run["gain_points_sampled"] = 100 * (run["heldout_success_sampled"] - results["sft"]["heldout_success_sampled"])
+    run["env_steps"] = max(log_series(run["log"], "rollout/env_steps_total"), default=0.0)
+    run["generated_tokens"] = max(log_series(run["log"], "rollout/generated_tokens_total"), default=0.0)
+    print(
+        f"{name} ({', '.join(budget)}): {run['steps']} steps in {run['wall_s']:.0f}s, {run['env_steps']:.0f} env steps, "
+        f"{run['generated_tokens']:.0f} tokens; held-out success {run['heldout_success']:.3f} greedy "
+        f"({run['gain_points']:+.1f} points), {run['heldout_success_sampled']:.3f} at the training temperature "
+        f"({run['gain_points_sampled']:+.1f})",
+        flush=True,
+    )
+    return run
 
 
 def learning(args, out: Path) -> dict:
@@ -121,30 +174,18 @@ def learning(args, out: Path) -> dict:
         flush=True,
     )
     for name in args.runs:
-        overrides = [
-            f"model={sft}",
-            f"output_dir={out / name}",
-            f"seed={args.seed}",
-            "resume=false",
-            f"time_budget_s={args.minutes * 60}",
-            "max_steps=100000",
-            "save_steps=100000",
-            *[setting for run_name, setting in args.set if run_name == name],
-        ]
-        run = train_run(config_path(args.env, name), overrides)
-        run_config = load_config(config_path(args.env, name))
-        run["heldout_success"] = held_out_success(run["output_dir"], run_config, args.heldout)
-        run["heldout_success_sampled"] = held_out_success(run["output_dir"], run_config, args.heldout, greedy=False)
-        run["gain_points"] = 100 * (run["heldout_success"] - results["sft"]["heldout_success"])
-        run["gain_points_sampled"] = 100 * (run["heldout_success_sampled"] - results["sft"]["heldout_success_sampled"])
-        results[name] = run
-        print(
-            f"{name}: {run['steps']} steps in {run['wall_s']:.0f}s, held-out success {run['heldout_success']:.3f} "
-            f"greedy ({run['gain_points']:+.1f} points), {run['heldout_success_sampled']:.3f} at the training "
-            f"temperature ({run['gain_points_sampled']:+.1f})",
-            flush=True,
-        )
-    if {"tree_grpo", "linear_grpo"} <= set(args.runs):
+        if args.budget in ("time", "both"):
+            results[name] = run_variant(args, name, sft, out / name, [f"time_budget_s={args.minutes * 60}"], results)
+    if args.budget in ("env_steps", "both"):
+        # Equal env steps: the given budget, or the fewest any variant took in its wall time.
+        budget = args.env_steps or int(min(results[name]["env_steps"] for name in args.runs))
+        results["equal_env_steps"] = {"env_steps": budget}
+        for name in args.runs:
+            results["equal_env_steps"][name] = run_variant(
+                args, name, sft, out / f"{name}-steps", [f"env_step_budget={budget}"], results
+            )
+    timed = args.runs if args.budget in ("time", "both") else []
+    if {"tree_grpo", "linear_grpo"} <= set(timed):
         linear = results["linear_grpo"]["log"]
         linear_last = log_series(linear, "rollout/success_rate")[-COMPARISON_WINDOW:]
         linear_final = sum(linear_last) / max(1, len(linear_last))
@@ -156,7 +197,7 @@ def learning(args, out: Path) -> dict:
             "tree_env_steps_to_match": tree_steps,
             "fraction": None if tree_steps is None or not linear_steps else tree_steps / linear_steps,
         }
-    if "sao" in args.runs:
+    if "sao" in timed:
         sao = results["sao"]["log"]
         rewards = log_series(sao, "rollout/success_rate")
         kl = log_series(sao, "kl_to_start")
@@ -172,13 +213,16 @@ def learning(args, out: Path) -> dict:
             "max_entropy": max(log_series(sao, "entropy"), default=None),
             "dropped_stale": max(log_series(sao, "staleness/dropped_total"), default=0.0),
         }
-    write_learning_curve(
-        {name: training_curve(results[name]["log"]) for name in args.runs},
-        out / "learning_curve.svg",
-        title=f"{ENV_TITLES[args.env]}, tiny model, CPU, seed {args.seed}",
-    )
-    for name in args.runs:  # the full histories stay in each run's trainer_state.json
-        results[name].pop("log")
+    if timed:
+        write_learning_curve(
+            {name: training_curve(results[name]["log"]) for name in timed},
+            out / "learning_curve.svg",
+            title=f"{ENV_TITLES[args.env]}, tiny model, CPU, seed {args.seed}",
+        )
+    for run in [results[name] for name in timed] + [
+        results["equal_env_steps"][name] for name in args.runs if "equal_env_steps" in results
+    ]:
+        run.pop("log")  # the full histories stay in each run's trainer_state.json
     return results
 
 
@@ -257,6 +301,8 @@ SEED_SETTINGS = (
     "sft_max_rounds",
     "seed",
     "set",
+    "budget",
+    "env_steps",
 )
 
 
@@ -293,9 +339,14 @@ def over_seeds(args, out: Path) -> dict:
     if ran:  # a mean needs at least one seed
         figures["sft_heldout_success"] = [r["sft"]["heldout_success"] for r in ran]
         for name in args.runs:
-            figures[f"{name}_heldout_success"] = [r[name]["heldout_success"] for r in ran]
-            figures[f"{name}_gain_points"] = [r[name]["gain_points"] for r in ran]
-            figures[f"{name}_gain_points_sampled"] = [r[name]["gain_points_sampled"] for r in ran]
+            for budget, runs in (
+                ("", [r.get(name) for r in ran]),
+                ("@env_steps", [r.get("equal_env_steps", {}).get(name) for r in ran]),
+            ):
+                if not all(runs):
+                    continue
+                for key in ("heldout_success", "gain_points", "gain_points_sampled", "env_steps", "generated_tokens"):
+                    figures[f"{name}{budget}_{key}"] = [run[key] for run in runs]
     fractions = [r["tree_vs_linear"]["fraction"] for r in ran if "tree_vs_linear" in r]
     if fractions:
         # A seed where tree never reached linear's final success counts as 1 (no saving), not as missing.
@@ -307,7 +358,34 @@ def over_seeds(args, out: Path) -> dict:
         print(f"{figure}: {mean:.3g} (95% interval {low:.3g} to {high:.3g}; {len(values)} seeds)", flush=True)
     if failed:
         print(f"starts that failed their check (not in the figures above): seeds {failed}", flush=True)
-    return {"seeds": per_seed, "summary": summary, "starts_failed": failed}
+    table = variant_table(summary, args.runs)
+    print(table, flush=True)
+    return {"seeds": per_seed, "summary": summary, "starts_failed": failed, "table": table}
+
+
+def variant_table(summary: dict, runs: list[str]) -> str:
+    """The variants at equal wall time and at equal env steps as a Markdown table (means, 95% intervals over seeds)."""
+
+    def cell(figure: str, scale: float = 1.0, digits: int = 1) -> str:
+        entry = summary[figure]
+        low, high = entry["ci95"]
+        interval = "" if low != low else f" [{scale * low:.{digits}f}, {scale * high:.{digits}f}]"  # NaN: one seed
+        return f"{scale * entry['mean']:.{digits}f}{interval}"
+
+    lines = [
+        "| variant | budget | held-out success, greedy (%) | gain over the start (points) | env steps | tokens generated |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in runs:
+        for budget, label in (("", "equal wall time"), ("@env_steps", "equal env steps")):
+            if f"{name}{budget}_heldout_success" not in summary:
+                continue
+            lines.append(
+                f"| {name} | {label} | {cell(f'{name}{budget}_heldout_success', 100)} | "
+                f"{cell(f'{name}{budget}_gain_points')} | {cell(f'{name}{budget}_env_steps', digits=0)} | "
+                f"{cell(f'{name}{budget}_generated_tokens', digits=0)} |"
+            )
+    return "\n".join(lines)
 
 
 def run_setting(text: str) -> tuple[str, str]:
@@ -319,7 +397,7 @@ def run_setting(text: str) -> tuple[str, str]:
 
 
 def run_names(text: str) -> list[str]:
-    names = text.split(",")
+    names = list(RUNS) if text == "all" else text.split(",")
     if unknown := [n for n in names if n not in RUNS]:
         raise argparse.ArgumentTypeError(f"unknown run {', '.join(unknown)}; choose from {', '.join(RUNS)}")
     return names
@@ -336,7 +414,22 @@ def main() -> None:
     )
     parser.add_argument("--minutes", type=float, default=20.0, help="wall time per RL run (default: %(default)s)")
     parser.add_argument(
-        "--runs", type=run_names, default=list(RUNS), help=f"learning: which of {','.join(RUNS)} to run (default: all)"
+        "--runs",
+        type=run_names,
+        default=DEFAULT_RUNS,
+        help=f"learning: which variants of {','.join(RUNS)} to run, or all (default: {','.join(DEFAULT_RUNS)})",
+    )
+    parser.add_argument(
+        "--budget",
+        choices=["time", "env_steps", "both"],
+        default="time",
+        help="learning: train each variant for --minutes, for --env-steps env steps, or both (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--env-steps",
+        type=int,
+        default=None,
+        help="learning: the env-step budget (default with --budget both: the fewest any variant took in --minutes)",
     )
     parser.add_argument("--heldout", type=int, default=100, help="held-out tasks to evaluate (default: %(default)s)")
     # The demo's start by default (RL_DEMO_START). The solutions-only start (--sft-mistake-rate 0) at
@@ -386,6 +479,8 @@ def main() -> None:
     )
     parser.add_argument("--out", default="runs/learning")
     args = parser.parse_args()
+    if args.budget == "env_steps" and args.env_steps is None:
+        parser.error("--budget env_steps needs --env-steps")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = {}

@@ -64,24 +64,12 @@ def smooth(values: Sequence[float], window: int = 5) -> list[float]:
 
 
 def training_curve(log: list[dict], window: int = 5) -> list[tuple[float, float]]:
-    """(env steps so far, smoothed training success) per logged step.
-
-    SAO logs trajectories, not env steps: its x is trajectories × mean turns per episode.
-    """
-    if any("rollout/env_steps_total" in h for h in log):
-        points = [
-            (h["rollout/env_steps_total"], h["rollout/success_rate"])
-            for h in log
-            if "rollout/env_steps_total" in h and "rollout/success_rate" in h
-        ]
-    else:
-        turns = log_series(log, "rollout/turns")
-        scale = math.fsum(turns) / len(turns) if turns else 1.0
-        points = [
-            (h.get("producer/consumed_total", 0.0) * scale, h["rollout/success_rate"])
-            for h in log
-            if "rollout/success_rate" in h
-        ]
+    """(env steps so far, smoothed training success) per logged step (both trainers log ``rollout/env_steps_total``)."""
+    points = [
+        (h["rollout/env_steps_total"], h["rollout/success_rate"])
+        for h in log
+        if "rollout/env_steps_total" in h and "rollout/success_rate" in h
+    ]
     return list(zip([x for x, _ in points], smooth([y for _, y in points], window)))
 
 

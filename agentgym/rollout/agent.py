@@ -393,6 +393,32 @@ class Agent:
             await self.step(episode)
         return episode.trajectory()
 
+    async def replay(self, env: AgentEnv, trajectory: Trajectory, turns: int) -> Episode:
+        """A live episode at ``trajectory``'s state after its first ``turns`` turns, reached by re-applying its replies on ``env``.
+
+        For an env that was never forked at that turn (a success from an earlier step, say): the
+        task is reset with the trajectory's seed and each recorded reply sent again, its tokens,
+        logprobs and policy version kept. The env must answer every reply as it did before, else the
+        state is not the one recorded and a ValueError says at which turn it diverged.
+        """
+        if not 0 <= turns < len(trajectory.turns):
+            raise ValueError(f"a prefix of 0 to {len(trajectory.turns) - 1} turns, got {turns}")
+        episode = await self.start(env, trajectory.task_id, trajectory.metadata.get("seed"))
+        if episode.initial_observation != trajectory.initial_observation:
+            raise ValueError("replay diverged at reset: the env's first observation differs from the recorded one")
+        for index, recorded in enumerate(trajectory.turns[:turns]):
+            completion = Completion(
+                recorded.action,
+                token_ids=list(recorded.completion_ids),
+                logprobs=list(recorded.logprobs),
+                finish_reason=recorded.finish_reason,
+                policy_version=recorded.policy_version,
+            )
+            turn = await self.apply(episode, completion)
+            if turn.observation != recorded.observation or episode.done:
+                raise ValueError(f"replay diverged at turn {index + 1}: the env answered differently than recorded")
+        return episode
+
     # ------------------------------------------------------------------ the conversation
     @property
     def _mode(self) -> str:

@@ -55,6 +55,7 @@ from agentgym.rollout.store import TrajectoryStore
 from agentgym.trainers.base_config import AgentgymConfig
 from agentgym.trainers.lora import adapter_config, is_adapted
 from agentgym.trainers.rollouts import (
+    EnvStepBudget,
     TimeBudget,
     image_inputs,
     policy_copy,
@@ -195,6 +196,10 @@ class AgentgymTrainer(GRPOTrainer):
         self.rollout_model = self.accelerator.unwrap_model(self.model)
         if args.time_budget_s:
             self.add_callback(TimeBudget(args.time_budget_s))
+        self.env_steps = 0  # env steps of the rollouts this process trained on (or consumed), across resumes
+        self.generated_tokens = 0  # tokens they sampled
+        if args.env_step_budget:
+            self.add_callback(EnvStepBudget(self, args.env_step_budget))
         self.validation: dict = {"best": None, "last": None, "history": []}
         if args.validation_tasks:
             self.add_callback(Validation(self))
@@ -318,12 +323,16 @@ class AgentgymTrainer(GRPOTrainer):
             "store_path": str(self.store.path),
             "store_position": self.store_position,
             "validation": self.validation,
+            "env_steps": self.env_steps,
+            "generated_tokens": self.generated_tokens,
         }
 
     def _restore_rollout_state(self, state: dict) -> None:
         """Take back what :meth:`_rollout_state` wrote into the checkpoint being resumed."""
         self.store_position = state["store_position"]
         self.validation = state.get("validation", self.validation)
+        self.env_steps = state.get("env_steps", 0)
+        self.generated_tokens = state.get("generated_tokens", 0)
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)

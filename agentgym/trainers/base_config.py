@@ -73,6 +73,13 @@ class RolloutArguments:
     time_budget_s: float | None = field(
         default=None, metadata={"help": "Stop training after this many seconds (a checkpoint is saved at the stop)."}
     )
+    env_step_budget: int | None = field(
+        default=None,
+        metadata={
+            "help": "Stop training once the rollouts this process trained on took this many env steps (a checkpoint "
+            "is saved at the stop): runs compared at equal env steps."
+        },
+    )
     report_rollout_metrics: bool = field(
         default=True,
         metadata={"help": "Log success rate, env error rate and episode shape with the trainer's metrics."},
@@ -238,6 +245,8 @@ class AgentgymConfig(GRPOConfig, RolloutArguments):
 
         from agentgym.trainers.lora import lora_section
 
+        if self.env_step_budget is not None and self.env_step_budget < 1:
+            raise ValueError(f"env_step_budget must be at least 1 (or None), got {self.env_step_budget}")
         if self.importance_weight_cap is not None and self.importance_weight_cap < 1:
             raise ValueError(f"importance_weight_cap must be at least 1 (or None), got {self.importance_weight_cap}")
         if self.validation_every < 1:

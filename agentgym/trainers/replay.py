@@ -10,8 +10,13 @@ proximal policy, each token weighted by ``min(cap, π_proximal / π_behaviour)``
 
 Where it is mixed in: TreeGRPO (linear groups) adds a task's newest replayed success to a group
 whose episodes all failed — a zero-variance group that would otherwise give no gradient, the
-plateau of tasks the policy always fails; SAO adds ``replay_per_step`` replayed successes to each
-batch.
+plateau of tasks the policy always fails — and, with ``replay_branches``, also branches from
+that success's prefixes: a fresh env is brought to the success's state after ``k`` turns by
+re-applying its replies (:meth:`~agentgym.rollout.agent.Agent.replay`, which checks every
+answer against the record) and the policy plays on from there, at the turns
+:func:`prefix_fork_turns` spreads along the success. A branch is trained only on its own turns
+(the prefix is context), in the group, where its outcome gives the baseline variance. SAO
+adds ``replay_per_step`` replayed successes to each batch (it has no groups to branch for).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from collections.abc import Iterable
 from agentgym.rollout.store import Record
 from agentgym.rollout.trajectory import Trajectory
 
-__all__ = ["SuccessReplay", "replay_age", "verified_success"]
+__all__ = ["SuccessReplay", "prefix_fork_turns", "replay_age", "verified_success"]
 
 
 def verified_success(trajectory: Trajectory) -> bool:
@@ -69,3 +74,16 @@ class SuccessReplay:
 def replay_age(trajectory: Trajectory, version: int) -> int:
     """How many policy versions behind ``version`` the trajectory's oldest turn was sampled."""
     return max(0, version - min(turn.policy_version for turn in trajectory.turns))
+
+
+def prefix_fork_turns(turns: int, count: int) -> list[int]:
+    """Where ``count`` branches fork off a ``turns``-turn success: evenly along it, each after 1 to ``turns − 1`` turns.
+
+    Branch ``j`` (from 0) forks after ``round((j + 1) · turns / (count + 1))`` turns, clipped to that
+    range; a one-turn success has no prefix to branch from (no forks).
+    """
+    if count < 0:
+        raise ValueError(f"count cannot be negative, got {count}")
+    if turns < 2:
+        return []
+    return [min(turns - 1, max(1, round((j + 1) * turns / (count + 1)))) for j in range(count)]

@@ -41,6 +41,7 @@ from agentgym.rollout.vision import VisionChatFormat
 from agentgym.trainers.lora import is_adapted, merged_weights
 
 __all__ = [
+    "EnvStepBudget",
     "Row",
     "TimeBudget",
     "collate",
@@ -167,6 +168,20 @@ class TimeBudget(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         if time.monotonic() - self.started >= self.seconds:
+            control.should_training_stop = True
+            control.should_save = True
+        return control
+
+
+class EnvStepBudget(TrainerCallback):
+    """Stops training (and saves) once the trainer's ``env_steps`` reach ``steps``: runs are compared at equal env steps."""
+
+    def __init__(self, trainer, steps: int):
+        self.trainer = trainer
+        self.steps = steps
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.trainer.env_steps >= self.steps:
             control.should_training_stop = True
             control.should_save = True
         return control

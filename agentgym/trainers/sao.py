@@ -291,6 +291,8 @@ class SAOTrainer(AgentgymTrainer):
                     self.learner_wait_s += time.perf_counter() - waiting
             self.store_position += 1
             self.consumed += 1
+            self.env_steps += record.num_env_steps
+            self.generated_tokens += record.num_generated_tokens
             seen.append(record)
             versions = [t.policy_version for t in record.turns]
             # A replayed record can carry a version newer than the restored weights (its weights were
@@ -430,6 +432,8 @@ class SAOTrainer(AgentgymTrainer):
             "producer/ahead": float(self.started - self.consumed),
             "learner/wait_s": self.learner_wait_s - waited,
             "producer/consumed_total": float(self.consumed),
+            "rollout/env_steps_total": float(self.env_steps),
+            "rollout/generated_tokens_total": float(self.generated_tokens),
         }
         if self.success_replay is not None:
             ages = [replay_age(t, self.state.global_step) for t in replayed]

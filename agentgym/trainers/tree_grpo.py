@@ -22,14 +22,18 @@ Options from issue 34 (docs: Training → Branching that pays in training): MC-G
 pivot (``median_pivot``), TRACE's split of a step's budget over tasks (``task_allocation``,
 :mod:`agentgym.trainers.allocation`), reflect-then-retry with Pivotal Credit and Positive
 Amplification (``reflect_retry``, :mod:`agentgym.rollout.reflect`) and success replay
-(``success_replay``, :mod:`agentgym.trainers.replay`); retries and replayed successes are
-off-policy rows whose advantages carry the decoupled objective's importance weights.
+(``success_replay``, :mod:`agentgym.trainers.replay`) and APRIL's partial rollouts
+(``partial_rollouts``, :mod:`agentgym.trainers.partial`); retries, replayed successes and
+tokens sampled by an older policy (a resumed episode's early turns) are off-policy rows whose
+advantages carry the decoupled objective's importance weights.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
+import random
 import time
 from dataclasses import replace
 from typing import Any, cast
@@ -55,7 +59,8 @@ from agentgym.trainers.advantages import (
 from agentgym.trainers.allocation import TaskOutcomes, allocate_budget
 from agentgym.trainers.base import AgentgymTrainer
 from agentgym.trainers.lora import is_adapted
-from agentgym.trainers.replay import SuccessReplay, replay_age
+from agentgym.trainers.partial import PartialGroups, episodes_to_complete, extra_groups
+from agentgym.trainers.replay import SuccessReplay, prefix_fork_turns, replay_age
 from agentgym.trainers.rollouts import (
     Row,
     collate,
@@ -116,7 +121,15 @@ class TreeGRPOTrainer(AgentgymTrainer):
         self.allocation: list[int] = []
         self.reflect = self._reflect_retry() if args.reflect_retry else None
         self.success_replay = SuccessReplay(args.replay_per_task) if args.success_replay else None
-        self.env_steps = 0  # on this process, for the env-steps-to-success comparison of trees vs. linear
+        self.partial = PartialGroups() if args.partial_rollouts else None  # APRIL: groups and episodes carried over
+        self.partial_stats: dict[str, float] = {}
+        self.branch_plan: dict[tuple[str, int], tuple[Trajectory, int]] = {}  # (group, repeat) -> (success, fork turn)
+        self.branch_stats: dict[str, float] = {}
+        self.branch_runner = (
+            make_runner(self.agent, args, self.store, job=self._replay_branch_job, env_factory=self.env_factory)
+            if args.replay_branches
+            else None
+        )
         self.runner = make_runner(
             self.agent,
             args,
@@ -138,10 +151,16 @@ class TreeGRPOTrainer(AgentgymTrainer):
         return self._tasks_per_generation() * self._group_size()
 
     def _step_concurrency(self) -> int:
-        """Episodes (trees) in flight: all of a step's, as TRL generates its batch at once; a cluster's env slots cap it."""
+        """Episodes (trees) in flight: all of a step's, as TRL generates its batch at once; a cluster's env slots cap it.
+
+        With partial rollouts, the over-provisioned groups too (they run beside the step's own).
+        """
         if self.args.rollout_backend == "ray":
             return self.args.rollout_concurrency
-        jobs = self._tasks_per_generation() * (1 if self.args.tree else self._group_size())
+        groups = self._tasks_per_generation()
+        if self.args.partial_rollouts:
+            groups += extra_groups(groups, self.args.partial_over_provision, 0)
+        jobs = groups * (1 if self.args.tree else self._group_size())
         return max(self.args.rollout_concurrency, jobs)
 
     # ------------------------------------------------------------------ rollouts
@@ -179,7 +198,12 @@ class TreeGRPOTrainer(AgentgymTrainer):
 
     def _rollouts(self, task_ids: list[str]) -> list:
         step = self.state.global_step
-        self.allocation = self._allocate(task_ids)
+        extra: list[str] = []
+        if self.partial is not None:  # APRIL: extra groups of dataset tasks, fewer while carried ones are open
+            count = extra_groups(len(task_ids), self.args.partial_over_provision, len(self.partial.expected))
+            pool = list(self.train_dataset["prompt"])
+            extra = random.Random(self.args.seed * 1_000_003 + step).choices(pool, k=count) if count else []
+        self.allocation = self._allocate(task_ids + extra)
         if self.args.tree:
             requests = [EpisodeRequest(t, group=f"{step}:{i}") for i, t in enumerate(task_ids)]
             self.leaf_budgets = (
@@ -188,9 +212,10 @@ class TreeGRPOTrainer(AgentgymTrainer):
                 else {}
             )
         else:
+            labels = [f"{step}:{i}" for i in range(len(task_ids))] + [f"{step}:x{i}" for i in range(len(extra))]
             requests = [
-                EpisodeRequest(t, repeat=j, group=f"{step}:{i}")
-                for i, (t, n) in enumerate(zip(task_ids, self.allocation))
+                EpisodeRequest(t, repeat=j, group=label)
+                for label, t, n in zip(labels, task_ids + extra, self.allocation)
                 for j in range(n)
             ]
         self._sync_rollout_weights(step)  # on-policy: the rollouts sample from this step's weights
@@ -205,17 +230,96 @@ class TreeGRPOTrainer(AgentgymTrainer):
                 # TrainingArguments.__post_init__ parses a JSON-string value into a dict.
                 gradient_checkpointing_kwargs=cast(dict[str, Any] | None, self.args.gradient_checkpointing_kwargs),
             ):
-                records = run_requests(self.runner, requests)
+                if self.partial is not None:
+                    finished, records = self._partial_rollouts(requests, len(task_ids))
+                else:
+                    records = finished = run_requests(self.runner, requests)
+                if self.branch_runner is not None:
+                    branches = self._replay_branch_rollouts(records)
+                    records, finished = records + branches, finished + branches
         finally:
             self.rollout_model.train(was_training)
         self.rollout_seconds = time.perf_counter() - started  # the learner is idle meanwhile (synchronous pipeline)
-        self.store_position += len(records)
-        self.env_steps += sum(r.num_env_steps for r in records)
-        for record in records:
+        self.store_position += len(finished)
+        self.env_steps += sum(r.num_env_steps for r in finished)
+        self.generated_tokens += sum(r.num_generated_tokens for r in finished)
+        for record in finished:
+            if record.metadata.get("replay_branch"):  # it started from a success's prefix: not the task's rate
+                continue
             for path in [record] if isinstance(record, Trajectory) else record.paths():
                 if path.error is None:
                     self.outcomes.update(record.task_id, path.success)
         return records
+
+    def _replay_branch_rollouts(self, records: list) -> list[Trajectory]:
+        """Episodes branching from replayed successes' prefixes, ``replay_branches`` for each group whose episodes all failed."""
+        replay = self.success_replay
+        outcomes: dict[str, list[bool]] = {}
+        tasks: dict[str, str] = {}
+        for path in _reflected_paths(records):
+            if path.error is None and path.turns:
+                outcomes.setdefault(path.metadata["group"], []).append(path.success)
+                tasks[path.metadata["group"]] = path.task_id
+        self.branch_plan = {}
+        requests = []
+        for group, successes in outcomes.items():
+            if any(successes) or (success := replay.newest(tasks[group])) is None:
+                continue
+            for j, fork in enumerate(prefix_fork_turns(len(success.turns), self.args.replay_branches)):
+                self.branch_plan[(group, j)] = (success, fork)
+                requests.append(EpisodeRequest(success.task_id, repeat=j, group=group))
+        branches = cast(list[Trajectory], run_requests(cast(Any, self.branch_runner), requests) if requests else [])
+        usable = [b for b in branches if b.error is None]
+        self.branch_stats = {
+            "replay/branches": float(len(usable)),
+            "replay/branch_success_rate": sum(b.success for b in usable) / len(usable) if usable else math.nan,
+        }
+        return branches
+
+    async def _replay_branch_job(self, agent, env, request: EpisodeRequest) -> Trajectory:
+        """Replay a success's first turns on ``env`` (checked against the record), then let the policy play on."""
+        success, fork = self.branch_plan[(request.group, request.repeat)]
+        episode = await agent.replay(env, success, fork)
+        while not episode.done:
+            await agent.step(episode)
+        trajectory = episode.trajectory()
+        trajectory.metadata.update(fork_turn=fork, replay_branch=True)
+        return trajectory
+
+    def _partial_rollouts(self, requests: list[EpisodeRequest], needed: int) -> tuple[list, list]:
+        """APRIL: run the carried episodes and ``requests`` until ``needed`` groups are complete; carry the rest.
+
+        Returns the records finished in this step and the records of the complete groups (to train).
+        Each runner call's target is the fewest finished episodes that could complete the groups still
+        needed, so the step stops as soon as it can.
+        """
+        partial = self.partial
+        items = partial.open(requests)
+        carried = sum(item.episode is not None for item in items)
+        finished: list = []
+        while len(partial.complete()) < needed and items:
+            target = episodes_to_complete(partial.remaining(), needed - len(partial.complete()))
+            result = asyncio.run(self.runner.resume(items, target=min(target, len(items))))
+            finished += result.records
+            partial.add(result.records, result.pending)
+            items = result.pending
+        records = partial.take(partial.complete())
+        this_step = {id(r) for r in finished}
+        self.partial_stats = {
+            "partial/resumed": float(carried),
+            "partial/carried": float(sum(item.episode is not None for item in partial.pending)),
+            "partial/open_groups": float(len(partial.expected)),
+            "partial/late_records": float(sum(id(r) not in this_step for r in records)),
+        }
+        return finished, records
+
+    def _close_rollouts(self) -> None:
+        if self.partial is not None and self.partial.pending:  # their envs stay open while they are carried
+            asyncio.run(self.runner.discard(self.partial.pending))
+            self.partial.pending = []
+        if self.branch_runner is not None:
+            asyncio.run(self.branch_runner.aclose())
+        super()._close_rollouts()
 
     def _rows(self, records: list) -> tuple[list[Row], dict[str, float]]:
         """Training rows and advantage statistics; groups are trees (tree mode) or a task's episodes."""
@@ -259,13 +363,16 @@ class TreeGRPOTrainer(AgentgymTrainer):
         informative = [g for g in groups if len(set(g[3])) > 1]
         kept = informative if self.args.drop_zero_variance_groups and informative else groups
         rows: list[Row] = []
-        self.off_policy_rows = []  # rows of retries and replayed successes (weighted in the batch)
+        self.off_policy_rows = []  # rows of retries, replayed successes and older policies' turns (weighted in the batch)
+        version = self.policy.version
         for trajectories, advs, trainable, _ in kept:
             for t, adv, train in zip(trajectories, advs, trainable):
                 if any(train):
                     made = trajectory_rows(t, adv, train)
                     rows += made
-                    off_policy = bool(t.metadata.get("retry") or t.metadata.get("replayed"))
+                    # an older policy's trained turns: a partial rollout's carried ones (a branch's prefix gets no loss)
+                    stale = any(turn.policy_version < version for turn, tr in zip(t.turns, train) if tr)
+                    off_policy = bool(t.metadata.get("retry") or t.metadata.get("replayed") or stale)
                     self.off_policy_rows += [off_policy] * len(made)
         if not rows:
             raise RuntimeError("no usable rollouts in this batch: every episode failed (see the trajectory store)")
@@ -302,11 +409,12 @@ class TreeGRPOTrainer(AgentgymTrainer):
         }
 
     def _trainable(self, trajectory: Trajectory, pivot: bool) -> list[bool]:
-        """Which turns get loss: none of MC-GRPO's pivot; with Pivotal Credit, a reflected pair's turns from the fork on."""
+        """Which turns get loss: none of MC-GRPO's pivot; with Pivotal Credit, a reflected pair's turns from the fork on;
+        a branch from a replayed success's prefix, its own turns (from the fork on)."""
         if pivot:
             return [False] * len(trajectory.turns)
         fork = trajectory.metadata.get("fork_turn")
-        if self.args.pivotal_credit and fork is not None:
+        if fork is not None and (self.args.pivotal_credit or trajectory.metadata.get("replay_branch")):
             return pivotal_trainable(len(trajectory.turns), fork)
         return [True] * len(trajectory.turns)
 
@@ -343,12 +451,13 @@ class TreeGRPOTrainer(AgentgymTrainer):
         batch["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
         self._add_reference_logps(batch, mode)
         rollout = record_metrics(records)
-        metrics = {**stats, "reward": rollout["rollout/reward"]}
+        metrics = {**stats, **self.partial_stats, **self.branch_stats, "reward": rollout["rollout/reward"]}
         if self.args.report_rollout_metrics:
             metrics.update(
                 rollout,
                 **{
                     "rollout/env_steps_total": float(self.env_steps),
+                    "rollout/generated_tokens_total": float(self.generated_tokens),
                     "rollout/time_s": self.rollout_seconds,
                     "policy_version": float(self.policy.version),
                     "allocation/max_share": max(self.allocation) / sum(self.allocation),
@@ -403,7 +512,7 @@ class TreeGRPOTrainer(AgentgymTrainer):
                     )[0]
 
     def _rollout_state(self) -> dict:
-        state = {**super()._rollout_state(), "env_steps": self.env_steps, "task_outcomes": self.outcomes.state()}
+        state = {**super()._rollout_state(), "task_outcomes": self.outcomes.state()}
         if self.predictor is not None:
             state["predictor"] = {
                 "weights": self.predictor.weights.tolist(),
@@ -414,7 +523,6 @@ class TreeGRPOTrainer(AgentgymTrainer):
 
     def _restore_rollout_state(self, state: dict) -> None:
         super()._restore_rollout_state(state)
-        self.env_steps = state.get("env_steps", 0)
         if "task_outcomes" in state:
             self.outcomes.load(state["task_outcomes"])
         if self.success_replay is not None:  # the successes of the records trained before the checkpoint

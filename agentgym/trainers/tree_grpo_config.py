@@ -99,6 +99,29 @@ class TreeGRPOConfig(AgentgymConfig):
         default=1.0,
         metadata={"help": "Positive Amplification: successful episodes' advantages are multiplied by this (1: off)."},
     )
+    replay_branches: int = field(
+        default=0,
+        metadata={
+            "help": "With success_replay (tree=False): for each group whose episodes all failed, this many episodes "
+            "branch from the task's newest replayed success — a fresh env replayed to the success's state after k "
+            "turns (k spread along it), the policy playing on from there — and join the group, trained on their own "
+            "turns only (see agentgym.trainers.replay). 0: off."
+        },
+    )
+    partial_rollouts: bool = field(
+        default=False,
+        metadata={
+            "help": "tree=False only: APRIL's partial rollouts — each step also runs partial_over_provision × its tasks "
+            "extra groups (drawn from the dataset) and the episodes carried over, stops once as many groups as it has "
+            "tasks are complete, and carries every unfinished episode (paused at a turn boundary) to the next step, "
+            "where it resumes. Tokens sampled by an older policy are weighted as SAO's decoupled objective does "
+            "(see agentgym.trainers.partial)."
+        },
+    )
+    partial_over_provision: float = field(
+        default=0.5,
+        metadata={"help": "partial_rollouts: extra groups per step, as a fraction of its tasks (rounded up)."},
+    )
     drop_zero_variance_groups: bool = field(
         default=False,
         metadata={
@@ -160,6 +183,16 @@ class TreeGRPOConfig(AgentgymConfig):
                 "reflect_retry forks the agent loop's episode and adds the reflection to its context; an agent program "
                 "through the gateway keeps its own context: set reflect_retry: false with rollout_backend: gateway"
             )
+        if self.partial_rollouts and (self.tree or self.reflect_retry or self.rollout_backend != "local"):
+            raise ValueError(
+                "partial_rollouts pauses linear episodes at a turn boundary and resumes them next step: it needs "
+                "tree=False, reflect_retry=False and rollout_backend: local (a tree, a retry or an agent program is one "
+                "job the runner can only cancel and restart from scratch, which wastes the work APRIL saves)"
+            )
+        if self.replay_branches < 0 or (self.replay_branches and not self.success_replay):
+            raise ValueError("replay_branches needs success_replay (the successes it branches from) and must be >= 0")
+        if self.partial_over_provision < 0:
+            raise ValueError(f"partial_over_provision must be >= 0, got {self.partial_over_provision}")
         if self.tree and self.advantage_scale == "group":
             raise ValueError(
                 "advantage_scale='group' is the biased per-turn normalisation; use 'none' or 'batch' "

@@ -1,0 +1,267 @@
+"""APRIL's partial rollouts in TreeGRPO (issue 34): the provisioning math on hand-computed numbers, and two steps with the tiny model.
+
+StairsEnv's ``stairs-k`` episodes take k turns, so in one step the short ones finish while the
+long ones are still running: those are paused at a turn boundary, carried to the next step and
+resumed there, their earlier turns keeping the policy version that sampled them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agentgym.models import tiny_model_path
+from agentgym.rollout.runner import EpisodeRequest
+from agentgym.rollout.trajectory import Trajectory
+from agentgym.trainers.partial import PartialGroups, episodes_to_complete, extra_groups
+
+STAIRS = "tests.helpers.stairs:StairsEnv"
+
+
+def test_extra_groups_and_episodes_to_complete_on_hand_computed_numbers():
+    assert extra_groups(4, 0.5, open_groups=0) == 2
+    assert extra_groups(3, 0.5, open_groups=0) == 2  # 1.5 rounded up
+    assert extra_groups(4, 0.5, open_groups=1) == 1  # a group carried over takes an extra one's place
+    assert extra_groups(4, 0.5, open_groups=5) == 0
+    assert extra_groups(2, 1.0, open_groups=0) == 2 and extra_groups(2, 0.0, open_groups=0) == 0
+    # open groups missing 3, 1, 2 and 4 episodes: two complete after at best 1 + 2 = 3 more finishes
+    assert episodes_to_complete([3, 1, 2, 4], needed=2) == 3
+    assert episodes_to_complete([3, 1], needed=5) == 4  # fewer open groups than needed: all of them
+    with pytest.raises(ValueError):
+        episodes_to_complete([0, 2], needed=1)
+    with pytest.raises(ValueError):
+        episodes_to_complete([2], needed=0)
+
+
+def test_partial_groups_hold_finished_members_until_their_group_is_complete():
+    groups = PartialGroups()
+    items = groups.open([EpisodeRequest("t", repeat=j, group=g) for g in ("a", "b") for j in range(2)])
+    assert len(items) == 4 and groups.remaining() == [2, 2]
+
+    def done(group):
+        return Trajectory("t", "toy", metadata={"group": group})
+
+    first_a, only_b = done("a"), done("b")
+    groups.add([first_a, only_b], items[1:2] + items[3:])
+    assert groups.complete() == [] and groups.remaining() == [1, 1]
+    second_a = done("a")
+    groups.add([second_a], items[3:])
+    assert groups.complete() == ["a"]
+    assert groups.take(["a"]) == [first_a, second_a]  # held across calls, trained together
+    assert groups.remaining() == [1] and len(groups.pending) == 1
+    with pytest.raises(ValueError, match="in a group"):
+        groups.open([EpisodeRequest("t")])
+
+
+def _trainer(tmp_path, **settings):
+    from agentgym.trainers.tree_grpo import TreeGRPOTrainer
+    from agentgym.trainers.tree_grpo_config import TreeGRPOConfig
+
+    settings = {
+        "tree": False,
+        "num_generations": 2,
+        "per_device_train_batch_size": 2,
+        "max_steps": 2,
+        "env_id": STAIRS,
+        "train_tasks": ["stairs-1", "stairs-4"],
+        "max_turn_tokens": 2,
+        "max_turns": 4,
+        "rollout_concurrency": 2,
+        **settings,
+    }
+    args = TreeGRPOConfig(
+        output_dir=str(tmp_path), beta=0.0, save_strategy="no", report_to="none", use_cpu=True, seed=0, **settings
+    )
+    return TreeGRPOTrainer(str(tiny_model_path()), args)
+
+
+def test_tree_grpo_carries_unfinished_episodes_to_the_next_step_and_resumes_them(tmp_path):
+    trainer = _trainer(tmp_path, partial_rollouts=True, partial_over_provision=1.0)
+    partial = trainer.partial
+    resumed, calls = [], []
+    resume = trainer.runner.resume
+
+    async def watching(items, *, target=None):
+        resumed.append([(item.request.group, item.turn) for item in items if item.episode is not None])
+        return await resume(items, target=target)
+
+    trainer.runner.resume = watching
+    rollouts = trainer._rollouts
+
+    def keeping(task_ids):
+        calls.append((trainer.state.global_step, rollouts(task_ids), dict(trainer.partial_stats)))
+        return calls[-1][1]
+
+    trainer._rollouts = keeping
+    trainer.train()
+    assert trainer.state.global_step == 2
+    (_, first, stats_1), (_, second, stats_2) = calls
+    # Step 0: 2 own groups + 2 extra, 8 episodes; it stopped once 2 groups were complete, so the
+    # 4-turn episodes of the groups still open were paused mid-episode and carried over.
+    assert len({r.metadata["group"] for r in first}) >= 2 and stats_1["partial/carried"] >= 1
+    carried_groups = {g for calls_items in resumed for g, turn in calls_items if turn >= 1}
+    assert carried_groups and all(g.startswith("0:") for g in carried_groups)  # step 0's, resumed in step 1
+    assert stats_2["partial/resumed"] >= 1
+    # every group is trained once, whole: num_generations members each
+    trained = [r.metadata["group"] for r in first + second]
+    assert all(trained.count(g) == 2 for g in set(trained)) and len(set(trained)) == len(trained) / 2
+    late = [r for r in second if r.metadata["group"].startswith("0:")]
+    assert late  # step-0 groups whose paused episodes finished in step 1, trained there
+    # its paused episodes' first turns were sampled by version 0, the turns after the resume by version 1
+    assert {turn.policy_version for r in late for turn in r.turns} == {0, 1}
+    logged = [h for h in trainer.state.log_history if "off_policy/weight_mean" in h]
+    assert logged and all(h["off_policy/weight_mean"] > 0 for h in logged)  # weighted as SAO's decoupled objective
+    assert partial.pending == []  # the episodes still carried at the end were discarded, their envs closed
+
+
+def test_partial_rollouts_refuse_trees_and_retries(tmp_path):
+    from agentgym.trainers.tree_grpo_config import TreeGRPOConfig
+
+    common = dict(output_dir=str(tmp_path), use_cpu=True, report_to="none", partial_rollouts=True)
+    TreeGRPOConfig(tree=False, **common)
+    for bad in (dict(tree=True), dict(tree=False, reflect_retry=True)):
+        with pytest.raises(ValueError, match="partial_rollouts pauses linear episodes"):
+            TreeGRPOConfig(**bad, **common)
+    with pytest.raises(ValueError, match="partial_over_provision"):
+        TreeGRPOConfig(tree=False, partial_over_provision=-1, **common)
+
+
+# ---------------------------------------------------------------- branching from a replayed success's prefixes
+def test_prefix_fork_turns_spread_along_the_success():
+    from agentgym.trainers.replay import prefix_fork_turns
+
+    assert prefix_fork_turns(4, 2) == [1, 3]  # 4/3 -> 1, 8/3 -> 3
+    assert prefix_fork_turns(6, 2) == [2, 4]
+    assert prefix_fork_turns(2, 2) == [1, 1]  # one prefix only: both branch after turn 1
+    assert prefix_fork_turns(9, 1) == [4]  # 4.5 rounds to even
+    assert prefix_fork_turns(1, 3) == [] and prefix_fork_turns(5, 0) == []
+    with pytest.raises(ValueError):
+        prefix_fork_turns(4, -1)
+
+
+def _stairs_success(agent, task: str):
+    """A real, env-graded success of a StairsEnv task: the agent applies the reply "A" (a capital) until the end."""
+    import asyncio
+
+    from agentgym.rollout.policy import Completion
+    from tests.helpers.stairs import StairsEnv
+
+    ids = agent.policy.chat_format.tokenizer.encode("A", add_special_tokens=False)
+
+    async def play(env):
+        episode = await agent.start(env, task)
+        while not episode.done:
+            await agent.apply(episode, Completion("A", token_ids=ids, logprobs=[-1.0] * len(ids)))
+        return episode.trajectory()
+
+    env = StairsEnv()
+    try:
+        trajectory = asyncio.run(play(env))
+    finally:
+        env.close()
+    assert trajectory.success
+    return trajectory
+
+
+def test_agent_replay_reaches_the_recorded_state_token_for_token_and_refuses_a_divergence():
+    import asyncio
+    import dataclasses
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentgym.rollout.agent import Agent, AgentConfig
+    from agentgym.rollout.hf_policy import HFPolicy
+    from tests.helpers.stairs import StairsEnv
+
+    path = str(tiny_model_path())
+    policy = HFPolicy.from_model(
+        AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path), seed=0
+    )
+    agent = Agent(policy, AgentConfig(max_turns=4, mode="tokens"))
+    success = _stairs_success(agent, "stairs-3")
+    env = StairsEnv()
+    try:
+        episode = asyncio.run(agent.replay(env, success, 2))
+        assert episode.turn == 2 and not episode.done and env.unwrapped.replies == 2
+        assert episode.prompt_ids == success.turns[2].prompt_ids  # the third turn's context, token for token
+        assert [t.completion_ids for t in episode.turns] == [t.completion_ids for t in success.turns[:2]]
+        tampered = dataclasses.replace(
+            success, turns=[dataclasses.replace(success.turns[0], observation="Done.")] + success.turns[1:]
+        )
+        with pytest.raises(ValueError, match="diverged at turn 1"):
+            asyncio.run(agent.replay(env, tampered, 2))
+        with pytest.raises(ValueError, match="a prefix of 0 to 2 turns"):
+            asyncio.run(agent.replay(env, success, 3))
+    finally:
+        env.close()
+        asyncio.run(policy.aclose())
+
+
+def test_all_failed_groups_get_branches_from_a_replayed_successs_prefixes(tmp_path):
+    from agentgym.trainers.advantages import pivotal_trainable
+    from agentgym.trainers.replay import prefix_fork_turns
+
+    trainer = _trainer(
+        tmp_path, success_replay=True, replay_branches=2, train_tasks=["stairs-3", "stairs-4"], rollout_concurrency=8
+    )
+    for task in ("stairs-3", "stairs-4"):  # the newest success of a task is replayed: these, or later ones
+        trainer.success_replay.add(_stairs_success(trainer.agent, task))
+    rows_of, kept = trainer._rows, []
+
+    def keeping(records):
+        kept.append((records, rows_of(records)))
+        return kept[-1][1]
+
+    trainer._rows = keeping
+    branch_rollouts, plans = trainer._replay_branch_rollouts, {}
+
+    def planning(records):
+        branches = branch_rollouts(records)
+        plans.update(trainer.branch_plan)  # (group, repeat) -> (the success it branched from, its fork turn)
+        return branches
+
+    trainer._replay_branch_rollouts = planning
+    trainer.train()
+    assert trainer.state.global_step == 2
+    branches = [r for records, _ in kept for r in records if r.metadata.get("replay_branch")]
+    assert branches  # the random policy fails whole groups: they branched
+    for branch in branches:
+        success, fork = plans[(branch.metadata["group"], branch.metadata["repeat"])]
+        assert success.success and success.task_id == branch.task_id and fork == branch.metadata["fork_turn"]
+        assert fork == prefix_fork_turns(len(success.turns), 2)[branch.metadata["repeat"]]  # 3 turns: 1, 2; 4: 1, 3
+        assert [t.completion_ids for t in branch.turns[:fork]] == [t.completion_ids for t in success.turns[:fork]]
+        assert len(branch.turns) == len(success.turns)  # the env went on from the replayed state, not from reset
+        assert [t.policy_version for t in branch.turns[:fork]] == [t.policy_version for t in success.turns[:fork]]
+        groups = {r.metadata["group"] for records, _ in kept for r in records if not r.metadata.get("replay_branch")}
+        assert branch.metadata["group"] in groups  # it joined an all-failed group of this step
+        assert trainer._trainable(branch, pivot=False) == pivotal_trainable(len(branch.turns), fork)  # prefix: no loss
+    logged = [h for h in trainer.state.log_history if "replay/branches" in h]
+    assert logged and sum(h["replay/branches"] for h in logged) == len([b for b in branches if b.error is None])
+    with pytest.raises(ValueError, match="replay_branches needs success_replay"):
+        _trainer(tmp_path / "bad", replay_branches=2)
+
+
+# ---------------------------------------------------------------- the learning benchmark's variants
+def test_every_learning_benchmark_variant_is_a_config_the_trainers_accept(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    from agentgym.train import OWN_KEYS, TRAINERS, _load, load_config
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "learning.py"
+    spec = importlib.util.spec_from_file_location("learning_benchmark", path)
+    assert spec is not None and spec.loader is not None
+    learning = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(learning)
+    assert {"linear_grpo", "sao", "tree_grpo", "trace", "reflect_retry", "replay", "median_pivot", "april"} <= set(
+        learning.VARIANTS
+    )
+    for env in learning.ENVS:
+        for name, (_, settings) in learning.VARIANTS.items():
+            config = load_config(
+                learning.config_path(env, name), [*settings, f"output_dir={tmp_path}", "env_step_budget=100"]
+            )
+            config_cls = _load(TRAINERS[config["trainer"]][1])
+            args = config_cls(**{k: v for k, v in config.items() if k not in OWN_KEYS}, use_cpu=True)
+            for setting in settings:  # the variant's switch is on
+                key, value = setting.split("=")
+                assert str(getattr(args, key)).lower() == value, (env, name, key)

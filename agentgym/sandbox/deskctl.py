@@ -35,6 +35,7 @@ LOG_DIR = "/tmp/agentgym/log"
 SETTLE_FIRST_S = 0.02
 SETTLE_POLL_S = 0.02
 SETTLE_LIMIT_S = 3.0
+TREE_ROUNDS = 3  # walks of the accessibility tree at most, while the screen changes across one
 STATE_DIR = "/tmp/agentgym/state"
 # How long to wait for a Tk app to show that it processed an action (see await_app).
 APP_LIMIT_S = 1.5
@@ -378,12 +379,17 @@ def handle(command, arg):
         image, stable = settle()
         if arg.get("tree") and TREE_SCRIPT:
             width, height = screen_size()
-            answer["tree"] = accessibility_tree(width, height)
-            # An unchanged screen is not an idle app: LibreOffice greys its toolbars and paints nothing while
-            # it saves, which the pixel check took for settled (a fork and a replay then showed the save at
-            # different moments). Every call of the walk is served by the app's main loop, so once the walk
-            # is back the app has run again: settle anew and show that screen.
-            image, stable = settle()
+            # An unchanged screen is not an idle app: LibreOffice greys its toolbars and paints nothing while it
+            # saves, which the pixel check took for settled (a fork and a replay then showed the save, and
+            # its status bar's fields, at different moments). Every call of the walk is served by the app's
+            # main loop, so once the walk is back the app has run again: settle anew, and walk again while
+            # the screen changed across the walk, so the tree and the screenshot show the same moment.
+            for _ in range(TREE_ROUNDS):
+                answer["tree"] = accessibility_tree(width, height)
+                after, stable = settle()
+                if after == image:
+                    break
+                image = after
         answer.update(describe(), stable=stable)
         return answer, zlib.compress(image, 1)
     except (RuntimeError, subprocess.TimeoutExpired, OSError, KeyError, ValueError) as exc:

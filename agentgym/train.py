@@ -45,8 +45,10 @@ import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -190,6 +192,7 @@ def build_trainer(config: dict):
     ):
         trainer = trainer_cls(model, args)
     trainer.add_callback(_learning_signal_callback())
+    trainer.add_callback(_interrupt_callback())
     return trainer
 
 
@@ -276,6 +279,61 @@ def has_learning_signal(logs: dict) -> bool | None:
     if "rollout/success_rate" in logs:
         return bool(logs["rollout/success_rate"] > 0 or logs.get("rollout/reward", 0.0) != 0)
     return None
+
+
+# Set by the CLI's Ctrl-C handler (:func:`_interrupts_kept`); the run raises it again at the next step boundary.
+_interrupted = threading.Event()
+
+
+@contextlib.contextmanager
+def _interrupts_kept():
+    """While training from the CLI, a Ctrl-C always ends the run.
+
+    Python raises KeyboardInterrupt wherever the main thread happens to be, and some places drop it: a
+    ``__del__`` or weakref callback that the garbage collector runs then ("Exception ignored in"), or
+    ``asyncio.run``, which under Python's own handler turns the first Ctrl-C into a cancellation of its task
+    that code handling ``CancelledError`` may absorb. One lost interrupt let a run train on to its end
+    (the ctrl-c test, once in a fresh-clone rehearsal). This handler records the interrupt before raising it
+    (and, not being Python's default handler, asyncio leaves it in place), and :func:`_interrupt_callback`
+    raises it again at the next step boundary if it was lost.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        _interrupted.set()
+        signal.default_int_handler(signum, frame)
+
+    def unraisable(report):
+        if not isinstance(report.exc_value, KeyboardInterrupt):  # one dropped by a finalizer is raised again
+            unraisable_before(report)
+
+    _interrupted.clear()
+    previous, unraisable_before = signal.signal(signal.SIGINT, handler), sys.unraisablehook
+    sys.unraisablehook = unraisable
+    try:
+        yield
+        if _interrupted.is_set():  # lost during the last step: the run ended, but it was interrupted
+            raise KeyboardInterrupt
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = unraisable_before
+
+
+def _interrupt_callback():
+    from transformers import TrainerCallback
+
+    class InterruptKept(TrainerCallback):
+        """Raises a Ctrl-C the run lost (see :func:`_interrupts_kept`) at the next step boundary."""
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            if _interrupted.is_set():
+                raise KeyboardInterrupt
+
+        on_step_end = on_substep_end = on_step_begin
+
+    return InterruptKept()
 
 
 def _learning_signal_callback():
@@ -433,7 +491,8 @@ def _run(config: dict, args: argparse.Namespace) -> int:
     if checkpoint:
         _check_resumable(checkpoint, trainer.args.max_steps)
     try:
-        result = trainer.train(resume_from_checkpoint=checkpoint)
+        with _interrupts_kept():
+            result = trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_model(output_dir)
         trainer.save_state()  # trainer_state.json (the log history) next to the model
         merged = _save_merged(trainer, Path(output_dir) / "merged") if trainer.accelerator.is_main_process else None

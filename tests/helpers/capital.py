@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import torch
 
 from agentgym.envs.tool.env import ToolEnv
@@ -28,3 +30,17 @@ def capital_mass(trainer, prompt_ids: list[int], capitals: torch.Tensor) -> floa
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([prompt_ids])).logits[0, -1]
     return logits.softmax(-1)[capitals].sum().item()
+
+
+def capital_tokens(tokenizer) -> torch.Tensor:
+    """The ids of the tokens that hold a capital letter (the rewarded first tokens)."""
+    return torch.tensor([i for i in range(len(tokenizer)) if any(c.isupper() for c in tokenizer.decode([i]))])
+
+
+def first_prompt(trainer) -> list[int]:
+    """The token ids of an episode's first prompt, exactly as the trainer's policy sees it."""
+    env = CapitalEnv()
+    try:
+        return asyncio.run(trainer.agent.start(env, "shout-0")).prompt_ids
+    finally:
+        env.close()

@@ -23,51 +23,19 @@ from agentgym.trainers.advantages import (
     pivotal_trainable,
 )
 from agentgym.trainers.allocation import TaskOutcomes, allocate_budget, mixed_outcome_gain, task_sampling_weights
+from tests.helpers.trainers import sao_trainer, tree_grpo_trainer
 
 CAPITAL = "tests.helpers.capital:CapitalEnv"
 
 
 def _tree_trainer(tmp_path, **settings):
-    from agentgym.trainers.tree_grpo import TreeGRPOTrainer
-    from agentgym.trainers.tree_grpo_config import TreeGRPOConfig
-
-    settings = {
-        "tree": False,
-        "num_generations": 2,
-        "per_device_train_batch_size": 2,
-        "max_steps": 2,
-        "env_id": CAPITAL,
-        "max_turn_tokens": 1,
-        **settings,
-    }
-    args = TreeGRPOConfig(
-        output_dir=str(tmp_path),
-        beta=0.0,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        seed=0,
-        rollout_concurrency=8,
-        **settings,
-    )
-    return TreeGRPOTrainer(str(tiny_model_path()), args)
+    settings = {"tree": False, "num_generations": 2, "per_device_train_batch_size": 2, "max_steps": 2, **settings}
+    return tree_grpo_trainer(tmp_path, env_id=CAPITAL, max_turn_tokens=1, rollout_concurrency=8, **settings)
 
 
 def _sao_trainer(tmp_path, **settings):
-    from agentgym.trainers.sao import SAOTrainer
-    from agentgym.trainers.sao_config import SAOConfig
-
-    settings = {
-        "env_id": CAPITAL,
-        "per_device_train_batch_size": 2,
-        "max_turn_tokens": 1,
-        "max_steps": 2,
-        "log_kl_to_start": False,
-        "rollout_concurrency": 2,
-        **settings,
-    }
-    args = SAOConfig(output_dir=str(tmp_path), save_strategy="no", report_to="none", use_cpu=True, **settings)
-    return SAOTrainer(str(tiny_model_path()), args)
+    settings = {"per_device_train_batch_size": 2, "max_steps": 2, "rollout_concurrency": 2, **settings}
+    return sao_trainer(tmp_path, env_id=CAPITAL, max_turn_tokens=1, log_kl_to_start=False, **settings)
 
 
 def _keep_batches(trainer) -> list[dict]:

@@ -141,6 +141,41 @@ def test_learning_signal_of_a_logged_step():
     assert has_learning_signal({"loss": 0.0}) is None
 
 
+def test_a_ctrl_c_that_python_dropped_still_ends_the_run(capsys):
+    import asyncio
+    import signal
+
+    from agentgym.train import _interrupt_callback, _interrupts_kept
+
+    class Collected:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)  # Ctrl-C while the garbage collector runs a finalizer
+
+    async def absorbing():
+        try:
+            await asyncio.sleep(0)
+            signal.raise_signal(signal.SIGINT)  # Ctrl-C during a rollout whose cleanup returns instead of raising
+            await asyncio.sleep(1)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            pass
+
+    step = _interrupt_callback()
+    before = signal.getsignal(signal.SIGINT)
+    for drop in (Collected, lambda: asyncio.run(absorbing())):
+        with pytest.raises(KeyboardInterrupt), _interrupts_kept():
+            step.on_step_begin(None, None, None)  # nothing pending: the step runs
+            drop()  # Python drops the KeyboardInterrupt: the run would go on to its end
+            with pytest.raises(KeyboardInterrupt):
+                step.on_step_end(None, None, None)  # ... but the next step boundary ends it
+            step.on_step_begin(None, None, None)
+    with pytest.raises(KeyboardInterrupt), _interrupts_kept():
+        Collected()  # dropped in the last step: leaving train() says so
+    assert signal.getsignal(signal.SIGINT) is before
+    assert "Exception ignored" not in capsys.readouterr().err  # no traceback for a dropped interrupt
+    with _interrupts_kept():
+        step.on_step_end(None, None, None)  # a new run starts uninterrupted
+
+
 def test_steps_without_learning_signal_warn_once_and_name_the_warm_start(capsys):
     from types import SimpleNamespace
 

@@ -8,23 +8,17 @@ token is a rewarded one (here: holds a capital letter, ~10% of the vocabulary) g
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
-import torch
 
-from agentgym.models import tiny_model_path
-from tests.helpers.capital import CapitalEnv, capital_mass
+from tests.helpers.capital import capital_mass, capital_tokens, first_prompt
+from tests.helpers.trainers import tree_grpo_trainer
 
 
 @pytest.mark.slow
 def test_grpo_steps_raise_the_probability_of_rewarded_replies(tmp_path):
-    from agentgym.trainers.tree_grpo import TreeGRPOTrainer
-    from agentgym.trainers.tree_grpo_config import TreeGRPOConfig
-
     # One-token replies: the reward is then exactly "the first token is a capital one", the quantity measured.
-    args = TreeGRPOConfig(
-        output_dir=str(tmp_path),
+    trainer = tree_grpo_trainer(
+        tmp_path,
         env_id="tests.helpers.capital:CapitalEnv",
         tree=False,
         num_generations=8,
@@ -34,19 +28,9 @@ def test_grpo_steps_raise_the_probability_of_rewarded_replies(tmp_path):
         learning_rate=2e-2,
         lr_scheduler_type="constant",
         loss_type="dapo",
-        beta=0.0,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        seed=0,
         rollout_concurrency=32,
     )
-    trainer = TreeGRPOTrainer(str(tiny_model_path()), args)
-    tokenizer = trainer.processing_class
-    capitals = torch.tensor([i for i in range(len(tokenizer)) if any(c.isupper() for c in tokenizer.decode([i]))])
-    env = CapitalEnv()
-    prompt = asyncio.run(trainer.agent.start(env, "shout-0")).prompt_ids  # exactly what the policy sees
-    env.close()
+    capitals, prompt = capital_tokens(trainer.processing_class), first_prompt(trainer)
     before = capital_mass(trainer, prompt, capitals)
     trainer.train()
     after = capital_mass(trainer, prompt, capitals)

@@ -7,7 +7,6 @@ layers barely move its next-token distribution, so the training tests also train
 
 from __future__ import annotations
 
-import asyncio
 import copy
 
 import pytest
@@ -19,7 +18,8 @@ from transformers import AutoModelForCausalLM
 from agentgym.envs.tool.env import ToolEnv
 from agentgym.models import tiny_model_path
 from agentgym.trainers.lora import LoraSection, adapter_config, lora_section, merged_weights
-from tests.helpers.capital import TASKS, CapitalEnv, capital_mass
+from tests.helpers.capital import TASKS, capital_mass, capital_tokens, first_prompt
+from tests.helpers.trainers import tree_grpo_trainer
 
 ADAPTER = {"r": 8, "alpha": 16, "modules_to_save": ["lm_head"]}
 
@@ -108,25 +108,10 @@ def test_the_peft_section_is_checked_when_the_config_is_made(tmp_path):
         adapter_config({"r": 4}, LoraConfig(r=4))
 
 
-def _capitals(tokenizer) -> torch.Tensor:
-    return torch.tensor([i for i in range(len(tokenizer)) if any(c.isupper() for c in tokenizer.decode([i]))])
-
-
-def _first_prompt(trainer) -> list[int]:
-    env = CapitalEnv()
-    try:
-        return asyncio.run(trainer.agent.start(env, "shout-0")).prompt_ids
-    finally:
-        env.close()
-
-
 @pytest.mark.slow
 def test_tree_grpo_trains_only_the_adapter_and_it_raises_rewarded_replies(tmp_path):
-    from agentgym.trainers.tree_grpo import TreeGRPOTrainer
-    from agentgym.trainers.tree_grpo_config import TreeGRPOConfig
-
-    args = TreeGRPOConfig(
-        output_dir=str(tmp_path),
+    trainer = tree_grpo_trainer(
+        tmp_path,
         env_id="tests.helpers.capital:CapitalEnv",
         tree=False,
         num_generations=8,
@@ -136,15 +121,9 @@ def test_tree_grpo_trains_only_the_adapter_and_it_raises_rewarded_replies(tmp_pa
         learning_rate=5e-2,
         lr_scheduler_type="constant",
         loss_type="dapo",
-        beta=0.0,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        seed=0,
         rollout_concurrency=32,
         peft=ADAPTER,
     )
-    trainer = TreeGRPOTrainer(str(tiny_model_path()), args)
     model = trainer.rollout_model
     base = {
         k: v.clone()
@@ -153,7 +132,7 @@ def test_tree_grpo_trains_only_the_adapter_and_it_raises_rewarded_replies(tmp_pa
     }
     trainable = {k for k, p in model.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in k or "modules_to_save" in k for k in trainable)
-    capitals, prompt = _capitals(trainer.processing_class), _first_prompt(trainer)
+    capitals, prompt = capital_tokens(trainer.processing_class), first_prompt(trainer)
     before = capital_mass(trainer, prompt, capitals)
     trainer.train()
     after = capital_mass(trainer, prompt, capitals)

@@ -13,6 +13,7 @@ from agentgym.models import tiny_model_path
 from agentgym.rollout.runner import EpisodeRequest
 from agentgym.rollout.trajectory import Trajectory
 from agentgym.trainers.partial import PartialGroups, episodes_to_complete, extra_groups
+from tests.helpers.trainers import tree_grpo_trainer
 
 STAIRS = "tests.helpers.stairs:StairsEnv"
 
@@ -53,25 +54,9 @@ def test_partial_groups_hold_finished_members_until_their_group_is_complete():
 
 
 def _trainer(tmp_path, **settings):
-    from agentgym.trainers.tree_grpo import TreeGRPOTrainer
-    from agentgym.trainers.tree_grpo_config import TreeGRPOConfig
-
-    settings = {
-        "tree": False,
-        "num_generations": 2,
-        "per_device_train_batch_size": 2,
-        "max_steps": 2,
-        "env_id": STAIRS,
-        "train_tasks": ["stairs-1", "stairs-4"],
-        "max_turn_tokens": 2,
-        "max_turns": 4,
-        "rollout_concurrency": 2,
-        **settings,
-    }
-    args = TreeGRPOConfig(
-        output_dir=str(tmp_path), beta=0.0, save_strategy="no", report_to="none", use_cpu=True, seed=0, **settings
-    )
-    return TreeGRPOTrainer(str(tiny_model_path()), args)
+    settings = {"tree": False, "num_generations": 2, "per_device_train_batch_size": 2, "max_steps": 2, **settings}
+    settings = {"train_tasks": ["stairs-1", "stairs-4"], "max_turns": 4, "rollout_concurrency": 2, **settings}
+    return tree_grpo_trainer(tmp_path, env_id=STAIRS, max_turn_tokens=2, **settings)
 
 
 def test_tree_grpo_carries_unfinished_episodes_to_the_next_step_and_resumes_them(tmp_path):

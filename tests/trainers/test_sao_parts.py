@@ -10,6 +10,7 @@ from trl.trainer.utils import add_fused_lm_head
 from agentgym.models import tiny_model_path
 from agentgym.trainers.rollouts import policy_copy
 from agentgym.trainers.sao import SeparateValueModel, ValueHead
+from tests.helpers.trainers import sao_trainer
 
 
 def test_value_models_give_a_value_per_position():
@@ -34,21 +35,9 @@ def test_producer_copy_does_not_run_the_learners_weights():
 
 
 def _sao_trainer(tmp_path, **settings):
-    from agentgym.trainers.sao import SAOTrainer
-    from agentgym.trainers.sao_config import SAOConfig
-
     settings = {"max_steps": 1, **settings}
-    args = SAOConfig(
-        output_dir=str(tmp_path),
-        env_id="agentgym.envs.tool.keychain:KeyChainEnv",
-        per_device_train_batch_size=2,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        log_kl_to_start=False,
-        **settings,
-    )
-    return SAOTrainer(str(tiny_model_path()), args)
+    env = "agentgym.envs.tool.keychain:KeyChainEnv"
+    return sao_trainer(tmp_path, env_id=env, per_device_train_batch_size=2, log_kl_to_start=False, **settings)
 
 
 def test_value_model_learns_at_its_own_rate(tmp_path):

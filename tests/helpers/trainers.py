@@ -1,0 +1,28 @@
+"""Small real trainers for tests: tree GRPO and SAO on the tiny model, on CPU, logging and saving nothing."""
+
+from __future__ import annotations
+
+from agentgym.models import tiny_model_path
+
+
+def tree_grpo_trainer(tmp_path, **settings):
+    """A ``TreeGRPOTrainer`` with ``settings`` (the env, the tasks, the sizes) and no KL term, seed 0."""
+    from agentgym.trainers.tree_grpo import TreeGRPOTrainer
+    from agentgym.trainers.tree_grpo_config import TreeGRPOConfig
+
+    args = TreeGRPOConfig(
+        output_dir=str(tmp_path),
+        **{"beta": 0.0, "save_strategy": "no", "report_to": "none", "use_cpu": True, "seed": 0, **settings},
+    )
+    return TreeGRPOTrainer(str(tiny_model_path()), args)
+
+
+def sao_trainer(tmp_path, **settings):
+    """An ``SAOTrainer`` with ``settings`` (the env, the sizes)."""
+    from agentgym.trainers.sao import SAOTrainer
+    from agentgym.trainers.sao_config import SAOConfig
+
+    args = SAOConfig(
+        output_dir=str(tmp_path), **{"save_strategy": "no", "report_to": "none", "use_cpu": True, **settings}
+    )
+    return SAOTrainer(str(tiny_model_path()), args)

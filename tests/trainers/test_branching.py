@@ -29,13 +29,15 @@ CAPITAL = "tests.helpers.capital:CapitalEnv"
 
 
 def _tree_trainer(tmp_path, **settings):
+    settings = {"env_id": CAPITAL, "max_turn_tokens": 1, "rollout_concurrency": 8, **settings}
     settings = {"tree": False, "num_generations": 2, "per_device_train_batch_size": 2, "max_steps": 2, **settings}
-    return tree_grpo_trainer(tmp_path, env_id=CAPITAL, max_turn_tokens=1, rollout_concurrency=8, **settings)
+    return tree_grpo_trainer(tmp_path, **settings)
 
 
 def _sao_trainer(tmp_path, **settings):
+    settings = {"env_id": CAPITAL, "max_turn_tokens": 1, "log_kl_to_start": False, **settings}
     settings = {"per_device_train_batch_size": 2, "max_steps": 2, "rollout_concurrency": 2, **settings}
-    return sao_trainer(tmp_path, env_id=CAPITAL, max_turn_tokens=1, log_kl_to_start=False, **settings)
+    return sao_trainer(tmp_path, **settings)
 
 
 def _keep_batches(trainer) -> list[dict]:

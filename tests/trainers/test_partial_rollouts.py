@@ -56,7 +56,7 @@ def test_partial_groups_hold_finished_members_until_their_group_is_complete():
 def _trainer(tmp_path, **settings):
     settings = {"tree": False, "num_generations": 2, "per_device_train_batch_size": 2, "max_steps": 2, **settings}
     settings = {"train_tasks": ["stairs-1", "stairs-4"], "max_turns": 4, "rollout_concurrency": 2, **settings}
-    return tree_grpo_trainer(tmp_path, env_id=STAIRS, max_turn_tokens=2, **settings)
+    return tree_grpo_trainer(tmp_path, **{"env_id": STAIRS, "max_turn_tokens": 2, **settings})
 
 
 def test_tree_grpo_carries_unfinished_episodes_to_the_next_step_and_resumes_them(tmp_path):

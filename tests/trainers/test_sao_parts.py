@@ -35,9 +35,9 @@ def test_producer_copy_does_not_run_the_learners_weights():
 
 
 def _sao_trainer(tmp_path, **settings):
-    settings = {"max_steps": 1, **settings}
     env = "agentgym.envs.tool.keychain:KeyChainEnv"
-    return sao_trainer(tmp_path, env_id=env, per_device_train_batch_size=2, log_kl_to_start=False, **settings)
+    settings = {"env_id": env, "per_device_train_batch_size": 2, "log_kl_to_start": False, "max_steps": 1, **settings}
+    return sao_trainer(tmp_path, **settings)
 
 
 def test_value_model_learns_at_its_own_rate(tmp_path):

@@ -241,12 +241,14 @@ def _compare(diff: _Diff, root: str, parent: str) -> None:
     directory's stat says nothing of what changed below it, so every directory is walked (there is no
     pruning); a path that is a directory on one side only, or another directory (inode) on each, is deleted
     first and carried whole."""
-    # One iterator of (relative path, whether the parent has a directory there to compare with) per directory.
+    # Per directory being walked: an iterator of (relative path, whether the parent has a directory there to
+    # compare with), and what its names took of the budget, given back once it is walked (the image's names
+    # are read, not kept: the budget bounds the names held at once, and everything the diff keeps).
     pending = [_entries(diff, root, parent, "", True)]
     while pending:
-        arcname, compared = next(pending[-1], (None, False))
+        arcname, compared = next(pending[-1][0], (None, False))
         if arcname is None:
-            pending.pop()
+            diff.budget.left += pending.pop()[1]
             continue
         path = os.path.join(root, arcname)
         info = os.lstat(path)
@@ -274,15 +276,17 @@ def _compare(diff: _Diff, root: str, parent: str) -> None:
 
 def _entries(diff: _Diff, root: str, parent: str, relative: str, compared: bool):
     """The entries of directory ``relative`` of ``root`` as (relative path, whether ``parent`` has it), in name
-    order; the parent's entries that ``root`` lacks become deletions at once (with ``compared``: the parent has
-    this directory)."""
+    order, and what listing them cost; the parent's entries that ``root`` lacks become deletions at once (with
+    ``compared``: the parent has this directory)."""
+    left = diff.budget.left
     names = _names(root, relative, diff.budget)
     if not compared:
-        return ((name, False) for name in names)
+        return ((name, False) for name in names), left - diff.budget.left
     before = set(_names(parent, relative, diff.budget))
+    cost = left - diff.budget.left
     for name in sorted(before.difference(names)):
         diff.delete(name)
-    return ((name, name in before) for name in names)
+    return ((name, name in before) for name in names), cost
 
 
 def _unchanged(info: os.stat_result, before: os.stat_result) -> bool:

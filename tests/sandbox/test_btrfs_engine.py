@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# The fast-fork suite once more through a second engine takes minutes on two loaded cores: `make test-sweeps`.
+pytestmark = pytest.mark.sweep
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "docker-btrfs-engine.sh"
 NAME = "btrfs-test"

@@ -373,12 +373,12 @@ def _subvolumes(data_root: str, diff_ids: list[str]) -> tuple[str, str] | None:
     """The btrfs subvolumes of an image's top layer and of the layer below it, where this process can read
     them (the engine runs on this machine), found as the engine's layer store names them: a layer's chain
     id (its diff id hashed with those below it) names its entry there, whose ``cache-id`` is the subvolume."""
-    chain = []
+    chain: list[str] = []
     for diff_id in diff_ids:
         chain.append(
             diff_id if not chain else "sha256:" + hashlib.sha256(f"{chain[-1]} {diff_id}".encode()).hexdigest()
         )
-    paths = []
+    paths: list[str] = []
     for chain_id in chain[-2:]:
         algorithm, _, digest = chain_id.partition(":")
         if algorithm != "sha256" or not _HEX64.fullmatch(digest):

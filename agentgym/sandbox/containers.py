@@ -55,6 +55,9 @@ class SandboxConfig:
     hostname: str = "sandbox"
     network_mode: str = "none"
     cap_drop: tuple[str, ...] = ("ALL",)
+    # Capabilities given back after the drop (none by default); an env whose agent must act as root
+    # (AgentBench OS) names the few its tasks need.
+    cap_add: tuple[str, ...] = ()
     security_opt: tuple[str, ...] = ("no-new-privileges",)
     pids_limit: int = 256
     mem_limit: str = "1g"
@@ -103,6 +106,7 @@ class SandboxConfig:
         return engine.api().create_host_config(
             network_mode=self.network_mode,
             cap_drop=list(self.cap_drop),
+            cap_add=list(self.cap_add) or None,
             security_opt=list(self.security_opt),
             pids_limit=self.pids_limit,
             mem_limit=self.mem_limit,

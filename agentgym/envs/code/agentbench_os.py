@@ -272,6 +272,8 @@ class OSTask:
                 f"its set-up runs AgentBench's {files[0]}, which inspect-evals' image clones from GitHub "
                 "(unreachable offline; the package does not ship it)"
             )
+        if any(isinstance(step, dict) and "apt install" in step.get("code", "") for step in steps):
+            return "its set-up installs a package with apt, a download (the sandbox has no network)"
         if any(isinstance(step, dict) and "user" in step for step in steps):
             return "the agent acts as a user its set-up creates; a sandbox's user is fixed when its container starts"
         return _LEFT_OUT_HERE.get(self.id)
@@ -365,7 +367,7 @@ class AgentBenchOSEnv(CodeEnv):
     """Answer questions about and make changes to a Linux system as root; graded as AgentBench OS (see the module)."""
 
     kind = "agentgym/AgentBenchOS"
-    branch_attributes = ("_expected", "_tampered", "_random_string")
+    branch_attributes = ("_os_task", "_expected", "_tampered", "_random_string", "_commands")
 
     def __init__(
         self,
@@ -381,6 +383,8 @@ class AgentBenchOSEnv(CodeEnv):
         self._expected: str | None = None  # the example's answer, taken at reset (test split)
         self._tampered: tuple[str, ...] = ()  # changes to the system's programs in this episode's earlier snapshots
         self._random_string = ""
+        self._commands: frozenset[str] = frozenset()  # the base image's commands in /usr/bin and /usr/sbin
+        self._os_task = ""  # the episode's task, for restores (they load the branch state before the episode's)
         self._handlers.update(answer=self._answer, finish=self._finish_tool)
 
     def task_ids(self):
@@ -407,10 +411,14 @@ class AgentBenchOSEnv(CodeEnv):
     def _setup(self, task_id: str) -> str:
         task = load_tasks()[task_id]
         sandbox = self._live_sandbox()
-        self._tampered = ()
+        self._os_task, self._tampered = task_id, ()
         # inspect-evals draws a uuid4 per image build; from the env's RNG, a seeded reset draws the same one.
         self._random_string = str(uuid.UUID(bytes=self.np_random.bytes(16), version=4))
         run_setup(sandbox, task.setup_steps(self._random_string))
+        if task.kind == "check" and not self._commands:
+            # The image's commands, listed before the agent's first command (so by the image's own ls).
+            listing = sandbox.exec(clean_command("ls /usr/bin /usr/sbin"), timeout=30).stdout.splitlines()
+            self._commands = frozenset(name for name in listing if name and not name.endswith(":"))
         self._expected = None
         if task.kind == "compare" and "match" not in task.evaluation:
             self._expected = self._example_answer(task, sandbox)
@@ -443,9 +451,8 @@ class AgentBenchOSEnv(CodeEnv):
     def _load_branch_state(self, state: Any) -> None:
         super()._load_branch_state(state)
         # A snapshot holds files, not processes: the task's start programs start again, as at reset.
-        if self.sandbox is not None and self.task_id is not None:
-            task = load_tasks()[self.task_id]
-            run_setup(self.sandbox, task.runtime_steps())
+        if self.sandbox is not None and self._os_task:
+            run_setup(self.sandbox, load_tasks()[self._os_task].runtime_steps())
 
     def _branch_state(self) -> Any:
         self._tampered = tuple(sorted({*self._tampered, *self._system_changes()}))
@@ -500,6 +507,11 @@ class AgentBenchOSEnv(CodeEnv):
                     False,
                     f"the system's programs were changed ({', '.join(changed[:3])}), so no check can trust them",
                 )
+            shadows = self._home_shadows(script)
+            if shadows:
+                return False, f"{HOME} holds files named as system commands ({', '.join(shadows[:3])}), " + (
+                    "and the check runs with it first in PATH"
+                )
             nonce = secrets.token_hex(16)
             # The status line carries the nonce, which only this runner holds (its stdin); the check's own
             # programs (the agent's, for some tasks) run with no stdin and cannot print it.
@@ -513,6 +525,15 @@ class AgentBenchOSEnv(CodeEnv):
         lines = result.stdout.splitlines()
         passed = result.exit_code == 0 and not result.timed_out and bool(lines) and lines[-1] == f"{nonce}:0"
         return passed, "the task's check of the system"
+
+    def _home_shadows(self, script: str) -> list[str]:
+        """For a check that puts the home directory first in PATH (inspect-evals' calculator check, so that ``~/calc``
+        counts), the files there named as the start image's commands (a ``python3`` that prints "True"). Run after
+        the system's programs were found unchanged, so ``ls`` is the system's."""
+        if 'PATH="$HOME:' not in script:
+            return []
+        names = self._live_sandbox().exec(clean_command("ls -A"), timeout=30).stdout.splitlines()
+        return sorted(set(names) & self._commands)
 
     def _system_changes(self) -> list[str]:
         """The changes the engine sees in this episode's container that touch the programs a check runs on."""

@@ -316,7 +316,7 @@ def _all_tasks() -> dict[str, OSTask]:
 
 
 def load_tasks() -> dict[str, OSTask]:
-    """Every task this env runs, by id (``dev/3``, ``test/17``); :data:`LEFT_OUT` has the others."""
+    """Every task this env runs, by id (``dev/3``, ``test/17``); :func:`left_out_tasks` has the others."""
     return {task_id: task for task_id, task in _all_tasks().items() if task.left_out() is None}
 
 

@@ -110,18 +110,6 @@ def env(docker_ready):
     env.close()
 
 
-def play(env, task_id, steps):
-    """Play ``steps`` from reset to the end of the episode; the reward, the last info and the actions played."""
-    observation, info = env.reset(options={"task_id": task_id})
-    reward, terminated, actions = 0.0, False, []
-    for step in steps:
-        assert not terminated
-        actions.append(resolve_step(step, observation["text"]))
-        observation, reward, terminated, truncated, info = env.step(actions[-1])
-    assert terminated, observation["text"]
-    return reward, info, actions
-
-
 def answer_of(action: str) -> str:
     return json.loads(action.removeprefix("<tool_call>").removesuffix("</tool_call>"))["arguments"]["answer"]
 
@@ -136,24 +124,36 @@ def mutations(gold: str) -> list[tuple[str, bool]]:
 
 
 def check_task(env, scorer, task_id):
-    """Gold scores 1, wrong and mutated answers 0, each as inspect-evals' own scorer says in the same container."""
+    """Gold scores 1, wrong and mutated answers 0, each as inspect-evals' own scorer says in the same container.
+
+    The wrong answers are given from a snapshot of the task's start (restored for each), not a reset each."""
     task = load_tasks()[task_id]
-    reward, info, actions = play(env, task_id, task.reference_solution())
-    assert reward == 1.0, (task_id, info["grade"])
-    sandbox = env.unwrapped.sandbox
-    if task.kind == "check":
-        assert inspect_verdict(scorer, sandbox, task.record, "") is True, task_id
-        reward, info, _ = play(env, task_id, [call("finish")])  # the change not made
-        assert reward == 0.0, (task_id, info["grade"])
-        assert inspect_verdict(scorer, env.unwrapped.sandbox, task.record, "") is False, task_id
-        return
-    gold = answer_of(actions[-1])
-    assert inspect_verdict(scorer, sandbox, task.record, gold) is True, (task_id, gold)
-    for answer, must_fail in mutations(gold):
-        reward, info, _ = play(env, task_id, [call("answer", answer=answer)])
-        theirs = inspect_verdict(scorer, env.unwrapped.sandbox, task.record, answer)
-        assert reward == float(theirs), (task_id, answer, info["grade"])
-        assert not (must_fail and reward), (task_id, answer)
+    observation, _ = env.reset(options={"task_id": task_id})
+    start = env.unwrapped.snapshot()
+    try:
+        actions = []
+        for step in task.reference_solution():
+            actions.append(resolve_step(step, observation["text"]))
+            observation, reward, terminated, _, info = env.step(actions[-1])
+        assert terminated and reward == 1.0, (task_id, actions, observation["text"])
+        sandbox = env.unwrapped.sandbox
+        if task.kind == "check":
+            assert inspect_verdict(scorer, sandbox, task.record, "") is True, task_id
+            env.unwrapped.restore(start)
+            observation, reward, *_ = env.step(call("finish"))  # the change not made
+            assert reward == 0.0, (task_id, observation["text"])
+            assert inspect_verdict(scorer, env.unwrapped.sandbox, task.record, "") is False, task_id
+            return
+        gold = answer_of(actions[-1])
+        assert inspect_verdict(scorer, sandbox, task.record, gold) is True, (task_id, gold)
+        for answer, must_fail in mutations(gold):
+            env.unwrapped.restore(start)
+            observation, reward, *_ = env.step(call("answer", answer=answer))
+            theirs = inspect_verdict(scorer, env.unwrapped.sandbox, task.record, answer)
+            assert reward == float(theirs), (task_id, answer, observation["text"])
+            assert not (must_fail and reward), (task_id, answer)
+    finally:
+        start.release()
 
 
 @pytest.mark.parametrize("task_id", SAMPLE)
@@ -161,20 +161,18 @@ def test_gold_wrong_and_mutated_answers_agree_with_inspect_evals(env, scorer, ta
     check_task(env, scorer, task_id)
 
 
-@pytest.mark.sweep
-def test_sweep(docker_ready, scorer):
-    """Every task: its reference solution scores 1, wrong and mutated answers 0, as inspect-evals' scorer says."""
+@pytest.fixture(scope="module")
+def sweep_env(docker_ready):
     env = gymnasium.make("agentgym/code.agentbench-os-v0")
-    failures = {}
-    try:
-        for task_id in env.unwrapped.task_ids():
-            try:
-                check_task(env, scorer, task_id)
-            except Exception as exc:  # noqa: BLE001 - collect every task's failure, then report them all
-                failures[task_id] = f"{type(exc).__name__}: {exc}"[:300]
-    finally:
-        env.close()
-    assert not failures, json.dumps(failures, indent=1)
+    yield env
+    env.close()
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("task_id", sorted(load_tasks(), key=lambda task_id: (task_id[0], int(task_id.split("/")[1]))))
+def test_sweep(sweep_env, scorer, task_id):
+    """Every task: its reference solution scores 1, wrong and mutated answers 0, as inspect-evals' scorer says."""
+    check_task(sweep_env, scorer, task_id)
 
 
 def test_the_start_program_runs_and_a_fork_starts_it_again(env):

@@ -129,7 +129,9 @@ def create_container(image: str, config: SandboxConfig, kind: str, *, disk_used:
         container_id = client.create_container(
             image,
             ["/bin/bash", "-c", LEASE_SCRIPT, "agentgym-lease", str(config.lease), str(lease_step(config.lease))],
-            user=KEEPALIVE_USER,
+            # The engine gives an exec its capabilities only where the container's own user is root: a config that
+            # gives capabilities back (a root agent's) has a root keep-alive, which that agent can then signal.
+            user="0:0" if config.cap_add else KEEPALIVE_USER,
             working_dir=config.working_dir,
             hostname=config.hostname,
             environment=dict(config.environment) or None,

@@ -55,6 +55,9 @@ class SandboxConfig:
     hostname: str = "sandbox"
     network_mode: str = "none"
     cap_drop: tuple[str, ...] = ("ALL",)
+    # Capabilities given back after the drop (none by default); an env whose agent must act as root
+    # (AgentBench OS) names the few its tasks need.
+    cap_add: tuple[str, ...] = ()
     security_opt: tuple[str, ...] = ("no-new-privileges",)
     pids_limit: int = 256
     mem_limit: str = "1g"
@@ -103,6 +106,7 @@ class SandboxConfig:
         return engine.api().create_host_config(
             network_mode=self.network_mode,
             cap_drop=list(self.cap_drop),
+            cap_add=list(self.cap_add) or None,
             security_opt=list(self.security_opt),
             pids_limit=self.pids_limit,
             mem_limit=self.mem_limit,
@@ -125,7 +129,9 @@ def create_container(image: str, config: SandboxConfig, kind: str, *, disk_used:
         container_id = client.create_container(
             image,
             ["/bin/bash", "-c", LEASE_SCRIPT, "agentgym-lease", str(config.lease), str(lease_step(config.lease))],
-            user=KEEPALIVE_USER,
+            # The engine gives an exec its capabilities only where the container's own user is root: a config that
+            # gives capabilities back (a root agent's) has a root keep-alive, which that agent can then signal.
+            user="0:0" if config.cap_add else KEEPALIVE_USER,
             working_dir=config.working_dir,
             hostname=config.hostname,
             environment=dict(config.environment) or None,

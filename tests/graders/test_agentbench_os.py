@@ -92,6 +92,19 @@ def test_processes_left_running_are_stopped_before_the_check(env):
     assert reward == 1.0, grade
 
 
+def test_a_process_of_another_uid_cannot_change_the_system_after_the_finish(env):
+    # Root without CAP_KILL cannot kill a process of another uid, which a root agent (CAP_SETUID) can start: a
+    # stop of the agent's processes would leave this one, which makes the task's change (the SUID bit off) only
+    # once its root sibling is killed, i.e. after the finish; the check runs on the state at the finish.
+    own = "chown 4242 /home/agent/bin/find && chmod u+s /home/agent/bin/find && sleep 1000 &"
+    flip = (
+        "p=$(pgrep -x -u 0 sleep | head -1); nohup setpriv --reuid=4242 --regid=4242 --clear-groups bash -c "
+        "'while [ -d /proc/'$p' ]; do sleep 0.01; done; chmod u-s /home/agent/bin/find' >/dev/null 2>&1 &"
+    )
+    reward, grade = run(env, SUID, own, "sleep 0.5; " + flip)
+    assert reward == 0.0, grade
+
+
 @pytest.mark.parametrize(
     "calc",
     [
@@ -145,6 +158,8 @@ def test_the_root_agent_stays_confined(env):
         "net": "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 53), timeout=2)' 2>&1 | tail -1",
         "mount": "mount -t tmpfs none /mnt 2>&1; echo rc=$?",
         "keepalive": "kill -9 1 2>&1; kill -9 $(pgrep -u nobody) 2>&1; echo rc=$?",
+        # as nobody (CAP_SETUID), pid 1 (the keep-alive) still takes no signal it does not handle
+        "as nobody": "setpriv --reuid=65534 --regid=65534 --clear-groups kill -9 1; echo done",
         "hostname": "hostname evil 2>&1; echo rc=$?",
         "mknod": "mknod /tmp/sda b 8 0 2>&1; echo rc=$?",
         "pids": "cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max",

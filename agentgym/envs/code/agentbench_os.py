@@ -29,11 +29,14 @@ places where a root agent could forge the result moved out of its reach:
   fresh container from the committed set-up, its start programs running), so that no change the agent
   makes (a shim first in ``PATH``, an edited log) can move the ground truth;
 * a check (``{"file": ...}``, ``{"code": ...}``, ``["<command>"]``): it must inspect the agent's system,
-  so it runs in the agent's container, as root in ``/home/agent``, as there; but through a path the
-  agent cannot bend: every process of the agent is killed first; the check fails when the agent changed
+  so it runs on the agent's files, as root in ``/home/agent``, as there; but through a path the agent
+  cannot bend: in a twin container started from a commit of the agent's, taken while its processes are
+  frozen (the engine's pause), so that none of them runs beside the check (a root agent's processes under
+  another uid would outlive a kill by a root without ``CAP_KILL``); the check fails when the agent changed
   the programs it runs on (anything under ``/usr`` but new commands in ``/usr/local/{bin,sbin}``, the
   top-level ``/bin``, ``/lib*`` links, the loader's and login's configuration in ``/etc``:
-  :func:`tampered`), which the engine's own diff of the container shows; it runs in a clean environment
+  :func:`tampered`), which the engine's own diff of the container shows at the same frozen moment (and,
+  for changes made before a snapshot, the branch state carries); it runs in a clean environment
   (``env -i``: no variable, ``BASH_ENV`` or login file of the agent's; the system directories first in
   ``PATH``; Python without user site-packages or the working directory on its path); the script travels
   as an argument (never a file the agent's programs could edit while bash reads it); and only the
@@ -51,6 +54,7 @@ restore starts the task's start programs again, as a replay's reset does.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import json
@@ -59,7 +63,7 @@ import shlex
 import subprocess
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,11 +73,12 @@ from agentgym.core import Outcome, Verdict, select_tasks
 from agentgym.envs.code.env import BASH, PYTHON, CodeEnv
 from agentgym.extras import MissingDependencyError, install_advice, requires
 from agentgym.sandbox.base import SandboxError
+from agentgym.snapshot import Snapshot
 from agentgym.task import Task, call_text
 
 with requires("code"):
     from agentgym.sandbox import engine
-    from agentgym.sandbox.docker import DockerSandbox, SandboxConfig
+    from agentgym.sandbox.docker import DockerSandbox, DockerSnapshot, SandboxConfig
 
 __all__ = ["AgentBenchOSEnv", "OSTask", "left_out_tasks", "load_tasks", "tampered"]
 
@@ -348,6 +353,17 @@ def run_setup(sandbox: DockerSandbox, steps: Sequence[str]) -> None:
             raise RuntimeError(f"set-up step {step[:80]!r} failed ({result.exit_code}): {result.output[-300:]}")
 
 
+@contextlib.contextmanager
+def _twin(snapshot: DockerSnapshot, task: OSTask, config: SandboxConfig) -> Iterator[DockerSandbox]:
+    """A new sandbox at ``snapshot`` with the task's start programs running (as a fork's), closed after the block."""
+    twin = DockerSandbox.from_snapshot(snapshot, config=config)
+    try:
+        run_setup(twin, task.runtime_steps())
+        yield twin
+    finally:
+        twin.close()
+
+
 def compare(script: str, answer: str, expected: str) -> bool:
     """The benchmark's comparison script on two strings, on the host (inspect-evals: ``python script a b``, exit 0)."""
     path = data_dir() / "scripts" / script
@@ -438,12 +454,8 @@ class AgentBenchOSEnv(CodeEnv):
             return None
         start = sandbox.snapshot()
         try:
-            twin = DockerSandbox.from_snapshot(start, config=sandbox.config)
-            try:
-                run_setup(twin, task.runtime_steps())
+            with _twin(start, task, sandbox.config) as twin:
                 result = twin.exec(clean_command(example), timeout=SETUP_TIMEOUT_S)
-            finally:
-                twin.close()
         finally:
             start.release()
         return result.stdout.strip() if result.exit_code == 0 and not result.timed_out else None
@@ -454,9 +466,15 @@ class AgentBenchOSEnv(CodeEnv):
         if self.sandbox is not None and self._os_task:
             run_setup(self.sandbox, load_tasks()[self._os_task].runtime_steps())
 
-    def _branch_state(self) -> Any:
-        self._tampered = tuple(sorted({*self._tampered, *self._system_changes()}))
-        return super()._branch_state()
+    def snapshot(self) -> Snapshot:
+        """The env's snapshot, its commit and the engine's diff taken while the container is frozen: a fork's own
+        diff starts at the commit, so the changes to the system's programs so far travel in the branch state, and
+        no process of the agent's can make a change between the two that one sees and the other does not."""
+        if self.sandbox is None:
+            return super().snapshot()
+        with self.sandbox.frozen():
+            self._tampered = tuple(sorted({*self._tampered, *self._system_changes()}))
+            return super().snapshot()
 
     def _answer(self, args: dict) -> Outcome:
         return self._finish(str(args["answer"]))
@@ -491,7 +509,6 @@ class AgentBenchOSEnv(CodeEnv):
         return passed, f"{script} on the answer and the expected one"
 
     def _grade_check(self, task: OSTask) -> tuple[bool, str]:
-        sandbox = self._live_sandbox()
         check = task.evaluation["check"]
         if isinstance(check, dict) and "file" in check:
             script = (data_dir() / "scripts" / check["file"]).read_text()
@@ -499,40 +516,49 @@ class AgentBenchOSEnv(CodeEnv):
             script = check["code"]
         else:
             script = check[0]
+        sandbox = self._live_sandbox()
         try:
-            sandbox.stop_processes()  # nothing of the agent's runs while (or after) the system is checked
-            changed = sorted({*self._tampered, *self._system_changes()})
-            if changed:
-                return (
-                    False,
-                    f"the system's programs were changed ({', '.join(changed[:3])}), so no check can trust them",
-                )
-            shadows = self._home_shadows(script)
-            if shadows:
-                return False, f"{HOME} holds files named as system commands ({', '.join(shadows[:3])}), " + (
-                    "and the check runs with it first in PATH"
-                )
-            nonce = secrets.token_hex(16)
-            # The status line carries the nonce, which only this runner holds (its stdin); the check's own
-            # programs (the agent's, for some tasks) run with no stdin and cannot print it.
-            runner = (
-                f"read -r __n; /usr/bin/bash -c {shlex.quote(script)} check </dev/null; "
-                + 'printf \'\\n%s:%s\\n\' "$__n" "$?"'
-            )
-            result = sandbox.exec(clean_command(runner, stdin=True), stdin=nonce + "\n", timeout=CHECK_TIMEOUT_S)
+            # The system as the agent left it, in one frozen moment: the engine's diff, and a commit that a twin
+            # container starts from. The check runs in the twin, where no process of the agent's runs (a root
+            # agent's processes under another uid would survive a kill by root without CAP_KILL).
+            with sandbox.frozen():
+                changed = sorted({*self._tampered, *self._system_changes()})
+                if changed:
+                    return (
+                        False,
+                        f"the system's programs were changed ({', '.join(changed[:3])}), so no check can trust them",
+                    )
+                left = sandbox.snapshot()
+            try:
+                with _twin(left, task, sandbox.config) as twin:
+                    shadows = self._home_shadows(twin, script)
+                    if shadows:
+                        return False, f"{HOME} holds files named as system commands ({', '.join(shadows[:3])}), " + (
+                            "and the check runs with it first in PATH"
+                        )
+                    nonce = secrets.token_hex(16)
+                    # The status line carries the nonce, which only this runner holds (its stdin); the check's own
+                    # programs (the agent's, for some tasks) run with no stdin and cannot print it.
+                    runner = (
+                        f"read -r __n; /usr/bin/bash -c {shlex.quote(script)} check </dev/null; "
+                        + 'printf \'\\n%s:%s\\n\' "$__n" "$?"'
+                    )
+                    result = twin.exec(clean_command(runner, stdin=True), stdin=nonce + "\n", timeout=CHECK_TIMEOUT_S)
+            finally:
+                left.release()
         except SandboxError as exc:  # the agent's root processes filled or broke its sandbox
             return False, f"the sandbox failed during the check ({exc})"[:300]
         lines = result.stdout.splitlines()
         passed = result.exit_code == 0 and not result.timed_out and bool(lines) and lines[-1] == f"{nonce}:0"
         return passed, "the task's check of the system"
 
-    def _home_shadows(self, script: str) -> list[str]:
+    def _home_shadows(self, sandbox: DockerSandbox, script: str) -> list[str]:
         """For a check that puts the home directory first in PATH (inspect-evals' calculator check, so that ``~/calc``
         counts), the files there named as the start image's commands (a ``python3`` that prints "True"). Run after
         the system's programs were found unchanged, so ``ls`` is the system's."""
         if 'PATH="$HOME:' not in script:
             return []
-        names = self._live_sandbox().exec(clean_command("ls -A"), timeout=30).stdout.splitlines()
+        names = sandbox.exec(clean_command("ls -A"), timeout=30).stdout.splitlines()
         return sorted(set(names) & self._commands)
 
     def _system_changes(self) -> list[str]:

@@ -18,6 +18,10 @@ from agentgym.envs.code.agentbench_os import (
     load_tasks,
     tampered,
 )
+from agentgym.eval.harness import evaluate
+from agentgym.eval.oracles import NonsensePolicy, oracle_for
+from agentgym.eval.suites import load_suite
+from agentgym.rollout.agent import AgentConfig
 from agentgym.task import resolve_step
 from tests.helpers.inspect_agentbench import inspect_function, inspect_verdict, load_scorer
 from tests.helpers.tool_calls import call
@@ -219,3 +223,15 @@ def test_fork_at_turn_k_equals_replay(docker_ready):
     finally:
         original.close()
         replayed.close()
+
+
+async def test_the_suite_reports_by_split_and_the_oracle_solves_while_nonsense_does_not(docker_ready, tmp_path):
+    suite = load_suite("agentbench-os")
+    assert {task.category for task in suite.tasks} == {"dev", "test"} and len(suite.tasks) == len(load_tasks()) == 131
+    chosen = suite.filter("dev/0,test/31")  # an exact match, a check of the system
+    oracle = await evaluate(chosen, oracle_for, out_dir=tmp_path / "oracle", agent_config=AgentConfig(), progress=False)
+    assert oracle["metrics"]["success_rate"] == 1.0 and set(oracle["by_category"]) == {"dev", "test"}
+    nonsense = await evaluate(
+        chosen, NonsensePolicy(), out_dir=tmp_path / "nonsense", agent_config=AgentConfig(max_turns=3), progress=False
+    )
+    assert nonsense["metrics"]["success_rate"] == 0.0 and nonsense["metrics"]["env_error_rate"] == 0.0

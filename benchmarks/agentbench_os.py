@@ -6,7 +6,8 @@ Interleaved repeats on the warm pool of one process:
 * **reset**: ``env.reset`` of ``dev/0`` (a match with a start program), ``test/27`` (a comparison: the set-up, a
   commit, a twin that runs the example) and ``test/31`` (a check);
 * **grade**: the step that ends the episode with the reference solution's last action (host comparison for a
-  match or comparison; for a check: stop the agent's processes, the engine's diff, the check in the container);
+  match or comparison; for a check: the engine's diff and a commit with the container frozen, the check in a twin
+  container started from it);
 * **fork vs replay at turn N** (``test/31``): after N shell commands that write files, ``fork()`` + ``close``
   against a fresh env that resets and replays the N commands + ``close``.
 

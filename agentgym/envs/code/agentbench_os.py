@@ -288,10 +288,10 @@ class OSTask:
         example = self.example
         if example is None:
             return [call_text("answer", {"answer": str(self.evaluation["match"])})]
-        run = call_text("bash", {"command": example})
         if self.kind == "check":
-            return [run, call_text("finish")]
-        return [run, _answer_output]
+            return [call_text("bash", {"command": example}), call_text("finish")]
+        # The answer is the example's stdout, as inspect-evals takes it (the tool shows stderr too: tr's warnings).
+        return [call_text("bash", {"command": f"{{ {example}\n}} 2>/dev/null"}), _answer_output]
 
 
 def _answer_output(observation: str) -> str:
@@ -307,7 +307,23 @@ def _write_command(path: str, text: str) -> str:
 
 #: Tasks left out for what they need of inspect-evals' own image (found by the whole-set sweep,
 #: tests/envs/code/test_agentbench_os.py::test_sweep): id -> why.
-_LEFT_OUT_HERE: dict[str, str] = {}
+_IMAGE_FACT = "its expected answer ({}) is a fact of inspect-evals' image (a Python image with AgentBench's clone) or machine; here {}"
+_LEFT_OUT_HERE: dict[str, str] = {
+    "dev/8": _IMAGE_FACT.format("35M used by /home", "/home holds 24K"),
+    "dev/9": _IMAGE_FACT.format("14 empty files in /home", "there are 2"),
+    "dev/10": _IMAGE_FACT.format("15 directories in /", "there are 16"),
+    "dev/11": _IMAGE_FACT.format("126 directories in /home", "there are 3"),
+    "dev/13": _IMAGE_FACT.format("4 CPU cores", "nproc gives the host's count"),
+    "dev/14": _IMAGE_FACT.format("43 groups", "there are 39"),
+    "dev/15": _IMAGE_FACT.format("8 groups above gid 50", "there are 4"),
+    "dev/17": _IMAGE_FACT.format("21 users", "there are 19"),
+    "dev/18": _IMAGE_FACT.format("23 users after the set-up", "there are 21"),
+    "dev/23": _IMAGE_FACT.format("a process limit of 30000", "ulimit -u gives the host's"),
+    "test/37": "it counts the container's processes, which here include the sandbox's own (its keep-alive's sleep, "
+    "started anew every few seconds, and the command server), so no count holds from the start to the answer",
+    "test/112": "it counts the container's processes, which here include the sandbox's own (its keep-alive's sleep, "
+    "started anew every few seconds, and the command server), so no count holds from the start to the answer",
+}
 
 
 @functools.cache
@@ -340,7 +356,8 @@ def clean_command(command: str, *, stdin: bool = False) -> str:
         "exec /usr/bin/env -i "
         + " ".join(shlex.quote(item) for item in CLEAN_ENV)
         + " /usr/bin/bash -c "
-        + shlex.quote(f"cd {HOME} && {command}")
+        # A newline, not &&: a set-up step may be a bare comment (test 92, 111).
+        + shlex.quote(f"cd {HOME} || exit 1\n{command}")
         + ("" if stdin else " </dev/null")
     )
 

@@ -41,6 +41,9 @@ def test_tasks_come_from_the_package_and_the_left_out_are_counted():
     assert github == {"dev/25", *(f"test/{n}" for n in (0, 1, 2, 3, 4, 5, 6, 9, 10, 11))}
     assert "dev/24" in left and "user" in left["dev/24"]
     assert {task_id for task_id, why in left.items() if "apt" in why} == {"test/33", "test/34"}  # install sudo
+    image_facts = {task_id for task_id, why in left.items() if "is a fact of" in why}
+    assert image_facts == {f"dev/{n}" for n in (8, 9, 10, 11, 13, 14, 15, 17, 18, 23)}  # the sweep found them
+    assert {task_id for task_id, why in left.items() if "processes" in why} == {"test/37", "test/112"}
     env = gymnasium.make("agentgym/code.agentbench-os-v0", tasks="test/*")
     try:
         assert {task.category for task in env.unwrapped.tasks()} == {"test"}
@@ -227,7 +230,7 @@ def test_fork_at_turn_k_equals_replay(docker_ready):
 
 async def test_the_suite_reports_by_split_and_the_oracle_solves_while_nonsense_does_not(docker_ready, tmp_path):
     suite = load_suite("agentbench-os")
-    assert {task.category for task in suite.tasks} == {"dev", "test"} and len(suite.tasks) == len(load_tasks()) == 131
+    assert {task.category for task in suite.tasks} == {"dev", "test"} and len(suite.tasks) == len(load_tasks()) == 119
     chosen = suite.filter("dev/0,test/31")  # an exact match, a check of the system
     oracle = await evaluate(chosen, oracle_for, out_dir=tmp_path / "oracle", agent_config=AgentConfig(), progress=False)
     assert oracle["metrics"]["success_rate"] == 1.0 and set(oracle["by_category"]) == {"dev", "test"}

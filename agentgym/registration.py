@@ -96,6 +96,7 @@ NONDETERMINISTIC_ENVS = frozenset({"gui.desktop-apps-v0"})
 BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
     "code.humaneval-v0": ("agentgym.envs.code.humaneval:HumanEvalEnv", {}),
     "code.repofix-v0": ("agentgym.envs.code.repofix:RepoFixEnv", {}),
+    "code.agentbench-os-v0": ("agentgym.envs.code.agentbench_os:AgentBenchOSEnv", {}),
     "gui.desktop-v0": ("agentgym.envs.gui.env:DesktopEnv", {}),
     "gui.desktop-apps-v0": ("agentgym.envs.gui.env:DesktopAppsEnv", {}),
     "tool.keychain-v0": ("agentgym.envs.tool.keychain:KeyChainEnv", {}),

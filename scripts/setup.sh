@@ -77,6 +77,10 @@ if [ ! -f "$stamp" ]; then
   # (what they do import is the tau2 extra). The one home is agentgym/extras.py (TAU2_REQUIREMENTS).
   mapfile -t tau2 < <(.venv/bin/python -c 'from agentgym.extras import TAU2_REQUIREMENTS; print(*TAU2_REQUIREMENTS, sep="\n")')
   .venv/bin/python -m pip install -q --no-deps "${tau2[@]}"
+  # AgentBench OS's tasks and check scripts ship in inspect-evals, whose inspect_ai stack agentgym never imports
+  # (it reads the data files only). The one home is agentgym/extras.py (AGENTBENCH_REQUIREMENTS).
+  mapfile -t agentbench < <(.venv/bin/python -c 'from agentgym.extras import AGENTBENCH_REQUIREMENTS; print(*AGENTBENCH_REQUIREMENTS, sep="\n")')
+  .venv/bin/python -m pip install -q --no-deps "${agentbench[@]}"
   rm -f .venv/.agentgym-installed-*
   touch "$stamp"
 fi

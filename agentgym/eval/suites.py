@@ -4,8 +4,8 @@ A built-in suite is a set of registered envs, and its tasks are theirs: each env
 (:class:`agentgym.Task`) gives the task ids and the categories results are reported under, so
 what a suite runs is defined once, by the env family. The built-in suites:
 
-* ``humaneval`` (``code.humaneval-v0``) and ``repofix`` (``code.repofix-v0``, reported per
-  mutation operator);
+* ``humaneval`` (``code.humaneval-v0``), ``repofix`` (``code.repofix-v0``, reported per
+  mutation operator) and ``agentbench-os`` (``code.agentbench-os-v0``, reported per split: dev/test);
 * ``bfcl-<category>`` for each BFCL multi-turn category (``tool.bfcl-multi-turn-<category>-v0``)
   and ``bfcl`` for all of them;
 * ``web-<app>`` for each self-hosted web app (``web.<app>-v0``, reported per task template) and
@@ -49,6 +49,7 @@ __all__ = ["BUILTIN_SUITES", "Suite", "SuiteTask", "builtin_suite_envs", "load_s
 _SUITE_PATTERNS = (
     ("humaneval", "code.humaneval-v0"),
     ("repofix", "code.repofix-v0"),
+    ("agentbench-os", "code.agentbench-os-v0"),
     ("bfcl-{}", "tool.bfcl-multi-turn-{}-v0"),
     ("bfcl", "tool.bfcl-multi-turn-*-v0"),
     ("web-{}", "web.{}-v0"),

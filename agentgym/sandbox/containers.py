@@ -23,6 +23,7 @@ from agentgym.sandbox.base import SandboxError, SandboxUnavailableError
 __all__ = [
     "KEEPALIVE_USER",
     "LEASE_SCRIPT",
+    "ROOT_KEEPALIVE",
     "SandboxConfig",
     "container_running",
     "create_container",
@@ -34,6 +35,15 @@ __all__ = [
 # root without CAP_KILL may signal it, so nothing inside can stop the container (or renew its lease),
 # and stop_processes' kill(-1) as the sandbox user spares it.
 KEEPALIVE_USER = "65534:65534"
+# A root agent's container (SandboxConfig.root_agent) runs as root, since the engine gives an exec its
+# capabilities only where the container's own user is root (its process spec is the container's, with
+# the exec's user put in), and a root exec without them cannot even write /home/agent. Its main process
+# drops to nobody by these (setpriv needs SETUID and SETGID) and then is the lease watchdog itself, as
+# the container's pid 1: no init, since an init (docker-init) would run as root and could forward the
+# owner's SIGUSR1 to a nobody watchdog only with CAP_KILL, which the agent would then share. A root
+# without CAP_KILL cannot signal a nobody process, and no process in the container can SIGKILL its pid 1.
+# bash reaps the orphans it inherits: its `wait` reaps whichever child ended.
+ROOT_KEEPALIVE = ("/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
 # The container's main process (bash, args: lease seconds, sleep step): it ends, and with it the container,
 # which the engine then removes (auto_remove), once no SIGUSR1 came for the lease. The owner sends one every
 # third of it (agentgym.sandbox.cleanup), so a container outlives a dead or hung owner by one lease at most,
@@ -55,6 +65,10 @@ class SandboxConfig:
     hostname: str = "sandbox"
     network_mode: str = "none"
     cap_drop: tuple[str, ...] = ("ALL",)
+    # Capabilities given back after the drop (none by default): a root agent's (user "0:0"; AgentBench OS),
+    # the few its tasks need. It makes the sandbox a root agent's (see ROOT_KEEPALIVE): SETUID and SETGID
+    # are required (its keep-alive drops to nobody by them) and KILL is refused (it could stop the keep-alive).
+    cap_add: tuple[str, ...] = ()
     security_opt: tuple[str, ...] = ("no-new-privileges",)
     pids_limit: int = 256
     mem_limit: str = "1g"
@@ -86,6 +100,18 @@ class SandboxConfig:
             raise ValueError("disk_limit must be at least 1 MiB (or None)")
         if not isinstance(self.lease, int) or self.lease < 3:
             raise ValueError(f"lease must be a whole number of seconds, at least 3, got {self.lease!r}")
+        if self.cap_add:
+            added = {name.upper().removeprefix("CAP_") for name in self.cap_add}
+            if self.uid_gid[0] != 0 or not {"SETUID", "SETGID"} <= added or added & {"KILL", "ALL"}:
+                raise ValueError(
+                    "cap_add is for a root agent: user '0:0', SETUID and SETGID among them (its keep-alive drops "
+                    f"to nobody by them), and not KILL or ALL; got user {self.user!r}, cap_add {self.cap_add!r}"
+                )
+
+    @property
+    def root_agent(self) -> bool:
+        """Whether commands run as root with capabilities (``cap_add``): the container then runs as root too."""
+        return bool(self.cap_add)
 
     @property
     def uid_gid(self) -> tuple[int, int]:
@@ -103,12 +129,13 @@ class SandboxConfig:
         return engine.api().create_host_config(
             network_mode=self.network_mode,
             cap_drop=list(self.cap_drop),
+            cap_add=list(self.cap_add) or None,
             security_opt=list(self.security_opt),
             pids_limit=self.pids_limit,
             mem_limit=self.mem_limit,
             memswap_limit=self.mem_limit,
             nano_cpus=int(self.cpus * 1e9),
-            init=self.init,
+            init=self.init and not self.root_agent,  # a root agent's keep-alive is pid 1 (ROOT_KEEPALIVE)
             auto_remove=auto_remove,
             **limits,
         )
@@ -122,10 +149,11 @@ def create_container(image: str, config: SandboxConfig, kind: str, *, disk_used:
     client = engine.api()
     try:
         size_quota = None if config.disk_limit is None else disk.size_quota(image, config.disk_limit, disk_used)
+        lease = ["/bin/bash", "-c", LEASE_SCRIPT, "agentgym-lease", str(config.lease), str(lease_step(config.lease))]
         container_id = client.create_container(
             image,
-            ["/bin/bash", "-c", LEASE_SCRIPT, "agentgym-lease", str(config.lease), str(lease_step(config.lease))],
-            user=KEEPALIVE_USER,
+            [*ROOT_KEEPALIVE, *lease] if config.root_agent else lease,
+            user="0:0" if config.root_agent else KEEPALIVE_USER,
             working_dir=config.working_dir,
             hostname=config.hostname,
             environment=dict(config.environment) or None,

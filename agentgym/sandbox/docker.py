@@ -823,6 +823,21 @@ class DockerSandbox:
                 start=self._start_image,
             )
 
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Pause every process in the container (the engine's freezer) for the block, so that what the host reads
+        of it meanwhile (the engine's diff, then a :meth:`snapshot`) is one moment of it, whatever its processes
+        would do between the two. Commands wait until the block ends."""
+        with self._lock:
+            container_id = self._running_id()
+            with engine.engine_errors("pausing the sandbox"):
+                engine.api().pause(container_id)
+            try:
+                yield
+            finally:
+                with engine.engine_errors("resuming the sandbox"):
+                    engine.api().unpause(container_id)
+
     def restore(self, snapshot: SandboxSnapshot) -> None:
         """Replace this sandbox's container by one at ``snapshot``'s state, as :meth:`from_snapshot` makes it
         (the old one goes in the background)."""

@@ -15,7 +15,12 @@ from agentgym.registration import BUILTIN_ENVS
 # tests/envs/web/test_miniwob.py resets every task (check_env x 130 would take minutes).
 MINIWOB_KEPT = {"web.miniwob.click-button-v0", "web.miniwob.enter-text-v0"}
 ENV_IDS = [f"agentgym/{name}" for name in BUILTIN_ENVS if not name.startswith("web.miniwob.") or name in MINIWOB_KEPT]
-NEEDS_DOCKER = {"agentgym/code.humaneval-v0", "agentgym/code.repofix-v0", "agentgym/gui.desktop-v0"}
+NEEDS_DOCKER = {
+    "agentgym/code.humaneval-v0",
+    "agentgym/code.repofix-v0",
+    "agentgym/code.agentbench-os-v0",
+    "agentgym/gui.desktop-v0",
+}
 
 
 @pytest.fixture(params=ENV_IDS)

@@ -1,8 +1,15 @@
-"""Measures the real-app desktop (LibreOffice in the desktop-apps image): reset, step with and without the accessibility tree, and fork vs. replay at turns 5 and 15.
+"""Measures the real-app desktop (LibreOffice in the desktop-apps image): reset, step with and without the accessibility tree, and fork vs. replay at turns 5 and 15; or each app's first-window time.
 
 Prints a Markdown table (docs/results.md's) and a JSON line; every ratio is measured in this one run.
 
     .venv/bin/python benchmarks/gui_apps.py [--repeats 3]
+    .venv/bin/python benchmarks/gui_apps.py --launch [--image TAG] [--tasks ID ...] [--repeats 3]
+
+``--launch`` times, per app, the start of the app on a task's file in a fresh desktop (a warm
+container with X, D-Bus and the window manager up, the task's files laid out): from the launch until
+the task's window has the focus and the screen has settled (what a reset waits for), with a limit of
+``--limit`` seconds instead of a reset's 60, so that an image whose app starts slower still gets a
+number. ``--image`` measures another build of the image (an older recipe, say).
 
 The task is a Calc one (``calc-product-1``); its prefix cycles through keyboard steps that move the
 cell cursor and type into cells (they need not solve it). LibreOffice keeps an unsaved edit only in
@@ -22,8 +29,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from timing import summary, timed  # noqa: E402
 
 from agentgym.envs.gui import DesktopAppsEnv  # noqa: E402
+from agentgym.envs.gui.generators import generate  # noqa: E402
+from agentgym.envs.gui.osworld import load_task  # noqa: E402
+from agentgym.envs.gui.tasks import HOME  # noqa: E402
+from agentgym.sandbox.desktop import DesktopSandbox, tar_tree  # noqa: E402
 
 TASK = "calc-product-1"
+#: One task per app for --launch.
+LAUNCH_TASKS = ("calc-sum-0", "writer-append-0", "impress-title-0", "text-append-0", "gimp-mirror-0")
 CYCLE = ['key("ctrl+Home Right Right Right")', 'type("Cost\\n")', 'key("Down")', 'type("=B3*C3\\n")', 'key("Up Up")']
 
 
@@ -38,10 +51,39 @@ def play(env, steps: list[str]) -> None:
             raise RuntimeError(f"{step}: {info['error']}")
 
 
+def launch_times(image: str | None, task_ids: list[str], repeats: int, limit: float) -> None:
+    """Per task's app, the launch on the task's file in a fresh desktop until its window is focused and settled."""
+    rows, numbers = [], {}
+    for task_id in task_ids:
+        app, kind, seed = task_id.split("-")  # any generated task, catalogued or not (GIMP's are not yet)
+        task, samples = load_task(*generate(app, kind, int(seed))), []
+        for _ in range(repeats):
+            with DesktopSandbox.create(image, a11y_tree=True) as desktop:
+                desktop.sandbox.put_tree(HOME, tar_tree(dict(task.files), desktop.sandbox.config))
+                argv, title = list(task.app.argv), task.app.ready_title
+                samples.append(timed(lambda: desktop.launch(task.app.name, argv, ready_title=title, timeout=limit))[0])
+        numbers[task.app.name] = summary(samples)
+        rows.append((f"{task.app.name} ({task_id})", samples))
+    print("| app: first window, focused and settled | p50 ms | p95 ms |\n|---|---:|---:|")
+    for name, values in rows:
+        stats = summary(values)
+        print(f"| {name} | {stats['p50']:.0f} | {stats['p95']:.0f} |")
+    print(json.dumps(numbers))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--launch", action="store_true", help="time each app's first window instead")
+    parser.add_argument("--image", help="the desktop-apps image to measure (default: the current recipe's)")
+    parser.add_argument("--limit", type=float, default=300.0, help="seconds a --launch may take")
+    parser.add_argument(
+        "--tasks", nargs="+", default=list(LAUNCH_TASKS), help="--launch: the tasks whose apps to start"
+    )
     args = parser.parse_args()
+    if args.launch:
+        launch_times(args.image, args.tasks, args.repeats, args.limit)
+        return
     rows, numbers = [], {}
     with DesktopAppsEnv() as env:
         resets, steps = [], []

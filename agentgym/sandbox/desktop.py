@@ -137,8 +137,20 @@ xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
 </oor:items>
 """
 _LO_PROFILE = "/home/agent/.config/libreoffice/4/user"
+#: The agent's GIMP settings (gimprc), added to the profile GIMP made: no update check. (Debian's GIMP
+#: starts in single-window mode, the toolbox, the docks and the image in one window that the window
+#: manager maximizes: /etc/gimp/2.0/sessionrc.)
+GIMP_SETTINGS = """(check-updates no)
+"""
+_GIMP_PROFILE = "/home/agent/.config/GIMP/2.10"
+# GTK 3 reads its settings from settings.ini, GTK 2 from ~/.gtkrc-2.0, and GIMP (GTK 2) from its profile's gtkrc.
+_GTK_SETTINGS = "gtk-cursor-blink = 0\\ngtk-enable-animations = 0\\n"
 # apt runs in the chroot with /proc mounted (postinst scripts read it); the LibreOffice profile is made
 # once, headless, as the agent, so that no app start pays for it (several seconds) or shows first-run UI.
+# So is GIMP's, without a display (-i), before its settings are added (GIMP makes a profile only where
+# there is none): its first start queries every plug-in (writing pluginrc) and caches the fonts, over a
+# minute on a loaded machine; later starts read what that left (plug-ins are matched by their files' mtimes,
+# which the image keeps).
 # GTK's text cursor does not blink (a blinking cursor never lets the screen settle, and a fork's
 # screenshot would differ from a replay's by the blink phase); nor does GTK animate.
 APPS_SETUP = f"""\
@@ -153,6 +165,12 @@ mkdir -p /home/agent/.config/gtk-3.0
 printf '[Settings]\\ngtk-cursor-blink = false\\ngtk-enable-animations = false\\n' > /home/agent/.config/gtk-3.0/settings.ini
 chown -R 1000:1000 /home/agent/.config
 su agent -s /bin/sh -c 'HOME=/home/agent timeout 120 soffice --headless --norestore --terminate_after_init'
+su agent -s /bin/sh -c 'HOME=/home/agent timeout 600 gimp -i -b "(gimp-quit 0)"'
+test -s {_GIMP_PROFILE}/pluginrc
+cat >> {_GIMP_PROFILE}/gimprc <<'RC'
+{GIMP_SETTINGS}RC
+printf '{_GTK_SETTINGS}' | tee /home/agent/.gtkrc-2.0 >> {_GIMP_PROFILE}/gtkrc
+chown -R 1000:1000 /home/agent/.config /home/agent/.gtkrc-2.0
 rm -rf /tmp/* /tmp/.[!.]* && mkdir -p -m 1777 /tmp/.X11-unix
 """
 APPS_CHANGES = DESKTOP_CHANGES + ("ENV SAL_USE_VCLPLUGIN=gtk3",)

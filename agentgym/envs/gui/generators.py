@@ -498,9 +498,11 @@ def generate(app: str, kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
     )
 
 
-#: The families in the catalogue. GIMP's are not yet: in the desktop-apps image GIMP's first start (its
-#: plug-in query, in a fresh profile) did not map a window within the 60 s launch limit, so their reference
-#: solutions are unverified through the GUI; the image must make GIMP's profile at build time first.
+#: The families in the catalogue. GIMP's are not yet: GIMP now starts (in about 2 s, on the image's profile),
+#: but the reference solutions are unverified through the GUI. In the one run so far (gimp-mirror-0) the
+#: command search's first hit for "Flip Horizontally" was View > Flip Horizontally (the view, not the
+#: image: "Flip image horizontally" is the second), so the unedited image was exported; and the screenshot
+#: after the PNG options' Export failed once with an X BadWindow error from ``xwd -root`` (a dialog closing).
 FAMILIES = (
     ("calc", CALC_KINDS),
     ("writer", WRITER_KINDS),

@@ -70,9 +70,10 @@ def app_for(path: str) -> App:
         argv = ("soffice", "--norestore", "--nologo", path)
         return App(_OFFICE[extension], argv, restores_state=False, ready_title=f"{name} - LibreOffice")
     if extension in _IMAGES:
-        # GIMP maps its docks before the image's window, whose title starts "[stem] (imported)": keys go there.
-        argv = ("gimp", "--no-splash", "--no-data-warnings", path)
-        return App("gimp", argv, restores_state=False, ready_title=f"[{name.rpartition('.')[0]}]")
+        # GIMP's single window is titled "[stem] (imported)-..." once the image is in it: keys go there.
+        return App(
+            "gimp", ("gimp", "--no-splash", path), restores_state=False, ready_title=f"[{name.rpartition('.')[0]}]"
+        )
     return App("mousepad", ("mousepad", path), restores_state=False, ready_title=name)
 
 

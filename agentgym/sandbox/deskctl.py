@@ -57,7 +57,12 @@ TREE_SCRIPT: list[str] = []
 
 def run(argv, check=True, timeout=10):
     done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
-    if check and done.returncode != 0:
+    return run_result(argv, done) if check else done
+
+
+def run_result(argv, done):
+    """``done`` if its command succeeded, else a RuntimeError with its error output."""
+    if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[:3])}: {done.stderr.decode(errors='replace').strip() or done.returncode}")
     return done
 
@@ -295,8 +300,19 @@ def screen_size():
     return int(width), int(height)
 
 
+# xwd asks the X server about the windows on the root as it captures; a window that closes meanwhile (a dialog
+# going away after its button was pressed) fails the capture with X's BadWindow, seen once after GIMP's export.
+# The next capture no longer meets that window.
+SCREENSHOT_TRIES = 3
+
+
 def screenshot():
-    return run(["xwd", "-root", "-silent", "-display", DISPLAY]).stdout
+    argv = ["xwd", "-root", "-silent", "-display", DISPLAY]
+    for attempt in range(1, SCREENSHOT_TRIES + 1):
+        done = run(argv, check=False)
+        if done.returncode == 0 or b"BadWindow" not in done.stderr or attempt == SCREENSHOT_TRIES:
+            break
+    return run_result(argv, done).stdout
 
 
 def settle():

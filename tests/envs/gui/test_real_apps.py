@@ -1,6 +1,7 @@
 """The real apps (LibreOffice Calc, Writer and Impress, mousepad) in the desktop-apps image: reference solutions through the GUI,
 the accessibility tree, a policy that changes nothing, and fork == replay. The full sweep is marked sweep (`make test-sweeps`)."""
 
+import os
 import time
 
 import numpy as np
@@ -126,3 +127,27 @@ def test_the_walk_is_bounded_in_time_and_size(monkeypatch):
     assert len(deskctl.accessibility_tree(1024, 768)) <= deskctl.TREE_CHARS + 4096
     monkeypatch.setattr(deskctl, "TREE_SCRIPT", ["raise SystemExit('no bus')"])
     assert deskctl.accessibility_tree(1024, 768).startswith("(the accessibility tree could not be read: no bus")
+
+
+def test_a_capture_that_meets_a_closing_window_is_taken_again(tmp_path, monkeypatch):
+    """xwd fails with X's BadWindow when a window closes as it captures (a dialog after its button): taken again;
+    any other failure, or BadWindow every time, is still an error. (A stand-in xwd: the race cannot be staged.)"""
+    failures = tmp_path / "failures"
+    fake = tmp_path / "xwd"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'n=$(cat {failures}); [ "$n" -gt 0 ] || {{ printf pixels; exit 0; }}\n'
+        f'echo $((n - 1)) > {failures}; echo "X Error of failed request: $XWD_ERROR" >&2; exit 1\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("XWD_ERROR", "BadWindow (invalid Window parameter)")
+    failures.write_text(str(deskctl.SCREENSHOT_TRIES - 1))
+    assert deskctl.screenshot() == b"pixels"
+    failures.write_text(str(deskctl.SCREENSHOT_TRIES))
+    with pytest.raises(RuntimeError, match="BadWindow"):
+        deskctl.screenshot()
+    monkeypatch.setenv("XWD_ERROR", "BadDrawable")
+    failures.write_text("1")
+    with pytest.raises(RuntimeError, match="BadDrawable"):
+        deskctl.screenshot()

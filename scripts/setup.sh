@@ -44,8 +44,9 @@ if ! docker info >/dev/null 2>&1; then
     need_root "starting the Docker engine" "nohup dockerd >/var/log/dockerd.log 2>&1 &"
   fi
   # AGENTGYM_DOCKER_QUOTA=btrfs: its data root on btrfs with quotas, so that each sandbox's disk limit is a hard
-  # quota of the engine. Opt-in: forks then start from committed images, as overlay2's fast forks need
-  # overlay2 (see docs/sandboxes.md); without it the limit is agentgym's meter.
+  # quota of the engine. Opt-in: forks still land in warm containers, but Docker's btrfs driver compares whole
+  # trees at each commit, so snapshots cost ~8x and forks ~7x overlay2's (docs/results.md); without it the limit
+  # is agentgym's meter (docs/sandboxes.md).
   data_root=()
   if [ "${AGENTGYM_DOCKER_QUOTA:-}" = btrfs ]; then
     root=${AGENTGYM_DOCKER_ROOT:-/var/lib/agentgym-docker}

@@ -524,8 +524,8 @@ FAMILIES = (
 def generated_tasks(seeds: tuple[int, ...] = SEEDS) -> list[tuple[dict, dict[str, bytes]]]:
     """Every catalogued generator at every seed (15 Calc, 12 Writer on docx and 9 on odt, 12 Impress and 12 text
     tasks with the default three seeds), and an infeasible task per family at the first seed (5), then the OS and
-    multi-app tasks of :mod:`agentgym.envs.gui.generators_os` (24 OS, 12 multi-app, 1 infeasible): 6 of 102
-    infeasible, 5.9% (OSWorld's share is about 8%)."""
+    multi-app tasks of :mod:`agentgym.envs.gui.generators_os` (24 OS, 12 multi-app and 2 infeasible): 7 of 103
+    infeasible, 6.8% (OSWorld's share is about 8%)."""
     from agentgym.envs.gui import generators_os
 
     return [

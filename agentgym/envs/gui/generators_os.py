@@ -14,6 +14,7 @@ them; graded by the target file's metric): ``sheet-doc`` (a sheet's column total
 a Writer document), ``text-sheet`` (a text file's lines into a Calc column), ``sheet-slide`` (a
 sheet's rows as bullet points on a slide), ``doc-text`` (a document's heading into a text file).
 Reference solutions look at the source app (``alt+Tab`` there and back) and type what they read.
+The infeasible one asks to print both files: the desktop has no printer.
 """
 
 from __future__ import annotations
@@ -44,11 +45,16 @@ __all__ = ["FAMILIES", "INFEASIBLE", "MULTI_KINDS", "OS_KINDS", "generate", "gen
 OS_KINDS = ("organize", "rename", "cleanup", "chmod", "zip", "targz", "count", "find")
 MULTI_KINDS = ("sheet-doc", "text-sheet", "sheet-slide", "doc-text")
 FAMILIES = (("os", OS_KINDS), ("multi", MULTI_KINDS))
-#: The OS family's infeasible request (the feasible kind whose files it starts from, the request).
-INFEASIBLE = {"os": ("organize", "Install the Debian package 'htop' system-wide, so that every user can run it.")}
+#: Per family, a request the desktop cannot carry out (the feasible kind whose files it starts from, the request):
+#: the agent has no root password and no network, and the desktop has no printer.
+INFEASIBLE = {
+    "os": ("organize", "Install the Debian package 'htop' system-wide, so that every user can run it."),
+    "multi": ("sheet-doc", "Print summary.docx and sales.xlsx on the office printer, two copies of each."),
+}
 #: A terminal in the agent's home, maximized by the window manager, in a font a screenshot shows legibly.
 TERMINAL = ["xterm", "-fa", "DejaVu Sans Mono", "-fs", "11"]
 _SOURCE = "agentgym.envs.gui.generators_os"
+_BOTH_OPEN = "Both files are open; alt+Tab switches between their windows."
 _WORDS = ("alpha", "budget", "cedar", "delta", "ember", "fjord", "garnet", "harbor", "indigo", "juniper", "kestrel")
 
 
@@ -254,11 +260,12 @@ def _targz(folder: str, contents: dict[str, bytes]) -> bytes:
 
 def _infeasible(family: str, seed: int) -> tuple[dict, dict[str, bytes]]:
     kind, request = INFEASIBLE[family]
-    feasible, files = _os(kind, seed)
+    feasible, files = generate(family, kind, seed)
+    where = feasible["instruction"].rpartition(". ")[2] if family == "os" else _BOTH_OPEN
     spec = {
         **feasible,
         "id": f"{family}-infeasible-{seed}",
-        "instruction": f"{request} A terminal is open in your home folder, {HOME}.",
+        "instruction": f"{request} {where}",
         "evaluator": {"func": "infeasible"},
         "solution": ["fail()"],
     }
@@ -417,8 +424,8 @@ def generate(family: str, kind: str, seed: int) -> tuple[dict, dict[str, bytes]]
 
 
 def generated_tasks(seeds: tuple[int, ...] = SEEDS) -> list[tuple[dict, dict[str, bytes]]]:
-    """Every OS and multi-app kind at every seed (24 OS and 12 multi-app tasks with three seeds), and the
-    infeasible OS task at the first seed."""
+    """Every OS and multi-app kind at every seed (24 OS and 12 multi-app tasks with three seeds), and each
+    family's infeasible task at the first seed."""
     return [
         *(generate(family, kind, seed) for family, kinds in FAMILIES for kind in kinds for seed in seeds),
         *(_infeasible(family, seeds[0]) for family in INFEASIBLE),

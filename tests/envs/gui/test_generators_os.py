@@ -21,7 +21,7 @@ from agentgym.envs.gui.osworld import load_task
 from agentgym.envs.gui.tasks import HOME
 
 OS_TASKS = [task_id for task_id in apps_catalog() if task_id.startswith("os-")]
-MULTI_TASKS = [task_id for task_id in apps_catalog() if task_id.startswith("multi-")]
+MULTI_TASKS = [task_id for task_id in apps_catalog() if task_id.startswith("multi-") and "infeasible" not in task_id]
 
 
 class LocalHome:
@@ -82,11 +82,13 @@ def test_the_reference_commands_solve_each_os_task_and_the_start_does_not(task_i
     assert task.check(home) is None
 
 
-def test_the_catalogue_counts_and_the_infeasible_os_task():
+def test_the_catalogue_counts_and_the_infeasible_tasks():
     assert len(OS_TASKS) == 8 * 3 + 1 and len(MULTI_TASKS) == 4 * 3
-    task = apps_catalog()["os-infeasible-0"]
-    assert not task.feasible and task.solution == ("fail()",) and task.app.name == "xterm"
-    assert not any(path.startswith("gold-") for path in task.files)
+    for task_id, apps in (("os-infeasible-0", ["xterm"]), ("multi-infeasible-0", ["calc", "writer"])):
+        task = apps_catalog()[task_id]
+        assert not task.feasible and task.solution == ("fail()",)
+        assert [app.name for app in (*task.other_apps, task.app)] == apps
+        assert not any("gold" in path for path in task.files)
 
 
 # ---------------------------------------------------------------------------- check_file_tree's hack suite

@@ -96,7 +96,8 @@ _XWD_EXTRA_BYTES = 64 << 10
 APPS_REPOSITORY = "agentgym/desktop-apps"
 #: The real apps, installed by apt in the chroot (debootstrap's own resolver does not follow the
 #: alternatives and virtual packages these pull in). ``libreoffice-gtk3`` is where LibreOffice's
-#: AT-SPI bridge lives; ``python3-pyatspi`` walks the accessibility tree from inside the desktop.
+#: AT-SPI bridge lives; ``python3-pyatspi`` walks the accessibility tree from inside the desktop; ``xterm``
+#: (with ``zip``/``unzip``) is the terminal of the OS tasks (:mod:`agentgym.envs.gui.generators_os`).
 APPS_PACKAGES = (
     "libreoffice-calc",
     "libreoffice-writer",
@@ -224,7 +225,7 @@ OPENBOX_CONFIG = """<?xml version="1.0" encoding="UTF-8"?>
   <focus><focusNew>yes</focusNew><followMouse>no</followMouse></focus>
   <desktops><number>1</number></desktops>
   <margins><top>0</top><bottom>0</bottom><left>0</left><right>0</right></margins>
-  <keyboard><keybind key="A-Tab"><action name="NextWindow"><dialog>no</dialog><bar>no</bar><raise>yes</raise>
+  <keyboard><keybind key="A-Tab"><action name="NextWindow"><dialog>none</dialog><bar>no</bar><raise>yes</raise>
     <finalactions><action name="Focus"/><action name="Raise"/></finalactions></action></keybind></keyboard>
   <mouse><context name="Client">
     <mousebind button="Left" action="Press"><action name="Focus"/><action name="Raise"/></mousebind>

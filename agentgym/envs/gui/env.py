@@ -235,9 +235,16 @@ class DesktopEnv(AgentEnv):
         return self._task_ids
 
     def tasks(self) -> list[Task]:
-        """The selected desktop tasks, reported per app, each with its scripted reference solution."""
+        """The selected desktop tasks, reported per app (``multi_apps``, as OSWorld's, for a task on several),
+        each with its scripted reference solution."""
         return [
-            Task(task.id, task.instruction, task.app.name, {"feasible": task.feasible}, task.solution)
+            Task(
+                task.id,
+                task.instruction,
+                "multi_apps" if task.other_apps else task.app.name,
+                {"feasible": task.feasible},
+                task.solution,
+            )
             for task in map(self.catalog().__getitem__, self._task_ids)
         ]
 

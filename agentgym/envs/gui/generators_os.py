@@ -371,7 +371,7 @@ def _multi(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
     if kind == "sheet-slide":
         first, *rest = rng.sample(_BULLETS, rng.randint(3, 4))
         title = rng.choice(_TITLES)
-        before = [(title, ["Prepared by the team"]), ("Plan", [first])]
+        slides = [(title, ["Prepared by the team"]), ("Plan", [first])]
         instruction = (
             "The workbook plan.xlsx lists the plan's steps under 'Step'. On slide 2 of plan.pptx ('Plan'), add each "
             f"step after '{first}' as a bullet point of its own, in the sheet's order."
@@ -388,8 +388,8 @@ def _multi(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
             "compare_pptx_files",
             {
                 "plan.xlsx": _workbook([["Step"], *([line] for line in rest)]),
-                "plan.pptx": _deck(before),
-                "gold-plan.pptx": _deck([before[0], ("Plan", [first, *rest])]),
+                "plan.pptx": _deck(slides),
+                "gold-plan.pptx": _deck([slides[0], ("Plan", [first, *rest])]),
             },
             steps,
         )

@@ -411,17 +411,17 @@ def _archive_members(data: bytes) -> dict[str, bytes]:
     # The stream's own bound also counts what lies between members (headers, padding, what the tar skips).
     stream = _Bounded(gzip.GzipFile(fileobj=io.BytesIO(data)), MAX_UNPACKED_BYTES + (MAX_MEMBERS + 1) * 1024)
     with tarfile.open(fileobj=io.BufferedReader(stream), mode="r|") as tar:
-        for count, info in enumerate(tar, 1):
+        for count, entry in enumerate(tar, 1):
             if count > MAX_MEMBERS:
                 raise ValueError(f"it has more than {MAX_MEMBERS} members")
-            name = _member_name(info.name)
-            if info.isdir():
+            name = _member_name(entry.name)
+            if entry.isdir():
                 continue
-            if not info.isfile():
-                raise ValueError(f"the member {info.name!r} is not a file or a folder")
+            if not entry.isfile():
+                raise ValueError(f"the member {entry.name!r} is not a file or a folder")
             if name in files:
                 raise ValueError(f"the member {name!r} appears twice")
-            member = tar.extractfile(info)
+            member = tar.extractfile(entry)
             files[name] = member.read(budget + 1) if member else b""
             budget -= len(files[name])
             if budget < 0:

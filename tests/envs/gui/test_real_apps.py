@@ -87,8 +87,11 @@ def test_doing_nothing_scores_zero(apps_env):
     assert terminated and reward == 0.0 and info["grade"]["problem"]
 
 
-# Calc with an unsaved edit; and two apps (Writer behind mousepad), forked after alt+Tab there and back.
-@pytest.mark.parametrize("task_id, prefix", [("calc-product-1", 2), ("multi-doc-text-0", 3)])
+# Calc with an unsaved edit; and two apps (Writer behind mousepad), forked after alt+Tab there and back (46 s, two
+# desktops with both apps and a fork replaying them: in the sweep, `make test-sweeps`).
+@pytest.mark.parametrize(
+    "task_id, prefix", [("calc-product-1", 2), pytest.param("multi-doc-text-0", 3, marks=pytest.mark.sweep)]
+)
 def test_fork_equals_replay(desktop_apps_image, task_id, prefix):
     """A fork mid-episode, an unsaved edit or a window switch behind it: its next screens equal a replay's, and both solve."""
     task = apps_catalog()[task_id]

@@ -96,7 +96,8 @@ _XWD_EXTRA_BYTES = 64 << 10
 APPS_REPOSITORY = "agentgym/desktop-apps"
 #: The real apps, installed by apt in the chroot (debootstrap's own resolver does not follow the
 #: alternatives and virtual packages these pull in). ``libreoffice-gtk3`` is where LibreOffice's
-#: AT-SPI bridge lives; ``python3-pyatspi`` walks the accessibility tree from inside the desktop.
+#: AT-SPI bridge lives; ``python3-pyatspi`` walks the accessibility tree from inside the desktop; ``xterm``
+#: (with ``zip``/``unzip``) is the terminal of the OS tasks (:mod:`agentgym.envs.gui.generators_os`).
 APPS_PACKAGES = (
     "libreoffice-calc",
     "libreoffice-writer",
@@ -105,6 +106,9 @@ APPS_PACKAGES = (
     "gimp",
     "mousepad",
     "pcmanfm",
+    "xterm",
+    "zip",
+    "unzip",
     "fonts-liberation2",
     "fonts-dejavu",
     "dbus",
@@ -212,14 +216,17 @@ def require_desktop_image(apps: bool = False) -> str:
 
 # The window manager's configuration: every window undecorated at the top-left corner and focused
 # when it maps, so app layouts (and reference solutions' coordinates) do not depend on placement;
-# no keyboard shortcuts, so every key reaches the apps; a click focuses and raises a window. The real apps
-# (desktop-apps image) fill the screen, as on OSWorld's desktop.
+# one keyboard shortcut, alt+Tab (the next window, focused and raised, without the switcher's pop-up, which a
+# screenshot could catch half drawn), so every other key reaches the apps; a click focuses and raises a window.
+# The real apps (desktop-apps image) fill the screen, as on OSWorld's desktop: with several open, alt+Tab is the
+# way from one to another.
 OPENBOX_CONFIG = """<?xml version="1.0" encoding="UTF-8"?>
 <openbox_config xmlns="http://openbox.org/3.4/rc">
   <focus><focusNew>yes</focusNew><followMouse>no</followMouse></focus>
   <desktops><number>1</number></desktops>
   <margins><top>0</top><bottom>0</bottom><left>0</left><right>0</right></margins>
-  <keyboard></keyboard>
+  <keyboard><keybind key="A-Tab"><action name="NextWindow"><dialog>none</dialog><bar>no</bar><raise>yes</raise>
+    <finalactions><action name="Focus"/><action name="Raise"/></finalactions></action></keybind></keyboard>
   <mouse><context name="Client">
     <mousebind button="Left" action="Press"><action name="Focus"/><action name="Raise"/></mousebind>
     <mousebind button="Right" action="Press"><action name="Focus"/><action name="Raise"/></mousebind>
@@ -229,6 +236,7 @@ OPENBOX_CONFIG = """<?xml version="1.0" encoding="UTF-8"?>
     <application class="libreoffice*"><maximized>yes</maximized></application>
     <application class="Gimp*"><maximized>yes</maximized></application>
     <application class="Mousepad"><maximized>yes</maximized></application>
+    <application class="XTerm"><maximized>yes</maximized></application>
   </applications>
 </openbox_config>
 """

@@ -83,6 +83,50 @@ for folder, dirs, files in os.walk(root):
             out[os.path.relpath(os.path.join(folder, name), root)] = handle.read()
 print(json.dumps(out))
 """
+# A folder's listing for the ``vm_tree`` getter: lstat only (a symlink is reported, never followed), each
+# regular file hashed through an O_NOFOLLOW descriptor checked to be the file that was listed; at most
+# LISTING_ENTRIES entries and LISTING_BYTES bytes hashed, or it exits non-zero. "null" when root is no folder.
+LISTING_ENTRIES = 5000
+LISTING_BYTES = 256 << 20
+_LISTING_SCRIPT = """import hashlib, json, os, stat, sys
+root, entries, budget = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+try:
+    top = os.lstat(root)
+except FileNotFoundError:
+    top = None
+if top is None or not stat.S_ISDIR(top.st_mode):
+    print("null"); sys.exit()
+out, stack = {}, [""]
+while stack:
+    folder = stack.pop()
+    with os.scandir(os.path.join(root, folder)) as listing:
+        names = sorted(entry.name for entry in listing)
+    for name in names:
+        path = os.path.join(folder, name)
+        info = os.lstat(os.path.join(root, path))
+        kinds = ((stat.S_ISDIR, "dir"), (stat.S_ISREG, "file"), (stat.S_ISLNK, "symlink"))
+        kind = next((label for test, label in kinds if test(info.st_mode)), "other")
+        record = {"type": kind, "mode": stat.S_IMODE(info.st_mode), "size": info.st_size}
+        if kind == "dir":
+            stack.append(path)
+        elif kind == "file":
+            fd = os.open(os.path.join(root, path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as handle:
+                again = os.fstat(handle.fileno())
+                if (again.st_dev, again.st_ino) != (info.st_dev, info.st_ino):
+                    sys.exit(path + " changed while it was listed")
+                digest = hashlib.sha256()
+                while chunk := handle.read(1 << 20):
+                    digest.update(chunk)
+                    budget -= len(chunk)
+                    if budget < 0:
+                        sys.exit("over the listing's byte limit")
+            record["sha256"] = digest.hexdigest()
+        out[path] = record
+        if len(out) > entries:
+            sys.exit("over the listing's entry limit")
+print(json.dumps(out))
+"""
 
 
 @dataclass(frozen=True)
@@ -120,6 +164,16 @@ class SandboxFiles:
         # write: a module the agent leaves in its home must not stand in for the json or os the script imports.
         argv = ["/usr/bin/env", "-C", "/", "/usr/bin/python3", "-I", "-S", "-c", _TREE_SCRIPT, root]
         code, stdout, stderr = self.sandbox.run_argv(argv, timeout=30)
+        if code != 0:
+            raise OSError(f"{root} could not be listed: {stderr.decode(errors='replace').strip()[-300:] or code}")
+        return json.loads(stdout)
+
+    def listing(self, root: str) -> dict[str, dict] | None:
+        """Every entry below ``root`` with its type, mode, size and (files) SHA-256, read as the agent's user
+        without following symlinks; None when ``root`` is not a folder (see ``_LISTING_SCRIPT``)."""
+        argv = ["/usr/bin/env", "-C", "/", "/usr/bin/python3", "-I", "-S", "-c", _LISTING_SCRIPT, root]
+        argv += [str(LISTING_ENTRIES), str(LISTING_BYTES)]
+        code, stdout, stderr = self.sandbox.run_argv(argv, timeout=60, max_bytes=LISTING_ENTRIES * 512)
         if code != 0:
             raise OSError(f"{root} could not be listed: {stderr.decode(errors='replace').strip()[-300:] or code}")
         return json.loads(stdout)
@@ -181,9 +235,16 @@ class DesktopEnv(AgentEnv):
         return self._task_ids
 
     def tasks(self) -> list[Task]:
-        """The selected desktop tasks, reported per app, each with its scripted reference solution."""
+        """The selected desktop tasks, reported per app (``multi_apps``, as OSWorld's, for a task on several),
+        each with its scripted reference solution."""
         return [
-            Task(task.id, task.instruction, task.app.name, {"feasible": task.feasible}, task.solution)
+            Task(
+                task.id,
+                task.instruction,
+                "multi_apps" if task.other_apps else task.app.name,
+                {"feasible": task.feasible},
+                task.solution,
+            )
             for task in map(self.catalog().__getitem__, self._task_ids)
         ]
 
@@ -216,7 +277,7 @@ class DesktopEnv(AgentEnv):
     @final
     def _backend_capture(self) -> tuple[DesktopPayload, Callable[[], None] | None]:
         desktop, task = self._live_desktop(), self._task
-        relaunch = self.fork_mode == "auto" and task.app.restores_state
+        relaunch = self.fork_mode == "auto" and all(app.restores_state for app in (*task.other_apps, task.app))
         sandbox_snapshot = desktop.snapshot() if relaunch else None
         payload = DesktopPayload(
             task.id, tuple(self._actions), self._last.pointer, sandbox_snapshot, self._branch_state()
@@ -237,7 +298,7 @@ class DesktopEnv(AgentEnv):
             )
             desktop.a11y_tree = self.a11y_tree
             try:
-                state = desktop.launch(task.app.name, list(task.app.argv), ready_title=task.app.ready_title)
+                state = _launch_apps(desktop, task)
             except BaseException:
                 desktop.close(wait=False)
                 raise
@@ -328,7 +389,7 @@ class DesktopEnv(AgentEnv):
                 path: content.encode() if isinstance(content, str) else content for path, content in task.files.items()
             }
             desktop.sandbox.put_tree(HOME, tar_tree(files, self.sandbox_config))
-            state = desktop.launch(task.app.name, list(task.app.argv), ready_title=task.app.ready_title)
+            state = _launch_apps(desktop, task)
             for step in task.setup:
                 state = self._setup_step(desktop, step) or state
         except BaseException:
@@ -356,6 +417,13 @@ class DesktopEnv(AgentEnv):
         if self.desktop is not None:
             self.desktop.close(wait=False)  # the container goes away in the background
             self.desktop = None
+
+
+def _launch_apps(desktop: DesktopSandbox, task: DesktopTask) -> DesktopState:
+    """Start the task's apps in order (``other_apps``, then ``app``, which keeps the focus)."""
+    for app in (*task.other_apps, task.app):
+        state = desktop.launch(app.name, list(app.argv), ready_title=app.ready_title)
+    return state
 
 
 @lru_cache(maxsize=4)

@@ -23,6 +23,10 @@ a line, ``fix`` a misspelt word. GIMP kinds (a PNG edited with one command and e
 ``compare_image_list``; not in the catalogue yet, see :data:`FAMILIES`): ``mirror``, ``flip``,
 ``rotate`` (180 degrees), ``invert``. Each app also has an ``infeasible`` task (:data:`INFEASIBLE`):
 a request the app cannot carry out, whose reference solution is ``fail()``.
+
+OSWorld's "os" tasks (files in a terminal) and "multi_apps" tasks (data carried from one app into
+another) are made by :mod:`agentgym.envs.gui.generators_os`, through :func:`generate` too (families
+``os`` and ``multi``).
 """
 
 from __future__ import annotations
@@ -478,6 +482,10 @@ def _infeasible(app: str, seed: int) -> tuple[dict, dict[str, bytes]]:
 
 def generate(app: str, kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
     """One task: its OSWorld-format spec and the bytes of the files it names (input and gold)."""
+    from agentgym.envs.gui import generators_os  # imported here: it builds on this module's helpers
+
+    if app in dict(generators_os.FAMILIES):
+        return generators_os.generate(app, kind, seed)
     if kind == "infeasible" and app in INFEASIBLE:
         return _infeasible(app, seed)
     if app == "calc" and kind in CALC_KINDS:
@@ -494,7 +502,8 @@ def generate(app: str, kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
         return _writer(kind, seed, family="odt")
     raise ValueError(
         f"no generator {app}/{kind} (calc: {CALC_KINDS}; writer: {WRITER_KINDS}; impress: {IMPRESS_KINDS}; "
-        f"odt: {ODT_KINDS}; text: {TEXT_KINDS}; gimp: {GIMP_KINDS}; and 'infeasible' for each)"
+        f"odt: {ODT_KINDS}; text: {TEXT_KINDS}; gimp: {GIMP_KINDS}; and 'infeasible' for each; "
+        f"os: {generators_os.OS_KINDS}; multi: {generators_os.MULTI_KINDS})"
     )
 
 
@@ -514,9 +523,13 @@ FAMILIES = (
 
 def generated_tasks(seeds: tuple[int, ...] = SEEDS) -> list[tuple[dict, dict[str, bytes]]]:
     """Every catalogued generator at every seed (15 Calc, 12 Writer on docx and 9 on odt, 12 Impress and 12 text
-    tasks with the default three seeds), and an infeasible task per family at the first seed (5 of 65, 7.7%:
-    OSWorld's share is about 8%)."""
+    tasks with the default three seeds), and an infeasible task per family at the first seed (5), then the OS and
+    multi-app tasks of :mod:`agentgym.envs.gui.generators_os` (24 OS, 12 multi-app and 2 infeasible): 7 of 103
+    infeasible, 6.8% (OSWorld's share is about 8%)."""
+    from agentgym.envs.gui import generators_os
+
     return [
         *(generate(app, kind, seed) for app, kinds in FAMILIES for kind in kinds for seed in seeds),
         *(generate(app, "infeasible", seeds[0]) for app in INFEASIBLE if app in dict(FAMILIES)),
+        *generators_os.generated_tasks(seeds),
     ]

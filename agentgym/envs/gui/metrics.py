@@ -22,6 +22,16 @@ What OSWorld's namesakes compare, and where ours are stricter because the policy
 * ``compare_text_file`` (a text file against a gold one): the same text, exactly, with OSWorld's two
   options: ``ignore_blanks`` (runs of whitespace count as one space, ends stripped) and ``ignore_case``.
 
+* ``check_file_tree`` (agentgym's: a folder, through the ``vm_tree`` getter, which lists it without
+  following symlinks) against a rule: the files that must be there (their type, SHA-256, whether they
+  are executable), the folders, the names that must be gone, and with ``only`` nothing else.
+* ``compare_archive`` (a zip or a tar.gz against a gold one of the same kind): the same member files
+  (names without a leading ``./``; folder entries ignored) with the same bytes. OSWorld's unpacks
+  both to disk and compares the top folder's listing, then each file with the ``file_type`` metric;
+  ours reads them in memory, compares every member at every depth, and refuses what unpacking would
+  make dangerous or huge: an absolute or ``..`` member name, a link or device member, more than
+  :data:`MAX_MEMBERS` members or :data:`MAX_UNPACKED_BYTES` bytes unpacked (a zip bomb).
+
 * ``compare_image_list`` (images, PNG): the same size and the same pixels (RGBA), exactly; OSWorld's
   resizes the agent's image to the gold one's size first, ours refuses another size.
 
@@ -31,9 +41,12 @@ same files; the differences above are pinned there.
 
 from __future__ import annotations
 
+import gzip
 import io
 import math
+import posixpath
 import re
+import tarfile
 import zipfile
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -43,7 +56,9 @@ from agentgym.extras import requires
 
 __all__ = [
     "METRICS",
+    "check_file_tree",
     "check_include_exclude",
+    "compare_archive",
     "compare_docx_bold",
     "compare_docx_files",
     "compare_image_list",
@@ -306,6 +321,133 @@ def compare_text_file(
     return None
 
 
+# ---------------------------------------------------------------------------------- folders and archives
+def check_file_tree(result: dict[str, dict] | None, rules: dict) -> str | None:
+    """A folder's listing (the ``vm_tree`` getter: relative path → ``{"type": "file" | "dir" | "symlink" |
+    "other", "mode", "size", "sha256"}``, symlinks not followed) against ``rules``: ``files`` (path →
+    ``{"sha256": ..., "executable": bool}``, each key optional), ``dirs`` (paths), ``absent`` (paths) and
+    ``only`` (True: no entry besides those and their parent folders)."""
+    if result is None:
+        return "the folder does not exist"
+    for path, want in rules.get("files", {}).items():
+        entry = result.get(path)
+        if entry is None:
+            return f"{path} does not exist"
+        if entry["type"] != "file":
+            return f"{path} is a {entry['type']}, not a regular file"
+        if "sha256" in want and entry["sha256"] != want["sha256"]:
+            return f"{path} does not have the expected content"
+        if "executable" in want and bool(entry["mode"] & 0o100) != want["executable"]:
+            return f"{path} should {'' if want['executable'] else 'not '}be executable"
+    for path in rules.get("dirs", ()):
+        if result.get(path, {}).get("type") != "dir":
+            return f"{path} is not a folder"
+    for path in rules.get("absent", ()):
+        if path in result:
+            return f"{path} is still there"
+    if rules.get("only"):
+        named = {*rules.get("files", {}), *rules.get("dirs", ())}
+        for path in list(named):
+            while path := posixpath.dirname(path):
+                named.add(path)
+        if extra := sorted(set(result) - named):
+            return f"unexpected entries: {', '.join(extra[:10])}"
+    return None
+
+
+MAX_MEMBERS = 1000
+MAX_UNPACKED_BYTES = 64 << 20  # the sum of the members' unpacked sizes; more is a zip bomb, not a task's output
+
+
+class _Bounded(io.RawIOBase):
+    """A stream that raises once more than ``limit`` bytes were read from it (a gzip bomb's unpacked stream)."""
+
+    def __init__(self, stream, limit: int):
+        self.stream, self.left = stream, limit
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.stream.read(min(len(buffer), self.left + 1))
+        self.left -= len(data)
+        if self.left < 0:
+            raise ValueError(f"it unpacks to more than {MAX_UNPACKED_BYTES} bytes")
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def _member_name(name: str) -> str:
+    normal = posixpath.normpath(name)
+    if name.startswith("/") or normal == ".." or normal.startswith("../") or "\\" in name:
+        raise ValueError(f"the member {name!r} would unpack outside the folder")
+    return normal
+
+
+def _archive_members(data: bytes) -> dict[str, bytes]:
+    """The files in a zip or a (gzipped) tar, by normalised name; ValueError on anything unsafe or too big."""
+    files: dict[str, bytes] = {}
+    budget = MAX_UNPACKED_BYTES
+    if data.startswith(b"PK"):
+        with zipfile.ZipFile(io.BytesIO(data)) as package:
+            members = package.infolist()
+            if len(members) > MAX_MEMBERS:
+                raise ValueError(f"it has more than {MAX_MEMBERS} members")
+            for info in members:
+                name = _member_name(info.filename)
+                if (info.external_attr >> 16) & 0o170000 not in (0, 0o100000, 0o040000):
+                    raise ValueError(f"the member {info.filename!r} is not a file or a folder")
+                if info.is_dir():
+                    continue
+                if name in files:
+                    raise ValueError(f"the member {name!r} appears twice")
+                with package.open(info) as member:  # read bounded: the declared size is the archive's claim
+                    content = member.read(budget + 1)
+                budget -= len(content)
+                if budget < 0:
+                    raise ValueError(f"it unpacks to more than {MAX_UNPACKED_BYTES} bytes")
+                files[name] = content
+        return files
+    # The stream's own bound also counts what lies between members (headers, padding, what the tar skips).
+    stream = _Bounded(gzip.GzipFile(fileobj=io.BytesIO(data)), MAX_UNPACKED_BYTES + (MAX_MEMBERS + 1) * 1024)
+    with tarfile.open(fileobj=io.BufferedReader(stream), mode="r|") as tar:
+        for count, entry in enumerate(tar, 1):
+            if count > MAX_MEMBERS:
+                raise ValueError(f"it has more than {MAX_MEMBERS} members")
+            name = _member_name(entry.name)
+            if entry.isdir():
+                continue
+            if not entry.isfile():
+                raise ValueError(f"the member {entry.name!r} is not a file or a folder")
+            if name in files:
+                raise ValueError(f"the member {name!r} appears twice")
+            member = tar.extractfile(entry)
+            files[name] = member.read(budget + 1) if member else b""
+            budget -= len(files[name])
+            if budget < 0:
+                raise ValueError(f"it unpacks to more than {MAX_UNPACKED_BYTES} bytes")
+    return files
+
+
+def compare_archive(result: bytes | None, expected: bytes) -> str | None:
+    """The archive the agent made (zip, or tar.gz) holds the gold archive's files, by name and bytes, and no others."""
+    if result is None:
+        return "the archive was not made where the task asked"
+    gold_zip = expected.startswith(b"PK")
+    if result.startswith(b"PK") != gold_zip or (not gold_zip and not result.startswith(b"\x1f\x8b")):
+        return f"the file is not a {'zip' if gold_zip else 'gzipped tar'} archive"
+    try:
+        got = _archive_members(result)
+    except (ValueError, EOFError, OSError, zipfile.BadZipFile, tarfile.TarError) as exc:
+        return f"the archive is refused ({exc})"
+    want = _archive_members(expected)
+    if set(got) != set(want):
+        return f"the archive's files are {sorted(got)[:20]}, expected {sorted(want)}"
+    if changed := sorted(name for name in want if got[name] != want[name]):
+        return f"these files differ from the originals: {', '.join(changed)}"
+    return None
+
+
 # ------------------------------------------------------------------------------------------ images
 _PNG = b"\x89PNG\r\n\x1a\n"
 MAX_PIXELS = 1 << 24  # a bigger image is refused before it is decoded (a small PNG can claim a huge canvas)
@@ -349,6 +491,8 @@ METRICS: dict[str, Metric] = {
     "compare_docx_bold": compare_docx_bold,
     "compare_pptx_files": compare_pptx_files,
     "check_include_exclude": check_include_exclude,
+    "check_file_tree": check_file_tree,
+    "compare_archive": compare_archive,
     "compare_text_file": compare_text_file,
     "compare_image_list": compare_image_list,
 }

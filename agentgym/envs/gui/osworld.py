@@ -18,7 +18,8 @@ Set-up steps (``config``), as OSWorld names them:
   generators' bytes) or, for :func:`load_task_file`, a path relative to the JSON file.
 * ``open`` — ``path``: the app for the file's type opens it (LibreOffice for sheets, documents and
   slides, GIMP for images, mousepad for text); ``launch`` — ``command`` (a list or a string): that
-  program. A task has exactly one of the two (the env's episode has one app).
+  program. A task has one or more of them: the apps start in the steps' order, and the last one has
+  the focus (the window manager switches windows with ``alt+Tab``).
 * ``execute`` — ``command``: run as the agent's user after the app is up; ``sleep`` — ``seconds``;
   ``activate_window`` — ``window_name``. These run in order after the app has started.
 
@@ -26,7 +27,8 @@ The ``evaluator``: ``func`` (a name or a list; ``"infeasible"`` marks a task who
 ``fail()``), ``conj`` (``and`` — the default — or ``or``), ``result`` and ``expected`` getters
 (one each, or lists parallel to ``func``), and ``options`` (a dict, or a list parallel to ``func``).
 Getters: ``vm_file`` (``path`` on the desktop, read as the agent's user), ``local_file`` (``path``
-among the task's files), ``rule`` (``rules``, handed to the metric as is). The metric functions are
+among the task's files), ``rule`` (``rules``, handed to the metric as is), and agentgym's ``vm_tree``
+(``path``: the folder's listing, for ``check_file_tree``). The metric functions are
 :data:`agentgym.envs.gui.metrics.METRICS`; any other name is refused when the task loads.
 
 ``solution`` (agentgym's addition) is the reference solution: action strings in the env's call
@@ -48,7 +50,7 @@ from agentgym.envs.gui.tasks import HOME, App, DesktopTask, Inspector
 __all__ = ["load_task", "load_task_file", "app_for"]
 
 STEP_TYPES = ("download", "open", "launch", "execute", "sleep", "activate_window")
-GETTERS = ("vm_file", "local_file", "rule")
+GETTERS = ("vm_file", "local_file", "rule", "vm_tree")
 _OFFICE = {
     "xlsx": "calc",
     "ods": "calc",
@@ -113,7 +115,7 @@ def load_task(spec: Mapping[str, Any], files: Mapping[str, bytes]) -> DesktopTas
         return ValueError(f"task {task_id!r}: {why}")
 
     laid_out: dict[str, bytes] = {}
-    app: App | None = None
+    apps: list[App] = []
     after: list[dict] = []
     for step in spec.get("config", ()):
         kind, parameters = step.get("type"), step.get("parameters", {})
@@ -124,18 +126,15 @@ def load_task(spec: Mapping[str, Any], files: Mapping[str, bytes]) -> DesktopTas
                 if entry["url"] not in files:
                     raise refuse(f"{entry['url']!r} is not among the task's files (agentgym downloads nothing)")
                 laid_out[_home_relative(entry["path"], refuse)] = files[entry["url"]]
-        elif kind in ("open", "launch"):
-            if app is not None:
-                raise refuse("more than one open/launch step (an episode has one app)")
-            if kind == "open":
-                app = app_for(parameters["path"])
-            else:
-                command = parameters["command"]
-                argv = tuple(shlex.split(command) if isinstance(command, str) else command)
-                app = App(posixpath.basename(argv[0]), argv, restores_state=False)
+        elif kind == "open":
+            apps.append(app_for(parameters["path"]))
+        elif kind == "launch":
+            command = parameters["command"]
+            argv = tuple(shlex.split(command) if isinstance(command, str) else command)
+            apps.append(App(posixpath.basename(argv[0]), argv, restores_state=False))
         else:
             after.append({"type": kind, **parameters})
-    if app is None:
+    if not apps:
         raise refuse("no open or launch step: which app does the task use?")
     evaluator = spec.get("evaluator")
     if not isinstance(evaluator, dict) or "func" not in evaluator:
@@ -145,12 +144,13 @@ def load_task(spec: Mapping[str, Any], files: Mapping[str, bytes]) -> DesktopTas
     return DesktopTask(
         task_id,
         spec["instruction"],
-        app,
+        apps[-1],
         laid_out,
         check,
         tuple(spec.get("solution", ())),
         feasible=feasible,
         setup=tuple(after),
+        other_apps=tuple(apps[:-1]),
     )
 
 
@@ -197,6 +197,8 @@ def _checker(
     def fetch(getter: dict, inspector: Inspector) -> Any:
         if getter["type"] == "vm_file":
             return inspector.read_bytes(getter["path"])
+        if getter["type"] == "vm_tree":
+            return inspector.listing(getter["path"])
         if getter["type"] == "local_file":
             return files[getter["path"]]
         return getter["rules"]

@@ -43,6 +43,10 @@ class Inspector(Protocol):
     def tree(self, root: str) -> Tree:
         """Every file and folder below ``root`` (relative paths), file contents as text."""
 
+    def listing(self, root: str) -> dict[str, dict] | None:
+        """Every entry below ``root`` (relative paths) with its type, mode, size and, for files, SHA-256, symlinks
+        not followed; None when ``root`` is not a folder."""
+
 
 @dataclass(frozen=True)
 class App:
@@ -72,7 +76,9 @@ FILES_APP = App("files", ("python3", f"{APPS_DIR}/files.py", FILES_ROOT), restor
 class DesktopTask:
     """One desktop task. ``files`` are laid out under HOME before the app starts (None: an empty folder);
     ``setup`` steps (OSWorld's ``execute``, ``sleep``, ``activate_window``: see
-    :mod:`agentgym.envs.gui.osworld`) run in order once the app is up.
+    :mod:`agentgym.envs.gui.osworld`) run in order once the app is up. ``other_apps`` (a task on several
+    apps, as OSWorld's with several ``open`` steps) start before ``app``, in order; ``app`` starts last
+    and has the focus.
 
     ``DesktopEnv.tasks()`` hands each out as an :class:`agentgym.Task` (category: the app) whose
     reference solution is ``solution``.
@@ -86,6 +92,7 @@ class DesktopTask:
     solution: tuple[str, ...]
     feasible: bool = True
     setup: tuple[dict, ...] = ()
+    other_apps: tuple[App, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------- xedit

@@ -9,7 +9,8 @@ Run by test_osworld_fidelity.py with that venv's python, never imported by agent
 
 The metric modules are loaded one by one, past ``desktop_env.evaluators.metrics``'s ``__init__`` (which
 imports every module, Chrome's and Thunderbird's with their own libraries); ``easyocr`` (torch) is an empty
-module here: only ``docs.compare_image_text`` calls it, and no test compares that one.
+module here: only ``docs.compare_image_text`` calls it, and no test compares that one. So are the HTML and PDF
+libraries ``chrome``'s module imports (only its ``compare_archive`` is compared).
 """
 
 import contextlib
@@ -21,6 +22,18 @@ import sys
 import types
 
 sys.modules.setdefault("easyocr", types.ModuleType("easyocr"))
+# chrome's module imports HTML and PDF libraries at its top (bs4, PyMuPDF's fitz, borb, imagehash) that are not
+# in .venv-osworld: stand-ins, as only its compare_archive is run, which uses none of them.
+for name, attributes in {
+    "bs4": ("BeautifulSoup", "Tag"),
+    "fitz": (),
+    "borb": (),
+    "borb.pdf": ("Document", "PDF"),
+}.items():
+    sys.modules.setdefault(name, types.ModuleType(name))
+    for attribute in attributes:
+        setattr(sys.modules[name], attribute, getattr(sys.modules[name], attribute, None))
+sys.modules.setdefault("imagehash", types.ModuleType("imagehash"))
 import desktop_env.evaluators  # noqa: E402  (after the stand-in)
 
 package = types.ModuleType("desktop_env.evaluators.metrics")

@@ -1,7 +1,7 @@
 """Our desktop metrics agree with OSWorld's own metric functions (desktop-env 1.0.2, run in .venv-osworld) on the same files.
 
 For every metric both have — compare_table, compare_docx_files, compare_pptx_files, check_include_exclude,
-compare_text_file, compare_image_list; compare_docx_files on docx and on odt (odfpy) — each generated task's gold file, its untouched input, seeded mutations of the gold
+compare_text_file, compare_image_list, compare_archive; compare_docx_files on docx and on odt (odfpy) — each generated task's gold file, its untouched input, seeded mutations of the gold
 (a number, a word or a label changed, a row or paragraph dropped, a cell or slide added, two swapped),
 an empty file of the right kind, zero bytes and a missing file are scored by both: the verdicts must be the
 same. Where ours is deliberately different the test pins the direction (``test_known_differences``):
@@ -17,7 +17,7 @@ same. Where ours is deliberately different the test pins the direction (``test_k
   the alpha channel: a fully transparent copy passes) and resizes another size to the gold's (LANCZOS: the
   right picture at twice the size does not come back exact, and fails both); ours compares RGBA, same size.
 
-Not compared: compare_docx_bold (OSWorld has no metric that reads which paragraphs are bold; its
+Not compared: check_file_tree (OSWorld has no namesake), compare_docx_bold (OSWorld has no metric that reads which paragraphs are bold; its
 docs metrics check fonts, italics at size 14, highlight, strike-through), and OSWorld's OCR metric
 (``compare_image_text``: easyocr needs torch). The Docker-free runner: tests/envs/gui/osworld_metrics.py.
 """
@@ -28,6 +28,8 @@ import json
 import os
 import random
 import subprocess
+import tarfile
+import zipfile
 from pathlib import Path
 
 import docx
@@ -379,6 +381,83 @@ def test_compare_image_list_agrees_with_osworlds(tmp_path):
                     "compare_image_list",
                 )
     assert corpus.disagreements() == []
+
+
+# ------------------------------------------------------------------------------------------ archives
+def archive(kind: str, members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    if kind == "zip":
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as package:
+            for name, data in members.items():
+                package.writestr(name, data)
+    else:
+        with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+            for name, data in members.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def test_compare_archive_agrees_with_osworlds(tmp_path):
+    """Each zip and tar.gz task's folder packed flat (OSWorld's compares one folder's files: ``file_path``, its
+    option, names the folder, which our tasks' specs leave out), and mutated; then the difference pinned: a folder
+    inside the packed folder passes ours and fails OSWorld's (it compares the subfolder as a text file, and raises)."""
+    corpus = Corpus(tmp_path)
+    for kind in ("zip", "targz"):
+        suffix = ".zip" if kind == "zip" else ".tar.gz"
+        for seed in generators.SEEDS:
+            spec, files = generators.generate("os", kind, seed)
+            gold_nested = files[spec["evaluator"]["expected"]["path"]]
+            folder = spec["evaluator"]["result"]["path"].rpartition("/")[2].split(".")[0]
+            laid_out = spec["config"][0]["parameters"]["files"]
+            members = {  # the folder's own files, not those in its subfolder
+                entry["path"].removeprefix("/home/agent/"): files[entry["url"]]
+                for entry in laid_out
+                if entry["path"].count("/") == 4
+            }
+            gold = archive(kind, members)
+            assert (
+                metrics.compare_archive(gold, gold) is None
+                and metrics.compare_archive(gold_nested, gold_nested) is None
+            )
+            first = next(iter(members))
+            variants = {
+                "gold": gold,
+                "one file changed": archive(kind, {**members, first: members[first] + b"x"}),
+                "an extra file": archive(kind, {**members, f"{folder}/extra.txt": b"x\n"}),
+                "a file missing": archive(kind, {name: data for name, data in members.items() if name != first}),
+                "empty": archive(kind, {}),
+                "zero bytes": b"",
+                "missing": None,
+            }
+            for name, data in variants.items():
+                corpus.pair(
+                    f"os-{kind}-{seed} {name}",
+                    metrics.compare_archive,
+                    data,
+                    gold,
+                    suffix,
+                    "chrome",
+                    "compare_archive",
+                    {"file_path": folder},
+                )
+            if seed == 0:
+                corpus.pair(
+                    f"{kind} nested folder",
+                    metrics.compare_archive,
+                    gold_nested,
+                    gold_nested,
+                    suffix,
+                    "chrome",
+                    "compare_archive",
+                    {"file_path": folder},
+                )
+    assert len(corpus.rows) == 2 * 3 * 7 + 2
+    assert sorted((label, ours) for label, ours, _ in corpus.disagreements()) == [
+        ("targz nested folder", True),
+        ("zip nested folder", True),
+    ]
 
 
 # ---------------------------------------------------------------------------------------- differences

@@ -1,4 +1,4 @@
-"""The real apps (LibreOffice Calc, Writer and Impress, mousepad) in the desktop-apps image: reference solutions through the GUI,
+"""The real apps (LibreOffice Calc, Writer and Impress, mousepad, xterm) in the desktop-apps image: reference solutions through the GUI,
 the accessibility tree, a policy that changes nothing, and fork == replay. The full sweep is marked sweep (`make test-sweeps`)."""
 
 import os
@@ -40,8 +40,20 @@ def _solve(env, task_id):
     return observation
 
 
-# One task of each family through its app: Calc, Writer (docx, odt), mousepad, and an infeasible one (fail() is right).
-@pytest.mark.parametrize("task_id", ["calc-sum-0", "writer-bold-0", "odt-title-1", "text-fix-0", "text-infeasible-0"])
+# One task of each family through its app: Calc, Writer (docx, odt), mousepad, an infeasible one (fail() is right),
+# an archive made in the terminal, and a sheet's total carried into a document (two apps).
+@pytest.mark.parametrize(
+    "task_id",
+    [
+        "calc-sum-0",
+        "writer-bold-0",
+        "odt-title-1",
+        "text-fix-0",
+        "text-infeasible-0",
+        "os-targz-0",
+        "multi-sheet-doc-0",
+    ],
+)
 def test_reference_solution_through_the_gui(apps_env, task_id):
     _solve(apps_env, task_id)
 
@@ -75,10 +87,14 @@ def test_doing_nothing_scores_zero(apps_env):
     assert terminated and reward == 0.0 and info["grade"]["problem"]
 
 
-def test_fork_equals_replay(desktop_apps_image):
-    """A fork mid-episode, LibreOffice open with an unsaved edit: its next screens equal a replay's, and both solve."""
-    task = apps_catalog()["calc-product-1"]
-    prefix = 2  # the cursor moved and the column typed, not saved
+# Calc with an unsaved edit; and two apps (Writer behind mousepad), forked after alt+Tab there and back (46 s, two
+# desktops with both apps and a fork replaying them: in the sweep, `make test-sweeps`).
+@pytest.mark.parametrize(
+    "task_id, prefix", [("calc-product-1", 2), pytest.param("multi-doc-text-0", 3, marks=pytest.mark.sweep)]
+)
+def test_fork_equals_replay(desktop_apps_image, task_id, prefix):
+    """A fork mid-episode, an unsaved edit or a window switch behind it: its next screens equal a replay's, and both solve."""
+    task = apps_catalog()[task_id]
     original, replayed, fork = DesktopAppsEnv(image=desktop_apps_image), DesktopAppsEnv(image=desktop_apps_image), None
     try:
         for env in (original, replayed):

@@ -113,13 +113,13 @@ ENVS = {
         "ScienceWorld",
         "test",
         30,
-        {"tasks": 120, "epochs": 10.0, "mistake_rate": 0.2, "min_start_success": 0.0, "max_rounds": 1},
+        {"tasks": 120, "epochs": 20.0, "mistake_rate": 0.2, "min_start_success": 0.0, "max_rounds": 1},
     ),
     "textworld": LearningEnv(
         "TextWorld",
         "test",
         30,
-        {"tasks": 100, "epochs": 10.0, "mistake_rate": 0.2, "min_start_success": 0.0, "max_rounds": 1},
+        {"tasks": 60, "epochs": 30.0, "mistake_rate": 0.2, "min_start_success": 0.0, "max_rounds": 1},
     ),
 }
 

@@ -15,7 +15,7 @@ from agentgym.trainers.warm_start import agent_config, demonstrations, split_tas
 
 CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs"
 # One task and three turns: a smoke run of each config (the learning is measured by benchmarks/learning.py).
-# train/coin/0 is a game generated at first use (~5 s, then cached).
+# train/coin/0 is a game generated at first use (~7 s, then cached).
 SMALL = {
     "textworld": "env_kwargs={kinds: [coin], games_per_split: {train: 1}, tasks: 'train/*'}",
     "scienceworld": "env_kwargs={task_types: [find-living-thing], variations_per_split: {train: 1}, "

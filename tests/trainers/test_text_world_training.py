@@ -14,12 +14,12 @@ from agentgym.train import build_trainer, load_config  # noqa: E402
 from agentgym.trainers.warm_start import agent_config, demonstrations, split_tasks  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs"
-# One task and three turns: a smoke run of each config (the learning is measured by benchmarks/learning.py).
-# train/coin/0 is a game generated at first use (~7 s, then cached).
+# Two tasks (one step's batch) and three turns: a smoke run of each config (the learning is measured by
+# benchmarks/learning.py). train/coin/0 and 1 are games generated at first use (~7 s each, then cached).
 SMALL = {
-    "textworld": "env_kwargs={kinds: [coin], games_per_split: {train: 1}, tasks: 'train/*'}",
-    "scienceworld": "env_kwargs={task_types: [find-living-thing], variations_per_split: {train: 1}, "
-    "simplifications: easy, tasks: 'train/*'}",
+    "textworld": "env_kwargs={kinds: [coin], games_per_split: {train: 2}, tasks: 'train/*'}",
+    "scienceworld": "env_kwargs={task_types: [lifespan-longest-lived], variations_per_split: {train: 2}, "
+    "tasks: 'train/*'}",
 }
 PER_TRAINER = {
     "tree_grpo": ["num_generations=2", "tree_max_leaves=4", "rollout_concurrency=4"],

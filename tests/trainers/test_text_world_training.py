@@ -22,7 +22,7 @@ SMALL = {
     "tasks: 'train/*'}",
 }
 PER_TRAINER = {
-    "tree_grpo": ["num_generations=2", "tree_max_leaves=4", "rollout_concurrency=4"],
+    "tree_grpo": ["num_generations=2", "tree_max_leaves=4", "rollout_concurrency=2"],
     "sao": ["rollout_concurrency=2", "producer_queue_size=4"],
 }
 

@@ -1,10 +1,12 @@
-"""Proof that the trainers learn, and what asynchrony buys: KeyChain (or Calculator) on CPU with the tiny local model.
+"""Proof that the trainers learn, and what asynchrony buys: KeyChain (or Calculator, ScienceWorld, TextWorld) on CPU with the tiny local model.
 
 Learning (``--part learning``):
 
 1. SFT warm start: the tiny model is fine-tuned with TRL's SFTTrainer on scripted demonstrations
    of the train split (token-exact multi-turn sequences through the real agent loop); by default
-   ``RL_DEMO_START``, an early-answering demonstrator whose habit RL has to unlearn (``--sft-*``).
+   the env's start in :data:`ENVS` (``--sft-*``): on KeyChain and Calculator ``RL_DEMO_START``, an
+   early-answering demonstrator whose habit RL has to unlearn; on ScienceWorld and TextWorld the
+   gold paths and walkthroughs with steps idled away (the config lists the train and test tasks).
 2. RL from that start with each variant of ``VARIANTS`` (``--runs``; default: tree GRPO, linear
    GRPO and SAO): a run config of examples/configs/<env>-*.yaml (``--env``) plus the variant's
    settings — linear GRPO, SAO, tree GRPO (uniform), TRACE allocation, reflect-then-retry, success
@@ -12,8 +14,8 @@ Learning (``--part learning``):
    of wall time (``--budget time``), or until it has taken ``--env-steps`` env steps
    (``--budget env_steps``), or both, one after the other (``--budget both``; the env-step budget
    is then, per seed, the fewest env steps any variant took in its wall time).
-3. Measured: held-out success (``--heldout`` tasks of the heldout split; greedy, and sampled at
-   the training temperature) of the SFT start and of each trained model; the training-success
+3. Measured: held-out success (``--heldout`` tasks of the env's held-out split: KeyChain's and
+   Calculator's ``heldout``, the text worlds' ``test``; greedy, and sampled at the training temperature) of the SFT start and of each trained model; the training-success
    curve against env steps (tree GRPO's env steps to reach linear GRPO's final success, as a
    fraction of linear's); tokens generated and env steps spent by each run; SAO's reward curve
    and KL to its start over its updates. With ``--seeds``, every figure's mean and 95% interval
@@ -31,11 +33,14 @@ trajectories/s and the learner's idle fraction. Target: ≥ 2.5× trajectories/s
 Everything goes to ``--out``: results.json, learning_curve.svg, and each run's directory
 (TensorBoard events, trajectory store, trainer_state.json). Seeds: ``--seed`` for SFT, the
 trainers and the task order; sampling during rollouts is not seeded (HFPolicy draws fresh seeds).
+With ``--seeds``, one seed per invocation (``--seeds 0``, then ``--seeds 1`` ... with the same
+``--out``) and a last ``--seeds 0,1,2`` that finds them all kept gives the figures over the seeds.
 
     .venv/bin/python benchmarks/learning.py                      # everything, about 1.5 h on 2 cores
     .venv/bin/python benchmarks/learning.py --part learning --seeds 0,1,2   # means and 95% intervals, ~3 h
     .venv/bin/python benchmarks/learning.py --part throughput --steps 20
     .venv/bin/python benchmarks/learning.py --part learning --runs all --budget both --seeds 0,1,2 --minutes 5
+    .venv/bin/python benchmarks/learning.py --part learning --env textworld --runs tree_grpo --seeds 0 --minutes 10
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))  # the demo's helpers, so both measure the same way
@@ -84,9 +90,38 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 RUNS = tuple(VARIANTS)
 DEFAULT_RUNS = ["tree_grpo", "linear_grpo", "sao"]
+
+
+class LearningEnv(NamedTuple):
+    """An env the learning part runs on: its title, its held-out split and count, and its SFT start's defaults."""
+
+    title: str
+    heldout_split: str = "heldout"
+    heldout: int = 100
+    #: ``--sft-*`` defaults (:data:`RL_DEMO_START`'s keys).
+    sft: dict = RL_DEMO_START
+
+
 #: Envs with scripted demonstrations and a config per run: examples/configs/<env>-<run>.yaml.
-ENVS = ("keychain", "calculator")
-ENV_TITLES = {"keychain": "KeyChain", "calculator": "Calculator"}
+ENVS = {
+    "keychain": LearningEnv("KeyChain"),
+    "calculator": LearningEnv("Calculator"),
+    # Text worlds: the config lists the train and test tasks (a game each, generated at first use, or a variation);
+    # the demonstrator idles (TextGameEnv.idle_command) in place of a step that often; no self-check (its unseen
+    # train tasks would have to be listed and made too).
+    "scienceworld": LearningEnv(
+        "ScienceWorld",
+        "test",
+        30,
+        {"tasks": 120, "epochs": 20.0, "mistake_rate": 0.2, "min_start_success": 0.0, "max_rounds": 1},
+    ),
+    "textworld": LearningEnv(
+        "TextWorld",
+        "test",
+        30,
+        {"tasks": 60, "epochs": 30.0, "mistake_rate": 0.2, "min_start_success": 0.0, "max_rounds": 1},
+    ),
+}
 
 
 def config_path(env: str, run: str) -> Path:
@@ -133,8 +168,11 @@ def run_variant(args, name: str, sft: Path, output_dir: Path, budget: list[str],
     ]
     run = train_run(config_path(args.env, config), overrides)
     run_config = load_config(config_path(args.env, config))
-    run["heldout_success"] = held_out_success(run["output_dir"], run_config, args.heldout)
-    run["heldout_success_sampled"] = held_out_success(run["output_dir"], run_config, args.heldout, greedy=False)
+    split = ENVS[args.env].heldout_split
+    run["heldout_success"] = held_out_success(run["output_dir"], run_config, args.heldout, split=split)
+    run["heldout_success_sampled"] = held_out_success(
+        run["output_dir"], run_config, args.heldout, greedy=False, split=split
+    )
     run["gain_points"] = 100 * (run["heldout_success"] - results["sft"]["heldout_success"])
     run["gain_points_sampled"] = 100 * (run["heldout_success_sampled"] - results["sft"]["heldout_success_sampled"])
     run["env_steps"] = max(log_series(run["log"], "rollout/env_steps_total"), default=0.0)
@@ -152,13 +190,15 @@ def run_variant(args, name: str, sft: Path, output_dir: Path, budget: list[str],
 def learning(args, out: Path) -> dict:
     config = load_config(config_path(args.env, "tree_grpo"))
     sft = sft_start(args, config, out)
+    split = ENVS[args.env].heldout_split
     results = {
         "seed": args.seed,
         "minutes": args.minutes,
         "heldout_tasks": args.heldout,
+        "heldout_split": split,
         "sft": {
-            "heldout_success": held_out_success(sft, config, args.heldout),
-            "heldout_success_sampled": held_out_success(sft, config, args.heldout, greedy=False),
+            "heldout_success": held_out_success(sft, config, args.heldout, split=split),
+            "heldout_success_sampled": held_out_success(sft, config, args.heldout, greedy=False, split=split),
             "tasks": args.sft_tasks,
             "epochs": args.sft_epochs,
             "learning_rate": args.sft_lr,
@@ -217,7 +257,7 @@ def learning(args, out: Path) -> dict:
         write_learning_curve(
             {name: training_curve(results[name]["log"]) for name in timed},
             out / "learning_curve.svg",
-            title=f"{ENV_TITLES[args.env]}, tiny model, CPU, seed {args.seed}",
+            title=f"{ENVS[args.env].title}, tiny model, CPU, seed {args.seed}",
         )
     for run in [results[name] for name in timed] + [
         results["equal_env_steps"][name] for name in args.runs if "equal_env_steps" in results
@@ -431,29 +471,30 @@ def main() -> None:
         default=None,
         help="learning: the env-step budget (default with --budget both: the fewest any variant took in --minutes)",
     )
-    parser.add_argument("--heldout", type=int, default=100, help="held-out tasks to evaluate (default: %(default)s)")
-    # The demo's start by default (RL_DEMO_START). The solutions-only start (--sft-mistake-rate 0) at
-    # 3e-3, seed 0: 1000 × 2 epochs 13% held-out, × 2.5 58%, × 3 69.5%.
     parser.add_argument(
-        "--sft-tasks", type=int, default=RL_DEMO_START["tasks"], help="demonstrations (train tasks) for the SFT start"
+        "--heldout", type=int, default=None, help="held-out tasks to evaluate (default: the env's, in ENVS)"
     )
-    parser.add_argument("--sft-epochs", type=float, default=RL_DEMO_START["epochs"])
+    # The env's start by default (ENVS; KeyChain's and Calculator's: RL_DEMO_START). The solutions-only start
+    # (--sft-mistake-rate 0) on KeyChain at 3e-3, seed 0: 1000 × 2 epochs 13% held-out, × 2.5 58%, × 3 69.5%.
+    parser.add_argument("--sft-tasks", type=int, default=None, help="demonstrations (train tasks) for the SFT start")
+    parser.add_argument("--sft-epochs", type=float, default=None)
     parser.add_argument("--sft-lr", type=float, default=3e-3)
     parser.add_argument(
         "--sft-mistake-rate",
         type=float,
-        default=RL_DEMO_START["mistake_rate"],
+        default=None,
         help="how often the demonstrator makes the env's scripted mistake (KeyChain: submits the key a pointer names "
-        "instead of looking it up; Calculator: evaluates a + b * c left to right) (default: %(default)s)",
+        "instead of looking it up; Calculator: evaluates a + b * c left to right; a text world: idles instead of a "
+        "step)",
     )
     parser.add_argument(
         "--sft-min-start-success",
         type=float,
-        default=RL_DEMO_START["min_start_success"],
+        default=None,
         help="the start's self-check: sampled success it must reach on unseen train tasks, else it trains another "
-        "round of --sft-epochs (0: no check; default: %(default)s)",
+        "round of --sft-epochs (0: no check)",
     )
-    parser.add_argument("--sft-max-rounds", type=int, default=RL_DEMO_START["max_rounds"])
+    parser.add_argument("--sft-max-rounds", type=int, default=None)
     parser.add_argument("--steps", type=int, default=20, help="throughput: learner steps per pipeline")
     parser.add_argument("--latency", type=float, default=0.3, help="throughput: median seconds per lookup")
     parser.add_argument(
@@ -481,6 +522,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.budget == "env_steps" and args.env_steps is None:
         parser.error("--budget env_steps needs --env-steps")
+    if args.part != "learning" and ENVS[args.env].sft != RL_DEMO_START:
+        parser.error(f"the throughput part is KeyChain's, with its start: run --env {args.env} with --part learning")
+    env = ENVS[args.env]
+    args.heldout = env.heldout if args.heldout is None else args.heldout
+    for key, value in env.sft.items():  # the --sft-* options not given: the env's start
+        if getattr(args, f"sft_{key}") is None:
+            setattr(args, f"sft_{key}", value)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = {}

@@ -5,15 +5,18 @@ the ones RL will see (same chat template, same env tokens); only the policy's to
 trained (``assistant_masks`` = the env-token mask).
 
 The built-in CPU recipes are on KeyChain and Calculator (envs that script their own
-demonstrations; configs ``examples/configs/keychain-*.yaml``, ``calculator-*.yaml``):
-:func:`scripted_warm_start` is what a training config's ``warm_start:`` section runs
-(:mod:`agentgym.train`), and :func:`held_out_success` measures a model on the env's held-out
-split, as ``make demo`` and ``benchmarks/learning.py`` do.
+demonstrations; configs ``examples/configs/keychain-*.yaml``, ``calculator-*.yaml``), and on
+ScienceWorld and TextWorld, whose demonstrations are their gold paths and walkthroughs
+(``examples/configs/scienceworld-*.yaml``, ``textworld-*.yaml``): :func:`scripted_warm_start`
+is what a training config's ``warm_start:`` section runs (:mod:`agentgym.train`), and
+:func:`held_out_success` measures a model on the env's held-out split, as ``make demo`` and
+``benchmarks/learning.py`` do. :func:`split_tasks` names a split's tasks in both kinds of catalog.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import random
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import cast
 
 from agentgym.core import AgentEnv
+from agentgym.envs.tool.generated import GeneratedTasks, task_ids
 from agentgym.registration import make_env_factory
 from agentgym.rollout.agent import Agent, AgentConfig
 from agentgym.rollout.chat import ChatFormat
@@ -40,6 +44,7 @@ __all__ = [
     "held_out_success",
     "scripted_warm_start",
     "sft_warm_start",
+    "split_tasks",
     "success_rate",
 ]
 
@@ -80,7 +85,11 @@ def demonstrations(
     tokenizer,
     agent_config: AgentConfig,
 ) -> list[Trajectory]:
-    """One scripted episode per task, run through the agent loop exactly as RL episodes are."""
+    """One scripted episode per task, run through the agent loop exactly as RL episodes are, and no longer than its script.
+
+    A script that does not end the game (a text world's walkthrough with a step missed) ends its
+    episode after its last reply, truncated: the SFT never trains on replies the script did not make.
+    """
     chat_format = ChatFormat(tokenizer)
 
     async def run() -> list[Trajectory]:
@@ -88,7 +97,9 @@ def demonstrations(
         for task_id in task_ids:
             env = env_factory()
             try:
-                agent = Agent(ScriptedPolicy(chat_format, replies_for(task_id)), agent_config)
+                replies = replies_for(task_id)
+                turns = min(agent_config.max_turns or len(replies), len(replies))
+                agent = Agent(ScriptedPolicy(chat_format, replies), dataclasses.replace(agent_config, max_turns=turns))
                 trajectories.append(await agent.run(env, task_id))
             finally:
                 await env.aclose()
@@ -183,6 +194,33 @@ def agent_config(config: dict, greedy: bool):
     )
 
 
+def split_tasks(config: dict, split: str, count: int, skip: int = 0) -> tuple[dict, list[str]]:
+    """The env kwargs and ids of ``count`` tasks of the config's env's ``split``, after its first ``skip``.
+
+    A generated catalog (KeyChain, Calculator: ids ``<split>-<n>``) makes any id of its splits; any other
+    catalog lists its tasks with their split as category (the text worlds' ``<split>/<name>/<n>``: the
+    splits the config's ``env_kwargs`` list, whatever their ``tasks=`` selects), and must list enough.
+    The kwargs are the config's with ``tasks`` set to the ids.
+    """
+    kwargs = {key: value for key, value in config["env_kwargs"].items() if key != "tasks"}
+    probe = make_env_factory(config["env_id"], kwargs)()
+    try:
+        catalog = getattr(probe.unwrapped, "task_data", None)
+        if isinstance(catalog, GeneratedTasks):
+            listed = task_ids(split, skip + count)
+        else:
+            listed = [task.id for task in probe.unwrapped.tasks() if task.category == split]
+    finally:
+        probe.close()
+    if len(listed) < skip + count:
+        raise ValueError(
+            f"{config['env_id']} lists {len(listed)} {split} tasks with env_kwargs {kwargs}; {skip + count} are "
+            "needed: list more of that split"
+        )
+    ids = listed[skip : skip + count]
+    return {**kwargs, "tasks": ids}, ids
+
+
 def scripted_warm_start(
     out: str | Path,
     config: dict,
@@ -200,13 +238,15 @@ def scripted_warm_start(
     """``base`` (default: the tiny model) fine-tuned on scripted solutions of ``tasks`` train-split tasks; built once per ``out``.
 
     The env (``config["env_id"]``) scripts the demonstrations: it has a
-    ``demonstration_replies(task_id, mistake_rate, rng)`` method (KeyChain, Calculator) and
-    ``split``/``num_tasks`` arguments. On KeyChain with ``mistake_rate`` 0 the defaults leave the
+    ``demonstration_replies(task_id, mistake_rate, rng)`` method (KeyChain, Calculator, the text
+    worlds), and its train split's first ``tasks`` tasks are demonstrated (:func:`split_tasks`: a
+    text world's config must list that many). On KeyChain with ``mistake_rate`` 0 the defaults leave the
     tiny model at 58% of held-out tasks solved (greedy; seed 0), its failures confident copying
     mistakes; the start is steep in the epochs: 1000 × 2 gave 13%, 1000 × 3 gave 69.5%.
     ``mistake_rate`` > 0 imitates a demonstrator with the env's scripted habit that often
     (KeyChain: answering with the key a pointer names; Calculator: evaluating ``a + b * c`` left to
-    right), failed demonstrations included, so the start has a habit that RL can unlearn:
+    right; a text world: :attr:`~agentgym.envs.text.TextGameEnv.idle_command` in place of a step),
+    failed demonstrations included, so the start has a habit that RL can unlearn:
     sampling still takes the right path on the rest, and that is rewarded.
 
     ``min_start_success`` > 0 makes the start check itself: after each round of ``epochs`` it is
@@ -219,7 +259,6 @@ def scripted_warm_start(
     """
     from transformers import AutoTokenizer
 
-    from agentgym.envs.tool.generated import task_ids
     from agentgym.models import tiny_model_path
 
     if max_rounds < 1 or not 0.0 <= min_start_success <= 1.0:
@@ -247,22 +286,25 @@ def scripted_warm_start(
         if record.get("settings") == json.loads(json.dumps(settings, default=str)):
             _raise_if_failed(target, record)
             return target
-    # Made as the config makes it (an env without demonstrations may not take split=): any task id of a
+    # Made as the config makes it (an env without demonstrations may not list splits): any task id of a
     # generated catalog is scriptable, listed or not.
     scripted = make_env_factory(config["env_id"], config["env_kwargs"])()
     try:
         script = getattr(scripted.unwrapped, "demonstration_replies", None)
         if script is None:
             raise ValueError(
-                f"{config['env_id']} does not script demonstrations (no demonstration_replies method; KeyChain "
-                "and Calculator do): train a start with sft_warm_start and set `model:` to it"
+                f"{config['env_id']} does not script demonstrations (no demonstration_replies method; KeyChain, "
+                "Calculator and the text worlds do): train a start with sft_warm_start and set `model:` to it"
             )
+        env_kwargs, train_ids = split_tasks(config, "train", tasks)
+        check_kwargs, check_ids = (
+            split_tasks(config, "train", check_tasks, skip=tasks) if min_start_success else ({}, [])
+        )
         rng = random.Random(seed)
-        replies = {task_id: script(task_id, mistake_rate, rng) for task_id in task_ids("train", tasks)}
+        replies = {task_id: script(task_id, mistake_rate, rng) for task_id in train_ids}
     finally:
         scripted.close()
     record_path.unlink(missing_ok=True)  # the model is about to change: an old record must not vouch for it
-    env_kwargs = {**config["env_kwargs"], "split": "train", "num_tasks": tasks}
     trajectories = demonstrations(
         make_env_factory(config["env_id"], env_kwargs),
         list(replies),
@@ -271,7 +313,6 @@ def scripted_warm_start(
         agent_config(config, greedy=True),
     )
     dataset = demonstration_dataset(trajectories, failures=mistake_rate > 0)
-    check_ids = [f"train-{n}" for n in range(tasks, tasks + check_tasks)]
     rounds: list[dict] = []
     for number in range(1, max_rounds + 1):
         # Later rounds continue from the last one's weights (a fresh cosine cycle): the copying skill
@@ -288,7 +329,7 @@ def scripted_warm_start(
         if min_start_success > 0:
             entry["check_success"] = success_rate(
                 target,
-                make_env_factory(config["env_id"], {**env_kwargs, "tasks": check_ids}),
+                make_env_factory(config["env_id"], check_kwargs),
                 check_ids,
                 agent_config(config, greedy=False),
             )
@@ -318,13 +359,12 @@ def _losses(model_dir: Path) -> dict:
     return {"first_loss": losses[0], "final_loss": losses[-1]}
 
 
-def held_out_success(model: str | Path, config: dict, count: int = 100, greedy: bool = True) -> float:
-    """Success of ``model`` on the first ``count`` tasks of the config's env's held-out split, greedy or at the config's temperature."""
-    env_kwargs = {**config["env_kwargs"], "split": "heldout", "num_tasks": count}
-    factory = make_env_factory(config["env_id"], env_kwargs)
-    listing = factory()
-    try:
-        heldout = listing.unwrapped.task_ids()
-    finally:
-        listing.close()
-    return success_rate(model, factory, heldout, agent_config(config, greedy=greedy))
+def held_out_success(
+    model: str | Path, config: dict, count: int = 100, greedy: bool = True, split: str = "heldout"
+) -> float:
+    """Success of ``model`` on the first ``count`` tasks of the config's env's held-out ``split`` (KeyChain's and
+    Calculator's ``heldout``, the text worlds' ``test``), greedy or at the config's temperature."""
+    env_kwargs, heldout = split_tasks(config, split, count)
+    return success_rate(
+        model, make_env_factory(config["env_id"], env_kwargs), heldout, agent_config(config, greedy=greedy)
+    )

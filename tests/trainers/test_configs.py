@@ -25,7 +25,7 @@ def test_example_config_builds_its_config_class(path, tmp_path):
 
 def test_every_env_kind_has_a_config_per_trainer():
     names = {p.stem for p in CONFIGS}
-    for kind in ("keychain", "calculator", "bfcl", "humaneval", "miniwob", "desktop"):
+    for kind in ("keychain", "calculator", "bfcl", "humaneval", "miniwob", "desktop", "scienceworld", "textworld"):
         assert {f"{kind}-tree_grpo", f"{kind}-sao"} <= names
 
 

@@ -373,7 +373,7 @@ _GIMP_EDITS = {
     "flip": ("Flip the image vertically (upside down)", "Flip image vertically"),
     "rotate": ("Rotate the image by 180 degrees", "Turn the image upside-down"),
     "rotate90": ("Rotate the image by 90 degrees clockwise", "Rotate the image 90 degrees to the right"),
-    "invert": ("Invert the image's colours", "Invert the colors perceptually"),
+    "invert": ("Invert the image's colours", "Invert the components (except alpha) perceptually"),
     "grayscale": ("Convert the image to grayscale", "Convert the image to grayscale"),
     "autocrop": ("Crop away the image's plain border (crop it to its content)", "Crop the image to the extents"),
     "scale": ("Scale the image to {width}x{height} pixels", "Change the size of the image content"),
@@ -418,9 +418,9 @@ def _picture(rng: random.Random) -> Any:
     return image
 
 
-def _image_bytes(image: Any, format: str = "PNG") -> bytes:
+def _png(image: Any) -> bytes:
     buffer = io.BytesIO()
-    image.save(buffer, format)
+    image.save(buffer, "PNG")
     return buffer.getvalue()
 
 
@@ -464,7 +464,9 @@ def _gimp(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
         width, height = image.width * 2, image.height * 2
         asked = asked.format(width=width, height=height)
         edited = image.resize((width, height), Image.Resampling.BICUBIC)
-        command += [_key("ctrl+a"), _type(str(width)), _key("Tab"), "wait(1)", _key("Return"), "wait(1)"]
+        # Tab leaves the width field (the height follows) for the chain button, where Return would toggle the
+        # chain: alt+s presses Scale (its mnemonic).
+        command += [_key("ctrl+a"), _type(str(width)), _key("Tab"), "wait(1)", _key("alt+s"), "wait(1)"]
     else:
         edited = {
             "mirror": ImageOps.mirror,
@@ -508,7 +510,7 @@ def _gimp(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
             "done()",
         ],
     }
-    return spec, {f"{name}.png": _image_bytes(image), f"gold-{name}-edited.png": _image_bytes(edited)}
+    return spec, {f"{name}.png": _png(image), f"gold-{name}-edited.png": _png(edited)}
 
 
 # -------------------------------------------------------------------------------------- infeasible

@@ -1,8 +1,8 @@
-"""Measures the real-app desktop (LibreOffice in the desktop-apps image): reset, step with and without the accessibility tree, and fork vs. replay at turns 5 and 15; or each app's first-window time.
+"""Measures the real-app desktop (LibreOffice or GIMP in the desktop-apps image): reset, step with and without the accessibility tree, and fork vs. replay at turns 5 and 15; or each app's first-window time.
 
 Prints a Markdown table (docs/results.md's) and a JSON line; every ratio is measured in this one run.
 
-    .venv/bin/python benchmarks/gui_apps.py [--repeats 3]
+    .venv/bin/python benchmarks/gui_apps.py [--repeats 3] [--task calc-product-1 | gimp-mirror-0]
     .venv/bin/python benchmarks/gui_apps.py --launch [--image TAG] [--tasks ID ...] [--repeats 3]
 
 ``--launch`` times, per app, the start of the app on a task's file in a fresh desktop (a warm
@@ -11,10 +11,11 @@ the task's window has the focus and the screen has settled (what a reset waits f
 ``--limit`` seconds instead of a reset's 60, so that an image whose app starts slower still gets a
 number. ``--image`` measures another build of the image (an older recipe, say).
 
-The task is a Calc one (``calc-product-1``); its prefix cycles through keyboard steps that move the
-cell cursor and type into cells (they need not solve it). LibreOffice keeps an unsaved edit only in
-its memory, so a fork of this env replays the action prefix (a commit would not hold it): fork and
-replay differ only by the snapshot's bookkeeping.
+The task is a Calc one (``calc-product-1``) unless ``--task`` names another Calc or GIMP task; the
+prefix cycles through keyboard steps (they need not solve it): in Calc, steps that move the cell
+cursor and type into cells; in GIMP, a command run through its search (a flip of the image), undone
+and redone. Both apps keep an unsaved edit only in their memory, so a fork of this env replays the
+action prefix (a commit would not hold it): fork and replay differ only by the snapshot's bookkeeping.
 """
 
 from __future__ import annotations
@@ -37,11 +38,22 @@ from agentgym.sandbox.desktop import DesktopSandbox, tar_tree  # noqa: E402
 TASK = "calc-product-1"
 #: One task per app for --launch.
 LAUNCH_TASKS = ("calc-sum-0", "writer-append-0", "impress-title-0", "text-append-0", "gimp-mirror-0")
-CYCLE = ['key("ctrl+Home Right Right Right")', 'type("Cost\\n")', 'key("Down")', 'type("=B3*C3\\n")', 'key("Up Up")']
+#: Per app, the steps a prefix cycles through.
+CYCLES = {
+    "calc": [
+        'key("ctrl+Home Right Right Right")',
+        'type("Cost\\n")',
+        'key("Down")',
+        'type("=B3*C3\\n")',
+        'key("Up Up")',
+    ],
+    "gimp": ['key("slash")', 'type("Flip image horizontally")', 'key("Return")', 'key("ctrl+z")', 'key("ctrl+y")'],
+}
 
 
-def prefix(turns: int) -> list[str]:
-    return [CYCLE[i % len(CYCLE)] for i in range(turns)]
+def prefix(task_id: str, turns: int) -> list[str]:
+    cycle = CYCLES[task_id.split("-")[0]]
+    return [cycle[i % len(cycle)] for i in range(turns)]
 
 
 def play(env, steps: list[str]) -> None:
@@ -55,7 +67,7 @@ def launch_times(image: str | None, task_ids: list[str], repeats: int, limit: fl
     """Per task's app, the launch on the task's file in a fresh desktop until its window is focused and settled."""
     rows, numbers = [], {}
     for task_id in task_ids:
-        app, kind, seed = task_id.split("-")  # any generated task, catalogued or not (GIMP's are not yet)
+        app, kind, seed = task_id.split("-")
         task, samples = load_task(*generate(app, kind, int(seed))), []
         for _ in range(repeats):
             with DesktopSandbox.create(image, a11y_tree=True) as desktop:
@@ -74,6 +86,7 @@ def launch_times(image: str | None, task_ids: list[str], repeats: int, limit: fl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--task", default=TASK, help=f"the task to reset and fork (an app of {sorted(CYCLES)})")
     parser.add_argument("--launch", action="store_true", help="time each app's first window instead")
     parser.add_argument("--image", help="the desktop-apps image to measure (default: the current recipe's)")
     parser.add_argument("--limit", type=float, default=300.0, help="seconds a --launch may take")
@@ -81,6 +94,8 @@ def main() -> None:
         "--tasks", nargs="+", default=list(LAUNCH_TASKS), help="--launch: the tasks whose apps to start"
     )
     args = parser.parse_args()
+    if args.task.split("-")[0] not in CYCLES:
+        parser.error(f"--task must be a task of {sorted(CYCLES)}, not {args.task!r}")
     if args.launch:
         launch_times(args.image, args.tasks, args.repeats, args.limit)
         return
@@ -88,12 +103,12 @@ def main() -> None:
     with DesktopAppsEnv() as env:
         resets, steps = [], []
         for _ in range(args.repeats):
-            resets.append(timed(lambda: env.reset(options={"task_id": TASK}))[0])
-            for step in prefix(5):
+            resets.append(timed(lambda: env.reset(options={"task_id": args.task}))[0])
+            for step in prefix(args.task, 5):
                 steps.append(timed(lambda step=step: env.step(step))[0])
         numbers["reset"], numbers["step"] = summary(resets), summary(steps)
         rows += [
-            ("reset (container, X, D-Bus, LibreOffice on the task's file)", resets),
+            (f"reset ({args.task}: container, X, D-Bus, the app on the task's file)", resets),
             ("step (key/type, settle, tree)", steps),
         ]
         trees = []
@@ -108,17 +123,20 @@ def main() -> None:
         for turns in (5, 15):
             forks, replays = [], []
             for _ in range(args.repeats):
-                env.reset(options={"task_id": TASK})
-                play(env, prefix(turns))
+                env.reset(options={"task_id": args.task})
+                play(env, prefix(args.task, turns))
                 with env.snapshot() as snapshot:
                     took, fork = timed(lambda snapshot=snapshot: env.fork(snapshot))
                     forks.append(took)
                     fork.close()
                 with DesktopAppsEnv() as other:
                     replays.append(
-                        timed(lambda other=other: (other.reset(options={"task_id": TASK}), play(other, prefix(turns))))[
-                            0
-                        ]
+                        timed(
+                            lambda other=other: (
+                                other.reset(options={"task_id": args.task}),
+                                play(other, prefix(args.task, turns)),
+                            )
+                        )[0]
                     )
             numbers[f"fork_{turns}"], numbers[f"replay_{turns}"] = summary(forks), summary(replays)
             rows += [

@@ -19,9 +19,12 @@ formulas, and ``fix`` a mistyped number. Writer kinds: ``append`` a paragraph, `
 first paragraph), ``bold`` the heading, ``delete`` a paragraph; on an OpenDocument text (``odt``,
 made with odfpy) the same but ``bold``. Text kinds (a ``.txt`` file in
 mousepad, graded by ``compare_text_file``): ``append`` a line, insert a ``heading`` line, ``delete``
-a line, ``fix`` a misspelt word. GIMP kinds (a PNG edited with one command and exported as a new PNG, graded by
-``compare_image_list``; not in the catalogue yet, see :data:`FAMILIES`): ``mirror``, ``flip``,
-``rotate`` (180 degrees), ``invert``. Each app also has an ``infeasible`` task (:data:`INFEASIBLE`):
+a line, ``fix`` a misspelt word. GIMP kinds (a PNG edited with one command run through GIMP's command
+search and exported as a new file, graded by ``compare_image_list``): ``mirror``, ``flip``, ``rotate``
+(180 degrees), ``rotate90`` (clockwise), ``invert``, ``grayscale``, ``autocrop`` (a plain border cropped
+away), exactly; ``scale`` (to twice the size, typed into Scale Image's dialog: the size exactly, the pixels
+within a mean difference, as GIMP's cubic interpolation is not Pillow's) and ``jpeg`` (export as a JPEG:
+within what the compression changes). Each app also has an ``infeasible`` task (:data:`INFEASIBLE`):
 a request the app cannot carry out, whose reference solution is ``fail()``.
 
 OSWorld's "os" tasks (files in a terminal) and "multi_apps" tasks (data carried from one app into
@@ -364,23 +367,54 @@ def _text(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
 
 
 # -------------------------------------------------------------------------------------------- GIMP
-#: Kind → (what the instruction asks, the GIMP command run through its command search, the edit on a PIL image).
-GIMP_KINDS = ("mirror", "flip", "rotate", "invert")
+GIMP_KINDS = ("mirror", "flip", "rotate", "rotate90", "invert", "grayscale", "autocrop", "scale", "jpeg")
+#: Kind → (what the instruction asks, the text typed into GIMP's command search). The text is the image
+#: command's tooltip, which no other command shares: a command's name would find the view's or the layer's
+#: namesake too ("Flip Horizontally" lists View > Flip Horizontally first), and the first hit is what
+#: Return runs. ``jpeg`` runs no command (its edit is the export).
 _GIMP_EDITS = {
-    "mirror": ("Flip the image horizontally (mirror it left to right)", "Flip Horizontally"),
-    "flip": ("Flip the image vertically (upside down)", "Flip Vertically"),
-    "rotate": ("Rotate the image by 180 degrees", "Rotate 180"),
-    "invert": ("Invert the image's colours", "Invert"),
+    "mirror": ("Flip the image horizontally (mirror it left to right)", "Flip image horizontally"),
+    "flip": ("Flip the image vertically (upside down)", "Flip image vertically"),
+    "rotate": ("Rotate the image by 180 degrees", "Turn the image upside-down"),
+    "rotate90": ("Rotate the image by 90 degrees clockwise", "Rotate the image 90 degrees to the right"),
+    "invert": ("Invert the image's colours", "Invert the components (except alpha) perceptually"),
+    "grayscale": ("Convert the image to grayscale", "Convert the image to grayscale"),
+    "autocrop": ("Crop away the image's plain border (crop it to its content)", "Crop the image to the extents"),
+    "scale": ("Scale the image to {width}x{height} pixels", "Change the size of the image content"),
+    "jpeg": ("Export the image as a JPEG", ""),
+}
+_GIMP_FILES = {
+    "mirror": "photo",
+    "flip": "logo",
+    "rotate": "sketch",
+    "rotate90": "poster",
+    "invert": "banner",
+    "grayscale": "portrait",
+    "autocrop": "scan",
+    "scale": "icon",
+    "jpeg": "snapshot",
+}
+#: compare_image_list's options per kind. ``scale``: GIMP's cubic interpolation is not Pillow's bicubic, so the
+#: size must match and the pixels come within a mean difference; ``jpeg``: a JPEG file, within what its
+#: compression changes (GIMP's defaults: quality 90, 4:4:4). Measured on GIMP's exports: 1.03 levels (scale),
+#: 0.72-0.96 (jpeg); every wrong edit of these pictures is 22 or more (tests/envs/gui/test_osworld.py).
+_GIMP_OPTIONS: dict[str, dict] = {
+    "scale": {"tolerance": 4.0},
+    "jpeg": {"format": "jpeg", "tolerance": 4.0},
 }
 
 
 def _picture(rng: random.Random) -> Any:
-    """A small picture of coloured blocks on a background, asymmetric so that a flip or a rotation shows."""
+    """A small picture of coloured blocks on a background, asymmetric so that a flip or a rotation shows: a
+    bar at the top left, and a block in the left third of the top half in a colour far from the background's
+    (it moves a third of the pixels under any flip or rotation, more than a JPEG or a resampling changes)."""
     with requires("gui"):
         from PIL import Image, ImageDraw
     width, height = rng.choice([(96, 64), (80, 60), (120, 72)])
-    image = Image.new("RGB", (width, height), tuple(rng.randrange(256) for _ in range(3)))
+    background = tuple(rng.randrange(256) for _ in range(3))
+    image = Image.new("RGB", (width, height), background)
     draw = ImageDraw.Draw(image)
+    draw.rectangle((0, 0, width // 3 - 1, height // 2 - 1), fill=tuple(0 if c > 127 else 255 for c in background))
     for _ in range(rng.randint(3, 6)):
         left, top = rng.randrange(width - 8), rng.randrange(height - 8)
         box = (left, top, rng.randint(left + 4, width - 1), rng.randint(top + 4, height - 1))
@@ -395,29 +429,67 @@ def _png(image: Any) -> bytes:
     return buffer.getvalue()
 
 
-def _gimp(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
-    """An image in GIMP, edited with one command and exported as a new PNG.
+def _grayscale(image: Any) -> Any:
+    """GIMP's Image > Mode > Grayscale on an 8-bit sRGB image: the luminance of the linear-light colour
+    (babl's sRGB weights), back to the sRGB curve, rounded."""
+    with requires("gui"):
+        import numpy as np
+        from PIL import Image
+    srgb = np.asarray(image, dtype=np.float64) / 255.0
+    linear = np.where(srgb <= 0.04045, srgb / 12.92, ((srgb + 0.055) / 1.055) ** 2.4)
+    luminance = linear @ np.array([0.2225045, 0.7168786, 0.0606169])
+    encoded = np.where(luminance <= 0.0031308, luminance * 12.92, 1.055 * luminance ** (1 / 2.4) - 0.055)
+    return Image.fromarray(np.clip(np.rint(encoded * 255.0), 0, 255).astype(np.uint8), "L")
 
-    The reference solution runs the command through GIMP's command search (``/``: type its name,
-    Return), then exports with Export As (``shift+ctrl+e``: the whole path typed into the name field,
-    Return, and Return again on the PNG options' Export button).
+
+def _gimp(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
+    """An image in GIMP, edited with one command and exported as a new file.
+
+    The reference solution runs the command through GIMP's command search (``/``: type a text that finds
+    the image's command first, Return); ``scale`` then types the new width into Scale Image's dialog (the
+    height follows: the aspect ratio is kept) and presses Return for Scale. Then it exports with Export As
+    (``shift+ctrl+e``: the whole path typed into the name field, Return, and Return again on the PNG or
+    JPEG options' Export button).
     """
     with requires("gui"):
-        from PIL import ImageOps
+        from PIL import Image, ImageOps
     rng = random.Random(f"gimp-{kind}-{seed}")
     image = _picture(rng)
-    edited = {
-        "mirror": ImageOps.mirror,
-        "flip": ImageOps.flip,
-        "rotate": lambda picture: picture.rotate(180),
-        "invert": ImageOps.invert,
-    }[kind](image)
-    name = ["photo", "logo", "sketch", "banner"][GIMP_KINDS.index(kind)]
-    source, target = f"{HOME}/Pictures/{name}.png", f"{HOME}/Pictures/{name}-edited.png"
-    asked, command = _GIMP_EDITS[kind]
+    name = _GIMP_FILES[kind]
+    asked, search = _GIMP_EDITS[kind]
+    extension = "jpg" if kind == "jpeg" else "png"
+    source, target = f"{HOME}/Pictures/{name}.png", f"{HOME}/Pictures/{name}-edited.{extension}"
+    command = [_key("slash"), "wait(1)", _type(search), _key("Return"), "wait(1)"] if search else []
+    if kind == "autocrop":
+        # A plain border on each side (left, top, right, bottom), white or black: the picture's own edges are
+        # never one plain colour (the red bar touches the left and top ones), so cropping stops at them.
+        border = rng.choice([(255, 255, 255), (0, 0, 0)])
+        edited, image = image, ImageOps.expand(image, tuple(rng.randint(3, 12) for _ in range(4)), border)
+    elif kind == "scale":
+        width, height = image.width * 2, image.height * 2
+        asked = asked.format(width=width, height=height)
+        edited = image.resize((width, height), Image.Resampling.BICUBIC)
+        # Tab leaves the width field (the height follows) for the chain button, where Return would toggle the
+        # chain: alt+s presses Scale (its mnemonic).
+        command += [_key("ctrl+a"), _type(str(width)), _key("Tab"), "wait(1)", _key("alt+s"), "wait(1)"]
+    else:
+        edited = {
+            "mirror": ImageOps.mirror,
+            "flip": ImageOps.flip,
+            "rotate": lambda picture: picture.rotate(180),
+            "rotate90": lambda picture: picture.transpose(Image.Transpose.ROTATE_270),
+            "invert": ImageOps.invert,
+            "grayscale": _grayscale,
+            "jpeg": lambda picture: picture,
+        }[kind](image)
+    fmt = "a JPEG" if kind == "jpeg" else "a PNG"
     spec = {
         "id": f"gimp-{kind}-{seed}",
-        "instruction": f"{asked}, and export the result as a PNG to {target}. The image {source} is open in GIMP.",
+        "instruction": (
+            f"{asked}, and export the result as {fmt} to {target}. The image {source} is open in GIMP."
+            if kind != "jpeg"
+            else f"{asked} to {target}. The image {source} is open in GIMP."
+        ),
         "source": "agentgym.envs.gui.generators",
         "config": [
             {"type": "download", "parameters": {"files": [{"url": f"{name}.png", "path": source}]}},
@@ -426,14 +498,12 @@ def _gimp(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
         "related_apps": ["gimp"],
         "evaluator": {
             "func": "compare_image_list",
-            "result": {"type": "vm_file", "path": target, "dest": f"{name}-edited.png"},
+            "result": {"type": "vm_file", "path": target, "dest": f"{name}-edited.{extension}"},
             "expected": {"type": "local_file", "path": f"gold-{name}-edited.png"},
+            **({"options": _GIMP_OPTIONS[kind]} if kind in _GIMP_OPTIONS else {}),
         },
         "solution": [
-            _key("slash"),
-            "wait(1)",
-            _type(command),
-            _key("Return"),
+            *command,
             _key("shift+ctrl+e"),
             "wait(1)",
             _key("ctrl+a"),
@@ -507,25 +577,22 @@ def generate(app: str, kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
     )
 
 
-#: The families in the catalogue. GIMP's are not yet: GIMP now starts (in about 2 s, on the image's profile),
-#: but the reference solutions are unverified through the GUI. In the one run so far (gimp-mirror-0) the
-#: command search's first hit for "Flip Horizontally" was View > Flip Horizontally (the view, not the
-#: image: "Flip image horizontally" is the second), so the unedited image was exported; and the screenshot
-#: after the PNG options' Export failed once with an X BadWindow error from ``xwd -root`` (a dialog closing).
+#: The families in the catalogue.
 FAMILIES = (
     ("calc", CALC_KINDS),
     ("writer", WRITER_KINDS),
     ("odt", ODT_KINDS),
     ("impress", IMPRESS_KINDS),
     ("text", TEXT_KINDS),
+    ("gimp", GIMP_KINDS),
 )
 
 
 def generated_tasks(seeds: tuple[int, ...] = SEEDS) -> list[tuple[dict, dict[str, bytes]]]:
-    """Every catalogued generator at every seed (15 Calc, 12 Writer on docx and 9 on odt, 12 Impress and 12 text
-    tasks with the default three seeds), and an infeasible task per family at the first seed (5), then the OS and
-    multi-app tasks of :mod:`agentgym.envs.gui.generators_os` (24 OS, 12 multi-app and 2 infeasible): 7 of 103
-    infeasible, 6.8% (OSWorld's share is about 8%)."""
+    """Every catalogued generator at every seed (15 Calc, 12 Writer on docx and 9 on odt, 12 Impress, 12 text and
+    27 GIMP tasks with the default three seeds), and an infeasible task per family at the first seed (6), then the
+    OS and multi-app tasks of :mod:`agentgym.envs.gui.generators_os` (24 OS, 12 multi-app and 2 infeasible): 8 of
+    131 infeasible, 6.1% (OSWorld's share is about 8%)."""
     from agentgym.envs.gui import generators_os
 
     return [

@@ -33,7 +33,11 @@ What OSWorld's namesakes compare, and where ours are stricter because the policy
   :data:`MAX_MEMBERS` members or :data:`MAX_UNPACKED_BYTES` bytes unpacked (a zip bomb).
 
 * ``compare_image_list`` (images, PNG): the same size and the same pixels (RGBA), exactly; OSWorld's
-  resizes the agent's image to the gold one's size first, ours refuses another size.
+  resizes the agent's image to the gold one's size first, ours refuses another size. Two options of
+  ours (OSWorld's has none): ``format`` (``"png"``, the default, or ``"jpeg"``: the file type the
+  result must be, by its signature, whatever its name) and ``tolerance`` (the largest mean absolute
+  difference allowed, in levels of 0–255 over the RGBA channels; 0, the default, means exactly the
+  same pixels): for a lossy format, or an edit that GIMP resamples differently from Pillow.
 
 tests/envs/gui/test_osworld_fidelity.py checks each against OSWorld's namesake (desktop-env) on the
 same files; the differences above are pinned there.
@@ -449,7 +453,8 @@ def compare_archive(result: bytes | None, expected: bytes) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------ images
-_PNG = b"\x89PNG\r\n\x1a\n"
+#: The file types compare_image_list's ``format`` names, by their signatures.
+IMAGE_SIGNATURES = {"png": b"\x89PNG\r\n\x1a\n", "jpeg": b"\xff\xd8\xff"}
 MAX_PIXELS = 1 << 24  # a bigger image is refused before it is decoded (a small PNG can claim a huge canvas)
 
 
@@ -462,12 +467,17 @@ def _pixels(data: bytes):
     return image.convert("RGBA")
 
 
-def compare_image_list(result: bytes | None, expected: bytes) -> str | None:
-    """The PNG the agent exported has the gold image's size and pixels (compared as RGBA, exactly)."""
+def compare_image_list(
+    result: bytes | None, expected: bytes, *, format: str = "png", tolerance: float = 0.0
+) -> str | None:
+    """The image the agent exported, a ``format`` file (png or jpeg), has the gold image's size, and its RGBA
+    pixels differ from the gold's by at most ``tolerance`` levels on average (0: not at all)."""
+    if format not in IMAGE_SIGNATURES:
+        raise ValueError(f"format must be one of {sorted(IMAGE_SIGNATURES)}, not {format!r}")
     if result is None:
         return "the image was not exported where the task asked"
-    if not result.startswith(_PNG):
-        return "the file is not a PNG image"
+    if not result.startswith(IMAGE_SIGNATURES[format]):
+        return f"the file is not a {format.upper()} image"
     try:
         got = _pixels(result)
     except Exception as exc:  # Pillow raises many kinds on a damaged or hostile file
@@ -476,11 +486,15 @@ def compare_image_list(result: bytes | None, expected: bytes) -> str | None:
     if got.size != want.size:
         return f"the image is {got.width}x{got.height}, expected {want.width}x{want.height}"
     with requires("gui"):
-        from PIL import ImageChops
-    if got.tobytes() != want.tobytes():
+        from PIL import ImageChops, ImageStat
+    if got.tobytes() == want.tobytes():
+        return None
+    difference = ImageChops.difference(got, want)
+    mean = sum(ImageStat.Stat(difference).mean) / 4
+    if mean > tolerance:
         # alpha_only=False: an RGBA image's bounding box is otherwise its alpha channel's alone.
-        box = ImageChops.difference(got, want).getbbox(alpha_only=False)
-        return f"the image's pixels differ from the expected ones in the box {box}"
+        box = difference.getbbox(alpha_only=False)
+        return f"the image's pixels differ from the expected ones in the box {box} (by {mean:.2f} levels on average)"
     return None
 
 

@@ -80,7 +80,7 @@ def test_the_generators_make_a_dozen_tasks_per_app_with_distinct_inputs():
     for task_id in catalog:
         by_app.setdefault(task_id.split("-")[0], []).append(task_id)
     assert all(len(by_app[app]) >= 12 for app in ("calc", "writer", "impress", "text", "multi"))
-    assert len(by_app["os"]) >= 24
+    assert len(by_app["os"]) >= 24 and len(by_app["gimp"]) >= 24
     assert len(by_app["odt"]) >= 9
     feasible = [task for task in catalog.values() if task.feasible]
     # Seeds change the files, not just the ids.
@@ -91,7 +91,7 @@ def test_the_generators_make_a_dozen_tasks_per_app_with_distinct_inputs():
     # About 8% infeasible (OSWorld's share), one per app, each answered by fail() alone.
     infeasible = [task for task in catalog.values() if not task.feasible]
     assert sorted(task.id for task in infeasible) == [
-        f"{app}-infeasible-0" for app in ("calc", "impress", "multi", "odt", "os", "text", "writer")
+        f"{app}-infeasible-0" for app in ("calc", "gimp", "impress", "multi", "odt", "os", "text", "writer")
     ]
     assert all(task.solution == ("fail()",) for task in infeasible)
     assert 0.06 <= len(infeasible) / len(catalog) <= 0.1
@@ -110,36 +110,132 @@ def png(image) -> bytes:
     return buffer.getvalue()
 
 
+def jpeg(image, **options) -> bytes:
+    buffer = io.BytesIO()
+    image.convert("RGB").save(buffer, "JPEG", **options)
+    return buffer.getvalue()
+
+
 def test_gimp_gold_passes_and_the_hacks_fail():
     from PIL import Image, ImageOps
 
-    for kind in generators.GIMP_KINDS:  # generated, not catalogued (generators.FAMILIES): loaded here
-        spec, files = generators.generate("gimp", kind, 1)
-        task, path = osworld.load_task(spec, files), spec["evaluator"]["result"]["path"]
-        gold = files[spec["evaluator"]["expected"]["path"]]
-        start = files[spec["config"][0]["parameters"]["files"][0]["url"]]
-        assert task.check(Files({path: gold})) is None, kind
-        assert "differ" in task.check(Files({path: start})), kind  # the input exported unedited
-        assert "not exported" in task.check(Files({spec["config"][0]["parameters"]["files"][0]["path"]: gold}))
-        image = Image.open(io.BytesIO(gold)).convert("RGB")
-        # The right picture, twice as big; with a one-pixel border; as a JPEG under the PNG's name.
-        assert "expected" in task.check(Files({path: png(image.resize((image.width * 2, image.height * 2)))}))
-        assert "expected" in task.check(Files({path: png(ImageOps.expand(image, 1, (0, 0, 0)))}))
-        jpeg = io.BytesIO()
-        image.save(jpeg, "JPEG", quality=100)
-        assert "not a PNG" in task.check(Files({path: jpeg.getvalue()}))
-        # One pixel off by one; the right colours made transparent (same RGB, alpha 0).
-        off = image.copy()
-        r, g, b = off.getpixel((5, 5))
-        off.putpixel((5, 5), ((r + 1) % 256, g, b))
-        assert "differ" in task.check(Files({path: png(off)}))
-        clear = image.convert("RGBA")
-        clear.putalpha(0)
-        assert "differ" in task.check(Files({path: png(clear)}))
+    catalog = apps_catalog()
+    for kind in generators.GIMP_KINDS:
+        for seed in generators.SEEDS:
+            spec, files = generators.generate("gimp", kind, seed)
+            task, path = catalog[f"gimp-{kind}-{seed}"], spec["evaluator"]["result"]["path"]
+            exact = "options" not in spec["evaluator"]
+            lossy = kind == "jpeg"
+            encode = jpeg if lossy else png
+            gold = files[spec["evaluator"]["expected"]["path"]]
+            start = files[spec["config"][0]["parameters"]["files"][0]["url"]]
+            image = Image.open(io.BytesIO(gold)).convert("RGB")
+            what = f"gimp-{kind}-{seed}"
+            assert task.check(Files({path: gold if not lossy else jpeg(image, quality=90)})) is None, what
+            # Nothing exported, or exported beside the asked path; the input renamed into place (for the
+            # JPEG task its PNG under the .jpg name); the input saved in the asked format, unedited.
+            assert "not exported" in task.check(Files({})), what
+            assert "not exported" in task.check(Files({spec["config"][0]["parameters"]["files"][0]["path"]: gold}))
+            assert task.check(Files({path: start})), what
+            unedited = Image.open(io.BytesIO(start))
+            if kind != "jpeg":
+                assert task.check(Files({path: encode(unedited)})), what
+            # Wrong edits: mirrored, upside down, inverted, blank; the right picture twice as big, with a
+            # one-pixel border; the right colours made transparent (same RGB, alpha 0).
+            for wrong in (
+                ImageOps.mirror(image),
+                ImageOps.flip(image),
+                ImageOps.invert(image),
+                Image.new("RGB", image.size, image.getpixel((image.width - 1, image.height - 1))),
+                image.resize((image.width * 2, image.height * 2)),
+                ImageOps.expand(image, 1, (0, 0, 0)),
+            ):
+                assert task.check(Files({path: encode(wrong)})), what
+            if not lossy:  # (a JPEG has no alpha)
+                clear = image.convert("RGBA")
+                clear.putalpha(0)
+                assert "differ" in task.check(Files({path: png(clear)})), what
+            # The right pixels in the other format, under the asked name.
+            other = png(image) if lossy else jpeg(image, quality=100)
+            assert f"not a {'JPEG' if lossy else 'PNG'}" in task.check(Files({path: other})), what
+            # One pixel off by one: wrong where the task is graded exactly, within a tolerance otherwise.
+            off = image.copy()
+            r, g, b = off.getpixel((5, 5))
+            off.putpixel((5, 5), ((r + 1) % 256, g, b))
+            assert (task.check(Files({path: encode(off)})) is None) is not exact, what
     # A PNG that claims a huge canvas is refused before it is decoded; a truncated one cannot be read.
+    task, path = catalog["gimp-mirror-0"], generators.generate("gimp", "mirror", 0)[0]["evaluator"]["result"]["path"]
     huge = png(Image.new("1", (8192, 8192)))
     assert "over" in task.check(Files({path: huge}))
-    assert "could not be read" in task.check(Files({path: gold[:60]}))
+    assert "could not be read" in task.check(Files({path: huge[:60]}))
+
+
+def test_compare_image_list_options_refuse_their_hacks():
+    """``format`` is the file's signature, not its name; ``tolerance`` lets a JPEG's or a resampling's small
+    changes through and no wrong edit, and never another size."""
+    from PIL import Image, ImageOps
+
+    spec, files = generators.generate("gimp", "jpeg", 0)
+    gold = files[spec["evaluator"]["expected"]["path"]]
+    image = Image.open(io.BytesIO(gold)).convert("RGB")
+    lossy = {"format": "jpeg", "tolerance": 8.0}
+    for quality in (75, 90, 100):
+        for subsampling in (0, 2):  # 4:4:4 and 4:2:0
+            assert (
+                metrics.compare_image_list(jpeg(image, quality=quality, subsampling=subsampling), gold, **lossy) is None
+            )
+    # The same JPEG graded exactly, or as a PNG; a PNG graded as a JPEG (the right pixels, the wrong type).
+    assert "differ" in metrics.compare_image_list(jpeg(image, quality=90), gold, format="jpeg")
+    assert "not a PNG" in metrics.compare_image_list(jpeg(image, quality=90), gold, tolerance=8.0)
+    assert "not a JPEG" in metrics.compare_image_list(gold, gold, **lossy)
+    # A JPEG body behind a PNG signature (or the other way round) cannot be read as what it claims.
+    assert metrics.compare_image_list(b"\x89PNG\r\n\x1a\n" + jpeg(image)[8:], gold)
+    assert metrics.compare_image_list(b"\xff\xd8\xff" + gold[3:], gold, **lossy)
+    # Wrong edits stay outside the tolerance; so does a plain image of the background's colour and another size.
+    for wrong in (
+        ImageOps.mirror(image),
+        ImageOps.flip(image),
+        image.rotate(180),
+        ImageOps.grayscale(image),
+        Image.new("RGB", image.size, image.getpixel((image.width - 1, image.height - 1))),
+    ):
+        assert "differ" in metrics.compare_image_list(jpeg(wrong, quality=100), gold, **lossy)
+    assert "expected" in metrics.compare_image_list(jpeg(image.resize((image.width + 1, image.height))), gold, **lossy)
+    # A JPEG that claims a huge canvas is refused before it is decoded; an unknown format is the task's error.
+    assert "over" in metrics.compare_image_list(jpeg(Image.new("L", (4097, 4097))), gold, **lossy)
+    with pytest.raises(ValueError, match="format"):
+        metrics.compare_image_list(gold, gold, format="gif")
+
+
+def test_the_gimp_gold_files_are_what_the_instructions_ask():
+    """Pillow's gold against what the instruction says, on the pictures (independent of GIMP)."""
+    from PIL import Image
+
+    def pictures(kind, seed):
+        spec, files = generators.generate("gimp", kind, seed)
+        gold = files[spec["evaluator"]["expected"]["path"]]
+        return Image.open(io.BytesIO(files[spec["config"][0]["parameters"]["files"][0]["url"]])), Image.open(
+            io.BytesIO(gold)
+        )
+
+    for seed in generators.SEEDS:
+        start, gold = pictures("rotate90", seed)
+        assert gold.size == (start.height, start.width)
+        assert gold.getpixel((gold.width - 1, 0)) == start.getpixel((0, 0)) == (255, 0, 0)  # the top left went right
+        start, gold = pictures("autocrop", seed)
+        border = start.getpixel((0, 0))
+        assert border in ((0, 0, 0), (255, 255, 255)) and gold.getpixel((0, 0)) == (255, 0, 0)
+        content = start.getbbox() if border == (0, 0, 0) else Image.eval(start, lambda v: 255 - v).getbbox()
+        assert start.crop(content).tobytes() == gold.tobytes() and content[2:] != start.size
+        start, gold = pictures("scale", seed)
+        assert gold.size == (start.width * 2, start.height * 2)
+        assert str(start.width * 2) in generators.generate("gimp", "scale", seed)[0]["instruction"]
+        start, gold = pictures("grayscale", seed)
+        assert gold.mode == "L"
+        # The red bar: the linear luminance of pure red is 0.2225 (babl's weight), 0.509 on the sRGB curve: 130.
+        assert gold.getpixel((0, 0)) == 130
+        assert generators._grayscale(Image.new("RGB", (1, 1), (255, 255, 255))).getpixel((0, 0)) == 255
+        assert generators._grayscale(Image.new("RGB", (1, 1), (0, 0, 0))).getpixel((0, 0)) == 0
 
 
 def test_text_gold_passes_and_the_hacks_fail():

@@ -1,4 +1,4 @@
-"""The real apps (LibreOffice Calc, Writer and Impress, mousepad, xterm) in the desktop-apps image: reference solutions through the GUI,
+"""The real apps (LibreOffice Calc, Writer and Impress, mousepad, GIMP, xterm) in the desktop-apps image: reference solutions through the GUI,
 the accessibility tree, a policy that changes nothing, and fork == replay. The full sweep is marked sweep (`make test-sweeps`)."""
 
 import os
@@ -40,15 +40,17 @@ def _solve(env, task_id):
     return observation
 
 
-# One task of each family through its app: Calc, Writer (docx, odt), mousepad, an infeasible one (fail() is right),
-# an archive made in the terminal, and a sheet's total carried into a document (two apps).
+# One task of each family through its app: Writer (docx, odt), mousepad, GIMP (a command from its search, and a
+# dialog's typed size), an infeasible one (fail() is right), an archive made in the terminal, and a sheet's total
+# carried into a document (two apps). Calc, Writer and Impress are also solved by tests/eval/test_gui_suite.py.
 @pytest.mark.parametrize(
     "task_id",
     [
-        "calc-sum-0",
         "writer-bold-0",
         "odt-title-1",
         "text-fix-0",
+        "gimp-mirror-0",
+        "gimp-scale-1",
         "text-infeasible-0",
         "os-targz-0",
         "multi-sheet-doc-0",
@@ -56,6 +58,18 @@ def _solve(env, task_id):
 )
 def test_reference_solution_through_the_gui(apps_env, task_id):
     _solve(apps_env, task_id)
+
+
+def test_a_mirror_task_solved_by_a_vertical_flip_scores_zero(apps_env):
+    """The mirror task's solution with the vertical flip's command in place of the horizontal one: GIMP exports
+    an edited image where the task asked, and it is the wrong one."""
+    catalog = apps_catalog()
+    mirror, flip = catalog["gimp-mirror-0"].solution, catalog["gimp-flip-0"].solution
+    search = next(index for index, step in enumerate(mirror) if step.startswith("type(") and step != flip[index])
+    wrong = [*mirror[:search], flip[search], *mirror[search + 1 :]]
+    apps_env.reset(options={"task_id": "gimp-mirror-0"})
+    _, info = _play(apps_env, wrong)
+    assert not info["success"] and "differ" in info["grade"]["problem"], info["grade"]
 
 
 @pytest.mark.sweep  # the whole generated catalogue through LibreOffice and mousepad (~15 minutes): `make test-sweeps`

@@ -87,10 +87,11 @@ def _cells(sheet) -> dict[str, Any]:
     return {cell.coordinate: cell.value for row in sheet.iter_rows() for cell in row if cell.value not in (None, "")}
 
 
-#: ``styles`` properties (OSWorld's names for them in its ``style`` rule) → how a cell shows each.
+#: ``styles`` properties (OSWorld's names for them in its ``style`` rule) → a cell's, as OSWorld reads it: the
+#: number format of a cell that holds a number (a text cell's shows nothing), the boldness of a non-empty one.
 CELL_STYLES: dict[str, Callable[[Any], Any]] = {
     "font_bold": lambda cell: bool(cell.font.b),
-    "number_format": lambda cell: cell.number_format,
+    "number_format": lambda cell: cell.number_format if cell.data_type == "n" else None,
 }
 
 

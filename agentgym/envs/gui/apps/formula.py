@@ -137,12 +137,10 @@ def _sumif(arguments, cells, seen, name, known):
     """``SUMIF(range, criterion[, sum_range])``: the sum of ``sum_range``'s cells (``range``'s when absent) beside
     the cells of ``range`` equal to ``criterion`` (a cell, a number or a text, which matches case-insensitively,
     as LibreOffice's whole-cell match does). Comparisons (``">5"``) and wildcards are not supported."""
-    if len(arguments) not in (2, 3) or not all(
-        isinstance(area, ast.List) and all(isinstance(e, ast.Name) for e in area.elts)
-        for area in (arguments[0], arguments[-1])
-    ):
+    areas = [arguments[0], arguments[2 if len(arguments) == 3 else 0]] if len(arguments) in (2, 3) else []
+    if not areas or not all(isinstance(a, ast.List) and all(isinstance(e, ast.Name) for e in a.elts) for a in areas):
         raise FormulaError(f"{name}: SUMIF takes a range, a criterion and an optional sum range of the same size")
-    criteria, summed = arguments[0].elts, arguments[-1].elts
+    criteria, summed = areas[0].elts, areas[1].elts
     if len(criteria) != len(summed):
         raise FormulaError(f"{name}: SUMIF's ranges differ in size")
     criterion = arguments[1]

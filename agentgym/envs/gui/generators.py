@@ -290,7 +290,7 @@ def _calc_more(kind: str, seed: int, rng: random.Random, path: str) -> tuple[dic
 
 
 # ------------------------------------------------------------------------------------------ Writer
-WRITER_KINDS = ("append", "title", "bold", "delete", "replace", "table")
+WRITER_KINDS = ("append", "title", "bold", "delete", "replace", "table", "pdf")
 _COMPANIES = ("Acme", "Globex", "Initech", "Hooli", "Vandelay", "Wonka")
 _ABOUT = (  # sentences about a company, for the replace kind
     "{} opened two new stores.",
@@ -323,7 +323,7 @@ def _writer(kind: str, seed: int, family: str = "writer") -> tuple[dict, dict[st
     title = rng.choice(_TITLES)
     body = rng.sample(_SENTENCES, rng.randint(3, 5))
     extension = "odt" if family == "odt" else "docx"
-    stem = ["letter", "notes", "report", "minutes", "memo", "price-list"][WRITER_KINDS.index(kind)]
+    stem = ["letter", "notes", "report", "minutes", "memo", "price-list", "summary"][WRITER_KINDS.index(kind)]
     path = f"{HOME}/Documents/{stem}.{extension}"
     metrics: list[tuple[str, dict]] = [("compare_docx_files", {})]
     table: list[list[str]] | None = None
@@ -361,6 +361,9 @@ def _writer(kind: str, seed: int, family: str = "writer") -> tuple[dict, dict[st
         # Find & Replace (ctrl+h): the search term typed, alt+p to the Replace field, alt+l Replace All, then closed.
         solution = [_key("ctrl+h"), "wait(1)", _type(old), _key("alt+p"), _type(new), _key("alt+l"), "wait(1)"]
         solution += [_key("Escape")]
+    elif kind == "pdf":
+        before = after = [(title, False), *((s, False) for s in body)]
+        return _pdf_export(f"{family}-{kind}-{seed}", path, _document(before))
     else:  # table: a price list's rows, as a two-column table at the end
         before = [(title, False), *((s, False) for s in body[:2])]
         after = before
@@ -383,6 +386,47 @@ def _writer(kind: str, seed: int, family: str = "writer") -> tuple[dict, dict[st
     if family == "odt":
         return spec, {name: _odt_document(before), f"gold-{name}": _odt_document(after)}
     return spec, {name: _document(before), f"gold-{name}": _document(after, table)}
+
+
+def _pdf_export(task_id: str, path: str, document: bytes) -> tuple[dict, dict[str, bytes]]:
+    """Export the open document as a PDF beside it, graded by the PDF's text against the document's paragraphs.
+
+    The reference solution runs File > Export As > Export as PDF through the command search (shift+Escape),
+    accepts the PDF options (Return: Export), and types the PDF's whole path into the file dialog's name field."""
+    name = path.rpartition("/")[2]
+    target = f"{path.rpartition('.')[0]}.pdf"
+    spec = {
+        "id": task_id,
+        "instruction": f"Export this document as a PDF file, {target} (keep the document as it is). The file {path} "
+        "is open.",
+        "source": "agentgym.envs.gui.generators",
+        "config": [
+            {"type": "download", "parameters": {"files": [{"url": name, "path": path}]}},
+            {"type": "open", "parameters": {"path": path}},
+        ],
+        "related_apps": ["libreoffice"],
+        "evaluator": {
+            "func": ["compare_pdf_text"],
+            "result": [{"type": "vm_file", "path": target, "dest": target.rpartition("/")[2]}],
+            "expected": [{"type": "local_file", "path": f"gold-{name}"}],
+        },
+        "solution": [
+            _key("shift+Escape"),
+            "wait(1)",
+            _type("Export as PDF"),
+            "wait(1)",
+            _key("Return"),
+            "wait(2)",
+            _key("Return"),
+            "wait(2)",
+            _key("ctrl+a"),
+            _type(target),
+            _key("Return"),
+            "wait(3)",
+            "done()",
+        ],
+    }
+    return spec, {name: document, f"gold-{name}": document}
 
 
 # ----------------------------------------------------------------------------------------- Impress

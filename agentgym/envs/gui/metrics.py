@@ -19,6 +19,12 @@ What OSWorld's namesakes compare, and where ours are stricter because the policy
 * ``compare_docx_tables`` (docx): the same number of tables, each with the gold table's rows,
   columns and cell texts (stripped), as OSWorld's namesake. A table typed as tab-separated
   paragraphs, or drawn as a picture, is no table.
+* ``compare_pdf_text`` (a PDF, read with pypdf, against a gold PDF or document): the text of its
+  pages, runs of whitespace as one space and ligatures unfolded (NFKC), equals the gold's (a
+  document's non-empty paragraphs joined). A document saved under the PDF's name is not a PDF, and
+  a PDF of the page as a picture has no text. OSWorld's ``compare_pdfs`` (PyMuPDF, a fuzzy ratio)
+  scores the same two texts; its module needs PyMuPDF, which its venv here lacks, so it is not
+  compared.
 * ``compare_docx_bold``: which paragraphs are bold (every run with text bold) matches the gold file's.
 * ``compare_pptx_files`` (slides, pptx): the slides' count, each slide's texts, shape by shape, and
   its speaker notes (as OSWorld's ``examine_note``, its default).
@@ -38,6 +44,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import unicodedata
 import zipfile
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -52,6 +59,7 @@ __all__ = [
     "compare_docx_files",
     "compare_docx_tables",
     "compare_image_list",
+    "compare_pdf_text",
     "compare_pptx_files",
     "compare_table",
     "compare_text_file",
@@ -285,6 +293,44 @@ def compare_docx_bold(result: bytes | None, expected: bytes) -> str | None:
     return None
 
 
+# -------------------------------------------------------------------------------------------- PDFs
+_PDF = b"%PDF-"
+MAX_PDF_PAGES = 100  # a longer PDF is refused before its text is extracted (a small file can hold many pages)
+
+
+def _normal(text: str) -> str:
+    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip()
+
+
+def _pdf_text(data: bytes) -> str:
+    with requires("gui"):
+        import pypdf
+    reader = pypdf.PdfReader(io.BytesIO(data))
+    if len(reader.pages) > MAX_PDF_PAGES:
+        raise ValueError(f"{len(reader.pages)} pages is over {MAX_PDF_PAGES}")
+    return _normal(" ".join(page.extract_text() or "" for page in reader.pages))
+
+
+def compare_pdf_text(result: bytes | None, expected: bytes) -> str | None:
+    """The PDF's text equals the gold PDF's, or the gold document's paragraphs' (see the module docstring)."""
+    if result is None:
+        return "the PDF was not exported where the task asked"
+    if not result.startswith(_PDF):
+        return "the file is not a PDF"
+    try:
+        got = _pdf_text(result)
+    except Exception as exc:  # pypdf raises many kinds on a damaged or hostile file
+        return f"the PDF could not be read ({type(exc).__name__}: {exc})"
+    if expected.startswith(_PDF):
+        want = _pdf_text(expected)
+    else:
+        texts, _ = _document_texts(expected, _is_odt(expected))
+        want = _normal(" ".join(texts or ()))
+    if got != want:
+        return f"the PDF's text is {got[:400]!r}, expected {want[:400]!r}"
+    return None
+
+
 # ------------------------------------------------------------------------------------------ slides
 def _slide_texts(data: bytes) -> list[list[str]]:
     """Per slide, its shapes' texts and then its speaker notes' (``notes: ...``, where it has any)."""
@@ -406,4 +452,5 @@ METRICS: dict[str, Metric] = {
     "check_include_exclude": check_include_exclude,
     "compare_text_file": compare_text_file,
     "compare_image_list": compare_image_list,
+    "compare_pdf_text": compare_pdf_text,
 }

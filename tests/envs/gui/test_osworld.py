@@ -213,6 +213,10 @@ def writer_file(paragraphs) -> bytes:
 def test_writer_gold_passes_and_the_hacks_fail():
     catalog = apps_catalog()
     for kind in generators.WRITER_KINDS:
+        if (
+            kind == "pdf"
+        ):  # its expected file is the document, not the PDF: test_pdf_export_gold_passes_and_the_hacks_fail
+            continue
         task = catalog[f"writer-{kind}-0"]
         spec, files = generators.generate("writer", kind, 0)
         path = spec["evaluator"]["result"][0]["path"]
@@ -569,3 +573,55 @@ def test_impress_slide_and_notes_hacks_fail():
 
     assert "slides' texts" in task.check(Files({path: edited(gold, on_the_slide)}))
     assert "slides' texts" in task.check(Files({path: edited(gold, wrong_slide)}))
+
+
+def text_pdf(lines: list[str]) -> bytes:
+    """A one-page PDF whose text is ``lines`` (Helvetica, one line each), written by hand: no PDF writer needed."""
+    stream = "BT /F1 12 Tf 72 720 Td 14 TL " + " ".join(f"({line}) Tj T*" for line in lines) + " ET"
+    objects = [
+        "<< /Type /Catalog /Pages 2 0 R >>",
+        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R"
+        " /Resources << /Font << /F1 5 0 R >> >> >>",
+        f"<< /Length {len(stream)} >>\nstream\n{stream}\nendstream",
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out, offsets = b"%PDF-1.4\n", []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += f"{number} 0 obj\n{body}\nendobj\n".encode()
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    out += "".join(f"{offset:010d} 00000 n \n" for offset in offsets).encode()
+    return out + f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+
+
+def test_pdf_export_gold_passes_and_the_hacks_fail():
+    from PIL import Image
+
+    spec, files = generators.generate("writer", "pdf", 2)
+    task, path = apps_catalog()["writer-pdf-2"], spec["evaluator"]["result"][0]["path"]
+    document = files[spec["evaluator"]["expected"][0]["path"]]
+    texts = [p.text for p in docx.Document(io.BytesIO(document)).paragraphs]
+    assert task.check(Files({path: text_pdf(texts)})) is None
+    # The export a PDF of the same text makes is the gold too (a PDF as the expected file).
+    assert metrics.compare_pdf_text(text_pdf(texts), text_pdf(texts[:1] + texts[1:])) is None
+    assert "not exported" in task.check(Files({}))
+    assert "not exported" in task.check(Files({path.replace(".pdf", ".docx.pdf"): text_pdf(texts)}))
+    # The document renamed to .pdf; a paragraph missing; a paragraph more; the page as a picture; a damaged file.
+    assert "not a PDF" in task.check(Files({path: document}))
+    assert "PDF's text" in task.check(Files({path: text_pdf(texts[:-1])}))
+    assert "PDF's text" in task.check(Files({path: text_pdf([*texts, "Draft"])}))
+    picture = io.BytesIO()
+    Image.new("RGB", (200, 100), "white").save(picture, "PDF")
+    assert "PDF's text" in task.check(Files({path: picture.getvalue()}))
+    assert "could not be read" in task.check(Files({path: text_pdf(texts)[:60]}))
+    # A paragraph broken over two lines of the page is still the paragraph.
+    words = texts[1].split(" ")
+    broken = [texts[0], " ".join(words[:2]), " ".join(words[2:]), *texts[2:]]
+    assert task.check(Files({path: text_pdf(broken)})) is None
+
+
+def test_a_pdf_of_too_many_pages_is_refused(monkeypatch):
+    monkeypatch.setattr(metrics, "MAX_PDF_PAGES", 0)
+    assert "over 0" in metrics.compare_pdf_text(text_pdf(["x"]), text_pdf(["x"]))

@@ -22,7 +22,8 @@ per-category summary of SUMIF formulas: pivot-like), ``decimals`` (a number form
 ``bold`` the heading, ``delete`` a paragraph, ``replace`` a name everywhere (Find & Replace), add a
 ``table``; on an OpenDocument text (``odt``, made with odfpy) ``append``, ``title``, ``delete`` and
 ``replace``. Impress kinds: change the first slide's ``title``, ``retitle`` another slide, replace the
-``subtitle``, add a ``bullet``, add a ``slide``, add speaker ``notes``. Text kinds (a ``.txt`` file in
+``subtitle``, add a ``bullet``, add speaker ``notes``, add a ``slide`` (not catalogued yet:
+:data:`UNVERIFIED`). Text kinds (a ``.txt`` file in
 mousepad, graded by ``compare_text_file``): ``append`` a line, insert a ``heading`` line, ``delete``
 a line, ``fix`` a misspelt word. GIMP kinds (a PNG edited with one command and exported as a new PNG, graded by
 ``compare_image_list``; not in the catalogue yet, see :data:`FAMILIES`): ``mirror``, ``flip``,
@@ -45,6 +46,7 @@ __all__ = [
     "INFEASIBLE",
     "SEEDS",
     "TEXT_KINDS",
+    "UNVERIFIED",
     "WRITER_KINDS",
     "generate",
     "generated_tasks",
@@ -470,10 +472,11 @@ def _impress(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
             f"Add a new slide at the end with the title-and-content layout: title '{name}', and one bullet point "
             f"'{line}'."
         )
-        # End: the last slide; ctrl+m: a new slide after it, with its layout (title and content). Its placeholders
-        # are empty: Tab selects the title, Return edits it; Escape leaves it selected, and Tab goes to the body.
-        solution = [_key("End", "ctrl+m"), "wait(1)", _key("Tab", "Return"), _type(name), _key("Escape", "Tab")]
-        solution += [_key("Return"), _type(line), _key("Escape", "Escape")]
+        # End: the last slide; Slide > Duplicate Slide (through the command search) copies it, placeholders and all,
+        # after it; then its title and its body's text are replaced as in the retitle and subtitle kinds.
+        solution = [_key("End", "shift+Escape"), "wait(1)", _type("Duplicate Slide"), "wait(1)", _key("Return")]
+        solution += ["wait(1)", _key("Tab", "Return", "ctrl+a"), _type(name), _key("Escape", "Escape")]
+        solution += [_key("Tab", "Tab", "Return", "ctrl+a"), _type(line), _key("Escape", "Escape")]
     elif kind == "notes":
         slide = rng.randrange(len(before))
         note = f"Speak for {rng.randint(2, 9)} minutes about {before[slide][0].lower()}."
@@ -729,12 +732,25 @@ FAMILIES = (
 )
 
 
+#: Kinds generated and graded (their metrics' hack suites run in tests/envs/gui/test_osworld.py) whose reference
+#: solutions have not yet been seen to pass through the GUI: left out of the catalogue until they are. Impress's
+#: ``slide``: ctrl+m made a slide whose body LibreOffice took for an object placeholder (python-pptx's layout), and
+#: the command search's first hit for "Duplicate Slide" did not duplicate the slide (its title was edited in place).
+UNVERIFIED: frozenset[tuple[str, str]] = frozenset({("impress", "slide")})
+
+
 def generated_tasks(seeds: tuple[int, ...] = SEEDS) -> list[tuple[dict, dict[str, bytes]]]:
-    """Every catalogued generator at every seed (27 Calc, 18 Writer on docx and 12 on odt, 18 Impress and 12 text
-    tasks with the default three seeds), and every catalogued family's infeasible tasks (8 of 95, 8.4%: OSWorld's
-    share is about 8%)."""
+    """Every catalogued generator at every seed but the :data:`UNVERIFIED` kinds (27 Calc, 21 Writer on docx and 12
+    on odt, 15 Impress and 12 text tasks with the default three seeds), and every catalogued family's infeasible
+    tasks (8 of 95, 8.4%: OSWorld's share is about 8%)."""
     return [
-        *(generate(app, kind, seed) for app, kinds in FAMILIES for kind in kinds for seed in seeds),
+        *(
+            generate(app, kind, seed)
+            for app, kinds in FAMILIES
+            for kind in kinds
+            if (app, kind) not in UNVERIFIED
+            for seed in seeds
+        ),
         *(
             generate(app, "infeasible", number)
             for app in INFEASIBLE

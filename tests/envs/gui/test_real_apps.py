@@ -40,13 +40,17 @@ def _solve(env, task_id):
     return observation
 
 
-# One task of each family through its app: Calc, Writer (docx, odt), mousepad, and an infeasible one (fail() is right).
-@pytest.mark.parametrize("task_id", ["calc-sum-0", "writer-bold-0", "odt-title-1", "text-fix-0", "text-infeasible-0"])
+# One task of each family through its app: Calc, Writer (docx, odt), mousepad, and an infeasible one (fail() is right);
+# and a SUMIF summary (formulas the checker recomputes) and a Writer table (a dialog: xwd's 24-bit screenshots).
+@pytest.mark.parametrize(
+    "task_id",
+    ["calc-sum-0", "writer-bold-0", "odt-title-1", "text-fix-0", "text-infeasible-0", "calc-sumif-0", "writer-table-0"],
+)
 def test_reference_solution_through_the_gui(apps_env, task_id):
     _solve(apps_env, task_id)
 
 
-@pytest.mark.sweep  # the whole generated catalogue through LibreOffice and mousepad (~15 minutes): `make test-sweeps`
+@pytest.mark.sweep  # the whole generated catalogue through LibreOffice and mousepad (~40 minutes): `make test-sweeps`
 @pytest.mark.parametrize("task_id", list(apps_catalog()))
 def test_every_reference_solution(apps_env, task_id):
     _solve(apps_env, task_id)

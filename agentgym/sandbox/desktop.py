@@ -591,25 +591,32 @@ _XWD_FIELDS = (
 
 
 def decode_screenshot(data: bytes) -> np.ndarray:
-    """An XWD dump of a 24/32-bit TrueColor screen (what ``xwd -root`` gives on Xvfb) as H×W×3 uint8 RGB."""
+    """An XWD dump of a 24-bit TrueColor screen as H×W×3 uint8 RGB: 32 bits a pixel (what ``xwd -root`` gives on
+    Xvfb), or 24 (what it gives while a window of another visual is mapped, e.g. a GTK 3 dialog with an alpha
+    channel: xwd then reads the screen region by region into a packed image)."""
     if len(data) < 100:
         raise SandboxError(f"a screenshot of {len(data)} bytes, shorter than an XWD header")
     header = dict(zip(_XWD_FIELDS, struct.unpack(">25I", data[:100])))
-    if header["bits_per_pixel"] != 32 or header["pixmap_format"] != 2:
+    if header["bits_per_pixel"] not in (24, 32) or header["pixmap_format"] != 2:
         raise SandboxError(
             f"unsupported screenshot format: {header['bits_per_pixel']} bits per pixel, "
             f"pixmap format {header['pixmap_format']}"
         )
+    size = header["bits_per_pixel"] // 8
     width, height, stride = header["pixmap_width"], header["pixmap_height"], header["bytes_per_line"]
     start = header["header_size"] + 12 * header["ncolors"]
-    if header["header_size"] < 100 or not 0 < width * 4 <= stride or stride % 4 or start + stride * height > len(data):
+    if header["header_size"] < 100 or not 0 < width * size <= stride or start + stride * height > len(data):
         raise SandboxError(
             f"a screenshot whose header does not match its {len(data)} bytes "
             f"({width}x{height} pixels, {stride} bytes a row, pixels from byte {start})"
         )
-    dtype = "<u4" if header["byte_order"] == 0 else ">u4"
-    pixels = np.frombuffer(data, dtype=dtype, count=stride * height // 4, offset=start)
-    pixels = pixels.reshape(height, stride // 4)[:, :width]
+    rows = np.frombuffer(data, dtype=np.uint8, count=stride * height, offset=start).reshape(height, stride)
+    octets = rows[:, : width * size].reshape(height, width, size).astype(np.uint32)
+    # byte_order 0 (LSBFirst): a pixel's first byte is its lowest.
+    order = range(size) if header["byte_order"] == 0 else range(size - 1, -1, -1)
+    pixels = np.zeros((height, width), dtype=np.uint32)
+    for shift, index in enumerate(order):
+        pixels |= octets[..., index] << (8 * shift)
     channels = []
     for mask in (header["red_mask"], header["green_mask"], header["blue_mask"]):
         shift = (mask & -mask).bit_length() - 1

@@ -28,9 +28,17 @@ async def test_desktop_reference_solutions_score_100_percent(docker_ready, tmp_p
 async def test_desktop_apps_reference_solutions_score_100_percent(desktop_apps_image, tmp_path):
     """`agentgym eval --suite desktop-apps` with the oracle: a task of each LibreOffice app, solved through the GUI."""
     suite = load_suite("desktop-apps")
-    assert {task.category for task in suite.tasks} == {"calc", "writer", "impress", "mousepad"}
-    assert len(suite.tasks) >= 65
-    one_per_app = {}  # the first (feasible) task of each LibreOffice app; test_real_apps.py covers mousepad
+    assert {task.category for task in suite.tasks} == {
+        "calc",
+        "writer",
+        "impress",
+        "mousepad",
+        "gimp",
+        "xterm",
+        "multi_apps",
+    }
+    assert len(suite.tasks) >= 161
+    one_per_app = {}  # the first (feasible) task of each LibreOffice app; test_real_apps.py covers the others
     for task in suite.tasks:
         if task.category in ("calc", "writer", "impress"):
             one_per_app.setdefault(task.category, task)

@@ -7,25 +7,31 @@ and ``local_file`` entries name, so a task can be written out as JSON plus files
 with :func:`~agentgym.envs.gui.osworld.load_task_file`.
 
 Reference solutions drive LibreOffice from the keyboard only (``ctrl+Home`` and arrow keys to a
-cell or paragraph, typing, ``ctrl+b``, ``ctrl+d``, ``ctrl+s``), so they do not depend on where its
-toolbars and panes are drawn. Line breaks are ``key("Return")``, never a ``\n`` in ``type``: xdotool
+cell or paragraph, typing, ``ctrl+b``, ``ctrl+d``, ``ctrl+s``, dialogs through their mnemonics, and
+menu commands through LibreOffice's command search, ``shift+Escape``), so they do not depend on where
+its toolbars and panes are drawn. Line breaks are ``key("Return")``, never a ``\n`` in ``type``: xdotool
 types that as the Linefeed keysym, which LibreOffice ignores. The image's LibreOffice settings (:data:`agentgym.sandbox.desktop.LIBREOFFICE_SETTINGS`)
 save xlsx and docx without asking about the format, and keep typed text as typed (Calc's AutoInput
 and Writer's word completion are off).
 
 Calc kinds (each cell a task touches lies in A1:E10, the grid :mod:`agentgym.envs.gui.apps.formula`
 recomputes): ``sum``, ``average`` and ``max`` of a column under a label, a ``product`` column of
-formulas, and ``fix`` a mistyped number. Writer kinds: ``append`` a paragraph, ``title`` (insert a
-first paragraph), ``bold`` the heading, ``delete`` a paragraph; on an OpenDocument text (``odt``,
-made with odfpy) the same but ``bold``. Text kinds (a ``.txt`` file in
+formulas, ``fix`` a mistyped number, ``sort`` the rows by a column (descending), ``sumif`` (a
+per-category summary of SUMIF formulas: pivot-like), ``decimals`` (a number format) and ``bold``
+(the header row). Writer kinds: ``append`` a paragraph, ``title`` (insert a first paragraph),
+``bold`` the heading, ``delete`` a paragraph, ``replace`` a name everywhere (Find & Replace), add a
+``table``; on an OpenDocument text (``odt``, made with odfpy) ``append``, ``title``, ``delete`` and
+``replace``. Impress kinds: change the first slide's ``title``, ``retitle`` another slide, replace the
+``subtitle``, add a ``bullet``, add speaker ``notes``, add a ``slide`` (not catalogued yet:
+:data:`UNVERIFIED`). Text kinds (a ``.txt`` file in
 mousepad, graded by ``compare_text_file``): ``append`` a line, insert a ``heading`` line, ``delete``
 a line, ``fix`` a misspelt word. GIMP kinds (a PNG edited with one command run through GIMP's command
 search and exported as a new file, graded by ``compare_image_list``): ``mirror``, ``flip``, ``rotate``
 (180 degrees), ``rotate90`` (clockwise), ``invert``, ``grayscale``, ``autocrop`` (a plain border cropped
 away), exactly; ``scale`` (to twice the size, typed into Scale Image's dialog: the size exactly, the pixels
 within a mean difference, as GIMP's cubic interpolation is not Pillow's) and ``jpeg`` (export as a JPEG:
-within what the compression changes). Each app also has an ``infeasible`` task (:data:`INFEASIBLE`):
-a request the app cannot carry out, whose reference solution is ``fail()``.
+within what the compression changes). Each app also has ``infeasible`` tasks (:data:`INFEASIBLE`):
+requests the app cannot carry out, whose reference solution is ``fail()``.
 
 OSWorld's "os" tasks (files in a terminal) and "multi_apps" tasks (data carried from one app into
 another) are made by :mod:`agentgym.envs.gui.generators_os`, through :func:`generate` too (families
@@ -47,6 +53,7 @@ __all__ = [
     "INFEASIBLE",
     "SEEDS",
     "TEXT_KINDS",
+    "UNVERIFIED",
     "WRITER_KINDS",
     "generate",
     "generated_tasks",
@@ -78,33 +85,49 @@ def _type(text: str) -> str:
     return f"type({text!r})"
 
 
-def _workbook(rows: list[list[Any]]) -> bytes:
+def _workbook(rows: list[list[Any]], *, bold: str = "", number_format: tuple[str, str] = ("", "")) -> bytes:
+    """A one-sheet workbook; ``bold`` a range whose cells are bold, ``number_format`` (range, format code)."""
     with requires("gui"):
         import openpyxl
+        from openpyxl.styles import Font
     book = openpyxl.Workbook()
     sheet = book.active
     sheet.title = "Sheet1"
     for row in rows:
         sheet.append(row)
+    for line in sheet[bold] if bold else ():
+        for cell in line:
+            cell.font = Font(bold=True)
+    area, code = number_format
+    for line in sheet[area] if area else ():
+        for cell in line:
+            cell.number_format = code
     buffer = io.BytesIO()
     book.save(buffer)
     return buffer.getvalue()
 
 
-def _document(paragraphs: list[tuple[str, bool]]) -> bytes:
+def _document(paragraphs: list[tuple[str, bool]], table: list[list[str]] | None = None) -> bytes:
+    """A docx with one paragraph per text (bold where asked), and ``table``'s rows as a table after them."""
     with requires("gui"):
         import docx
     document = docx.Document()
     for text, bold in paragraphs:
         run = document.add_paragraph().add_run(text)
         run.bold = bold or None
+    if table:
+        grid = document.add_table(rows=len(table), cols=len(table[0]))
+        for row, texts in zip(grid.rows, table):
+            for cell, text in zip(row.cells, texts):
+                cell.text = text
     buffer = io.BytesIO()
     document.save(buffer)
     return buffer.getvalue()
 
 
-def _deck(slides: list[tuple[str, list[str]]]) -> bytes:
-    """A deck whose first slide is a title slide (title, subtitle lines) and the rest title-and-content slides."""
+def _deck(slides: list[tuple[str, list[str]]], notes: dict[int, str] | None = None) -> bytes:
+    """A deck whose first slide is a title slide (title, subtitle lines) and the rest title-and-content slides;
+    ``notes`` maps a slide's index to its speaker notes."""
     with requires("gui"):
         import pptx
     deck = pptx.Presentation()
@@ -115,6 +138,8 @@ def _deck(slides: list[tuple[str, list[str]]]) -> bytes:
         body.text = lines[0] if lines else ""
         for line in lines[1:]:
             body.add_paragraph().text = line
+        if notes and index in notes:
+            slide.notes_slide.notes_text_frame.text = notes[index]
     buffer = io.BytesIO()
     deck.save(buffer)
     return buffer.getvalue()
@@ -145,15 +170,21 @@ def _spec(task_id: str, instruction: str, path: str, metrics: list[tuple[str, di
 
 
 # -------------------------------------------------------------------------------------------- Calc
-CALC_KINDS = ("sum", "average", "max", "product", "fix")
+CALC_KINDS = ("sum", "average", "max", "product", "fix", "sort", "sumif", "decimals", "bold")
+_CATEGORIES = ("Food", "Travel", "Office", "Rent")
+#: The number format Calc's ctrl+shift+1 gives (two decimals, a thousands separator), as it saves it in xlsx.
+TWO_DECIMALS = "#,##0.00"
 
 
 def _calc(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
     rng = random.Random(f"calc-{kind}-{seed}")
     count = rng.randint(3, 6)
     items = rng.sample(_ITEMS, count)
-    path = f"{HOME}/Documents/{['budget', 'costs', 'prices', 'orders', 'stock'][CALC_KINDS.index(kind)]}.xlsx"
+    stem = ["budget", "costs", "prices", "orders", "stock", "sales", "expenses", "invoice", "inventory"]
+    path = f"{HOME}/Documents/{stem[CALC_KINDS.index(kind)]}.xlsx"
     go_to_cell = [_key("ctrl+Home", *["Down"] * (count + 1))]  # A(count+2): the row under the data
+    if kind in ("sort", "sumif", "decimals", "bold"):
+        return _calc_more(kind, seed, rng, path)
     if kind in ("sum", "average", "max"):
         amounts = [rng.randint(5, 400) for _ in items]
         rows: list[list[Any]] = [["Item", "Amount"], *([item, amount] for item, amount in zip(items, amounts))]
@@ -202,8 +233,81 @@ def _calc(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
     return spec, {name: _workbook(rows), f"gold-{name}": _workbook(gold)}
 
 
+def _calc_more(kind: str, seed: int, rng: random.Random, path: str) -> tuple[dict, dict[str, bytes]]:
+    """The kinds beyond one computed cell: sorting, a per-category summary, a number format, a bold header."""
+    name = path.rpartition("/")[2]
+    count = rng.randint(4, 6)
+    items = rng.sample(_ITEMS, count)
+    options: dict[str, Any] = {"formulas": []}
+    after: dict[str, Any] = {}
+    if kind == "sort":
+        amounts = rng.sample(range(5, 400), count)  # distinct: one right order
+        rows: list[list[Any]] = [["Item", "Amount"], *([i, a] for i, a in zip(items, amounts))]
+        gold = [rows[0], *sorted(rows[1:], key=lambda row: -row[1])]
+        instruction = (
+            f"Sort the rows 2 to {count + 1} by Amount, largest first (descending); the header row stays on top "
+            "and each item keeps its amount."
+        )
+        # In a column of the data, Data > Sort Descending sorts the whole block by it (the header row, text over
+        # numbers, is recognised and stays): run through the command search (shift+Escape).
+        solution = [_key("ctrl+Home", "Down", "Right"), _key("shift+Escape"), "wait(1)", _type("Sort Descending")]
+        solution += ["wait(1)", _key("Return")]
+    elif kind == "sumif":
+        categories = rng.sample(_CATEGORIES, rng.randint(2, 3))
+        count = rng.randint(len(categories) + 2, 8)  # every category used at least once; data in rows 2..9
+        spends = [categories[i] if i < len(categories) else rng.choice(categories) for i in range(count)]
+        rng.shuffle(spends)
+        amounts = [rng.randint(5, 250) for _ in spends]
+        rows = [["Category", "Amount", None, "Category", "Total"]]
+        for index, (category, amount) in enumerate(zip(spends, amounts)):
+            summary = categories[index] if index < len(categories) else None
+            rows.append([category, amount, None, summary] if summary else [category, amount])
+        gold = [list(row) for row in rows]
+        for index, category in enumerate(categories):
+            gold[index + 1].append(sum(a for c, a in zip(spends, amounts) if c == category))
+        cells = [f"E{row}" for row in range(2, len(categories) + 2)]
+        options = {"formulas": cells, "functions": ["SUMIF"]}
+        last = count + 1
+        instruction = (
+            f"Summarise the amounts by category: in {cells[0]}:{cells[-1]}, beside each category named in column D, "
+            f"write a SUMIF formula that totals the amounts (B2:B{last}) of the rows with that category (A2:A{last})."
+        )
+        solution = [_key("ctrl+Home", "Down", *["Right"] * 4)]
+        for row in range(2, len(categories) + 2):  # Return: the formula entered, and the cell below it next
+            solution += [_type(f"=SUMIF(A2:A{last},D{row},B2:B{last})"), _key("Return")]
+    elif kind == "decimals":
+        prices = [round(rng.uniform(1, 4000), rng.choice([0, 1, 2])) for _ in items]
+        rows = [["Item", "Price"], *([i, p] for i, p in zip(items, prices))]
+        gold = rows
+        after = {"number_format": (f"B2:B{count + 1}", TWO_DECIMALS)}
+        options["styles"] = ["number_format"]
+        instruction = (
+            f"Format the prices B2:B{count + 1} with the number format {TWO_DECIMALS} (two decimal places and a "
+            "thousands separator); leave the values as they are."
+        )
+        solution = [_key("ctrl+Home", "Down", "Right", *["shift+Down"] * (count - 1), "ctrl+shift+1")]
+    else:  # bold: the header row
+        header = ["Item", "Quantity", "Price"]
+        rows = [header, *([i, rng.randint(1, 9), rng.randint(2, 60)] for i in items)]
+        gold = rows
+        after = {"bold": "A1:C1"}
+        options["styles"] = ["font_bold"]
+        instruction = "Make the header row's cells (A1:C1) bold, and nothing else."
+        solution = [_key("ctrl+Home", "shift+Right", "shift+Right", "ctrl+b")]
+    spec = _spec(f"calc-{kind}-{seed}", instruction, path, [("compare_table", options)], solution)
+    return spec, {name: _workbook(rows), f"gold-{name}": _workbook(gold, **after)}
+
+
 # ------------------------------------------------------------------------------------------ Writer
-WRITER_KINDS = ("append", "title", "bold", "delete")
+WRITER_KINDS = ("append", "title", "bold", "delete", "replace", "table", "pdf")
+_COMPANIES = ("Acme", "Globex", "Initech", "Hooli", "Vandelay", "Wonka")
+_ABOUT = (  # sentences about a company, for the replace kind
+    "{} opened two new stores.",
+    "Sales at {} grew in the north.",
+    "The board of {} approved the plan.",
+    "Costs at {} stayed flat this year.",
+    "{} will hire again in May.",
+)
 
 
 def _odt_document(paragraphs: list[tuple[str, bool]]) -> bytes:
@@ -220,7 +324,7 @@ def _odt_document(paragraphs: list[tuple[str, bool]]) -> bytes:
 
 
 #: Writer kinds on an OpenDocument text (.odt, LibreOffice's own format), graded through odfpy.
-ODT_KINDS = ("append", "title", "delete")
+ODT_KINDS = ("append", "title", "delete", "replace")
 
 
 def _writer(kind: str, seed: int, family: str = "writer") -> tuple[dict, dict[str, bytes]]:
@@ -228,8 +332,10 @@ def _writer(kind: str, seed: int, family: str = "writer") -> tuple[dict, dict[st
     title = rng.choice(_TITLES)
     body = rng.sample(_SENTENCES, rng.randint(3, 5))
     extension = "odt" if family == "odt" else "docx"
-    path = f"{HOME}/Documents/{['letter', 'notes', 'report', 'minutes'][WRITER_KINDS.index(kind)]}.{extension}"
+    stem = ["letter", "notes", "report", "minutes", "memo", "price-list", "summary"][WRITER_KINDS.index(kind)]
+    path = f"{HOME}/Documents/{stem}.{extension}"
     metrics: list[tuple[str, dict]] = [("compare_docx_files", {})]
+    table: list[list[str]] | None = None
     if kind == "append":
         extra = rng.choice([s for s in _SENTENCES if s not in body])
         before = [(title, False), *((s, False) for s in body)]
@@ -247,20 +353,93 @@ def _writer(kind: str, seed: int, family: str = "writer") -> tuple[dict, dict[st
         instruction = f"Make the heading (the first paragraph, '{title}') bold."
         solution = [_key("ctrl+Home", "shift+End", "ctrl+b")]
         metrics.append(("compare_docx_bold", {}))
-    else:  # delete
+    elif kind == "delete":
         drop = rng.randrange(len(body) - 1)  # never the last paragraph: the solution selects to the next one
         before = [(title, False), *((s, False) for s in body)]
         after = [p for index, p in enumerate(before) if index != drop + 1]
         instruction = f"Delete the paragraph '{body[drop]}' (and only it)."
         solution = [_key("ctrl+Home", *["Down"] * (drop + 1), "shift+Down", "Delete")]
+    elif kind == "replace":
+        old, new = rng.sample(_COMPANIES, 2)
+        about = [line.format(old) for line in rng.sample(_ABOUT, rng.randint(2, 3))]
+        lines = [f"{title} for {old}", *about, *rng.sample(_SENTENCES, 2)]
+        lines[1:] = rng.sample(lines[1:], len(lines) - 1)
+        before = [(line, False) for line in lines]
+        after = [(line.replace(old, new), False) for line in lines]
+        instruction = f"Replace every occurrence of the name '{old}' with '{new}'."
+        # Find & Replace (ctrl+h): the search term typed, alt+p to the Replace field, alt+l Replace All, then closed.
+        solution = [_key("ctrl+h"), "wait(1)", _type(old), _key("alt+p"), _type(new), _key("alt+l"), "wait(1)"]
+        solution += [_key("Escape")]
+    elif kind == "pdf":
+        before = after = [(title, False), *((s, False) for s in body)]
+        return _pdf_export(f"{family}-{kind}-{seed}", path, _document(before))
+    else:  # table: a price list's rows, as a two-column table at the end
+        before = [(title, False), *((s, False) for s in body[:2])]
+        after = before
+        table = [
+            ["Item", "Price"],
+            *([item, str(rng.randint(2, 90))] for item in rng.sample(_ITEMS, rng.randint(2, 4))),
+        ]
+        rows = "; ".join(f"{item}, {price}" for item, price in table[1:])
+        instruction = (
+            f"At the end of the document, add a table of 2 columns and {len(table)} rows: the header row "
+            f"'Item', 'Price', then one row per item: {rows}."
+        )
+        metrics.append(("compare_docx_tables", {}))
+        # Insert Table (ctrl+F12) offers 2 columns and 2 rows: Return inserts it; Tab goes to the next cell, and
+        # from the last one adds a row.
+        cells = "\t".join(text for row in table for text in row)
+        solution = [_key("ctrl+End", "Return", "ctrl+F12"), "wait(1)", _key("Return"), "wait(1)", _type(cells)]
     spec = _spec(f"{family}-{kind}-{seed}", instruction, path, metrics, solution)
     name = path.rpartition("/")[2]
-    build = _odt_document if family == "odt" else _document
-    return spec, {name: build(before), f"gold-{name}": build(after)}
+    if family == "odt":
+        return spec, {name: _odt_document(before), f"gold-{name}": _odt_document(after)}
+    return spec, {name: _document(before), f"gold-{name}": _document(after, table)}
+
+
+def _pdf_export(task_id: str, path: str, document: bytes) -> tuple[dict, dict[str, bytes]]:
+    """Export the open document as a PDF beside it, graded by the PDF's text against the document's paragraphs.
+
+    The reference solution runs File > Export As > Export as PDF through the command search (shift+Escape),
+    accepts the PDF options (Return: Export), and types the PDF's whole path into the file dialog's name field."""
+    name = path.rpartition("/")[2]
+    target = f"{path.rpartition('.')[0]}.pdf"
+    spec = {
+        "id": task_id,
+        "instruction": f"Export this document as a PDF file, {target} (keep the document as it is). The file {path} "
+        "is open.",
+        "source": "agentgym.envs.gui.generators",
+        "config": [
+            {"type": "download", "parameters": {"files": [{"url": name, "path": path}]}},
+            {"type": "open", "parameters": {"path": path}},
+        ],
+        "related_apps": ["libreoffice"],
+        "evaluator": {
+            "func": ["compare_pdf_text"],
+            "result": [{"type": "vm_file", "path": target, "dest": target.rpartition("/")[2]}],
+            "expected": [{"type": "local_file", "path": f"gold-{name}"}],
+        },
+        "solution": [
+            _key("shift+Escape"),
+            "wait(1)",
+            _type("Export as PDF"),
+            "wait(1)",
+            _key("Return"),
+            "wait(2)",
+            _key("Return"),
+            "wait(2)",
+            _key("ctrl+a"),
+            _type(target),
+            _key("Return"),
+            "wait(3)",
+            "done()",
+        ],
+    }
+    return spec, {name: document, f"gold-{name}": document}
 
 
 # ----------------------------------------------------------------------------------------- Impress
-IMPRESS_KINDS = ("title", "retitle", "subtitle", "bullet")
+IMPRESS_KINDS = ("title", "retitle", "subtitle", "bullet", "slide", "notes")
 _TOPICS = ("Goals", "Budget", "Timeline", "Risks", "Team", "Results", "Next steps")
 _BULLETS = ("Ship the beta", "Hire two engineers", "Cut costs by ten percent", "Open a new office", "Train the staff")
 
@@ -272,8 +451,9 @@ def _impress(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
     before = [(title, [f"Prepared by team {rng.choice('ABCDEFG')}"])] + [
         (topic, rng.sample(_BULLETS, 2)) for topic in topics
     ]
-    path = f"{HOME}/Documents/{['deck', 'talk', 'pitch', 'review'][IMPRESS_KINDS.index(kind)]}.pptx"
+    path = f"{HOME}/Documents/{['deck', 'talk', 'pitch', 'review', 'plan', 'briefing'][IMPRESS_KINDS.index(kind)]}.pptx"
     after = [(t, list(lines)) for t, lines in before]
+    notes: dict[int, str] = {}
     # Tab selects the slide's first object (its title), a second Tab the next (the body); Return edits
     # the selected text box and ctrl+a selects all of its text; Escape leaves the box.
     if kind == "title":
@@ -291,6 +471,29 @@ def _impress(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
         after[0] = (title, [line])
         instruction = f"Replace the subtitle of the first slide with: {line}"
         solution = [_key("Tab", "Tab", "Return", "ctrl+a"), _type(line), _key("Escape", "Escape")]
+    elif kind == "slide":
+        name = rng.choice([t for t in _TOPICS if t not in topics])
+        line = rng.choice(_BULLETS)
+        after.append((name, [line]))
+        instruction = (
+            f"Add a new slide at the end with the title-and-content layout: title '{name}', and one bullet point "
+            f"'{line}'."
+        )
+        # End: the last slide; Slide > Duplicate Slide (through the command search) copies it, placeholders and all,
+        # after it; then its title and its body's text are replaced as in the retitle and subtitle kinds.
+        solution = [_key("End", "shift+Escape"), "wait(1)", _type("Duplicate Slide"), "wait(1)", _key("Return")]
+        solution += ["wait(1)", _key("Tab", "Return", "ctrl+a"), _type(name), _key("Escape", "Escape")]
+        solution += [_key("Tab", "Tab", "Return", "ctrl+a"), _type(line), _key("Escape", "Escape")]
+    elif kind == "notes":
+        slide = rng.randrange(len(before))
+        note = f"Speak for {rng.randint(2, 9)} minutes about {before[slide][0].lower()}."
+        notes[slide] = note
+        instruction = f"Add the speaker notes '{note}' to slide {slide + 1} ('{before[slide][0]}')."
+        # View > Notes (through the command search) shows the slide's notes page: Tab selects the slide's picture,
+        # a second Tab the notes' text box.
+        solution = [_key(*["Next"] * slide)] if slide else []
+        solution += [_key("shift+Escape"), "wait(1)", _type("Notes"), "wait(1)", _key("Return"), "wait(1)"]
+        solution += [_key("Tab", "Tab", "Return"), _type(note), _key("Escape", "Escape")]
     else:  # bullet
         slide = rng.randrange(1, len(before))
         line = rng.choice([b for b in _BULLETS if b not in before[slide][1]])
@@ -308,7 +511,7 @@ def _impress(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
         ]
     spec = _spec(f"impress-{kind}-{seed}", instruction, path, [("compare_pptx_files", {})], solution)
     name = path.rpartition("/")[2]
-    return spec, {name: _deck(before), f"gold-{name}": _deck(after)}
+    return spec, {name: _deck(before), f"gold-{name}": _deck(after, notes)}
 
 
 # -------------------------------------------------------------------------------------- text files
@@ -519,13 +722,26 @@ def _gimp(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
 
 
 # -------------------------------------------------------------------------------------- infeasible
-#: Per app, a request it cannot carry out (LibreOffice reads Apple's formats but does not write them; mousepad
-#: keeps no history; GIMP does not trace bitmaps into vectors; the desktop has no mail client and no network):
-#: the right answer is ``fail()``, and any change to the file is beside the point.
+#: Per app, the kind whose file it opens and the requests it cannot carry out, one task each (LibreOffice reads
+#: Apple's formats but does not write them, and exports no video; the desktop has no network, no mail client and
+#: no printer; mousepad keeps no history; GIMP does not trace bitmaps into vectors): the right answer is ``fail()``,
+#: and any change to the file is beside the point.
 INFEASIBLE = {
-    "calc": ("sum", "Save this workbook in Apple Numbers format, as {stem}.numbers beside it."),
-    "writer": ("append", "Save this document as an Apple Pages file, {stem}.pages, beside it."),
-    "impress": ("title", "Export this presentation in Apple Keynote format, as {stem}.key beside it."),
+    "calc": (
+        "sum",
+        "Save this workbook in Apple Numbers format, as {stem}.numbers beside it.",
+        "Publish this workbook to Google Sheets and share it with team@example.com.",
+    ),
+    "writer": (
+        "append",
+        "Save this document as an Apple Pages file, {stem}.pages, beside it.",
+        "Print two copies of this document on the office printer 'Office-Laser'.",
+    ),
+    "impress": (
+        "title",
+        "Export this presentation in Apple Keynote format, as {stem}.key beside it.",
+        "Export this presentation as an MP4 video, {stem}.mp4, beside it.",
+    ),
     "text": ("append", "Restore the version of this file that was saved last week (mousepad's file history)."),
     "odt": ("append", "E-mail this document to team@example.com from LibreOffice (File > Send)."),
     "gimp": (
@@ -535,14 +751,18 @@ INFEASIBLE = {
 }
 
 
-def _infeasible(app: str, seed: int) -> tuple[dict, dict[str, bytes]]:
-    kind, request = INFEASIBLE[app]
-    feasible, files = generate(app, kind, seed)
+def _infeasible(app: str, number: int) -> tuple[dict, dict[str, bytes]]:
+    """The app's ``number``-th infeasible request, on the file its kind's generator makes at that seed."""
+    kind, *requests = INFEASIBLE[app]
+    if not 0 <= number < len(requests):
+        raise ValueError(f"{app} has {len(requests)} infeasible task(s), numbered from 0, not {number}")
+    request = requests[number]
+    feasible, files = generate(app, kind, number)
     (url,) = (entry["url"] for entry in feasible["config"][0]["parameters"]["files"])
     path = feasible["config"][0]["parameters"]["files"][0]["path"]
     spec = {
         **feasible,
-        "id": f"{app}-infeasible-{seed}",
+        "id": f"{app}-infeasible-{number}",
         "instruction": f"{request.format(stem=url.rpartition('.')[0])} The file {path} is open.",
         "evaluator": {"func": "infeasible"},
         "solution": ["fail()"],
@@ -588,15 +808,33 @@ FAMILIES = (
 )
 
 
+#: Kinds generated and graded (their metrics' hack suites run in tests/envs/gui/test_osworld.py) whose reference
+#: solutions have not yet been seen to pass through the GUI: left out of the catalogue until they are. Impress's
+#: ``slide``: ctrl+m made a slide whose body LibreOffice took for an object placeholder (python-pptx's layout), and
+#: the command search's first hit for "Duplicate Slide" did not duplicate the slide (its title was edited in place).
+UNVERIFIED: frozenset[tuple[str, str]] = frozenset({("impress", "slide")})
+
+
 def generated_tasks(seeds: tuple[int, ...] = SEEDS) -> list[tuple[dict, dict[str, bytes]]]:
-    """Every catalogued generator at every seed (15 Calc, 12 Writer on docx and 9 on odt, 12 Impress, 12 text and
-    27 GIMP tasks with the default three seeds), and an infeasible task per family at the first seed (6), then the
-    OS and multi-app tasks of :mod:`agentgym.envs.gui.generators_os` (24 OS, 12 multi-app and 2 infeasible): 8 of
-    131 infeasible, 6.1% (OSWorld's share is about 8%)."""
+    """Every catalogued generator at every seed but the :data:`UNVERIFIED` kinds (27 Calc, 21 Writer on docx and 12
+    on odt, 15 Impress, 12 text and 27 GIMP tasks with the default three seeds), and every catalogued family's
+    infeasible tasks (9), then the OS and multi-app tasks of :mod:`agentgym.envs.gui.generators_os` (24 OS,
+    12 multi-app and 2 infeasible): 11 of 161 infeasible, 6.8% (OSWorld's share is about 8%)."""
     from agentgym.envs.gui import generators_os
 
     return [
-        *(generate(app, kind, seed) for app, kinds in FAMILIES for kind in kinds for seed in seeds),
-        *(generate(app, "infeasible", seeds[0]) for app in INFEASIBLE if app in dict(FAMILIES)),
+        *(
+            generate(app, kind, seed)
+            for app, kinds in FAMILIES
+            for kind in kinds
+            if (app, kind) not in UNVERIFIED
+            for seed in seeds
+        ),
+        *(
+            generate(app, "infeasible", number)
+            for app in INFEASIBLE
+            if app in dict(FAMILIES)
+            for number in range(len(INFEASIBLE[app]) - 1)
+        ),
         *generators_os.generated_tasks(seeds),
     ]

@@ -16,8 +16,18 @@ What OSWorld's namesakes compare, and where ours are stricter because the policy
 * ``compare_docx_files`` (documents, docx; or odt, read with odfpy, where the gold file is odt, as
   OSWorld's reads both): the paragraphs' texts, in order, empty ones ignored. Text inside pictures
   is no text.
+* ``compare_docx_tables`` (docx): the same number of tables, each with the gold table's rows,
+  columns and cell texts (stripped), as OSWorld's namesake. A table typed as tab-separated
+  paragraphs, or drawn as a picture, is no table.
+* ``compare_pdf_text`` (a PDF, read with pypdf, against a gold PDF or document): the text of its
+  pages, runs of whitespace as one space and ligatures unfolded (NFKC), equals the gold's (a
+  document's non-empty paragraphs joined). A document saved under the PDF's name is not a PDF, and
+  a PDF of the page as a picture has no text. OSWorld's ``compare_pdfs`` (PyMuPDF, a fuzzy ratio)
+  scores the same two texts; its module needs PyMuPDF, which its venv here lacks, so it is not
+  compared.
 * ``compare_docx_bold``: which paragraphs are bold (every run with text bold) matches the gold file's.
-* ``compare_pptx_files`` (slides, pptx): the slides' count and each slide's texts, shape by shape.
+* ``compare_pptx_files`` (slides, pptx): the slides' count, each slide's texts, shape by shape, and
+  its speaker notes (as OSWorld's ``examine_note``, its default).
 * ``check_include_exclude`` (any text file): rule ``{"include": [...], "exclude": [...]}``.
 * ``compare_text_file`` (a text file against a gold one): the same text, exactly, with OSWorld's two
   options: ``ignore_blanks`` (runs of whitespace count as one space, ends stripped) and ``ignore_case``.
@@ -51,6 +61,7 @@ import math
 import posixpath
 import re
 import tarfile
+import unicodedata
 import zipfile
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -65,7 +76,9 @@ __all__ = [
     "compare_archive",
     "compare_docx_bold",
     "compare_docx_files",
+    "compare_docx_tables",
     "compare_image_list",
+    "compare_pdf_text",
     "compare_pptx_files",
     "compare_table",
     "compare_text_file",
@@ -101,8 +114,25 @@ def _cells(sheet) -> dict[str, Any]:
     return {cell.coordinate: cell.value for row in sheet.iter_rows() for cell in row if cell.value not in (None, "")}
 
 
-def compare_table(result: bytes | None, expected: bytes, *, formulas: Sequence[str] = ()) -> str | None:
+#: ``styles`` properties (OSWorld's names for them in its ``style`` rule) → a cell's, as OSWorld reads it: the
+#: number format of a cell that holds a number (a text cell's shows nothing), the boldness of a non-empty one.
+CELL_STYLES: dict[str, Callable[[Any], Any]] = {
+    "font_bold": lambda cell: bool(cell.font.b),
+    "number_format": lambda cell: cell.number_format if cell.data_type == "n" else None,
+}
+
+
+def compare_table(
+    result: bytes | None,
+    expected: bytes,
+    *,
+    formulas: Sequence[str] = (),
+    functions: Sequence[str] = (),
+    styles: Sequence[str] = (),
+) -> str | None:
     """The agent's workbook against the gold one (both xlsx); see the module docstring."""
+    if unknown := set(styles) - set(CELL_STYLES):
+        raise ValueError(f"compare_table's styles are {sorted(CELL_STYLES)}, not {sorted(unknown)}")
     if result is None:
         return "the workbook was not saved where the task asked"
     if problem := _zip_member_check(result, "xl/workbook.xml", "an xlsx workbook"):
@@ -126,6 +156,14 @@ def compare_table(result: bytes | None, expected: bytes, *, formulas: Sequence[s
             for cell in formulas:
                 if not (isinstance(raw.get(cell), str) and raw[cell].startswith("=")):
                     return f"{name}!{cell} holds {raw.get(cell)!r}, not a formula"
+                called = set(re.findall(r"([A-Z][A-Z0-9.]*)\s*\(", raw[cell].upper()))
+                if functions and not called & {function.upper() for function in functions}:
+                    return f"{name}!{cell}'s formula {raw[cell]!r} does not use {' or '.join(functions)}"
+        for prop in styles:
+            for cell in sorted(set(got) | set(want)):
+                mine, theirs = CELL_STYLES[prop](values[name][cell]), CELL_STYLES[prop](gold[name][cell])
+                if mine != theirs:
+                    return f"{name}!{cell}'s {prop} is {mine!r}, expected {theirs!r}"
         if problem := _recompute(name, raw, got):
             return problem
     return None
@@ -230,6 +268,24 @@ def compare_docx_files(result: bytes | None, expected: bytes) -> str | None:
     return None
 
 
+def _tables(data: bytes) -> list[list[list[str]]]:
+    """Each table's rows of cell texts (stripped)."""
+    return [[[cell.text.strip() for cell in row.cells] for row in table.rows] for table in _document(data).tables]
+
+
+def compare_docx_tables(result: bytes | None, expected: bytes) -> str | None:
+    """The document's tables (count, shape, cell texts) equal the gold document's."""
+    if result is None:
+        return "the document was not saved where the task asked"
+    _, problem = _read_docx(result)
+    if problem:
+        return problem
+    got, want = _tables(result), _tables(expected)
+    if got != want:
+        return f"the document's tables are {got!r}, expected {want!r}"
+    return None
+
+
 def _bold(paragraph) -> bool:
     runs = [run for run in paragraph.runs if run.text.strip()]
     return bool(runs) and all(run.bold or (run.bold is None and _style_bold(paragraph)) for run in runs)
@@ -256,19 +312,63 @@ def compare_docx_bold(result: bytes | None, expected: bytes) -> str | None:
     return None
 
 
+# -------------------------------------------------------------------------------------------- PDFs
+_PDF = b"%PDF-"
+MAX_PDF_PAGES = 100  # a longer PDF is refused before its text is extracted (a small file can hold many pages)
+
+
+def _normal(text: str) -> str:
+    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip()
+
+
+def _pdf_text(data: bytes) -> str:
+    with requires("gui"):
+        import pypdf
+    reader = pypdf.PdfReader(io.BytesIO(data))
+    if len(reader.pages) > MAX_PDF_PAGES:
+        raise ValueError(f"{len(reader.pages)} pages is over {MAX_PDF_PAGES}")
+    return _normal(" ".join(page.extract_text() or "" for page in reader.pages))
+
+
+def compare_pdf_text(result: bytes | None, expected: bytes) -> str | None:
+    """The PDF's text equals the gold PDF's, or the gold document's paragraphs' (see the module docstring)."""
+    if result is None:
+        return "the PDF was not exported where the task asked"
+    if not result.startswith(_PDF):
+        return "the file is not a PDF"
+    try:
+        got = _pdf_text(result)
+    except Exception as exc:  # pypdf raises many kinds on a damaged or hostile file
+        return f"the PDF could not be read ({type(exc).__name__}: {exc})"
+    if expected.startswith(_PDF):
+        want = _pdf_text(expected)
+    else:
+        texts, _ = _document_texts(expected, _is_odt(expected))
+        want = _normal(" ".join(texts or ()))
+    if got != want:
+        return f"the PDF's text is {got[:400]!r}, expected {want[:400]!r}"
+    return None
+
+
 # ------------------------------------------------------------------------------------------ slides
 def _slide_texts(data: bytes) -> list[list[str]]:
+    """Per slide, its shapes' texts and then its speaker notes' (``notes: ...``, where it has any)."""
     with requires("gui"):
         import pptx
     deck = pptx.Presentation(io.BytesIO(data))
-    return [
-        [
+    slides = []
+    for slide in deck.slides:
+        texts = [
             shape.text_frame.text.strip()
             for shape in slide.shapes
             if shape.has_text_frame and shape.text_frame.text.strip()
         ]
-        for slide in deck.slides
-    ]
+        # has_notes_slide first: reading notes_slide would add an empty one.
+        notes = slide.notes_slide.notes_text_frame if slide.has_notes_slide else None
+        if notes is not None and notes.text.strip():
+            texts.append(f"notes: {notes.text.strip()}")
+        slides.append(texts)
+    return slides
 
 
 def compare_pptx_files(result: bytes | None, expected: bytes) -> str | None:
@@ -503,10 +603,12 @@ METRICS: dict[str, Metric] = {
     "compare_table": compare_table,
     "compare_docx_files": compare_docx_files,
     "compare_docx_bold": compare_docx_bold,
+    "compare_docx_tables": compare_docx_tables,
     "compare_pptx_files": compare_pptx_files,
     "check_include_exclude": check_include_exclude,
     "check_file_tree": check_file_tree,
     "compare_archive": compare_archive,
     "compare_text_file": compare_text_file,
     "compare_image_list": compare_image_list,
+    "compare_pdf_text": compare_pdf_text,
 }

@@ -20,10 +20,11 @@ from agentgym.sandbox.desktop import (
 )
 
 
-def xwd(pixels: np.ndarray, byte_order: int = 0) -> bytes:
-    """A minimal XWD file as Xvfb's xwd writes it: 32 bits per pixel, ZPixmap, masks 0xff0000/0xff00/0xff."""
+def xwd(pixels: np.ndarray, byte_order: int = 0, bits: int = 32) -> bytes:
+    """A minimal XWD file as Xvfb's xwd writes it: 32 bits per pixel (or 24, packed, as xwd writes a screen with
+    windows of several visuals), ZPixmap, masks 0xff0000/0xff00/0xff."""
     height, width, _ = pixels.shape
-    stride = width * 4 + 8  # rows padded, as servers may do
+    stride = width * bits // 8 + 8  # rows padded, as servers may do
     name = b"xwdump\0"
     header = [
         100 + len(name),
@@ -37,7 +38,7 @@ def xwd(pixels: np.ndarray, byte_order: int = 0) -> bytes:
         32,
         byte_order,
         32,
-        32,
+        bits,
         stride,
         4,
         0xFF0000,
@@ -53,15 +54,19 @@ def xwd(pixels: np.ndarray, byte_order: int = 0) -> bytes:
         0,
     ]
     values = (pixels[..., 0].astype(np.uint32) << 16) | (pixels[..., 1].astype(np.uint32) << 8) | pixels[..., 2]
-    rows = np.zeros((height, stride // 4), dtype="<u4" if byte_order == 0 else ">u4")
-    rows[:, :width] = values
+    octets = values.astype("<u4" if byte_order == 0 else ">u4").view(np.uint8).reshape(height, width, 4)
+    if bits == 24:  # the value's three low bytes
+        octets = octets[..., :3] if byte_order == 0 else octets[..., 1:]
+    rows = np.zeros((height, stride), dtype=np.uint8)
+    rows[:, : width * bits // 8] = octets.reshape(height, -1)
     return struct.pack(">25I", *header) + name + b"\0" * 12 * 2 + rows.tobytes()
 
 
+@pytest.mark.parametrize("bits", [32, 24])
 @pytest.mark.parametrize("byte_order", [0, 1])
-def test_decode_screenshot(byte_order):
+def test_decode_screenshot(byte_order, bits):
     pixels = np.random.default_rng(0).integers(0, 256, (5, 7, 3), dtype=np.uint8)
-    assert np.array_equal(decode_screenshot(xwd(pixels, byte_order)), pixels)
+    assert np.array_equal(decode_screenshot(xwd(pixels, byte_order, bits)), pixels)
 
 
 def test_decode_rejects_other_formats():

@@ -68,3 +68,49 @@ def test_a_formula_waits_for_the_ast_lock_replies_are_parsed_under():
         assert not done.wait(0.3), "the formula was parsed while another thread held the AST lock"
     worker.join(5)
     assert done.is_set()
+
+
+SUMMARY = {
+    "A1": "Category",
+    "A2": "Food",
+    "A3": "Rent",
+    "A4": "food",
+    "A5": "Travel",
+    "B1": "Amount",
+    "B2": "12",
+    "B3": "700",
+    "B4": "=B2/4",
+    "B5": "n/a",
+    "D2": "Food",
+    "D3": "Travel",
+    "E2": "=SUMIF(A2:A5,D2,B2:B5)",
+    "E3": "=SUMIF($A$2:$A$5,D3,$B$2:$B$5)",
+    "E4": '=sumif(A2:A5,"rent",B2:B5)+1',
+    "E5": "=SUMIF(B2:B4,12)",
+    "E6": '=SUMIF(A2:A5,">5",B2:B5)',
+    "E7": "=SUMIF(A2:A5,D2,B2:B4)",
+    "E8": "=SUMIF(A2,D2,B2)",
+    "E9": "=SUMIF(A2:A3,E9,B2:B3)",
+}
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("E2", 15.0),  # Food 12 and food (case-insensitive, as LibreOffice matches) 3
+        ("E3", 0.0),  # absolute references; a text in the sum range counts as nothing
+        ("E4", 701.0),  # a text criterion, lower case
+        ("E5", 12.0),  # no sum range: the criterion's range is summed
+    ],
+)
+def test_sumif(name, value):
+    assert formula.evaluate(SUMMARY, name) == value
+
+
+@pytest.mark.parametrize(
+    "name, problem",
+    [("E6", "comparisons"), ("E7", "differ in size"), ("E8", "takes a range"), ("E9", "itself")],
+)
+def test_sumif_errors(name, problem):
+    with pytest.raises(formula.FormulaError, match=problem):
+        formula.evaluate(SUMMARY, name)

@@ -79,9 +79,9 @@ def test_the_generators_make_a_dozen_tasks_per_app_with_distinct_inputs():
     by_app = {}
     for task_id in catalog:
         by_app.setdefault(task_id.split("-")[0], []).append(task_id)
-    assert all(len(by_app[app]) >= 12 for app in ("calc", "writer", "impress", "text", "multi"))
+    assert all(len(by_app[app]) >= 12 for app in ("calc", "writer", "impress", "text", "odt", "multi"))
     assert len(by_app["os"]) >= 24 and len(by_app["gimp"]) >= 24
-    assert len(by_app["odt"]) >= 9
+    assert not [task_id for task_id in catalog if tuple(task_id.split("-")[:2]) in generators.UNVERIFIED]
     feasible = [task for task in catalog.values() if task.feasible]
     # Seeds change the files, not just the ids.
     inputs = {bytes(next(iter(task.files.values()))) for task in feasible}
@@ -90,9 +90,10 @@ def test_the_generators_make_a_dozen_tasks_per_app_with_distinct_inputs():
         assert task.solution[-1] == "done()"
     # About 8% infeasible (OSWorld's share), one per app, each answered by fail() alone.
     infeasible = [task for task in catalog.values() if not task.feasible]
-    assert sorted(task.id for task in infeasible) == [
-        f"{app}-infeasible-0" for app in ("calc", "gimp", "impress", "multi", "odt", "os", "text", "writer")
-    ]
+    assert sorted(task.id for task in infeasible) == sorted(
+        [f"{app}-infeasible-{n}" for app in ("calc", "impress", "writer") for n in (0, 1)]
+        + [f"{app}-infeasible-0" for app in ("gimp", "multi", "odt", "os", "text")]
+    )
     assert all(task.solution == ("fail()",) for task in infeasible)
     assert 0.06 <= len(infeasible) / len(catalog) <= 0.1
 
@@ -322,6 +323,10 @@ def writer_file(paragraphs) -> bytes:
 def test_writer_gold_passes_and_the_hacks_fail():
     catalog = apps_catalog()
     for kind in generators.WRITER_KINDS:
+        if (
+            kind == "pdf"
+        ):  # its expected file is the document, not the PDF: test_pdf_export_gold_passes_and_the_hacks_fail
+            continue
         task = catalog[f"writer-{kind}-0"]
         spec, files = generators.generate("writer", kind, 0)
         path = spec["evaluator"]["result"][0]["path"]
@@ -440,8 +445,8 @@ def test_infeasible_and_or_conj():
 def test_impress_gold_passes_and_a_changed_slide_fails():
     catalog = apps_catalog()
     for kind in generators.IMPRESS_KINDS:
-        spec, files = generators.generate("impress", kind, 1)
-        task, path = catalog[f"impress-{kind}-1"], spec["evaluator"]["result"][0]["path"]
+        spec, files = generators.generate("impress", kind, 1)  # every kind, catalogued or not (UNVERIFIED)
+        task, path = osworld.load_task(spec, files), spec["evaluator"]["result"][0]["path"]
         gold = files[spec["evaluator"]["expected"][0]["path"]]
         assert task.check(Files({path: gold})) is None, kind
     # The right title on the wrong slide, and a deck missing a slide.
@@ -463,3 +468,269 @@ def test_impress_gold_passes_and_a_changed_slide_fails():
 
 def test_metrics_are_registered_under_osworld_names():
     assert {"compare_table", "compare_docx_files", "compare_pptx_files"} <= set(metrics.METRICS)
+
+
+def gold_and_input(task_id: str) -> tuple[str, bytes, bytes, object]:
+    """The task's result path, its gold file, its untouched input, and the task."""
+    app, kind, seed = task_id.split("-")
+    spec, files = generators.generate(app, kind, int(seed))
+    path = spec["evaluator"]["result"][0]["path"]
+    return (
+        path,
+        files[spec["evaluator"]["expected"][0]["path"]],
+        files[spec["config"][0]["parameters"]["files"][0]["url"]],
+        osworld.load_task(spec, files),  # catalogued or not (generators.UNVERIFIED)
+    )
+
+
+def sheet_bytes(data: bytes, edit) -> bytes:
+    book = openpyxl.load_workbook(io.BytesIO(data))
+    edit(book.active)
+    buffer = io.BytesIO()
+    book.save(buffer)
+    return buffer.getvalue()
+
+
+def test_calc_sort_gold_passes_and_the_hacks_fail():
+    path, gold, start, task = gold_and_input("calc-sort-1")
+    assert task.check(Files({path: gold})) is None
+    assert "expected" in task.check(Files({path: start}))
+
+    def ascending(sheet):  # the right rows, the wrong way round
+        rows = sorted(([a.value, b.value] for a, b in sheet.iter_rows(min_row=2)), key=lambda row: row[1])
+        for index, (item, amount) in enumerate(rows, start=2):
+            sheet[f"A{index}"], sheet[f"B{index}"] = item, amount
+
+    def amounts_only(sheet):  # the Amount column sorted on its own: the items lost their amounts
+        amounts = sorted((b.value for (b,) in sheet.iter_rows(min_row=2, min_col=2, max_col=2)), reverse=True)
+        for index, amount in enumerate(amounts, start=2):
+            sheet[f"B{index}"] = amount
+
+    assert "expected" in task.check(Files({path: sheet_bytes(gold, ascending)}))
+    assert "expected" in task.check(Files({path: sheet_bytes(start, amounts_only)}))
+    moved = sheet_bytes(gold, lambda sheet: sheet.move_range("A1:B7", rows=1))
+    assert "expected" in task.check(Files({path: moved}))
+
+
+def test_calc_sumif_gold_passes_and_the_hacks_fail():
+    path, gold, start, task = gold_and_input("calc-sumif-1")
+    wanted = {
+        f"E{row[0].row}": row[4].value
+        for row in openpyxl.load_workbook(io.BytesIO(gold)).active.iter_rows(min_row=2)
+        if len(row) > 4 and row[4].value is not None
+    }
+    last = openpyxl.load_workbook(io.BytesIO(start)).active.max_row
+
+    def solve(write):
+        def edit(sheet):
+            for cell in wanted:
+                sheet[cell] = write(cell)
+            return {cell: wanted[cell] for cell in wanted}
+
+        return saved_sheet("calc-sumif-1", edit)
+
+    sumif = solve(lambda cell: f"=SUMIF(A2:A{last},D{cell[1:]},B2:B{last})")
+    assert task.check(Files({path: sumif})) is None
+    absolute = solve(lambda cell: f"=SUMIF($A$2:$A${last},D{cell[1:]},$B$2:$B${last})")
+    assert task.check(Files({path: absolute})) is None
+    assert "expected" in task.check(Files({path: start}))
+    # The totals typed; added up cell by cell (a formula, the right value, but no summary); a forged cache.
+    sheet = openpyxl.load_workbook(io.BytesIO(start)).active
+    rows = {cell.row: cell.value for (cell,) in sheet.iter_rows(min_row=2, max_col=1)}
+    amounts = {cell.row: cell.value for (cell,) in sheet.iter_rows(min_row=2, min_col=2, max_col=2)}
+
+    def by_hand(cell):
+        category = sheet[f"D{cell[1:]}"].value
+        return "=" + "+".join(f"B{row}" for row, value in rows.items() if value == category)
+
+    typed = solve(lambda cell: wanted[cell])
+    assert "not a formula" in task.check(Files({path: typed}))
+    assert "does not use SUMIF" in task.check(Files({path: solve(by_hand)}))
+    assert sum(amounts.values()) not in wanted.values()
+
+    def forged(sheet):
+        for cell in wanted:
+            sheet[cell] = f"=SUMIF(A2:A{last},D2,B2:B{last})"  # every row the first category's total
+        return dict(wanted)
+
+    assert "its formula" in task.check(Files({path: saved_sheet("calc-sumif-1", forged)}))
+
+
+def test_calc_styles_gold_passes_and_the_hacks_fail():
+    path, gold, start, task = gold_and_input("calc-decimals-0")
+    assert task.check(Files({path: gold})) is None
+    assert "number_format" in task.check(Files({path: start}))
+    sheet = openpyxl.load_workbook(io.BytesIO(gold)).active
+    prices = [cell.value for (cell,) in sheet.iter_rows(min_row=2, min_col=2, max_col=2)]
+
+    def as_text(sheet):  # the prices retyped as text that looks formatted
+        for (cell,), price in zip(sheet.iter_rows(min_row=2, min_col=2, max_col=2), prices):
+            cell.value, cell.number_format = f"{price:,.2f}", "General"
+
+    def rounded(sheet):  # the values rounded to what the format shows
+        for (cell,) in sheet.iter_rows(min_row=2, min_col=2, max_col=2):
+            cell.value = round(cell.value)
+
+    def one_decimal(sheet):
+        for (cell,) in sheet.iter_rows(min_row=2, min_col=2, max_col=2):
+            cell.number_format = "#,##0.0"
+
+    def whole_column(sheet):  # the header formatted too: it holds text, on which a number format shows nothing
+        sheet["B1"].number_format = generators.TWO_DECIMALS
+
+    assert "expected" in task.check(Files({path: sheet_bytes(gold, as_text)}))
+    assert any(price != round(price) for price in prices)
+    assert "expected" in task.check(Files({path: sheet_bytes(gold, rounded)}))
+    assert "number_format" in task.check(Files({path: sheet_bytes(gold, one_decimal)}))
+    assert task.check(Files({path: sheet_bytes(gold, whole_column)})) is None
+
+    path, gold, start, task = gold_and_input("calc-bold-2")
+    assert task.check(Files({path: gold})) is None
+    assert "font_bold" in task.check(Files({path: start}))
+    from openpyxl.styles import Font
+
+    def everything_bold(sheet):
+        for row in sheet.iter_rows():
+            for cell in row:
+                cell.font = Font(bold=True)
+
+    def first_cell_only(sheet):
+        sheet["B1"].font = sheet["C1"].font = Font(bold=False)
+
+    assert "font_bold" in task.check(Files({path: sheet_bytes(gold, everything_bold)}))
+    assert "A2's font_bold" in task.check(Files({path: sheet_bytes(gold, everything_bold)}))
+    assert "B1's font_bold" in task.check(Files({path: sheet_bytes(gold, first_cell_only)}))
+    with pytest.raises(ValueError, match="styles are"):
+        metrics.compare_table(gold, gold, styles=["font_colour"])
+
+
+def test_writer_replace_and_table_hacks_fail():
+    path, gold, start, task = gold_and_input("writer-replace-0")
+    assert task.check(Files({path: gold})) is None and "paragraphs" in task.check(Files({path: start}))
+    texts = [p.text for p in docx.Document(io.BytesIO(start)).paragraphs]
+    spec, _ = generators.generate("writer", "replace", 0)
+    old, new = re.findall(r"'([^']+)'", spec["instruction"])[:2]
+    first_only = [t.replace(old, new) if i == 0 else t for i, t in enumerate(texts)]
+    assert "paragraphs" in task.check(Files({path: writer_file([(t, False) for t in first_only])}))
+    both = [t.replace(old, f"{new} ({old})") for t in texts]  # the new name added beside the old one
+    assert "paragraphs" in task.check(Files({path: writer_file([(t, False) for t in both])}))
+
+    path, gold, start, task = gold_and_input("writer-table-1")
+    assert task.check(Files({path: gold})) is None
+    assert "tables" in task.check(Files({path: start}))
+    document = docx.Document(io.BytesIO(gold))
+    rows = [[cell.text for cell in row.cells] for row in document.tables[0].rows]
+    paragraphs = [p.text for p in document.paragraphs]
+
+    def build(table_rows, extra_paragraphs=()):
+        doc = docx.Document()
+        for text in [*paragraphs, *extra_paragraphs]:
+            doc.add_paragraph(text)
+        if table_rows:
+            table = doc.add_table(rows=len(table_rows), cols=len(table_rows[0]))
+            for row, texts in zip(table.rows, table_rows):
+                for cell, text in zip(row.cells, texts):
+                    cell.text = text
+        buffer = io.BytesIO()
+        doc.save(buffer)
+        return buffer.getvalue()
+
+    assert task.check(Files({path: build(rows)})) is None
+    # The rows typed as tab-separated paragraphs: no table (and extra paragraphs).
+    assert task.check(Files({path: build(None, ["\t".join(row) for row in rows])}))
+    assert "tables" in task.check(Files({path: build(rows[:-1])}))  # a row missing
+    assert "tables" in task.check(Files({path: build([[*row, ""] for row in rows])}))  # a third, empty column
+    assert "tables" in task.check(Files({path: build([row[::-1] for row in rows])}))  # the columns swapped
+    assert "not saved" in metrics.compare_docx_tables(None, gold)
+    assert "not a docx" in metrics.compare_docx_tables(b"Item\tPrice\n", gold)
+
+
+def test_impress_slide_and_notes_hacks_fail():
+    path, gold, start, task = gold_and_input("impress-slide-0")
+    assert task.check(Files({path: gold})) is None and "slides' texts" in task.check(Files({path: start}))
+
+    def edited(data, change):
+        deck = pptx.Presentation(io.BytesIO(data))
+        change(deck)
+        buffer = io.BytesIO()
+        deck.save(buffer)
+        return buffer.getvalue()
+
+    def title_only(deck):  # the bullet point typed into the title
+        slide = deck.slides[-1]
+        slide.shapes.title.text += " " + slide.placeholders[1].text_frame.text
+        slide.placeholders[1].text_frame.text = ""
+
+    assert "slides' texts" in task.check(Files({path: edited(gold, title_only)}))
+
+    path, gold, start, task = gold_and_input("impress-notes-1")
+    assert task.check(Files({path: gold})) is None and "slides' texts" in task.check(Files({path: start}))
+    deck = pptx.Presentation(io.BytesIO(gold))
+    (index, note), *_ = [
+        (i, s.notes_slide.notes_text_frame.text) for i, s in enumerate(deck.slides) if s.has_notes_slide
+    ]
+
+    def on_the_slide(deck):  # the notes' text in a text box on the slide, not in its notes
+        slide = deck.slides[index]
+        slide.notes_slide.notes_text_frame.text = ""
+        box = slide.shapes.add_textbox(0, 0, 100, 100)
+        box.text_frame.text = note
+
+    def wrong_slide(deck):
+        deck.slides[index].notes_slide.notes_text_frame.text = ""
+        deck.slides[(index + 1) % len(deck.slides)].notes_slide.notes_text_frame.text = note
+
+    assert "slides' texts" in task.check(Files({path: edited(gold, on_the_slide)}))
+    assert "slides' texts" in task.check(Files({path: edited(gold, wrong_slide)}))
+
+
+def text_pdf(lines: list[str]) -> bytes:
+    """A one-page PDF whose text is ``lines`` (Helvetica, one line each), written by hand: no PDF writer needed."""
+    stream = "BT /F1 12 Tf 72 720 Td 14 TL " + " ".join(f"({line}) Tj T*" for line in lines) + " ET"
+    objects = [
+        "<< /Type /Catalog /Pages 2 0 R >>",
+        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R"
+        " /Resources << /Font << /F1 5 0 R >> >> >>",
+        f"<< /Length {len(stream)} >>\nstream\n{stream}\nendstream",
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out, offsets = b"%PDF-1.4\n", []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += f"{number} 0 obj\n{body}\nendobj\n".encode()
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    out += "".join(f"{offset:010d} 00000 n \n" for offset in offsets).encode()
+    return out + f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+
+
+def test_pdf_export_gold_passes_and_the_hacks_fail():
+    from PIL import Image
+
+    spec, files = generators.generate("writer", "pdf", 2)
+    task, path = apps_catalog()["writer-pdf-2"], spec["evaluator"]["result"][0]["path"]
+    document = files[spec["evaluator"]["expected"][0]["path"]]
+    texts = [p.text for p in docx.Document(io.BytesIO(document)).paragraphs]
+    assert task.check(Files({path: text_pdf(texts)})) is None
+    # The export a PDF of the same text makes is the gold too (a PDF as the expected file).
+    assert metrics.compare_pdf_text(text_pdf(texts), text_pdf(texts[:1] + texts[1:])) is None
+    assert "not exported" in task.check(Files({}))
+    assert "not exported" in task.check(Files({path.replace(".pdf", ".docx.pdf"): text_pdf(texts)}))
+    # The document renamed to .pdf; a paragraph missing; a paragraph more; the page as a picture; a damaged file.
+    assert "not a PDF" in task.check(Files({path: document}))
+    assert "PDF's text" in task.check(Files({path: text_pdf(texts[:-1])}))
+    assert "PDF's text" in task.check(Files({path: text_pdf([*texts, "Draft"])}))
+    picture = io.BytesIO()
+    Image.new("RGB", (200, 100), "white").save(picture, "PDF")
+    assert "PDF's text" in task.check(Files({path: picture.getvalue()}))
+    assert "could not be read" in task.check(Files({path: text_pdf(texts)[:60]}))
+    # A paragraph broken over two lines of the page is still the paragraph.
+    words = texts[1].split(" ")
+    broken = [texts[0], " ".join(words[:2]), " ".join(words[2:]), *texts[2:]]
+    assert task.check(Files({path: text_pdf(broken)})) is None
+
+
+def test_a_pdf_of_too_many_pages_is_refused(monkeypatch):
+    monkeypatch.setattr(metrics, "MAX_PDF_PAGES", 0)
+    assert "over 0" in metrics.compare_pdf_text(text_pdf(["x"]), text_pdf(["x"]))

@@ -1,8 +1,10 @@
 """Our desktop metrics agree with OSWorld's own metric functions (desktop-env 1.0.2, run in .venv-osworld) on the same files.
 
-For every metric both have — compare_table, compare_docx_files, compare_pptx_files, check_include_exclude,
+For every metric both have — compare_table (with its ``styles`` against OSWorld's ``style`` rule),
+compare_docx_files, compare_docx_tables, compare_pptx_files (speaker notes included), check_include_exclude,
 compare_text_file, compare_image_list, compare_archive; compare_docx_files on docx and on odt (odfpy) — each generated task's gold file, its untouched input, seeded mutations of the gold
-(a number, a word or a label changed, a row or paragraph dropped, a cell or slide added, two swapped),
+(a number, a word or a label changed, a row or paragraph dropped, a cell or slide added, two swapped, a cell's
+boldness or number format changed, a table cell changed, notes added),
 an empty file of the right kind, zero bytes and a missing file are scored by both: the verdicts must be the
 same. Where ours is deliberately different the test pins the direction (``test_known_differences``):
 
@@ -161,7 +163,71 @@ def test_compare_table_agrees_with_osworlds(tmp_path):
                     "compare_table",
                     TABLE_RULES,
                 )
-    assert len(corpus.rows) == 150
+    assert len(corpus.rows) == 10 * 3 * len(generators.CALC_KINDS)
+    assert corpus.disagreements() == []
+
+
+def style_mutations(gold: bytes, rng: random.Random) -> dict[str, bytes]:
+    """The gold workbook with one cell's boldness or number format changed, or every cell's."""
+    from openpyxl.styles import Font
+
+    def edit(change):
+        book = openpyxl.load_workbook(io.BytesIO(gold))
+        change(book.active)
+        return saved(book)
+
+    cells = lambda sheet: [c for row in sheet.iter_rows() for c in row if c.value is not None]  # noqa: E731
+    numbers = lambda sheet: [c for c in cells(sheet) if isinstance(c.value, int | float)]  # noqa: E731
+
+    def bold_one(sheet):
+        cell = rng.choice(cells(sheet))
+        cell.font = Font(bold=not cell.font.b)
+
+    def bold_all(sheet):
+        for cell in cells(sheet):
+            cell.font = Font(bold=True)
+
+    def format_one(sheet):
+        rng.choice(numbers(sheet)).number_format = rng.choice(["0.0", "#,##0.00", "0%", "General"])
+
+    def format_all(sheet):
+        for cell in numbers(sheet):
+            cell.number_format = generators.TWO_DECIMALS
+
+    def format_text(sheet):  # a number format on a text cell shows nothing: both ignore it
+        rng.choice([c for c in cells(sheet) if isinstance(c.value, str)]).number_format = "0.00"
+
+    return {f.__name__: edit(f) for f in (bold_one, bold_all, format_one, format_all, format_text)}
+
+
+def test_compare_table_styles_agree_with_osworlds_style_rule(tmp_path):
+    """``styles`` against OSWorld's ``style`` rule (same property names), with the values compared as before."""
+    corpus = Corpus(tmp_path)
+    for kind in ("decimals", "bold", "sum"):
+        for seed in generators.SEEDS:
+            spec, files = generators.generate("calc", kind, seed)
+            start, gold = task_files(spec, files)
+            variants = {"gold": gold, "input": start} | style_mutations(gold, random.Random(f"{kind}-{seed}"))
+            for props in (["font_bold"], ["number_format"], ["font_bold", "number_format"]):
+                rules = {
+                    "rules": [
+                        *TABLE_RULES["rules"],
+                        {"type": "style", "sheet_idx0": "RI0", "sheet_idx1": "EI0", "props": props},
+                    ]
+                }
+                for name, data in variants.items():
+                    corpus.pair(
+                        f"calc-{kind}-{seed} {name} {props}",
+                        functools.partial(metrics.compare_table, styles=props),
+                        data,
+                        gold,
+                        ".xlsx",
+                        "table",
+                        "compare_table",
+                        rules,
+                    )
+    verdicts = [ours is None for _, ours, _ in corpus.rows]
+    assert verdicts.count(True) >= 20 and verdicts.count(False) >= 60  # both ways, many times
     assert corpus.disagreements() == []
 
 
@@ -227,6 +293,55 @@ def test_compare_docx_files_agrees_with_osworlds(tmp_path, family):
     assert corpus.disagreements() == []
 
 
+def table_document(paragraphs: list[str], rows: list[list[str]] | None) -> bytes:
+    return generators._document([(text, False) for text in paragraphs], rows)
+
+
+def test_compare_docx_tables_agrees_with_osworlds(tmp_path):
+    corpus = Corpus(tmp_path)
+    for seed in generators.SEEDS:
+        spec, files = generators.generate("writer", "table", seed)
+        start, gold = task_files(spec, files)
+        gold_document = docx.Document(io.BytesIO(gold))
+        texts = [p.text for p in gold_document.paragraphs]
+        rows = [[cell.text for cell in row.cells] for row in gold_document.tables[0].rows]
+        rng = random.Random(seed)
+        row, column = rng.randrange(len(rows)), rng.randrange(2)
+        changed = [list(r) for r in rows]
+        changed[row][column] += "0"
+        variants = {
+            "gold": gold,
+            "input": start,
+            "retyped": table_document(texts, rows),
+            "padded cells": table_document(texts, [[f" {t} " for t in r] for r in rows]),
+            "a cell changed": table_document(texts, changed),
+            "a row missing": table_document(texts, rows[:-1]),
+            "a row added": table_document(texts, [*rows, ["Extra", "1"]]),
+            "a column added": table_document(texts, [[*r, ""] for r in rows]),
+            "columns swapped": table_document(texts, [r[::-1] for r in rows]),
+            "rows as paragraphs": table_document([*texts, *("\t".join(r) for r in rows)], None),
+            "empty": document([]),
+            "zero bytes": b"",
+            "missing": None,
+        }
+        twice = docx.Document(io.BytesIO(gold))
+        extra = twice.add_table(rows=1, cols=2)
+        extra.rows[0].cells[0].text = "Extra"
+        variants["two tables"] = saved(twice)
+        for name, data in variants.items():
+            corpus.pair(
+                f"writer-table-{seed} {name}",
+                metrics.compare_docx_tables,
+                data,
+                gold,
+                ".docx",
+                "docs",
+                "compare_docx_tables",
+            )
+    assert sum(ours is None for _, ours, _ in corpus.rows) == 3 * 3  # gold, retyped, padded cells
+    assert corpus.disagreements() == []
+
+
 # --------------------------------------------------------------------------------------------- slides
 def deck_edit(gold: bytes, change) -> bytes:
     deck = pptx.Presentation(io.BytesIO(gold))
@@ -255,6 +370,14 @@ def test_compare_pptx_files_agrees_with_osworlds(tmp_path):
             def body_line(deck, slide=slide):
                 deck.slides[slide].placeholders[1].text_frame.add_paragraph().text = "One more point"
 
+            def add_notes(deck, slide=slide):
+                deck.slides[slide].notes_slide.notes_text_frame.text = "Say this too."
+
+            def drop_notes(deck):
+                for each in deck.slides:
+                    if each.has_notes_slide:
+                        each.notes_slide.notes_text_frame.text = ""
+
             variants = {
                 "gold": gold,
                 "input": start,
@@ -262,6 +385,8 @@ def test_compare_pptx_files_agrees_with_osworlds(tmp_path):
                 "last slide dropped": deck_edit(gold, drop_last),
                 "slide added": deck_edit(gold, add_slide),
                 "line added": deck_edit(gold, body_line),
+                "notes added": deck_edit(gold, add_notes),
+                "notes emptied": deck_edit(gold, drop_notes),
                 "empty": saved(pptx.Presentation()),
                 "zero bytes": b"",
                 "missing": None,

@@ -1,4 +1,4 @@
-"""Spreadsheet cell values: numbers, text and formulas (``=SUM(B1:B4)``, ``=A1*2+C3``), shared by the Sheet app and the task checkers.
+"""Spreadsheet cell values: numbers, text and formulas (``=SUM(B1:B4)``, ``=A1*2+C3``, ``=SUMIF(A2:A5,D2,B2:B5)``), shared by the Sheet app and the task checkers.
 
 Plain Python with no imports beyond the standard library (and agentgym's AST lock where it exists),
 because it runs both inside the desktop container (the app shows a focused cell's value) and on the
@@ -69,7 +69,8 @@ def _compute(cells, name, _seen, known):
     if name in _seen:
         raise FormulaError(f"{name} refers to itself")
     seen = (*_seen, name)
-    expression = _RANGE.sub(lambda m: "[" + ",".join(_range_names(*m.groups())) + "]", raw[1:].upper())
+    # "$" marks an absolute reference ($A$2), which evaluates as the relative one.
+    expression = _RANGE.sub(lambda m: "[" + ",".join(_range_names(*m.groups())) + "]", raw[1:].upper().replace("$", ""))
     try:
         with AST_LOCK:
             tree = ast.parse(expression, mode="eval")
@@ -119,6 +120,8 @@ def _eval(node, cells, seen, name, known):
         if right == 0:
             raise FormulaError(f"{name}: division by zero")
         return left / right
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "SUMIF":
+        return _sumif(node.args, cells, seen, name, known)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS:
         values = []
         for argument in node.args:
@@ -128,6 +131,41 @@ def _eval(node, cells, seen, name, known):
             raise FormulaError(f"{name}: {node.func.id} of nothing")
         return float(_FUNCTIONS[node.func.id](values))
     raise FormulaError(f"{name}: unsupported formula")
+
+
+def _sumif(arguments, cells, seen, name, known):
+    """``SUMIF(range, criterion[, sum_range])``: the sum of ``sum_range``'s cells (``range``'s when absent) beside
+    the cells of ``range`` equal to ``criterion`` (a cell, a number or a text, which matches case-insensitively,
+    as LibreOffice's whole-cell match does). Comparisons (``">5"``) and wildcards are not supported."""
+    areas = [arguments[0], arguments[2 if len(arguments) == 3 else 0]] if len(arguments) in (2, 3) else []
+    if not areas or not all(isinstance(a, ast.List) and all(isinstance(e, ast.Name) for e in a.elts) for a in areas):
+        raise FormulaError(f"{name}: SUMIF takes a range, a criterion and an optional sum range of the same size")
+    criteria, summed = areas[0].elts, areas[1].elts
+    if len(criteria) != len(summed):
+        raise FormulaError(f"{name}: SUMIF's ranges differ in size")
+    criterion = arguments[1]
+    if isinstance(criterion, ast.Constant) and isinstance(criterion.value, str):
+        if criterion.value[:1] in ("<", ">", "=") or any(c in criterion.value for c in "*?~"):
+            raise FormulaError(f"{name}: SUMIF's comparisons and wildcards are not supported")
+        wanted = criterion.value
+    elif isinstance(criterion, ast.Name) and _REF.fullmatch(criterion.id):
+        wanted = evaluate(cells, criterion.id, seen, known)  # a text cell is a criterion too
+    else:
+        wanted = _scalar(_eval(criterion, cells, seen, name, known), name)
+    total = 0.0
+    for key, value in zip(criteria, summed):
+        summand = evaluate(cells, value.id, seen, known)
+        if _matches(evaluate(cells, key.id, seen, known), wanted) and isinstance(summand, float):
+            total += summand  # text in the sum range counts as nothing, as in LibreOffice
+    return total
+
+
+def _matches(value, wanted):
+    if isinstance(wanted, str) and isinstance(value, str):
+        return value.strip().casefold() == wanted.strip().casefold()
+    if isinstance(wanted, float) and isinstance(value, float):
+        return value == wanted
+    return False
 
 
 def display(value):

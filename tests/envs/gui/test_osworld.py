@@ -623,17 +623,7 @@ def test_writer_replace_and_table_hacks_fail():
     paragraphs = [p.text for p in document.paragraphs]
 
     def build(table_rows, extra_paragraphs=()):
-        doc = docx.Document()
-        for text in [*paragraphs, *extra_paragraphs]:
-            doc.add_paragraph(text)
-        if table_rows:
-            table = doc.add_table(rows=len(table_rows), cols=len(table_rows[0]))
-            for row, texts in zip(table.rows, table_rows):
-                for cell, text in zip(row.cells, texts):
-                    cell.text = text
-        buffer = io.BytesIO()
-        doc.save(buffer)
-        return buffer.getvalue()
+        return generators._document([(text, False) for text in [*paragraphs, *extra_paragraphs]], table_rows or None)
 
     assert task.check(Files({path: build(rows)})) is None
     # The rows typed as tab-separated paragraphs: no table (and extra paragraphs).

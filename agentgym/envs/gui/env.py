@@ -160,20 +160,26 @@ class SandboxFiles:
             return None
 
     def tree(self, root: str) -> dict[str, str | None]:
-        # Isolated (-I: no cwd, PYTHON* variables or user site on sys.path) and from /, which the agent cannot
-        # write: a module the agent leaves in its home must not stand in for the json or os the script imports.
-        argv = ["/usr/bin/env", "-C", "/", "/usr/bin/python3", "-I", "-S", "-c", _TREE_SCRIPT, root]
-        code, stdout, stderr = self.sandbox.run_argv(argv, timeout=30)
-        if code != 0:
-            raise OSError(f"{root} could not be listed: {stderr.decode(errors='replace').strip()[-300:] or code}")
-        return json.loads(stdout)
+        return self._run_script(_TREE_SCRIPT, root, timeout=30)
 
     def listing(self, root: str) -> dict[str, dict] | None:
         """Every entry below ``root`` with its type, mode, size and (files) SHA-256, read as the agent's user
         without following symlinks; None when ``root`` is not a folder (see ``_LISTING_SCRIPT``)."""
-        argv = ["/usr/bin/env", "-C", "/", "/usr/bin/python3", "-I", "-S", "-c", _LISTING_SCRIPT, root]
-        argv += [str(LISTING_ENTRIES), str(LISTING_BYTES)]
-        code, stdout, stderr = self.sandbox.run_argv(argv, timeout=60, max_bytes=LISTING_ENTRIES * 512)
+        return self._run_script(
+            _LISTING_SCRIPT,
+            root,
+            str(LISTING_ENTRIES),
+            str(LISTING_BYTES),
+            timeout=60,
+            max_bytes=LISTING_ENTRIES * 512,
+        )
+
+    def _run_script(self, script: str, root: str, *args: str, timeout: float, max_bytes: int | None = None) -> Any:
+        """A reading script's JSON answer about ``root``, run as the agent's user; OSError when it fails."""
+        # Isolated (-I: no cwd, PYTHON* variables or user site on sys.path) and from /, which the agent cannot
+        # write: a module the agent leaves in its home must not stand in for the json or os the script imports.
+        argv = ["/usr/bin/env", "-C", "/", "/usr/bin/python3", "-I", "-S", "-c", script, root, *args]
+        code, stdout, stderr = self.sandbox.run_argv(argv, timeout=timeout, max_bytes=max_bytes)
         if code != 0:
             raise OSError(f"{root} could not be listed: {stderr.decode(errors='replace').strip()[-300:] or code}")
         return json.loads(stdout)

@@ -48,6 +48,7 @@ from agentgym.extras import requires
 
 __all__ = [
     "CALC_KINDS",
+    "CHART_TYPES",
     "IMPRESS_KINDS",
     "GIMP_KINDS",
     "INFEASIBLE",
@@ -85,16 +86,33 @@ def _type(text: str) -> str:
     return f"type({text!r})"
 
 
-def _workbook(rows: list[list[Any]], *, bold: str = "", number_format: tuple[str, str] = ("", "")) -> bytes:
-    """A one-sheet workbook; ``bold`` a range whose cells are bold, ``number_format`` (range, format code)."""
+def _workbook(
+    rows: list[list[Any]], *, bold: str = "", number_format: tuple[str, str] = ("", ""), chart: str = ""
+) -> bytes:
+    """A one-sheet workbook; ``bold`` a range whose cells are bold, ``number_format`` (range, format code), ``chart``
+    a chart's type (column, bar or line) over the first two columns: one series of the values below B1, with column
+    A's labels below A1 as its categories (what Calc's chart wizard makes of that block)."""
     with requires("gui"):
         import openpyxl
+        from openpyxl.chart import BarChart, LineChart
+        from openpyxl.chart.data_source import AxDataSource, NumDataSource, NumRef, StrRef
+        from openpyxl.chart.series import Series as ChartSeries
         from openpyxl.styles import Font
     book = openpyxl.Workbook()
     sheet = book.active
     sheet.title = "Sheet1"
     for row in rows:
         sheet.append(row)
+    if chart:
+        # The references as Calc writes them, the sheet's name unquoted (OSWorld's chart rule compares the strings).
+        graph = LineChart() if chart == "line" else BarChart(barDir="bar" if chart == "bar" else "col")
+        graph.series.append(
+            ChartSeries(
+                val=NumDataSource(numRef=NumRef(f=f"Sheet1!$B$2:$B${len(rows)}")),
+                cat=AxDataSource(strRef=StrRef(f=f"Sheet1!$A$2:$A${len(rows)}")),
+            )
+        )
+        sheet.add_chart(graph, "D2")
     for line in sheet[bold] if bold else ():
         for cell in line:
             cell.font = Font(bold=True)
@@ -107,10 +125,20 @@ def _workbook(rows: list[list[Any]], *, bold: str = "", number_format: tuple[str
     return buffer.getvalue()
 
 
-def _document(paragraphs: list[tuple[str, bool]], table: list[list[str]] | None = None) -> bytes:
-    """A docx with one paragraph per text (bold where asked), and ``table``'s rows as a table after them."""
+def _document(
+    paragraphs: list[tuple[str, bool]],
+    table: list[list[str]] | None = None,
+    *,
+    header: str = "",
+    page_number: bool = False,
+) -> bytes:
+    """A docx with one paragraph per text (bold where asked), and ``table``'s rows as a table after them; ``header``
+    the page header's text, ``page_number`` a footer that holds a PAGE field (as Writer and Word write one: a
+    complex field whose cached result is "1")."""
     with requires("gui"):
         import docx
+        from docx.oxml import parse_xml
+        from docx.oxml.ns import nsdecls
     document = docx.Document()
     for text, bold in paragraphs:
         run = document.add_paragraph().add_run(text)
@@ -120,22 +148,40 @@ def _document(paragraphs: list[tuple[str, bool]], table: list[list[str]] | None 
         for row, texts in zip(grid.rows, table):
             for cell, text in zip(row.cells, texts):
                 cell.text = text
+    if header:
+        document.sections[0].header.paragraphs[0].text = header
+    if page_number:
+        footer = document.sections[0].footer.paragraphs[0]._p
+        for part in (
+            '<w:fldChar w:fldCharType="begin"/>',
+            '<w:instrText xml:space="preserve"> PAGE </w:instrText>',
+            '<w:fldChar w:fldCharType="separate"/>',
+            "<w:t>1</w:t>",
+            '<w:fldChar w:fldCharType="end"/>',
+        ):
+            footer.append(parse_xml(f"<w:r {nsdecls('w')}>{part}</w:r>"))
     buffer = io.BytesIO()
     document.save(buffer)
     return buffer.getvalue()
 
 
-def _deck(slides: list[tuple[str, list[str]]], notes: dict[int, str] | None = None) -> bytes:
+def _deck(
+    slides: list[tuple[str, list[str]]], notes: dict[int, str] | None = None, layouts: dict[int, int] | None = None
+) -> bytes:
     """A deck whose first slide is a title slide (title, subtitle lines) and the rest title-and-content slides;
-    ``notes`` maps a slide's index to its speaker notes."""
+    ``notes`` maps a slide's index to its speaker notes, ``layouts`` to another layout of python-pptx's default
+    template (its index: 5 Title Only; a slide without lines keeps its body placeholder empty)."""
     with requires("gui"):
         import pptx
     deck = pptx.Presentation()
     for index, (title, lines) in enumerate(slides):
-        slide = deck.slides.add_slide(deck.slide_layouts[0 if index == 0 else 1])
+        layout = (layouts or {}).get(index, 0 if index == 0 else 1)
+        slide = deck.slides.add_slide(deck.slide_layouts[layout])
         slide.shapes.title.text = title
+        if not lines:
+            continue
         body = slide.placeholders[1].text_frame
-        body.text = lines[0] if lines else ""
+        body.text = lines[0]
         for line in lines[1:]:
             body.add_paragraph().text = line
         if notes and index in notes:
@@ -170,8 +216,11 @@ def _spec(task_id: str, instruction: str, path: str, metrics: list[tuple[str, di
 
 
 # -------------------------------------------------------------------------------------------- Calc
-CALC_KINDS = ("sum", "average", "max", "product", "fix", "sort", "sumif", "decimals", "bold")
+CALC_KINDS = ("sum", "average", "max", "product", "fix", "sort", "sumif", "decimals", "bold", "chart")
 _CATEGORIES = ("Food", "Travel", "Office", "Rent")
+#: The chart kind's types, one per seed, and how far down the chart wizard's list of types each one is.
+CHART_TYPES = ("column", "bar", "line")
+_CHART_DOWNS = {"column": 0, "bar": 1, "line": 4}
 #: The number format Calc's ctrl+shift+1 gives (two decimals, a thousands separator), as it saves it in xlsx.
 TWO_DECIMALS = "#,##0.00"
 
@@ -180,10 +229,10 @@ def _calc(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
     rng = random.Random(f"calc-{kind}-{seed}")
     count = rng.randint(3, 6)
     items = rng.sample(_ITEMS, count)
-    stem = ["budget", "costs", "prices", "orders", "stock", "sales", "expenses", "invoice", "inventory"]
+    stem = ["budget", "costs", "prices", "orders", "stock", "sales", "expenses", "invoice", "inventory", "revenue"]
     path = f"{HOME}/Documents/{stem[CALC_KINDS.index(kind)]}.xlsx"
     go_to_cell = [_key("ctrl+Home", *["Down"] * (count + 1))]  # A(count+2): the row under the data
-    if kind in ("sort", "sumif", "decimals", "bold"):
+    if kind in ("sort", "sumif", "decimals", "bold", "chart"):
         return _calc_more(kind, seed, rng, path)
     if kind in ("sum", "average", "max"):
         amounts = [rng.randint(5, 400) for _ in items]
@@ -286,6 +335,21 @@ def _calc_more(kind: str, seed: int, rng: random.Random, path: str) -> tuple[dic
             "thousands separator); leave the values as they are."
         )
         solution = [_key("ctrl+Home", "Down", "Right", *["shift+Down"] * (count - 1), "ctrl+shift+1")]
+    elif kind == "chart":
+        rows = [["Item", "Amount"], *([i, rng.randint(5, 400)] for i in items)]
+        gold = rows
+        chart = CHART_TYPES[seed % len(CHART_TYPES)]
+        after = {"chart": chart}
+        options["charts"] = True
+        instruction = (
+            f"Insert a {chart} chart of the amounts (B2:B{count + 1}) with the items (A2:A{count + 1}) as its "
+            "categories, on this sheet; leave the cells as they are."
+        )
+        # In the data block, Insert > Chart (through the command search) opens the chart wizard on that block (the
+        # header row and the labels' column recognised); its first page lists the types (Column first: Down moves
+        # on), and Return finishes. Escape leaves the chart, and a second Escape deselects it.
+        solution = [_key("ctrl+Home"), _key("shift+Escape"), "wait(1)", _type("Chart..."), "wait(1)", _key("Return")]
+        solution += ["wait(2)", _key(*["Down"] * _CHART_DOWNS[chart], "Return"), "wait(2)", _key("Escape", "Escape")]
     else:  # bold: the header row
         header = ["Item", "Quantity", "Price"]
         rows = [header, *([i, rng.randint(1, 9), rng.randint(2, 60)] for i in items)]
@@ -299,7 +363,7 @@ def _calc_more(kind: str, seed: int, rng: random.Random, path: str) -> tuple[dic
 
 
 # ------------------------------------------------------------------------------------------ Writer
-WRITER_KINDS = ("append", "title", "bold", "delete", "replace", "table", "pdf")
+WRITER_KINDS = ("append", "title", "bold", "delete", "replace", "table", "pdf", "header", "pagenum")
 _COMPANIES = ("Acme", "Globex", "Initech", "Hooli", "Vandelay", "Wonka")
 _ABOUT = (  # sentences about a company, for the replace kind
     "{} opened two new stores.",
@@ -332,7 +396,8 @@ def _writer(kind: str, seed: int, family: str = "writer") -> tuple[dict, dict[st
     title = rng.choice(_TITLES)
     body = rng.sample(_SENTENCES, rng.randint(3, 5))
     extension = "odt" if family == "odt" else "docx"
-    stem = ["letter", "notes", "report", "minutes", "memo", "price-list", "summary"][WRITER_KINDS.index(kind)]
+    stem = ["letter", "notes", "report", "minutes", "memo", "price-list", "summary", "handbook", "manual"]
+    stem = stem[WRITER_KINDS.index(kind)]
     path = f"{HOME}/Documents/{stem}.{extension}"
     metrics: list[tuple[str, dict]] = [("compare_docx_files", {})]
     table: list[list[str]] | None = None
@@ -373,6 +438,8 @@ def _writer(kind: str, seed: int, family: str = "writer") -> tuple[dict, dict[st
     elif kind == "pdf":
         before = after = [(title, False), *((s, False) for s in body)]
         return _pdf_export(f"{family}-{kind}-{seed}", path, _document(before))
+    elif kind in ("header", "pagenum"):
+        return _header_footer(kind, seed, rng, path, [(title, False), *((s, False) for s in body)])
     else:  # table: a price list's rows, as a two-column table at the end
         before = [(title, False), *((s, False) for s in body[:2])]
         after = before
@@ -395,6 +462,35 @@ def _writer(kind: str, seed: int, family: str = "writer") -> tuple[dict, dict[st
     if family == "odt":
         return spec, {name: _odt_document(before), f"gold-{name}": _odt_document(after)}
     return spec, {name: _document(before), f"gold-{name}": _document(after, table)}
+
+
+def _header_footer(
+    kind: str, seed: int, rng: random.Random, path: str, paragraphs: list[tuple[str, bool]]
+) -> tuple[dict, dict[str, bytes]]:
+    """Put a text in the page header (``header``), or a page-number field in the footer (``pagenum``); the body
+    stays as it is. Graded by the body's paragraphs and the header's and footer's, fields read as fields
+    (``compare_docx_headers``): a typed "1" is not a page number.
+
+    The reference solution moves the cursor into the page's header or footer with ``ctrl+Page_Up`` or
+    ``ctrl+Page_Down`` (Writer turns the Default Page Style's header or footer on where it is off), types the
+    header's text, or runs Insert > Field > Page Number through the command search, and goes back to the body."""
+    name = path.rpartition("/")[2]
+    if kind == "header":
+        header = f"{rng.choice(_TITLES)} for {rng.choice(_COMPANIES)}"
+        instruction = f"Put the text '{header}' in the page header (the same on every page); leave the body as it is."
+        solution = [_key("ctrl+Page_Up"), "wait(1)", _type(header), _key("ctrl+Page_Up")]
+        gold = _document(paragraphs, header=header)
+    else:
+        instruction = (
+            "Show the page number in the page footer: insert a page-number field (not a typed number) in the "
+            "footer, and nothing else there; leave the body as it is."
+        )
+        solution = [_key("ctrl+Page_Down"), "wait(1)", _key("shift+Escape"), "wait(1)", _type("Page Number")]
+        solution += ["wait(1)", _key("Return"), "wait(1)", _key("ctrl+Page_Down")]
+        gold = _document(paragraphs, page_number=True)
+    metrics = [("compare_docx_files", {}), ("compare_docx_headers", {})]
+    spec = _spec(f"writer-{kind}-{seed}", instruction, path, metrics, solution)
+    return spec, {name: _document(paragraphs), f"gold-{name}": gold}
 
 
 def _pdf_export(task_id: str, path: str, document: bytes) -> tuple[dict, dict[str, bytes]]:
@@ -439,7 +535,7 @@ def _pdf_export(task_id: str, path: str, document: bytes) -> tuple[dict, dict[st
 
 
 # ----------------------------------------------------------------------------------------- Impress
-IMPRESS_KINDS = ("title", "retitle", "subtitle", "bullet", "slide", "notes")
+IMPRESS_KINDS = ("title", "retitle", "subtitle", "bullet", "slide", "notes", "layout")
 _TOPICS = ("Goals", "Budget", "Timeline", "Risks", "Team", "Results", "Next steps")
 _BULLETS = ("Ship the beta", "Hire two engineers", "Cut costs by ten percent", "Open a new office", "Train the staff")
 
@@ -451,7 +547,10 @@ def _impress(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
     before = [(title, [f"Prepared by team {rng.choice('ABCDEFG')}"])] + [
         (topic, rng.sample(_BULLETS, 2)) for topic in topics
     ]
-    path = f"{HOME}/Documents/{['deck', 'talk', 'pitch', 'review', 'plan', 'briefing'][IMPRESS_KINDS.index(kind)]}.pptx"
+    stem = ["deck", "talk", "pitch", "review", "plan", "briefing", "agenda"][IMPRESS_KINDS.index(kind)]
+    path = f"{HOME}/Documents/{stem}.pptx"
+    if kind == "layout":
+        return _impress_layout(seed, rng, path, before)
     after = [(t, list(lines)) for t, lines in before]
     notes: dict[int, str] = {}
     # Tab selects the slide's first object (its title), a second Tab the next (the body); Return edits
@@ -512,6 +611,39 @@ def _impress(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
     spec = _spec(f"impress-{kind}-{seed}", instruction, path, [("compare_pptx_files", {})], solution)
     name = path.rpartition("/")[2]
     return spec, {name: _deck(before), f"gold-{name}": _deck(after, notes)}
+
+
+#: The layouts the ``layout`` kind switches a slide between, by LibreOffice's names (Slide > Layout): python-pptx's
+#: default template's layout for each (Title, Content 1, Title Only 5, Title and 2 Content 3), a pair per seed.
+_LAYOUTS = {"Title, Content": 1, "Title Only": 5, "Title and 2 Content": 3}
+_LAYOUT_CHANGES = (("Title Only", "Title, Content"), ("Title, Content", "Title Only"), ("Title Only", "Title and 2 Content"))
+_CLOSING = ("Questions", "Thank you", "Discussion", "Summary")
+
+
+def _impress_layout(
+    seed: int, rng: random.Random, path: str, before: list[tuple[str, list[str]]]
+) -> tuple[dict, dict[str, bytes]]:
+    """Change the layout of a slide that holds only a title (its body, where its layout has one, empty), graded by
+    the slides' texts and each slide's layout (``compare_pptx_files`` with ``layouts``).
+
+    The reference solution goes to the slide (``Next``: the next slide) and runs Slide > Layout's entry through
+    the command search."""
+    old, new = _LAYOUT_CHANGES[seed % len(_LAYOUT_CHANGES)]
+    slide = rng.randrange(1, len(before) + 1)
+    slides = [*before[:slide], (rng.choice(_CLOSING), []), *before[slide:]]
+    instruction = (
+        f"Change the layout of slide {slide + 1} ('{slides[slide][0]}', now '{old}') to the '{new}' layout; keep "
+        "its title and the other slides as they are."
+    )
+    solution = [_key(*["Next"] * slide), _key("shift+Escape"), "wait(1)", _type(new), "wait(1)", _key("Return")]
+    spec = _spec(
+        f"impress-layout-{seed}", instruction, path, [("compare_pptx_files", {"layouts": True})], [*solution, "wait(1)"]
+    )
+    name = path.rpartition("/")[2]
+    return spec, {
+        name: _deck(slides, layouts={slide: _LAYOUTS[old]}),
+        f"gold-{name}": _deck(slides, layouts={slide: _LAYOUTS[new]}),
+    }
 
 
 # -------------------------------------------------------------------------------------- text files

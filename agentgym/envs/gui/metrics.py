@@ -12,7 +12,10 @@ What OSWorld's namesakes compare, and where ours are stricter because the policy
   pandas comparison; with ``formulas=[cells]`` those cells must hold formulas (the task asked for a
   computation, not a typed number), and every formula cell in the agent's file is recomputed from
   the file's own cells with :mod:`agentgym.envs.gui.apps.formula`: a sheet whose cached values
-  differ from its formulas fails, and so does a formula that module cannot evaluate.
+  differ from its formulas fails, and so does a formula that module cannot evaluate. With
+  ``charts`` each sheet's charts (their type, a bar chart's direction, each series' value and
+  category ranges) equal the gold's, as OSWorld's ``chart`` rule with ``chart_props: ["type",
+  "direction"]`` compares them (it compares the ranges as written, quotes and ``$`` included).
 * ``compare_docx_files`` (documents, docx; or odt, read with odfpy, where the gold file is odt, as
   OSWorld's reads both): the paragraphs' texts, in order, empty ones ignored. Text inside pictures
   is no text.
@@ -25,9 +28,16 @@ What OSWorld's namesakes compare, and where ours are stricter because the policy
   a PDF of the page as a picture has no text. OSWorld's ``compare_pdfs`` (PyMuPDF, a fuzzy ratio)
   scores the same two texts; its module needs PyMuPDF, which its venv here lacks, so it is not
   compared.
+* ``compare_docx_headers`` (agentgym's: OSWorld has no header metric; its ``has_page_numbers_in_footers``
+  asks for a digit in each section's footer): each section's page header and footer, their non-empty
+  paragraphs' texts with every field read as ``{NAME}`` (a PAGE field is ``{PAGE}``, whatever page
+  number it last showed), equal the gold document's. A typed "1" is no page number; a header's text
+  typed in the body leaves the header empty.
 * ``compare_docx_bold``: which paragraphs are bold (every run with text bold) matches the gold file's.
 * ``compare_pptx_files`` (slides, pptx): the slides' count, each slide's texts, shape by shape, and
-  its speaker notes (as OSWorld's ``examine_note``, its default).
+  its speaker notes (as OSWorld's ``examine_note``, its default); with ``layouts`` (ours) each slide's
+  layout type (OOXML's ``title``, ``obj``, ``titleOnly``, ...; LibreOffice's ``tx`` for its Title
+  Slide read as ``title``).
 * ``check_include_exclude`` (any text file): rule ``{"include": [...], "exclude": [...]}``.
 * ``compare_text_file`` (a text file against a gold one): the same text, exactly, with OSWorld's two
   options: ``ignore_blanks`` (runs of whitespace count as one space, ends stripped) and ``ignore_case``.
@@ -76,6 +86,7 @@ __all__ = [
     "compare_archive",
     "compare_docx_bold",
     "compare_docx_files",
+    "compare_docx_headers",
     "compare_docx_tables",
     "compare_image_list",
     "compare_pdf_text",
@@ -122,6 +133,25 @@ CELL_STYLES: dict[str, Callable[[Any], Any]] = {
 }
 
 
+def _charts(sheet) -> list[tuple[str, str | None, tuple[tuple[str, str], ...]]]:
+    """The sheet's charts as openpyxl reads them (OSWorld's chart rule reads them so; one it cannot read is left
+    out): each one's type (``barChart``, ``lineChart``, ...), a bar chart's direction, and its series' value and
+    category ranges, ``$`` and quotes dropped; sorted."""
+
+    def reference(source) -> str:
+        ref = source and (getattr(source, "numRef", None) or getattr(source, "strRef", None))
+        return re.sub(r"[$']", "", ref.f or "") if ref else ""
+
+    return sorted(
+        (
+            chart.tagname,
+            getattr(chart, "barDir", None),
+            tuple((reference(series.val), reference(series.cat)) for series in chart.series),
+        )
+        for chart in sheet._charts
+    )
+
+
 def compare_table(
     result: bytes | None,
     expected: bytes,
@@ -129,6 +159,7 @@ def compare_table(
     formulas: Sequence[str] = (),
     functions: Sequence[str] = (),
     styles: Sequence[str] = (),
+    charts: bool = False,
 ) -> str | None:
     """The agent's workbook against the gold one (both xlsx); see the module docstring."""
     if unknown := set(styles) - set(CELL_STYLES):
@@ -164,6 +195,8 @@ def compare_table(
                 mine, theirs = CELL_STYLES[prop](values[name][cell]), CELL_STYLES[prop](gold[name][cell])
                 if mine != theirs:
                     return f"{name}!{cell}'s {prop} is {mine!r}, expected {theirs!r}"
+        if charts and (mine := _charts(values[name])) != (theirs := _charts(gold[name])):
+            return f"{name}'s charts are {mine}, expected {theirs}"
         if problem := _recompute(name, raw, got):
             return problem
     return None
@@ -286,6 +319,71 @@ def compare_docx_tables(result: bytes | None, expected: bytes) -> str | None:
     return None
 
 
+_W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+
+
+def _field_name(instruction: str) -> str:
+    return "{" + (instruction.split() or [""])[0].upper() + "}"
+
+
+def _field_text(element, fields: list[str]) -> str:
+    """A paragraph's text with each field as ``{NAME}`` (its instruction's first word: ``{PAGE}``), not its cached
+    result: a page number is a field, and a typed "1" reads as "1". ``fields`` holds the instructions of the complex
+    fields open at this point (``w:fldChar`` begin ... separate ... end); what lies inside one is not text."""
+    parts: list[str] = []
+    for child in element:
+        tag = child.tag
+        if tag == f"{_W}fldSimple":
+            if not fields:
+                parts.append(_field_name(child.get(f"{_W}instr") or ""))
+        elif tag == f"{_W}fldChar":
+            kind = child.get(f"{_W}fldCharType")
+            if kind == "begin":
+                fields.append("")
+            elif kind == "end" and fields:
+                instruction = fields.pop()
+                if not fields:
+                    parts.append(_field_name(instruction))
+        elif tag == f"{_W}instrText":
+            if fields:
+                fields[-1] += child.text or ""
+        elif fields and tag in (f"{_W}t", f"{_W}tab", f"{_W}br", f"{_W}cr"):
+            continue  # a field's cached result
+        elif tag == f"{_W}t":
+            parts.append(child.text or "")
+        elif tag == f"{_W}tab":
+            parts.append("\t")
+        elif tag in (f"{_W}br", f"{_W}cr"):
+            parts.append("\n")
+        else:  # a run, a hyperlink, a content control: its text, and a field that ends in it
+            parts.append(_field_text(child, fields))
+    return "".join(parts)
+
+
+def _headers_footers(data: bytes) -> list[tuple[list[str], list[str]]]:
+    """Per section, the non-empty paragraphs (stripped, fields as ``{NAME}``) of its page header and its footer;
+    a header or footer the section does not define (linked to the previous section's, or none) has none."""
+    sections = []
+    for section in _document(data).sections:
+        parts = []
+        for part in (section.header, section.footer):
+            paragraphs = [] if part.is_linked_to_previous else part.paragraphs
+            parts.append([text for p in paragraphs if (text := _field_text(p._p, []).strip())])
+        sections.append((parts[0], parts[1]))
+    return sections
+
+
+def compare_docx_headers(result: bytes | None, expected: bytes) -> str | None:
+    """The sections' page headers and footers (their paragraphs' texts, fields as fields) equal the gold document's."""
+    _, problem = _read_docx(result)
+    if problem:
+        return problem
+    got, want = _headers_footers(result), _headers_footers(expected)
+    if got != want:
+        return f"the (header, footer) paragraphs per section are {got!r}, expected {want!r}"
+    return None
+
+
 def _bold(paragraph) -> bool:
     runs = [run for run in paragraph.runs if run.text.strip()]
     return bool(runs) and all(run.bold or (run.bold is None and _style_bold(paragraph)) for run in runs)
@@ -371,19 +469,36 @@ def _slide_texts(data: bytes) -> list[list[str]]:
     return slides
 
 
-def compare_pptx_files(result: bytes | None, expected: bytes) -> str | None:
-    """The same number of slides, and on each the same texts, shape by shape."""
+#: ST_SlideLayoutType values that name the same layout: LibreOffice's pptx export writes its Title Slide layout
+#: with the type ``tx`` (sd's PPTXLayoutInfo table), PowerPoint's and python-pptx's templates with ``title``.
+_LAYOUT_SYNONYMS = {"tx": "title"}
+
+
+def _slide_layouts(data: bytes) -> list[str]:
+    """Each slide's layout type (its slideLayout's ``type``: title, obj, twoObj, titleOnly, blank, ...)."""
+    with requires("gui"):
+        import pptx
+    types = [slide.slide_layout._element.get("type", "cust") for slide in pptx.Presentation(io.BytesIO(data)).slides]
+    return [_LAYOUT_SYNONYMS.get(kind, kind) for kind in types]
+
+
+def compare_pptx_files(result: bytes | None, expected: bytes, *, layouts: bool = False) -> str | None:
+    """The same number of slides, and on each the same texts, shape by shape; with ``layouts`` (ours: OSWorld's
+    namesake has no such option) each slide's layout type too."""
     if result is None:
         return "the presentation was not saved where the task asked"
     if problem := _zip_member_check(result, "ppt/presentation.xml", "a pptx presentation"):
         return problem
     try:
         got = _slide_texts(result)
+        got_layouts = _slide_layouts(result) if layouts else []
     except Exception as exc:  # python-pptx raises many kinds on a damaged package
         return f"the presentation could not be read ({type(exc).__name__}: {exc})"
     want = _slide_texts(expected)
     if got != want:
         return f"the slides' texts are {got!r}, expected {want!r}"
+    if layouts and got_layouts != (want_layouts := _slide_layouts(expected)):
+        return f"the slides' layouts are {got_layouts}, expected {want_layouts}"
     return None
 
 
@@ -604,6 +719,7 @@ METRICS: dict[str, Metric] = {
     "compare_docx_files": compare_docx_files,
     "compare_docx_bold": compare_docx_bold,
     "compare_docx_tables": compare_docx_tables,
+    "compare_docx_headers": compare_docx_headers,
     "compare_pptx_files": compare_pptx_files,
     "check_include_exclude": check_include_exclude,
     "check_file_tree": check_file_tree,

@@ -635,6 +635,97 @@ def test_writer_replace_and_table_hacks_fail():
     assert "not a docx" in metrics.compare_docx_tables(b"Item\tPrice\n", gold)
 
 
+def footer_with(runs_xml: str, paragraphs, *, header: str = "", where: str = "footer") -> bytes:
+    """The document's paragraphs with ``runs_xml`` (WordprocessingML runs) as its footer's (or header's) paragraph."""
+    from docx.oxml import parse_xml
+    from docx.oxml.ns import nsdecls
+
+    document = docx.Document(io.BytesIO(generators._document(paragraphs, header=header)))
+    part = getattr(document.sections[0], where).paragraphs[0]._p
+    for run in parse_xml(f"<w:p {nsdecls('w')}>{runs_xml}</w:p>"):
+        part.append(run)
+    buffer = io.BytesIO()
+    document.save(buffer)
+    return buffer.getvalue()
+
+
+def complex_field(instruction: str, shown: str) -> str:
+    return (
+        '<w:r><w:fldChar w:fldCharType="begin"/></w:r>'
+        f'<w:r><w:instrText xml:space="preserve"> {instruction} </w:instrText></w:r>'
+        f'<w:r><w:fldChar w:fldCharType="separate"/></w:r><w:r><w:t>{shown}</w:t></w:r>'
+        '<w:r><w:fldChar w:fldCharType="end"/></w:r>'
+    )
+
+
+def test_writer_header_gold_passes_and_the_hacks_fail():
+    for seed in generators.SEEDS:
+        path, gold, start, task = gold_and_input(f"writer-header-{seed}")
+        assert task.check(Files({path: gold})) is None
+        assert "not saved" in task.check(Files({})) and "(header, footer)" in task.check(Files({path: start}))
+        body = [(p.text, False) for p in docx.Document(io.BytesIO(start)).paragraphs]
+        (header,) = docx.Document(io.BytesIO(gold)).sections[0].header.paragraphs
+        wanted = header.text
+        # The text typed as the body's first paragraph (no header); in the header and in the body too; in the footer;
+        # the header with another text; the header's text split over two paragraphs.
+        assert "paragraphs" in task.check(Files({path: generators._document([(wanted, False), *body])}))
+        both = generators._document([(wanted, False), *body], header=wanted)
+        assert "document's paragraphs" in task.check(Files({path: both}))
+        in_footer = footer_with(f"<w:r><w:t>{wanted}</w:t></w:r>", body)
+        assert "(header, footer)" in task.check(Files({path: in_footer}))
+        other = generators._document(body, header=wanted.replace(" for ", " from "))
+        assert "(header, footer)" in task.check(Files({path: other}))
+        first, _, rest = wanted.partition(" ")
+        split = footer_with(f"<w:r><w:t>{rest}</w:t></w:r>", body, header=first, where="header")
+        assert "(header, footer)" in task.check(Files({path: split}))
+        # The text in two runs is the same text.
+        runs = footer_with(f'<w:r><w:t xml:space="preserve">{first} </w:t></w:r><w:r><w:t>{rest}</w:t></w:r>', body)
+        assert metrics._headers_footers(runs) == [([], [wanted])]
+
+
+def test_writer_page_number_gold_passes_and_the_hacks_fail():
+    for seed in generators.SEEDS:
+        path, gold, start, task = gold_and_input(f"writer-pagenum-{seed}")
+        assert task.check(Files({path: gold})) is None
+        assert "(header, footer)" in task.check(Files({path: start}))
+        body = [(p.text, False) for p in docx.Document(io.BytesIO(start)).paragraphs]
+        # Word's simple field form, and a complex field showing another page, are the page number too.
+        assert (
+            task.check(
+                Files({path: footer_with('<w:fldSimple w:instr=" PAGE "><w:r><w:t>1</w:t></w:r></w:fldSimple>', body)})
+            )
+            is None
+        )
+        assert task.check(Files({path: footer_with(complex_field("PAGE \\* ARABIC", "7"), body)})) is None
+        # A typed "1" (the number the field shows on page one); the page count's field; the field in the header;
+        # the field with a label beside it; the field in the body (its cached "1" is a new paragraph there).
+        for runs, where in [
+            ("<w:r><w:t>1</w:t></w:r>", "footer"),
+            (complex_field("NUMPAGES", "1"), "footer"),
+            (complex_field("PAGE", "1"), "header"),
+            ('<w:r><w:t xml:space="preserve">Page </w:t></w:r>' + complex_field("PAGE", "1"), "footer"),
+        ]:
+            assert "(header, footer)" in task.check(Files({path: footer_with(runs, body, where=where)})), runs
+        document = docx.Document(io.BytesIO(start))
+        from docx.oxml import parse_xml
+        from docx.oxml.ns import nsdecls
+
+        for run in parse_xml(f"<w:p {nsdecls('w')}>{complex_field('PAGE', '1')}</w:p>"):
+            document.add_paragraph()._p.append(run)
+        buffer = io.BytesIO()
+        document.save(buffer)
+        assert "paragraphs" in task.check(Files({path: buffer.getvalue()}))
+    # A field nested in another (an IF around a PAGE) is the outer one's; text between fields stays text.
+    nested = (
+        '<w:r><w:fldChar w:fldCharType="begin"/></w:r><w:r><w:instrText> IF </w:instrText></w:r>'
+        + complex_field("PAGE", "1")
+        + '<w:r><w:fldChar w:fldCharType="separate"/></w:r><w:r><w:t>1</w:t></w:r><w:r><w:fldChar w:fldCharType="end"/></w:r>'
+        + '<w:r><w:t xml:space="preserve"> of </w:t></w:r>'
+        + complex_field("NUMPAGES", "3")
+    )
+    assert metrics._headers_footers(footer_with(nested, [("x", False)])) == [([], ["{IF} of {NUMPAGES}"])]
+
+
 def test_impress_slide_and_notes_hacks_fail():
     path, gold, start, task = gold_and_input("impress-slide-0")
     assert task.check(Files({path: gold})) is None and "slides' texts" in task.check(Files({path: start}))

@@ -616,7 +616,11 @@ def _impress(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
 #: The layouts the ``layout`` kind switches a slide between, by LibreOffice's names (Slide > Layout): python-pptx's
 #: default template's layout for each (Title, Content 1, Title Only 5, Title and 2 Content 3), a pair per seed.
 _LAYOUTS = {"Title, Content": 1, "Title Only": 5, "Title and 2 Content": 3}
-_LAYOUT_CHANGES = (("Title Only", "Title, Content"), ("Title, Content", "Title Only"), ("Title Only", "Title and 2 Content"))
+_LAYOUT_CHANGES = (
+    ("Title Only", "Title, Content"),
+    ("Title, Content", "Title Only"),
+    ("Title Only", "Title and 2 Content"),
+)
 _CLOSING = ("Questions", "Thank you", "Discussion", "Summary")
 
 
@@ -944,7 +948,9 @@ FAMILIES = (
 #: solutions have not yet been seen to pass through the GUI: left out of the catalogue until they are. Impress's
 #: ``slide``: ctrl+m made a slide whose body LibreOffice took for an object placeholder (python-pptx's layout), and
 #: the command search's first hit for "Duplicate Slide" did not duplicate the slide (its title was edited in place).
-UNVERIFIED: frozenset[tuple[str, str]] = frozenset({("impress", "slide")})
+UNVERIFIED: frozenset[tuple[str, str]] = frozenset(
+    {("impress", "slide"), ("impress", "layout"), ("writer", "header"), ("writer", "pagenum"), ("calc", "chart")}
+)
 
 
 def generated_tasks(seeds: tuple[int, ...] = SEEDS) -> list[tuple[dict, dict[str, bytes]]]:

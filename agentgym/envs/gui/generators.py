@@ -471,22 +471,24 @@ def _header_footer(
     stays as it is. Graded by the body's paragraphs and the header's and footer's, fields read as fields
     (``compare_docx_headers``): a typed "1" is not a page number.
 
-    The reference solution moves the cursor into the page's header or footer with ``ctrl+Page_Up`` or
-    ``ctrl+Page_Down`` (Writer turns the Default Page Style's header or footer on where it is off), types the
-    header's text, or runs Insert > Field > Page Number through the command search, and goes back to the body."""
+    The reference solution turns the Default Page Style's header or footer on with Insert > Header and Footer >
+    Header (or Footer) > Default Page Style, run through the command search (the header's entry is its first hit,
+    the footer's the second), which leaves the cursor in it; then types the header's text, or runs Insert > Field >
+    Page Number the same way."""
     name = path.rpartition("/")[2]
     if kind == "header":
         header = f"{rng.choice(_TITLES)} for {rng.choice(_COMPANIES)}"
         instruction = f"Put the text '{header}' in the page header (the same on every page); leave the body as it is."
-        solution = [_key("ctrl+Page_Up"), "wait(1)", _type(header), _key("ctrl+Page_Up")]
+        solution = [_key("shift+Escape"), "wait(1)", _type("Default Page Style"), "wait(1)", _key("Return")]
+        solution += ["wait(1)", _type(header)]
         gold = _document(paragraphs, header=header)
     else:
         instruction = (
             "Show the page number in the page footer: insert a page-number field (not a typed number) in the "
             "footer, and nothing else there; leave the body as it is."
         )
-        solution = [_key("ctrl+Page_Down"), "wait(1)", _key("shift+Escape"), "wait(1)", _type("Page Number")]
-        solution += ["wait(1)", _key("Return"), "wait(1)", _key("ctrl+Page_Down")]
+        solution = [_key("shift+Escape"), "wait(1)", _type("Default Page Style"), "wait(1)", _key("Down", "Return")]
+        solution += ["wait(1)", _key("shift+Escape"), "wait(1)", _type("Page Number"), "wait(1)", _key("Return")]
         gold = _document(paragraphs, page_number=True)
     metrics = [("compare_docx_files", {}), ("compare_docx_headers", {})]
     spec = _spec(f"writer-{kind}-{seed}", instruction, path, metrics, solution)

@@ -19,7 +19,15 @@ same. Where ours is deliberately different the test pins the direction (``test_k
   the alpha channel: a fully transparent copy passes) and resizes another size to the gold's (LANCZOS: the
   right picture at twice the size does not come back exact, and fails both); ours compares RGBA, same size.
 
-Not compared: check_file_tree (OSWorld has no namesake), compare_docx_bold (OSWorld has no metric that reads which
+compare_table's ``charts`` is compared with OSWorld's ``chart`` rule (type and direction); compare_docx_headers with
+OSWorld's ``has_page_numbers_in_footers`` on the page-number kind's files, where OSWorld's passes any digit in the
+footer (a typed "1", a page count's field) and ours asks for the PAGE field alone (pinned in that test).
+
+compare_pptx_files runs with each task's options (the layout kind's ``layouts``: OSWorld's compares no layouts, but
+the shapes a layout places, so the two agree on that kind's files too).
+
+Not compared: compare_docx_headers on the header kind (OSWorld has no header metric), check_file_tree (OSWorld has
+no namesake), compare_docx_bold (OSWorld has no metric that reads which
 paragraphs are bold; its docs metrics check fonts, italics at size 14, highlight, strike-through), compare_image_list
 with our options (``format``, ``tolerance``: the GIMP tasks ``scale`` and ``jpeg``; OSWorld's has none), and OSWorld's
 OCR metric
@@ -231,6 +239,73 @@ def test_compare_table_styles_agree_with_osworlds_style_rule(tmp_path):
     assert corpus.disagreements() == []
 
 
+def chart_book(rows: list[list], charts: list[tuple[str, str, str]]) -> bytes:
+    """The rows with one chart per (type, values' range, categories' range): ``col`` or ``bar`` a bar chart in that
+    direction, ``line`` or ``pie``; the ranges written as given (openpyxl's References would quote the sheet)."""
+    from openpyxl.chart import BarChart, LineChart, PieChart
+    from openpyxl.chart.data_source import AxDataSource, NumDataSource, NumRef, StrRef
+    from openpyxl.chart.series import Series
+
+    book = openpyxl.load_workbook(io.BytesIO(generators._workbook(rows)))
+    for kind, values, categories in charts:
+        chart = {"line": LineChart, "pie": PieChart}.get(kind, lambda kind=kind: BarChart(barDir=kind))()
+        cat = AxDataSource(strRef=StrRef(f=categories)) if categories else None
+        chart.series.append(Series(val=NumDataSource(numRef=NumRef(f=values)), cat=cat))
+        book.active.add_chart(chart, "D2")
+    return saved(book)
+
+
+def test_compare_table_charts_agree_with_osworlds_chart_rule(tmp_path):
+    """``charts`` against OSWorld's ``chart`` rule with ``chart_props`` type and (for bar charts) direction, the
+    values compared as before: the chart kind's gold, its input, another type or direction, the values' range with
+    the header, no categories, a pie chart beside the right one, the data changed, an empty book."""
+    corpus = Corpus(tmp_path)
+    empty = openpyxl.Workbook()
+    empty.active.title = "Sheet1"
+    for seed, kind in zip(generators.SEEDS, generators.CHART_TYPES):
+        spec, files = generators.generate("calc", "chart", seed)
+        start, gold = task_files(spec, files)
+        rows = [[c.value for c in row] for row in openpyxl.load_workbook(io.BytesIO(start)).active.iter_rows()]
+        last = len(rows)
+        values, categories = f"Sheet1!$B$2:$B${last}", f"Sheet1!$A$2:$A${last}"
+        right = {"column": "col", "bar": "bar", "line": "line"}[kind]
+        changed = [list(row) for row in rows]
+        changed[1][1] += 1
+        variants = {
+            "gold": gold,
+            "gold rebuilt": chart_book(rows, [(right, values, categories)]),
+            "input": start,
+            **{
+                f"a {other} chart": chart_book(rows, [(other, values, categories)])
+                for other in ("col", "bar", "line")
+                if other != right
+            },
+            "header in the values": chart_book(rows, [(right, f"Sheet1!$B$1:$B${last}", categories)]),
+            "no categories": chart_book(rows, [(right, values, "")]),
+            "a pie beside it": chart_book(rows, [(right, values, categories), ("pie", f"Sheet1!$B$3:$B${last}", "")]),
+            "data changed": chart_book(changed, [(right, values, categories)]),
+            "empty": saved(empty),
+            "zero bytes": b"",
+            "missing": None,
+        }
+        props = ["type"] if kind == "line" else ["type", "direction"]
+        rule = {"type": "chart", "sheet_idx0": "RI0", "sheet_idx1": "EI0", "chart_props": props}
+        for name, data in variants.items():
+            corpus.pair(
+                f"calc-chart-{seed} {name}",
+                functools.partial(metrics.compare_table, charts=True),
+                data,
+                gold,
+                ".xlsx",
+                "table",
+                "compare_table",
+                {"rules": [*TABLE_RULES["rules"], rule]},
+            )
+    verdicts = [ours is None for _, ours, _ in corpus.rows]
+    assert verdicts.count(True) == 6 and verdicts.count(False) >= 24
+    assert corpus.disagreements() == []
+
+
 # ------------------------------------------------------------------------------------------ documents
 def document(paragraphs: list[str]) -> bytes:
     doc = docx.Document()
@@ -342,6 +417,45 @@ def test_compare_docx_tables_agrees_with_osworlds(tmp_path):
     assert corpus.disagreements() == []
 
 
+def test_page_numbers_agree_with_osworlds_has_page_numbers_in_footers(tmp_path):
+    """compare_docx_headers on the page-number kind against OSWorld's ``has_page_numbers_in_footers`` (a digit in
+    each section's footer; it takes no gold file): the same verdicts on the gold, the input, a footer without a
+    digit, the field in the header, an empty document; OSWorld's passes a typed number, a page count's field and
+    a label beside the field, ours does not (pinned)."""
+    from tests.envs.gui.test_osworld import complex_field, footer_with
+
+    corpus = Corpus(tmp_path)
+    known = []
+    label_and_field = '<w:r><w:t xml:space="preserve">Page </w:t></w:r>' + complex_field("PAGE", "1")
+    for seed in generators.SEEDS:
+        spec, files = generators.generate("writer", "pagenum", seed)
+        start, gold = task_files(spec, files)
+        body = [(p.text, False) for p in docx.Document(io.BytesIO(start)).paragraphs]
+        variants = {
+            "gold": (gold, True),
+            "input": (start, True),
+            "footer text": (footer_with("<w:r><w:t>Draft</w:t></w:r>", body), True),
+            "field in the header": (footer_with(complex_field("PAGE", "1"), body, where="header"), True),
+            "typed number": (footer_with("<w:r><w:t>1</w:t></w:r>", body), False),
+            "page count": (footer_with(complex_field("NUMPAGES", "1"), body), False),
+            "labelled": (footer_with(label_and_field, body), False),
+            "empty": (document([]), True),
+            "zero bytes": (b"", True),
+            "missing": (None, True),
+        }
+        for name, (data, agree) in variants.items():
+            label = f"writer-pagenum-{seed} {name}"
+            case = {
+                "module": "docs",
+                "func": "has_page_numbers_in_footers",
+                "args": [{"path": corpus.path(data, ".docx")}],
+            }
+            corpus.add(label, metrics.compare_docx_headers(data, gold), case)
+            if not agree:
+                known.append((label, False, 1.0))
+    assert sorted(corpus.disagreements()) == sorted(known)
+
+
 # --------------------------------------------------------------------------------------------- slides
 def deck_edit(gold: bytes, change) -> bytes:
     deck = pptx.Presentation(io.BytesIO(gold))
@@ -367,8 +481,10 @@ def test_compare_pptx_files_agrees_with_osworlds(tmp_path):
             def add_slide(deck):
                 deck.slides.add_slide(deck.slide_layouts[1]).shapes.title.text = "Extra"
 
-            def body_line(deck, slide=slide):
-                deck.slides[slide].placeholders[1].text_frame.add_paragraph().text = "One more point"
+            def body_line(deck, slide=slide):  # in the body, or the title where the slide has no body (layout)
+                shapes = deck.slides[slide].placeholders
+                body = next((shape for shape in shapes if shape.placeholder_format.idx == 1), shapes[0])
+                body.text_frame.add_paragraph().text = "One more point"
 
             def add_notes(deck, slide=slide):
                 deck.slides[slide].notes_slide.notes_text_frame.text = "Say this too."
@@ -394,7 +510,7 @@ def test_compare_pptx_files_agrees_with_osworlds(tmp_path):
             for name, data in variants.items():
                 corpus.pair(
                     f"impress-{kind}-{seed} {name}",
-                    metrics.compare_pptx_files,
+                    functools.partial(metrics.compare_pptx_files, **spec["evaluator"]["options"][0]),
                     data,
                     gold,
                     ".pptx",

@@ -396,9 +396,8 @@ def _writer(kind: str, seed: int, family: str = "writer") -> tuple[dict, dict[st
     title = rng.choice(_TITLES)
     body = rng.sample(_SENTENCES, rng.randint(3, 5))
     extension = "odt" if family == "odt" else "docx"
-    stem = ["letter", "notes", "report", "minutes", "memo", "price-list", "summary", "handbook", "manual"]
-    stem = stem[WRITER_KINDS.index(kind)]
-    path = f"{HOME}/Documents/{stem}.{extension}"
+    stems = ["letter", "notes", "report", "minutes", "memo", "price-list", "summary", "handbook", "manual"]
+    path = f"{HOME}/Documents/{stems[WRITER_KINDS.index(kind)]}.{extension}"
     metrics: list[tuple[str, dict]] = [("compare_docx_files", {})]
     table: list[list[str]] | None = None
     if kind == "append":
@@ -490,7 +489,7 @@ def _header_footer(
         solution = [_key("shift+Escape"), "wait(1)", _type("Default Page Style"), "wait(1)", _key("Down", "Return")]
         solution += ["wait(1)", _key("shift+Escape"), "wait(1)", _type("Page Number"), "wait(1)", _key("Return")]
         gold = _document(paragraphs, page_number=True)
-    metrics = [("compare_docx_files", {}), ("compare_docx_headers", {})]
+    metrics: list[tuple[str, dict]] = [("compare_docx_files", {}), ("compare_docx_headers", {})]
     spec = _spec(f"writer-{kind}-{seed}", instruction, path, metrics, solution)
     return spec, {name: _document(paragraphs), f"gold-{name}": gold}
 

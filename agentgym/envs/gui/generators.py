@@ -52,6 +52,7 @@ __all__ = [
     "IMPRESS_KINDS",
     "GIMP_KINDS",
     "INFEASIBLE",
+    "LIBREOFFICE_LAYOUTS",
     "SEEDS",
     "TEXT_KINDS",
     "UNVERIFIED",
@@ -170,18 +171,23 @@ def _deck(
     notes: dict[int, str] | None = None,
     layouts: dict[int, int] | None = None,
     *,
-    text_layout: bool = False,
+    libreoffice_layouts: bool = False,
 ) -> bytes:
     """A deck whose first slide is a title slide (title, subtitle lines) and the rest title-and-content slides;
     ``notes`` maps a slide's index to its speaker notes, ``layouts`` to another layout of python-pptx's default
-    template (its index: 5 Title Only; a slide without lines keeps its body placeholder empty). ``text_layout``: the
-    title-and-content layout's type is ``tx`` (title and text), not ``obj``, which LibreOffice imports as Title,
-    Object: a new slide in that layout gets a body that takes no text."""
+    template (its index: 5 Title Only; a slide without lines keeps its body placeholder empty).
+
+    ``libreoffice_layouts``: the layouts named as LibreOffice's pptx export names them (:data:`LIBREOFFICE_LAYOUTS`),
+    and the title-and-content one of type ``tx`` (title and text), not ``obj``: LibreOffice imports ``obj`` as its
+    Title, Object layout, whose body takes no text (a new slide in it gets such a body), and exports that layout as
+    a blank one; ``tx`` it imports as Title, Content."""
     with requires("gui"):
         import pptx
     deck = pptx.Presentation()
-    if text_layout:
+    if libreoffice_layouts:
         deck.slide_layouts[1]._element.set("type", "tx")
+        for index, name in LIBREOFFICE_LAYOUTS.items():
+            deck.slide_layouts[index].name = name
     for index, (title, lines) in enumerate(slides):
         layout = (layouts or {}).get(index, 0 if index == 0 else 1)
         slide = deck.slides.add_slide(deck.slide_layouts[layout])
@@ -587,9 +593,8 @@ def _impress(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
             f"Add a new slide at the end with the title-and-content layout: title '{name}', and one bullet point "
             f"'{line}'."
         )
-        # End: the last slide; ctrl+m: a new slide after it, in its layout (LibreOffice imports a pptx layout of
-        # type "obj" as Title, Object, whose body takes no text: this deck's content layout says "tx", which it
-        # imports as Title, Content); then its title and its body are typed as in the retitle and subtitle kinds.
+        # End: the last slide; ctrl+m: a new slide after it, in its layout (Title, Content: see _deck's
+        # libreoffice_layouts); then its title and its body are typed as in the retitle and subtitle kinds.
         solution = [_key("End", "ctrl+m"), "wait(1)", _key("Tab", "Return"), _type(name), _key("Escape", "Escape")]
         solution += [_key("Tab", "Tab", "Return"), _type(line), _key("Escape", "Escape")]
     elif kind == "notes":
@@ -619,12 +624,18 @@ def _impress(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
         ]
     spec = _spec(f"impress-{kind}-{seed}", instruction, path, [("compare_pptx_files", {})], solution)
     name = path.rpartition("/")[2]
-    text = kind == "slide"
-    return spec, {name: _deck(before, text_layout=text), f"gold-{name}": _deck(after, notes, text_layout=text)}
+    ours = kind == "slide"
+    return spec, {
+        name: _deck(before, libreoffice_layouts=ours),
+        f"gold-{name}": _deck(after, notes, libreoffice_layouts=ours),
+    }
 
 
-#: The layouts the ``layout`` kind switches a slide between, by LibreOffice's names (Slide > Layout): python-pptx's
-#: default template's layout for each (Title, Content 1, Title Only 5, Title and 2 Content 3), a pair per seed.
+#: python-pptx's default template's layouts (by index) that the Impress kinds use → the name LibreOffice's pptx export
+#: gives the same layout (sd's PPTXLayoutInfo table), which ``compare_pptx_files`` with ``layouts`` compares.
+LIBREOFFICE_LAYOUTS = {0: "Title Slide", 1: "Title, Content", 3: "Title, 2 Content", 5: "Title Only"}
+#: The layouts the ``layout`` kind switches a slide between, by the names LibreOffice's user interface gives them
+#: (Slide > Layout) → python-pptx's layout index; a pair per seed.
 _LAYOUTS = {"Title, Content": 1, "Title Only": 5, "Title and 2 Content": 3}
 _LAYOUT_CHANGES = (
     ("Title Only", "Title, Content"),
@@ -655,8 +666,8 @@ def _impress_layout(
     )
     name = path.rpartition("/")[2]
     return spec, {
-        name: _deck(slides, layouts={slide: _LAYOUTS[old]}),
-        f"gold-{name}": _deck(slides, layouts={slide: _LAYOUTS[new]}),
+        name: _deck(slides, layouts={slide: _LAYOUTS[old]}, libreoffice_layouts=True),
+        f"gold-{name}": _deck(slides, layouts={slide: _LAYOUTS[new]}, libreoffice_layouts=True),
     }
 
 

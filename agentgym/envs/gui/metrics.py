@@ -36,8 +36,9 @@ What OSWorld's namesakes compare, and where ours are stricter because the policy
 * ``compare_docx_bold``: which paragraphs are bold (every run with text bold) matches the gold file's.
 * ``compare_pptx_files`` (slides, pptx): the slides' count, each slide's texts, shape by shape, and
   its speaker notes (as OSWorld's ``examine_note``, its default); with ``layouts`` (ours) each slide's
-  layout type (OOXML's ``title``, ``obj``, ``titleOnly``, ...; LibreOffice's ``tx`` for its Title
-  Slide read as ``title``).
+  layout's name (Title Slide, Title, Content, Title Only, ...: LibreOffice's export names its layouts
+  so, whatever the file it opened called them, and types its Title Slide ``tx``, so the OOXML type
+  says less than the name).
 * ``check_include_exclude`` (any text file): rule ``{"include": [...], "exclude": [...]}``.
 * ``compare_text_file`` (a text file against a gold one): the same text, exactly, with OSWorld's two
   options: ``ignore_blanks`` (runs of whitespace count as one space, ends stripped) and ``ignore_case``.
@@ -469,22 +470,16 @@ def _slide_texts(data: bytes) -> list[list[str]]:
     return slides
 
 
-#: ST_SlideLayoutType values that name the same layout: LibreOffice's pptx export writes its Title Slide layout
-#: with the type ``tx`` (sd's PPTXLayoutInfo table), PowerPoint's and python-pptx's templates with ``title``.
-_LAYOUT_SYNONYMS = {"tx": "title"}
-
-
 def _slide_layouts(data: bytes) -> list[str]:
-    """Each slide's layout type (its slideLayout's ``type``: title, obj, twoObj, titleOnly, blank, ...)."""
+    """Each slide's layout's name (as LibreOffice's pptx export writes them: Title Slide, Title, Content, ...)."""
     with requires("gui"):
         import pptx
-    types = [slide.slide_layout._element.get("type", "cust") for slide in pptx.Presentation(io.BytesIO(data)).slides]
-    return [_LAYOUT_SYNONYMS.get(kind, kind) for kind in types]
+    return [slide.slide_layout.name.strip() for slide in pptx.Presentation(io.BytesIO(data)).slides]
 
 
 def compare_pptx_files(result: bytes | None, expected: bytes, *, layouts: bool = False) -> str | None:
     """The same number of slides, and on each the same texts, shape by shape; with ``layouts`` (ours: OSWorld's
-    namesake has no such option) each slide's layout type too."""
+    namesake has no such option) each slide's layout's name too."""
     if result is None:
         return "the presentation was not saved where the task asked"
     if problem := _zip_member_check(result, "ppt/presentation.xml", "a pptx presentation"):

@@ -88,11 +88,18 @@ def _type(text: str) -> str:
 
 
 def _workbook(
-    rows: list[list[Any]], *, bold: str = "", number_format: tuple[str, str] = ("", ""), chart: str = ""
+    rows: list[list[Any]],
+    *,
+    bold: str = "",
+    number_format: tuple[str, str] = ("", ""),
+    chart: str = "",
+    shown: tuple[int, str] = (0, ""),
 ) -> bytes:
     """A one-sheet workbook; ``bold`` a range whose cells are bold, ``number_format`` (range, format code), ``chart``
     a chart's type (column, bar or line) over the first two columns: one series of the values below B1, with column
-    A's labels below A1 as its categories (what Calc's chart wizard makes of that block)."""
+    A's labels below A1 as its categories (what Calc's chart wizard makes of that block); ``shown`` (column, value):
+    an AutoFilter over the rows that shows only those whose cell in that column (1: A) holds the value, the others
+    hidden (as Calc saves a standard filter too)."""
     with requires("gui"):
         import openpyxl
         from openpyxl.chart import BarChart, LineChart
@@ -114,6 +121,12 @@ def _workbook(
             )
         )
         sheet.add_chart(graph, "D2")
+    column, value = shown
+    if value:
+        sheet.auto_filter.ref = f"A1:{sheet.cell(1, len(rows[0])).column_letter}{len(rows)}"
+        sheet.auto_filter.add_filter_column(column - 1, [value])
+        for number, row in enumerate(rows[1:], start=2):
+            sheet.row_dimensions[number].hidden = row[column - 1] != value
     for line in sheet[bold] if bold else ():
         for cell in line:
             cell.font = Font(bold=True)
@@ -230,7 +243,7 @@ def _spec(task_id: str, instruction: str, path: str, metrics: list[tuple[str, di
 
 
 # -------------------------------------------------------------------------------------------- Calc
-CALC_KINDS = ("sum", "average", "max", "product", "fix", "sort", "sumif", "decimals", "bold", "chart")
+CALC_KINDS = ("sum", "average", "max", "product", "fix", "sort", "sumif", "decimals", "bold", "chart", "filter")
 _CATEGORIES = ("Food", "Travel", "Office", "Rent")
 #: The chart kind's types, one per seed, and how far down the chart wizard's list of types each one is.
 CHART_TYPES = ("column", "bar", "line")
@@ -244,9 +257,10 @@ def _calc(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
     count = rng.randint(3, 6)
     items = rng.sample(_ITEMS, count)
     stem = ["budget", "costs", "prices", "orders", "stock", "sales", "expenses", "invoice", "inventory", "revenue"]
+    stem += ["spending"]
     path = f"{HOME}/Documents/{stem[CALC_KINDS.index(kind)]}.xlsx"
     go_to_cell = [_key("ctrl+Home", *["Down"] * (count + 1))]  # A(count+2): the row under the data
-    if kind in ("sort", "sumif", "decimals", "bold", "chart"):
+    if kind in ("sort", "sumif", "decimals", "bold", "chart", "filter"):
         return _calc_more(kind, seed, rng, path)
     if kind in ("sum", "average", "max"):
         amounts = [rng.randint(5, 400) for _ in items]
@@ -364,6 +378,22 @@ def _calc_more(kind: str, seed: int, rng: random.Random, path: str) -> tuple[dic
         # on), and Return finishes. Escape leaves the chart, and a second Escape deselects it.
         solution = [_key("ctrl+Home"), _key("shift+Escape"), "wait(1)", _type("Chart..."), "wait(1)", _key("Return")]
         solution += ["wait(2)", _key(*["Down"] * _CHART_DOWNS[chart], "Return"), "wait(2)", _key("Escape", "Escape")]
+    elif kind == "filter":
+        shown, *others = rng.sample(_CATEGORIES, rng.randint(2, 3))
+        spends = [shown, *others, *(rng.choice([shown, *others]) for _ in range(count))]  # each category at least once
+        rng.shuffle(spends)
+        rows = [["Category", "Amount"], *([c, rng.randint(5, 250)] for c in spends)]
+        gold = rows
+        after = {"shown": (1, shown)}
+        options["filters"] = True
+        instruction = (
+            f"Filter the table A1:B{len(rows)} so that only the rows whose Category is '{shown}' show: the other rows "
+            "hidden by the filter, not deleted."
+        )
+        # Data > More Filters > Standard Filter (through the command search) opens on the current cell's column
+        # (Category) with the condition "=": Tab Tab to the value, typed; Return presses OK.
+        solution = [_key("ctrl+Home"), _key("shift+Escape"), "wait(1)", _type("Standard Filter"), "wait(1)"]
+        solution += [_key("Return"), "wait(2)", _key("Tab", "Tab"), _type(shown), "wait(1)", _key("Return"), "wait(1)"]
     else:  # bold: the header row
         header = ["Item", "Quantity", "Price"]
         rows = [header, *([i, rng.randint(1, 9), rng.randint(2, 60)] for i in items)]
@@ -970,7 +1000,14 @@ FAMILIES = (
 #: ``slide``: ctrl+m made a slide whose body LibreOffice took for an object placeholder (python-pptx's layout), and
 #: the command search's first hit for "Duplicate Slide" did not duplicate the slide (its title was edited in place).
 UNVERIFIED: frozenset[tuple[str, str]] = frozenset(
-    {("impress", "slide"), ("impress", "layout"), ("writer", "header"), ("writer", "pagenum"), ("calc", "chart")}
+    {
+        ("impress", "slide"),
+        ("impress", "layout"),
+        ("writer", "header"),
+        ("writer", "pagenum"),
+        ("calc", "chart"),
+        ("calc", "filter"),
+    }
 )
 
 

@@ -15,7 +15,10 @@ What OSWorld's namesakes compare, and where ours are stricter because the policy
   differ from its formulas fails, and so does a formula that module cannot evaluate. With
   ``charts`` each sheet's charts (their type, a bar chart's direction, each series' value and
   category ranges) equal the gold's, as OSWorld's ``chart`` rule with ``chart_props: ["type",
-  "direction"]`` compares them (it compares the ranges as written, quotes and ``$`` included).
+  "direction"]`` compares them (it compares the ranges as written, quotes and ``$`` included). With
+  ``filters`` each sheet's AutoFilter (its range and each filtered column's shown values, Calc's
+  "equal" conditions read as values) and its hidden rows equal the gold's (OSWorld's ``filter`` rule
+  compares the AutoFilter's XML fields, and no rows).
 * ``compare_docx_files`` (documents, docx; or odt, read with odfpy, where the gold file is odt, as
   OSWorld's reads both): the paragraphs' texts, in order, empty ones ignored. Text inside pictures
   is no text.
@@ -153,6 +156,19 @@ def _charts(sheet) -> list[tuple[str, str | None, tuple[tuple[str, str], ...]]]:
     )
 
 
+def _filters(sheet) -> tuple[str, dict[int, frozenset[str]], frozenset[int]]:
+    """The sheet's AutoFilter (its range, ``$`` dropped, and each filtered column's shown values: its ``filters``
+    list and its "equal" custom filters, as Calc writes a standard filter) and its hidden rows."""
+    columns: dict[int, frozenset[str]] = {}
+    for column in sheet.auto_filter.filterColumn:
+        values = set(column.filters.filter) if column.filters is not None else set()
+        for custom in column.customFilters.customFilter if column.customFilters is not None else ():
+            values.add(custom.val if custom.operator in (None, "equal") else f"{custom.operator} {custom.val}")
+        columns[column.colId] = frozenset(str(value) for value in values)
+    hidden = frozenset(number for number, row in sheet.row_dimensions.items() if row.hidden)
+    return (sheet.auto_filter.ref or "").replace("$", ""), columns, hidden
+
+
 def compare_table(
     result: bytes | None,
     expected: bytes,
@@ -161,6 +177,7 @@ def compare_table(
     functions: Sequence[str] = (),
     styles: Sequence[str] = (),
     charts: bool = False,
+    filters: bool = False,
 ) -> str | None:
     """The agent's workbook against the gold one (both xlsx); see the module docstring."""
     if unknown := set(styles) - set(CELL_STYLES):
@@ -198,6 +215,8 @@ def compare_table(
                     return f"{name}!{cell}'s {prop} is {mine!r}, expected {theirs!r}"
         if charts and (mine := _charts(values[name])) != (theirs := _charts(gold[name])):
             return f"{name}'s charts are {mine}, expected {theirs}"
+        if filters and (found := _filters(values[name])) != (wanted := _filters(gold[name])):
+            return f"{name}'s filter (range, shown values, hidden rows) is {found}, expected {wanted}"
         if problem := _recompute(name, raw, got):
             return problem
     return None

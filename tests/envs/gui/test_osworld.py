@@ -828,6 +828,50 @@ def test_calc_chart_gold_passes_and_the_hacks_fail():
     assert "charts are []" in task.check(Files({path: buffer.getvalue()}))
 
 
+def test_calc_filter_gold_passes_and_the_hacks_fail():
+    for seed in generators.SEEDS:
+        path, gold, start, task = gold_and_input(f"calc-filter-{seed}")
+        assert task.check(Files({path: gold})) is None
+        assert "filter" in task.check(Files({path: start}))
+        sheet = openpyxl.load_workbook(io.BytesIO(gold)).active
+        rows = [[cell.value for cell in row] for row in sheet.iter_rows()]
+        (column,) = sheet.auto_filter.filterColumn
+        shown = column.filters.filter[0]
+        other = next(row[0] for row in rows[1:] if row[0] != shown)
+        # Calc's form of the same filter: an "equal" custom filter.
+        from openpyxl.worksheet.filters import CustomFilter, CustomFilters, FilterColumn
+
+        def custom(sheet, shown=shown):
+            equal = CustomFilters(customFilter=[CustomFilter(val=shown)])
+            sheet.auto_filter.filterColumn = [FilterColumn(colId=0, customFilters=equal)]
+
+        assert task.check(Files({path: sheet_bytes(gold, custom)})) is None
+
+        def hidden_by_hand(sheet, rows=rows, shown=shown):  # the right rows hidden, no filter
+            for number, row in enumerate(rows[1:], start=2):
+                sheet.row_dimensions[number].hidden = row[0] != shown
+
+        def deleted(sheet, rows=rows, shown=shown):  # the other rows deleted
+            for number in range(len(rows), 1, -1):
+                if rows[number - 1][0] != shown:
+                    sheet.delete_rows(number)
+
+        def not_applied(sheet, rows=rows):  # the filter defined, no row hidden
+            for number in range(2, len(rows) + 1):
+                sheet.row_dimensions[number].hidden = False
+
+        def other_value(sheet, other=other):
+            sheet.auto_filter.filterColumn[0].filters.filter = [other]
+
+        def on_amounts(sheet):  # the filter set on the Amount column
+            sheet.auto_filter.filterColumn[0].colId = 1
+
+        assert "filter" in task.check(Files({path: sheet_bytes(start, hidden_by_hand)}))
+        assert "expected" in task.check(Files({path: sheet_bytes(gold, deleted)}))
+        for hack in (not_applied, other_value, on_amounts):
+            assert "filter" in task.check(Files({path: sheet_bytes(gold, hack)})), hack.__name__
+
+
 def test_impress_slide_and_notes_hacks_fail():
     path, gold, start, task = gold_and_input("impress-slide-0")
     assert task.check(Files({path: gold})) is None and "slides' texts" in task.check(Files({path: start}))

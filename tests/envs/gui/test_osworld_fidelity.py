@@ -19,7 +19,8 @@ same. Where ours is deliberately different the test pins the direction (``test_k
   the alpha channel: a fully transparent copy passes) and resizes another size to the gold's (LANCZOS: the
   right picture at twice the size does not come back exact, and fails both); ours compares RGBA, same size.
 
-compare_table's ``charts`` is compared with OSWorld's ``chart`` rule (type and direction); compare_docx_headers with
+compare_table's ``charts`` is compared with OSWorld's ``chart`` rule (type and direction), its ``filters`` with OSWorld's
+``filter`` rule (which compares the AutoFilter's XML and no hidden rows: pinned in that test); compare_docx_headers with
 OSWorld's ``has_page_numbers_in_footers`` on the page-number kind's files, where OSWorld's passes any digit in the
 footer (a typed "1", a page count's field) and ours asks for the PAGE field alone (pinned in that test).
 
@@ -304,6 +305,66 @@ def test_compare_table_charts_agree_with_osworlds_chart_rule(tmp_path):
     verdicts = [ours is None for _, ours, _ in corpus.rows]
     assert verdicts.count(True) == 6 and verdicts.count(False) >= 24
     assert corpus.disagreements() == []
+
+
+def test_compare_table_filters_agree_with_osworlds_filter_rule(tmp_path):
+    """``filters`` against OSWorld's ``filter`` rule, the values compared as before: the filter kind's gold, its
+    input, the rows hidden by hand, the rows deleted, another value, another column, an empty book agree; OSWorld's
+    compares the AutoFilter's XML and no rows, so it fails Calc's "equal" condition for the same filter and passes
+    a filter whose rows were never hidden, where ours does the opposite (pinned)."""
+    from openpyxl.worksheet.filters import CustomFilter, CustomFilters, FilterColumn
+
+    corpus = Corpus(tmp_path)
+    empty = openpyxl.Workbook()
+    empty.active.title = "Sheet1"
+    known = []
+    for seed in generators.SEEDS:
+        spec, files = generators.generate("calc", "filter", seed)
+        start, gold = task_files(spec, files)
+        rows = [[c.value for c in row] for row in openpyxl.load_workbook(io.BytesIO(start)).active.iter_rows()]
+        shown = spec["instruction"].split("'")[1]
+        other = next(row[0] for row in rows[1:] if row[0] != shown)
+
+        def edit(data, change):
+            book = openpyxl.load_workbook(io.BytesIO(data))
+            change(book.active)
+            return saved(book)
+
+        def by_hand(sheet, rows=rows, shown=shown):
+            for number, row in enumerate(rows[1:], start=2):
+                sheet.row_dimensions[number].hidden = row[0] != shown
+
+        def equal(sheet, shown=shown):
+            condition = CustomFilters(customFilter=[CustomFilter(val=shown)])
+            sheet.auto_filter.filterColumn = [FilterColumn(colId=0, customFilters=condition)]
+
+        def unhidden(sheet, rows=rows):
+            for number in range(2, len(rows) + 1):
+                sheet.row_dimensions[number].hidden = False
+
+        variants = {
+            "gold": (gold, True),
+            "input": (start, True),
+            "hidden by hand": (edit(start, by_hand), True),
+            "rows deleted": (generators._workbook([rows[0], *(r for r in rows[1:] if r[0] == shown)]), True),
+            "another value": (generators._workbook(rows, shown=(1, other)), True),
+            "another column": (edit(gold, lambda sheet: setattr(sheet.auto_filter.filterColumn[0], "colId", 1)), True),
+            "an equal condition": (edit(gold, equal), False),
+            "rows not hidden": (edit(gold, unhidden), False),
+            "empty": (saved(empty), True),
+            "zero bytes": (b"", True),
+            "missing": (None, True),
+        }
+        rule = {"type": "filter", "sheet_idx0": "RI0", "sheet_idx1": "EI0"}
+        for name, (data, agree) in variants.items():
+            label = f"calc-filter-{seed} {name}"
+            ours = functools.partial(metrics.compare_table, filters=True)
+            corpus.pair(
+                label, ours, data, gold, ".xlsx", "table", "compare_table", {"rules": [*TABLE_RULES["rules"], rule]}
+            )
+            if not agree:
+                known.append((label, ours(data, gold) is None, 0.0 if ours(data, gold) is None else 1.0))
+    assert sorted(corpus.disagreements()) == sorted(known)
 
 
 # ------------------------------------------------------------------------------------------ documents

@@ -507,6 +507,19 @@ def _writer(kind: str, seed: int, family: str = "writer") -> tuple[dict, dict[st
     return spec, {name: _document(before), f"gold-{name}": _document(after, table)}
 
 
+def _page_style_tab(tabs: int) -> list[str]:
+    """Format > Page Style (the command search), ``tabs`` tabs on from the one it opens on (Page: Header is 3 on,
+    Footer 4), its first control (the header's or footer's "on" box) ticked, and OK."""
+    return [_key("shift+Escape"), "wait(1)", _type("Page Style"), "wait(1)", _key("Return"), "wait(2)"] + [
+        _key(*["ctrl+Page_Down"] * tabs),
+        "wait(1)",
+        _key("Tab", "space"),
+        "wait(1)",
+        _key("Return"),
+        "wait(1)",
+    ]
+
+
 def _header_footer(
     kind: str, seed: int, rng: random.Random, path: str, paragraphs: list[tuple[str, bool]]
 ) -> tuple[dict, dict[str, bytes]]:
@@ -514,24 +527,24 @@ def _header_footer(
     stays as it is. Graded by the body's paragraphs and the header's and footer's, fields read as fields
     (``compare_docx_headers``): a typed "1" is not a page number.
 
-    The reference solution turns the Default Page Style's header or footer on with Insert > Header and Footer >
-    Header (or Footer) > Default Page Style, run through the command search (the header's entry is its first hit,
-    the footer's the second), which leaves the cursor in it; then types the header's text, or runs Insert > Field >
-    Page Number the same way."""
+    The reference solution turns the page style's header or footer on in Format > Page Style (run through the
+    command search: Insert > Header and Footer's entries are built per page style when the menu opens, which the
+    search does not see): ctrl+Page_Down to its Header or Footer tab, Tab to "Header on" (or "Footer on"), space,
+    Return for OK. Then ctrl+Page_Up (ctrl+Page_Down) takes the cursor into the header (footer), where it types the
+    header's text or runs Insert > Field > Page Number through the command search."""
     name = path.rpartition("/")[2]
     if kind == "header":
         header = f"{rng.choice(_TITLES)} for {rng.choice(_COMPANIES)}"
         instruction = f"Put the text '{header}' in the page header (the same on every page); leave the body as it is."
-        solution = [_key("shift+Escape"), "wait(1)", _type("Default Page Style"), "wait(1)", _key("Return")]
-        solution += ["wait(1)", _type(header)]
+        solution = [*_page_style_tab(3), _key("ctrl+Page_Up"), _type(header)]
         gold = _document(paragraphs, header=header)
     else:
         instruction = (
             "Show the page number in the page footer: insert a page-number field (not a typed number) in the "
             "footer, and nothing else there; leave the body as it is."
         )
-        solution = [_key("shift+Escape"), "wait(1)", _type("Default Page Style"), "wait(1)", _key("Down", "Return")]
-        solution += ["wait(1)", _key("shift+Escape"), "wait(1)", _type("Page Number"), "wait(1)", _key("Return")]
+        solution = [*_page_style_tab(4), _key("ctrl+Page_Down"), _key("shift+Escape"), "wait(1)"]
+        solution += [_type("Page Number"), "wait(1)", _key("Return"), "wait(1)"]
         gold = _document(paragraphs, page_number=True)
     metrics: list[tuple[str, dict]] = [("compare_docx_files", {}), ("compare_docx_headers", {})]
     spec = _spec(f"writer-{kind}-{seed}", instruction, path, metrics, solution)

@@ -17,13 +17,16 @@ and Writer's word completion are off).
 Calc kinds (each cell a task touches lies in A1:E10, the grid :mod:`agentgym.envs.gui.apps.formula`
 recomputes): ``sum``, ``average`` and ``max`` of a column under a label, a ``product`` column of
 formulas, ``fix`` a mistyped number, ``sort`` the rows by a column (descending), ``sumif`` (a
-per-category summary of SUMIF formulas: pivot-like), ``decimals`` (a number format) and ``bold``
-(the header row). Writer kinds: ``append`` a paragraph, ``title`` (insert a first paragraph),
-``bold`` the heading, ``delete`` a paragraph, ``replace`` a name everywhere (Find & Replace), add a
-``table``; on an OpenDocument text (``odt``, made with odfpy) ``append``, ``title``, ``delete`` and
-``replace``. Impress kinds: change the first slide's ``title``, ``retitle`` another slide, replace the
-``subtitle``, add a ``bullet``, add speaker ``notes``, add a ``slide`` (not catalogued yet:
-:data:`UNVERIFIED`). Text kinds (a ``.txt`` file in
+per-category summary of SUMIF formulas: pivot-like), ``decimals`` (a number format), ``bold``
+(the header row), a ``chart`` (column, bar or line, over the table) and a ``filter`` (a standard
+filter that shows one category). Writer kinds: ``append`` a paragraph, ``title`` (insert a first
+paragraph), ``bold`` the heading, ``delete`` a paragraph, ``replace`` a name everywhere (Find &
+Replace), add a ``table``, export a ``pdf``, put a text in the page ``header``, a page-number field
+in the footer (``pagenum``); on an OpenDocument text (``odt``, made with odfpy) ``append``,
+``title``, ``delete`` and ``replace``. Impress kinds: change the first slide's ``title``,
+``retitle`` another slide, replace the ``subtitle``, add a ``bullet``, add a ``slide``, add speaker
+``notes``, change a slide's ``layout``. Kinds whose reference solutions have not passed through the
+GUI yet are generated but not catalogued (:data:`UNVERIFIED`). Text kinds (a ``.txt`` file in
 mousepad, graded by ``compare_text_file``): ``append`` a line, insert a ``heading`` line, ``delete``
 a line, ``fix`` a misspelt word. GIMP kinds (a PNG edited with one command run through GIMP's command
 search and exported as a new file, graded by ``compare_image_list``): ``mirror``, ``flip``, ``rotate``

@@ -379,7 +379,7 @@ def _calc_more(kind: str, seed: int, rng: random.Random, path: str) -> tuple[dic
         # In the data block, Insert > Chart (through the command search) opens the chart wizard on that block (the
         # header row and the labels' column recognised); its first page lists the types (Column first: Down moves
         # on), and Return finishes. Escape leaves the chart, and a second Escape deselects it.
-        solution = [_key("ctrl+Home"), _key("shift+Escape"), "wait(1)", _type("Chart..."), "wait(1)", _key("Return")]
+        solution = [_key("ctrl+Home"), _key("shift+Escape"), "wait(1)", _type("Chart"), "wait(1)", _key("Return")]
         solution += ["wait(2)", _key(*["Down"] * _CHART_DOWNS[chart], "Return"), "wait(2)", _key("Escape", "Escape")]
     elif kind == "filter":
         shown, *others = rng.sample(_CATEGORIES, rng.randint(2, 3))
@@ -1012,26 +1012,20 @@ FAMILIES = (
 
 
 #: Kinds generated and graded (their metrics' hack suites run in tests/envs/gui/test_osworld.py) whose reference
-#: solutions have not yet been seen to pass through the GUI: left out of the catalogue until they are. Impress's
-#: ``slide``: ctrl+m made a slide whose body LibreOffice took for an object placeholder (python-pptx's layout), and
-#: the command search's first hit for "Duplicate Slide" did not duplicate the slide (its title was edited in place).
-UNVERIFIED: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("impress", "slide"),
-        ("impress", "layout"),
-        ("writer", "header"),
-        ("writer", "pagenum"),
-        ("calc", "chart"),
-        ("calc", "filter"),
-    }
-)
+#: solutions have not yet been seen to pass through the GUI: left out of the catalogue until they are. Writer's
+#: ``header`` and ``pagenum``: Insert > Header and Footer's entries (one per page style) are built when the menu
+#: opens, so the command search does not list them, and in Format > Page Style (which it does list) ctrl+Page_Down,
+#: Tab and space did not turn the header on; that dialog's contents are neither in the screenshot (drawn black) nor
+#: in the accessibility tree, so the way through it is not worked out. Calc's ``chart``: the command search's
+#: Insert / Chart opens the chart wizard on the block, but Return there did not finish it (no chart was saved).
+UNVERIFIED: frozenset[tuple[str, str]] = frozenset({("writer", "header"), ("writer", "pagenum"), ("calc", "chart")})
 
 
 def generated_tasks(seeds: tuple[int, ...] = SEEDS) -> list[tuple[dict, dict[str, bytes]]]:
-    """Every catalogued generator at every seed but the :data:`UNVERIFIED` kinds (27 Calc, 21 Writer on docx and 12
-    on odt, 15 Impress, 12 text and 27 GIMP tasks with the default three seeds), and every catalogued family's
+    """Every catalogued generator at every seed but the :data:`UNVERIFIED` kinds (30 Calc, 21 Writer on docx and 12
+    on odt, 21 Impress, 12 text and 27 GIMP tasks with the default three seeds), and every catalogued family's
     infeasible tasks (9), then the OS and multi-app tasks of :mod:`agentgym.envs.gui.generators_os` (24 OS,
-    12 multi-app and 2 infeasible): 11 of 161 infeasible, 6.8% (OSWorld's share is about 8%)."""
+    12 multi-app and 2 infeasible): 11 of 170 infeasible, 6.5% (OSWorld's share is about 8%)."""
     from agentgym.envs.gui import generators_os
 
     return [

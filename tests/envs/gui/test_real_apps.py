@@ -42,7 +42,8 @@ def _solve(env, task_id):
 
 # One task of each family through its app: Writer (docx, odt), mousepad, GIMP (a command from its search), an
 # infeasible one (fail() is right), an archive made in the terminal, a sheet's total carried into a document (two
-# apps), and a SUMIF summary (formulas the checker recomputes). Calc, Writer and Impress are also solved by
+# apps), a SUMIF summary (formulas the checker recomputes), and an Impress layout (Slide > Layout from the command
+# search, graded by LibreOffice's layout names; about 25 s). Calc, Writer and Impress are also solved by
 # tests/eval/test_gui_suite.py; the rest (GIMP's dialogs, Writer's table dialog) in the sweep.
 @pytest.mark.parametrize(
     "task_id",
@@ -55,6 +56,7 @@ def _solve(env, task_id):
         "os-targz-0",
         "multi-sheet-doc-0",
         "calc-sumif-0",
+        "impress-layout-0",
     ],
 )
 def test_reference_solution_through_the_gui(apps_env, task_id):

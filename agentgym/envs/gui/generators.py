@@ -378,9 +378,10 @@ def _calc_more(kind: str, seed: int, rng: random.Random, path: str) -> tuple[dic
         )
         # In the data block, Insert > Chart (through the command search) opens the chart wizard on that block (the
         # header row and the labels' column recognised); its first page lists the types (Column first: Down moves
-        # on), and Return finishes. Escape leaves the chart, and a second Escape deselects it.
+        # on), and alt+f presses Finish (Return does not). Escape leaves the chart, and a second Escape deselects it.
+        downs = [_key(*["Down"] * _CHART_DOWNS[chart])] if _CHART_DOWNS[chart] else []
         solution = [_key("ctrl+Home"), _key("shift+Escape"), "wait(1)", _type("Chart"), "wait(1)", _key("Return")]
-        solution += ["wait(2)", _key(*["Down"] * _CHART_DOWNS[chart], "Return"), "wait(2)", _key("Escape", "Escape")]
+        solution += ["wait(3)", *downs, _key("alt+f"), "wait(3)", _key("Escape"), "wait(1)", _key("Escape")]
     elif kind == "filter":
         shown, *others = rng.sample(_CATEGORIES, rng.randint(2, 3))
         spends = [shown, *others, *(rng.choice([shown, *others]) for _ in range(count))]  # each category at least once
@@ -1016,8 +1017,9 @@ FAMILIES = (
 #: ``header`` and ``pagenum``: Insert > Header and Footer's entries (one per page style) are built when the menu
 #: opens, so the command search does not list them, and in Format > Page Style (which it does list) ctrl+Page_Down,
 #: Tab and space did not turn the header on; that dialog's contents are neither in the screenshot (drawn black) nor
-#: in the accessibility tree, so the way through it is not worked out. Calc's ``chart``: the command search's
-#: Insert / Chart opens the chart wizard on the block, but Return there did not finish it (no chart was saved).
+#: in the accessibility tree, so the way through it is not worked out. Calc's ``chart``: seed 0's solution (a column
+#: chart: Insert / Chart from the command search, alt+f for the wizard's Finish) passed through the GUI once; the
+#: other seeds' (Down to Bar or Line in the wizard's list of types first) have not been run.
 UNVERIFIED: frozenset[tuple[str, str]] = frozenset({("writer", "header"), ("writer", "pagenum"), ("calc", "chart")})
 
 

@@ -364,9 +364,11 @@ class DesktopEnv(AgentEnv):
 
     def _grade(self, answer: str | None) -> Verdict:
         """The verdict on the agent's claim, ``answer`` (``"done"`` or ``"fail"``): the task's checker on the saved files."""
-        claim, task = answer, self._task
+        claim, task, desktop = answer, self._task, self._live_desktop()
+        for step in task.postconfig:  # e.g. close Chromium, which then writes what it held in memory
+            self._setup_step(desktop, step)
         try:
-            problem = task.check(SandboxFiles(self._live_desktop()))
+            problem = task.check(SandboxFiles(desktop))
         except OSError as exc:  # the agent left its files unreadable: no evidence that the task was done
             problem = f"the files could not be checked ({exc})"
         if claim == "done":

@@ -1,6 +1,8 @@
-"""The real apps (LibreOffice Calc, Writer and Impress, mousepad, GIMP, xterm) in the desktop-apps image: reference solutions through the GUI,
-the accessibility tree, a policy that changes nothing, and fork == replay. The full sweep is marked sweep (`make test-sweeps`)."""
+"""The real apps (LibreOffice Calc, Writer and Impress, mousepad, GIMP, xterm, Chromium) in the desktop-apps image: reference solutions
+through the GUI, the accessibility tree, a policy that changes nothing, Chromium's refused downloads, and fork == replay. The full
+sweep is marked sweep (`make test-sweeps`)."""
 
+import base64
 import os
 import time
 
@@ -42,8 +44,9 @@ def _solve(env, task_id):
 
 # One task of each family through its app: Writer (docx, odt), mousepad, GIMP (a command from its search), an
 # infeasible one (fail() is right), an archive made in the terminal, a sheet's total carried into a document (two
-# apps), and a SUMIF summary (formulas the checker recomputes). Calc, Writer and Impress are also solved by
-# tests/eval/test_gui_suite.py; the rest (GIMP's dialogs, Writer's table dialog) in the sweep.
+# apps), a SUMIF summary (formulas the checker recomputes), and a bookmark renamed in Chromium (graded from its
+# Bookmarks file after a graceful close). Calc, Writer and Impress are also solved by tests/eval/test_gui_suite.py;
+# the rest (GIMP's dialogs, Writer's table dialog, Chromium's settings pages) in the sweep.
 @pytest.mark.parametrize(
     "task_id",
     [
@@ -55,6 +58,7 @@ def _solve(env, task_id):
         "os-targz-0",
         "multi-sheet-doc-0",
         "calc-sumif-0",
+        "chrome-rename-0",
     ],
 )
 def test_reference_solution_through_the_gui(apps_env, task_id):
@@ -102,10 +106,16 @@ def test_doing_nothing_scores_zero(apps_env):
     assert terminated and reward == 0.0 and info["grade"]["problem"]
 
 
-# Calc with an unsaved edit; and two apps (Writer behind mousepad), forked after alt+Tab there and back (46 s, two
-# desktops with both apps and a fork replaying them: in the sweep, `make test-sweeps`).
+# Calc with an unsaved edit; two apps (Writer behind mousepad), forked after alt+Tab there and back (46 s, two
+# desktops with both apps and a fork replaying them); and Chromium with its bookmark editor open (its state is in its
+# memory until it writes its profile: the fork replays). The last two in the sweep, `make test-sweeps`.
 @pytest.mark.parametrize(
-    "task_id, prefix", [("calc-product-1", 2), pytest.param("multi-doc-text-0", 3, marks=pytest.mark.sweep)]
+    "task_id, prefix",
+    [
+        ("calc-product-1", 2),
+        pytest.param("multi-doc-text-0", 3, marks=pytest.mark.sweep),
+        pytest.param("chrome-rename-1", 2, marks=pytest.mark.sweep),
+    ],
 )
 def test_fork_equals_replay(desktop_apps_image, task_id, prefix):
     """A fork mid-episode, an unsaved edit or a window switch behind it: its next screens equal a replay's, and both solve."""
@@ -130,6 +140,36 @@ def test_fork_equals_replay(desktop_apps_image, task_id, prefix):
         for env in (original, replayed, fork):
             if env is not None:
                 env.close()
+
+
+def test_chromium_refuses_downloads(apps_env):
+    """A download (a data: URL of bytes, which Chromium would save to ~/Downloads) and "save page as" (ctrl+s, then
+    Return on whatever dialog opens): the managed policy refuses both, and no file is left anywhere the agent can write."""
+    apps_env.reset(options={"task_id": "chrome-bookmark-0"})
+    marker = "agentgym-download-" + "marker"  # the decoded bytes; the URL holds them in base64 only
+    payload = base64.b64encode(marker.encode() * 8).decode()
+    _play(
+        apps_env,
+        [
+            'key("ctrl+l")',
+            f"type('data:application/octet-stream;base64,{payload}')",
+            'key("Return")',
+            "wait(2)",
+            'key("ctrl+s")',
+            "wait(2)",
+            'key("Return")',
+            "wait(2)",
+        ],
+    )
+    code, out, err = apps_env.desktop.sandbox.run_argv(
+        [
+            "sh",
+            "-c",
+            f"grep -rl --binary-files=text {marker} /home/agent /tmp; ls -A /home/agent/Downloads; "
+            "find /home/agent /tmp \\( -name '*.crdownload' -o -name '*.html' \\) -not -path '/home/agent/pages/*' -print",
+        ]
+    )
+    assert out.decode().split() == [], (out, err)
 
 
 def test_a_frozen_app_costs_the_tree_walk_its_time_limit_and_no_more(apps_env):

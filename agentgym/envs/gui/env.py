@@ -440,10 +440,11 @@ def _apps_archive(config: SandboxConfig) -> bytes:
 
 
 class DesktopAppsEnv(DesktopEnv):
-    """OSWorld-format tasks on real apps (LibreOffice Calc, Writer and Impress, mousepad, GIMP) on the desktop-apps
-    image, observed through the screenshot and the AT-SPI accessibility tree (see :mod:`agentgym.envs.gui.osworld`
-    and :mod:`agentgym.envs.gui.generators`). Forks replay the action prefix: what the apps hold in memory
-    (an unsaved edit, the cursor, undo history) is not in a container commit."""
+    """OSWorld-format tasks on real apps (LibreOffice Calc, Writer and Impress, mousepad, GIMP, xterm, Chromium) on the
+    desktop-apps image, observed through the screenshot and the AT-SPI accessibility tree (see
+    :mod:`agentgym.envs.gui.osworld` and :mod:`agentgym.envs.gui.generators`). Forks replay the action prefix: what
+    the apps hold in memory (an unsaved edit, the cursor, undo history, Chromium's tabs and what it has not yet
+    written to its profile) is not in a container commit."""
 
     kind = "agentgym.gui.desktop-apps"
     real_apps = True

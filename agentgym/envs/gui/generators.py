@@ -822,8 +822,8 @@ def generated_tasks(seeds: tuple[int, ...] = SEEDS) -> list[tuple[dict, dict[str
     """Every catalogued generator at every seed but the :data:`UNVERIFIED` kinds (27 Calc, 21 Writer on docx and 12
     on odt, 15 Impress, 12 text and 27 GIMP tasks with the default three seeds), and every catalogued family's
     infeasible tasks (9), then the OS and multi-app tasks of :mod:`agentgym.envs.gui.generators_os` (24 OS,
-    12 multi-app and 2 infeasible) and the Chromium tasks of :mod:`agentgym.envs.gui.generators_chrome` (15 and 2
-    infeasible): 13 of 178 infeasible, 7.3% (OSWorld's share is about 8%)."""
+    12 multi-app and 2 infeasible) and the Chromium tasks of :mod:`agentgym.envs.gui.generators_chrome` (21 and 2
+    infeasible): 13 of 184 infeasible, 7.1% (OSWorld's share is about 8%)."""
     from agentgym.envs.gui import generators_chrome, generators_os
 
     return [

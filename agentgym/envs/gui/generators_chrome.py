@@ -8,8 +8,11 @@ Downloads are refused by managed policy (:data:`agentgym.sandbox.desktop.CHROMIU
 
 Kinds (family ``chrome``): ``bookmark`` the open page under a given name (``ctrl+d``), ``rename`` a
 bookmark (``ctrl+d`` on its page opens its editor), ``delete`` a bookmark and keep the others, set the
-default ``font`` size (``chrome://settings/fonts``, its slider from the keyboard), and delete the browsing
-``history`` (``ctrl+shift+Delete``). The infeasible ones (:data:`INFEASIBLE`) need the network (an
+default ``font`` size (``chrome://settings/fonts``, its slider from the keyboard), delete the browsing
+``history`` (``ctrl+shift+Delete``), turn on Do Not Track (``dnt``, ``chrome://settings/cookies``) and open a
+given page at ``startup`` (``chrome://settings/onStartup``). Settings pages are reached by typing their
+address into the omnibox and moved through with ``Tab``, arrow keys and ``space``: each page opens with the
+focus at a fixed place (the fonts and cookies pages on their back arrow, the startup page on the search box). The infeasible ones (:data:`INFEASIBLE`) need the network (an
 extension from the Web Store; sign-in and sync, which policy also turns off): ``fail()`` is right.
 
 Grading reads Chromium's own files: ``Bookmarks`` (JSON, with the checksum Chromium writes), ``Preferences``
@@ -31,7 +34,7 @@ from agentgym.envs.gui.osworld import CHROMIUM_PROFILE
 
 __all__ = ["CHROME_KINDS", "CHROMIUM", "CLOSE", "INFEASIBLE", "PAGES", "PROFILE", "generate", "generated_tasks"]
 
-CHROME_KINDS = ("bookmark", "rename", "delete", "font", "history")
+CHROME_KINDS = ("bookmark", "rename", "delete", "font", "history", "dnt", "startup")
 #: The profile (user data) folder; its ``Default`` profile is :data:`agentgym.envs.gui.osworld.CHROMIUM_PROFILE`.
 PROFILE = CHROMIUM_PROFILE.rpartition("/")[0]
 PAGES = f"{HOME}/pages"
@@ -212,6 +215,51 @@ def _chrome(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
             "expected": {"type": "rule", "rules": {"type": "value", "value": size}},
         }
         return _spec(task_id, instruction, [page], evaluator, steps)
+    if kind == "dnt":
+        instruction = "Turn on Chromium's 'Do Not Track' setting (send a Do Not Track request with browsing traffic)."
+        # The cookies page opens with the focus on its back arrow: six Tabs reach the Do Not Track toggle, whose
+        # confirmation dialog opens with the focus on Confirm.
+        steps = [
+            _key("ctrl+l"),
+            _type("chrome://settings/cookies"),
+            _key("Return"),
+            "wait(2)",
+            _key(*["Tab"] * 6, "space"),
+            "wait(1)",
+            _key("Return"),
+        ]
+        evaluator = {
+            "func": "exact_match",
+            "result": {"type": "enable_do_not_track"},
+            "expected": {"type": "rule", "rules": {"expected": "true"}},
+        }
+        return _spec(task_id, instruction, [page], evaluator, steps)
+    if kind == "startup":
+        target = _url(others[0][0])
+        instruction = f"Make Chromium open the page {target} when it starts (that page only)."
+        # The startup page opens with the focus on the settings search box: Tab to the side menu, Tab to the radio
+        # group, Down Down to "Open a specific page or set of pages", Tab to "Add a new page", its dialog's URL field.
+        steps = [
+            _key("ctrl+l"),
+            _type("chrome://settings/onStartup"),
+            _key("Return"),
+            "wait(2)",
+            _key("Tab", "Tab", "Down", "Down"),
+            "wait(1)",
+            _key("Tab", "Return"),
+            "wait(1)",
+            _type(target),
+            _key("Return"),
+        ]
+        evaluator = {
+            "func": "check_chrome_prefs",
+            "result": {"type": "chrome_preferences"},
+            "expected": {
+                "type": "rule",
+                "rules": {"prefs": {"session.restore_on_startup": 4, "session.startup_urls": [target]}},
+            },
+        }
+        return _spec(task_id, instruction, [page, others[0]], evaluator, steps)
     # history: the pages were visited at set-up (one tab each); delete all browsing history.
     visited = topics[: rng.randint(2, 3)]
     instruction = "Delete Chromium's browsing history (every page visited so far)."
@@ -251,7 +299,7 @@ def generate(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
 
 
 def generated_tasks(seeds: tuple[int, ...] = SEEDS) -> list[tuple[dict, dict[str, bytes]]]:
-    """Every Chromium kind at every seed (15 tasks with three seeds) and the infeasible requests (2)."""
+    """Every Chromium kind at every seed (21 tasks with three seeds) and the infeasible requests (2)."""
     return [
         *(generate(kind, seed) for kind in CHROME_KINDS for seed in seeds),
         *(_infeasible(number) for number in range(len(INFEASIBLE) - 1)),

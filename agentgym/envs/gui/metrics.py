@@ -61,6 +61,10 @@ Chromium's profile files (the getters ``bookmarks``, ``history`` and ``chrome_fo
   ``History`` database's ``urls`` table contains a keyword. Ours opens the database as SQLite does (its
   journal or write-ahead log applied) and fails a file that is no History database; OSWorld's getter
   returns None for one, on which its metric raises (a 0 too).
+* ``exact_match`` (OSWorld's, rule ``{"expected": value}``): the getter's value equals it (with the
+  ``enable_do_not_track`` getter: ``"true"`` only where ``Preferences`` sets it true).
+* ``check_chrome_prefs`` (agentgym's; rule ``{"prefs": {"dotted.path": value}}``): each preference in
+  ``Preferences`` has exactly that value (``session.startup_urls`` must be the list given, no other).
 * ``check_font_size`` (OSWorld's, rule ``{"type": "value", "value": n}`` or ``{"type": "range", "min",
   "max"}``): ``webkit.webprefs.default_font_size`` in ``Preferences``, 16 (Chromium's default) where the
   profile sets none.
@@ -94,10 +98,12 @@ __all__ = [
     "METRICS",
     "bookmarks_checksum",
     "check_bookmarks",
+    "check_chrome_prefs",
     "check_file_tree",
     "check_font_size",
     "check_history_deleted",
     "check_include_exclude",
+    "chrome_preference",
     "compare_archive",
     "compare_docx_bold",
     "compare_docx_files",
@@ -107,6 +113,7 @@ __all__ = [
     "compare_pptx_files",
     "compare_table",
     "compare_text_file",
+    "exact_match",
 ]
 
 Metric = Callable[..., "str | None"]
@@ -735,6 +742,61 @@ def check_history_deleted(result: Mapping[str, bytes] | None, rule: dict) -> str
     return None
 
 
+_UNSET = object()
+
+
+def _lookup(preferences: Any, path: str) -> Any:
+    """The value at a dotted ``path`` in a parsed ``Preferences`` object, or ``_UNSET``."""
+    value = preferences
+    for part in path.split("."):
+        value = value.get(part, _UNSET) if isinstance(value, dict) else _UNSET
+        if value is _UNSET:
+            break
+    return value
+
+
+def _preferences(data: bytes) -> dict | None:
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def chrome_preference(preferences: bytes | None, path: str, default: Any = None) -> Any:
+    """The value at ``path`` (dotted: ``session.startup_urls``) in Chromium's ``Preferences`` file, ``default`` where it is
+    unset; None where the file is missing or not a JSON object."""
+    parsed = None if preferences is None else _preferences(preferences)
+    if parsed is None:
+        return None
+    value = _lookup(parsed, path)
+    return default if value is _UNSET else value
+
+
+def check_chrome_prefs(result: bytes | None, rules: dict) -> str | None:
+    """Each of ``rules["prefs"]`` (dotted path → value) has exactly that value, of that JSON type, in Chromium's
+    ``Preferences``."""
+    if result is None:
+        return "Chromium has no Preferences file"
+    preferences = _preferences(result)
+    if preferences is None:
+        return "the Preferences file could not be read (not a JSON object)"
+    for path, want in rules["prefs"].items():
+        got = _lookup(preferences, path)
+        if got is _UNSET:
+            return f"{path} is not set, expected {want!r}"
+        if type(got) is not type(want) or got != want:
+            return f"{path} is {got!r}, expected {want!r}"
+    return None
+
+
+def exact_match(result: Any, rules: dict) -> str | None:
+    """The getter's value is ``rules["expected"]`` (OSWorld's ``exact_match``)."""
+    if result != rules["expected"]:
+        return f"the value is {result!r}, expected {rules['expected']!r}"
+    return None
+
+
 #: Chromium's default font size (``webkit.webprefs.default_font_size`` where the profile sets none).
 DEFAULT_FONT_SIZE = 16
 
@@ -773,4 +835,6 @@ METRICS: dict[str, Metric] = {
     "check_bookmarks": check_bookmarks,
     "check_history_deleted": check_history_deleted,
     "check_font_size": check_font_size,
+    "check_chrome_prefs": check_chrome_prefs,
+    "exact_match": exact_match,
 }

@@ -30,8 +30,11 @@ Getters: ``vm_file`` (``path`` on the desktop, read as the agent's user), ``loca
 among the task's files), ``rule`` (``rules``, handed to the metric as is), and agentgym's ``vm_tree``
 (``path``: the folder's listing, for ``check_file_tree``). Chromium's, as OSWorld names them, read its
 ``Default`` profile (:data:`CHROMIUM_PROFILE`): ``bookmarks`` (the ``Bookmarks`` file's bytes),
-``chrome_font_size`` (the ``Preferences`` file's bytes) and ``history`` (the ``History`` SQLite file with
-its ``-journal`` or ``-wal`` file where Chromium left one: name → bytes); the metrics parse them. The
+``chrome_font_size`` (the ``Preferences`` file's bytes), ``history`` (the ``History`` SQLite file with
+its ``-journal`` or ``-wal`` file where Chromium left one: name → bytes) and ``enable_do_not_track``
+(``"true"`` or ``"false"``, as OSWorld's, from ``Preferences``; None where the file is missing or not JSON);
+and agentgym's ``chrome_preferences`` (the ``Preferences`` file's bytes, for ``check_chrome_prefs``).
+The metrics parse the bytes. The
 evaluator's ``postconfig`` (OSWorld's: ``execute``, ``sleep``, ``activate_window`` steps) runs when the
 agent says ``done()`` or ``fail()``, before the getters: the Chromium tasks close the browser gracefully
 there, so that what it keeps in memory reaches its files. The metric functions are
@@ -50,7 +53,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from agentgym.envs.gui.metrics import METRICS
+from agentgym.envs.gui.metrics import METRICS, chrome_preference
 from agentgym.envs.gui.tasks import HOME, App, DesktopTask, Inspector
 
 __all__ = ["CHROMIUM_PROFILE", "load_task", "load_task_file", "app_for"]
@@ -58,7 +61,17 @@ __all__ = ["CHROMIUM_PROFILE", "load_task", "load_task_file", "app_for"]
 STEP_TYPES = ("download", "open", "launch", "execute", "sleep", "activate_window")
 #: The steps an evaluator's ``postconfig`` may hold (run on the live desktop before grading).
 POSTCONFIG_TYPES = ("execute", "sleep", "activate_window")
-GETTERS = ("vm_file", "local_file", "rule", "vm_tree", "bookmarks", "chrome_font_size", "history")
+GETTERS = (
+    "vm_file",
+    "local_file",
+    "rule",
+    "vm_tree",
+    "bookmarks",
+    "chrome_font_size",
+    "history",
+    "enable_do_not_track",
+    "chrome_preferences",
+)
 #: Chromium's profile on the desktop (the ``Default`` profile of the user data folder the tasks launch it with).
 CHROMIUM_PROFILE = f"{HOME}/.config/chromium/Default"
 #: The files of Chromium's History database that SQLite reads together (a rollback journal or a write-ahead log).
@@ -221,8 +234,11 @@ def _checker(
             return files[getter["path"]]
         if getter["type"] == "bookmarks":
             return inspector.read_bytes(f"{CHROMIUM_PROFILE}/Bookmarks")
-        if getter["type"] == "chrome_font_size":
+        if getter["type"] in ("chrome_font_size", "chrome_preferences"):
             return inspector.read_bytes(f"{CHROMIUM_PROFILE}/Preferences")
+        if getter["type"] == "enable_do_not_track":
+            value = chrome_preference(inspector.read_bytes(f"{CHROMIUM_PROFILE}/Preferences"), "enable_do_not_track")
+            return None if value is None else "true" if value is True else "false"
         if getter["type"] == "history":
             database = {name: inspector.read_bytes(f"{CHROMIUM_PROFILE}/{name}") for name in HISTORY_FILES}
             return None if database["History"] is None else {k: v for k, v in database.items() if v is not None}

@@ -80,7 +80,7 @@ def history(tmp_path: Path, urls: list[str], *, wal_urls: list[str] | None = Non
 # ------------------------------------------------------------------------------------------ the catalogue
 def test_the_catalogue_has_the_chromium_kinds_and_two_infeasible_tasks():
     specs = chrome_specs()
-    assert len(specs) == 17
+    assert len(specs) == 23
     catalog = apps_catalog()
     tasks = [catalog[task_id] for task_id in specs]
     assert sum(not task.feasible for task in tasks) == 2
@@ -92,7 +92,9 @@ def test_the_catalogue_has_the_chromium_kinds_and_two_infeasible_tasks():
             assert task.postconfig == ({"type": "execute", "command": generators_chrome.CLOSE},)
     assert {spec["evaluator"]["func"] for spec, _ in specs.values()} == {
         "check_bookmarks",
+        "check_chrome_prefs",
         "check_font_size",
+        "exact_match",
         "check_history_deleted",
         "infeasible",
     }
@@ -258,3 +260,45 @@ def test_a_font_size_range():
     assert "between" in metrics.check_font_size(prefs, {"type": "range", "min": 20, "max": 24})
     with pytest.raises(ValueError, match="'value' or 'range'"):
         metrics.check_font_size(prefs, {"type": "pixels"})
+
+
+# ------------------------------------------------------------------------------------------ preferences
+def prefs_check(kind: str, seed: int):
+    spec, files = generators_chrome.generate(kind, seed)
+    check = load_task(spec, files).check
+
+    def verdict(prefs, profile: str = CHROMIUM_PROFILE) -> str | None:
+        data = prefs if isinstance(prefs, bytes) else json.dumps(prefs).encode()
+        return check(Profile({f"{profile}/Preferences": data}))
+
+    return spec, verdict
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_do_not_track_tasks_pass_the_done_state_and_refuse_the_hacks(seed):
+    _, verdict = prefs_check("dnt", seed)
+    assert verdict({"enable_do_not_track": True}) is None
+    assert verdict({"browser": {}}) is not None  # untouched
+    assert verdict({"enable_do_not_track": False}) is not None
+    assert verdict({"enable_do_not_track": "true"}) is not None  # a string is not the boolean Chromium writes
+    assert verdict({"profile": {"enable_do_not_track": True}}) is not None  # at another place in the file
+    assert verdict({"enable_do_not_track": True}, CHROMIUM_PROFILE.replace("Default", "Profile 1")) is not None
+    assert verdict(b"not json") is not None
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_startup_tasks_pass_the_done_state_and_refuse_the_hacks(seed):
+    spec, verdict = prefs_check("startup", seed)
+    (target,) = spec["evaluator"]["expected"]["rules"]["prefs"]["session.startup_urls"]
+    assert target in spec["instruction"] and target.startswith("file:///home/agent/pages/")
+    assert verdict({"session": {"restore_on_startup": 4, "startup_urls": [target]}}) is None
+    assert "is not set" in verdict({"browser": {}})  # untouched
+    assert "is 1" in verdict({"session": {"restore_on_startup": 1, "startup_urls": [target]}})  # continue where left
+    assert verdict({"session": {"restore_on_startup": 4, "startup_urls": [target, "file:///x.html"]}}) is not None
+    assert verdict({"session": {"restore_on_startup": 4, "startup_urls": [target + "?x"]}}) is not None
+    assert verdict({"session": {"restore_on_startup": "4", "startup_urls": [target]}}) is not None
+    assert verdict({"session": {"restore_on_startup": 4.0, "startup_urls": [target]}}) is not None
+    assert verdict({"session": {"restore_on_startup": 4, "startup_urls": target}}) is not None
+    assert "not a JSON object" in verdict(b"[]")
+    other = CHROMIUM_PROFILE.replace("Default", "Profile 1")
+    assert "no Preferences" in verdict({"session": {"restore_on_startup": 4, "startup_urls": [target]}}, other)

@@ -99,11 +99,12 @@ def _slug(title: str) -> str:
     return "-".join(title.lower().split())
 
 
-def _page(title: str, text: str) -> bytes:
+def _page(title: str, text: str, number: int) -> bytes:
+    """A page with a heading, a paragraph and a reference number (which makes each task's pages its own)."""
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title></head>\n"
-        f"<body><h1>{html.escape(title)}</h1>\n<p>{html.escape(text)}</p></body></html>\n"
+        f"<body><h1>{html.escape(title)}</h1>\n<p>{html.escape(text)}</p>\n<p>Reference {number}.</p></body></html>\n"
     ).encode()
 
 
@@ -138,8 +139,9 @@ def _spec(
     steps: list[str],
     bookmarks: list[tuple[str, str]] | None = None,
 ) -> tuple[dict, dict[str, bytes]]:
-    """Chromium open on ``pages`` (one tab each, the last in front), with ``bookmarks`` on the bar where given."""
-    files = {f"{_slug(title)}.html": _page(title, text) for title, text in pages}
+    """Chromium open on ``pages`` (one tab each), with ``bookmarks`` on the bar where given."""
+    rng = random.Random(task_id)
+    files = {f"{_slug(title)}.html": _page(title, text, rng.randrange(10**6, 10**7)) for title, text in pages}
     entries = [{"url": name, "path": f"{PAGES}/{name}"} for name in files]
     if bookmarks is not None:
         files["Bookmarks"] = bookmarks_file(bookmarks)

@@ -4,6 +4,7 @@ sweep is marked sweep (`make test-sweeps`)."""
 
 import base64
 import os
+import re
 import time
 
 import numpy as np
@@ -144,8 +145,12 @@ def test_fork_equals_replay(desktop_apps_image, task_id, prefix):
 
 def test_chromium_refuses_downloads(apps_env):
     """A download (a data: URL of bytes, which Chromium would save to ~/Downloads) and "save page as" (ctrl+s, then
-    Return on whatever dialog opens): the managed policy refuses both, and no file is left anywhere the agent can write."""
-    apps_env.reset(options={"task_id": "chrome-bookmark-0"})
+    Return on whatever dialog opens): the managed policy refuses both, and no file is left anywhere the agent can write.
+    (At the start, the page's content is in the accessibility tree: --force-renderer-accessibility.)"""
+    observation, _ = apps_env.reset(options={"task_id": "chrome-bookmark-0"})
+    heading = re.search(r"<h1>(.*)</h1>", next(iter(apps_catalog()["chrome-bookmark-0"].files.values())).decode())[1]
+    tree = observation["text"].split("Accessibility tree (role, name, text, position, size):\n", 1)[1]
+    assert any(row.startswith("heading\t") and heading in row for row in tree.splitlines()), tree[:3000]
     marker = "agentgym-download-" + "marker"  # the decoded bytes; the URL holds them in base64 only
     payload = base64.b64encode(marker.encode() * 8).decode()
     _play(

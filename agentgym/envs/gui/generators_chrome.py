@@ -153,7 +153,8 @@ def _spec(
         "source": _SOURCE,
         "config": [
             {"type": "download", "parameters": {"files": entries}},
-            {"type": "launch", "parameters": {"command": [*CHROMIUM, *urls]}},
+            # The first page's tab is the active one: the task starts once its title is the window's.
+            {"type": "launch", "parameters": {"command": [*CHROMIUM, *urls], "ready_title": pages[0][0]}},
         ],
         "related_apps": ["chrome"],
         "evaluator": {"postconfig": [{"type": "execute", "parameters": {"command": CLOSE}}], **evaluator},

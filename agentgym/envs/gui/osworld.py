@@ -18,7 +18,8 @@ Set-up steps (``config``), as OSWorld names them:
   generators' bytes) or, for :func:`load_task_file`, a path relative to the JSON file.
 * ``open`` — ``path``: the app for the file's type opens it (LibreOffice for sheets, documents and
   slides, GIMP for images, mousepad for text); ``launch`` — ``command`` (a list or a string): that
-  program. A task has one or more of them: the apps start in the steps' order, and the last one has
+  program, and agentgym's optional ``ready_title``: the task starts once a window whose title contains
+  it has the focus (Chromium maps its window before the page's title is in it). A task has one or more of them: the apps start in the steps' order, and the last one has
   the focus (the window manager switches windows with ``alt+Tab``).
 * ``execute`` — ``command``: run as the agent's user after the app is up; ``sleep`` — ``seconds``;
   ``activate_window`` — ``window_name``. These run in order after the app has started.
@@ -156,7 +157,8 @@ def load_task(spec: Mapping[str, Any], files: Mapping[str, bytes]) -> DesktopTas
         elif kind == "launch":
             command = parameters["command"]
             argv = tuple(shlex.split(command) if isinstance(command, str) else command)
-            apps.append(App(posixpath.basename(argv[0]), argv, restores_state=False))
+            ready = parameters.get("ready_title")
+            apps.append(App(posixpath.basename(argv[0]), argv, restores_state=False, ready_title=ready))
         else:
             after.append({"type": kind, **parameters})
     if not apps:

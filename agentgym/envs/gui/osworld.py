@@ -19,8 +19,9 @@ Set-up steps (``config``), as OSWorld names them:
 * ``open`` — ``path``: the app for the file's type opens it (LibreOffice for sheets, documents and
   slides, GIMP for images, mousepad for text); ``launch`` — ``command`` (a list or a string): that
   program, and agentgym's optional ``ready_title``: the task starts once a window whose title contains
-  it has the focus (Chromium maps its window before the page's title is in it). A task has one or more of them: the apps start in the steps' order, and the last one has
-  the focus (the window manager switches windows with ``alt+Tab``).
+  it has the focus (Chromium maps its window before the page's title is in it). A task has one or more
+  of them: the apps start in the steps' order, and the last one has the focus (the window manager
+  switches windows with ``alt+Tab``).
 * ``execute`` — ``command``: run as the agent's user after the app is up; ``sleep`` — ``seconds``;
   ``activate_window`` — ``window_name``. These run in order after the app has started.
 
@@ -35,10 +36,9 @@ among the task's files), ``rule`` (``rules``, handed to the metric as is), and a
 its ``-journal`` or ``-wal`` file where Chromium left one: name → bytes) and ``enable_do_not_track``
 (``"true"`` or ``"false"``, as OSWorld's, from ``Preferences``; None where the file is missing or not JSON);
 and agentgym's ``chrome_preferences`` (the ``Preferences`` file's bytes, for ``check_chrome_prefs``).
-The metrics parse the bytes. The
-evaluator's ``postconfig`` (OSWorld's: ``execute``, ``sleep``, ``activate_window`` steps) runs when the
-agent says ``done()`` or ``fail()``, before the getters: the Chromium tasks close the browser gracefully
-there, so that what it keeps in memory reaches its files. The metric functions are
+The metrics parse the bytes. The evaluator's ``postconfig`` (OSWorld's: ``execute``, ``sleep``,
+``activate_window`` steps) runs when the agent says ``done()`` or ``fail()``, before the getters: the
+Chromium tasks close the browser gracefully there, so that what it keeps in memory reaches its files. The metric functions are
 :data:`agentgym.envs.gui.metrics.METRICS`; any other name is refused when the task loads.
 
 ``solution`` (agentgym's addition) is the reference solution: action strings in the env's call
@@ -239,7 +239,8 @@ def _checker(
         if getter["type"] in ("chrome_font_size", "chrome_preferences"):
             return inspector.read_bytes(f"{CHROMIUM_PROFILE}/Preferences")
         if getter["type"] == "enable_do_not_track":
-            value = chrome_preference(inspector.read_bytes(f"{CHROMIUM_PROFILE}/Preferences"), "enable_do_not_track")
+            preferences = inspector.read_bytes(f"{CHROMIUM_PROFILE}/Preferences")
+            value = chrome_preference(preferences, "enable_do_not_track", default=False)
             return None if value is None else "true" if value is True else "false"
         if getter["type"] == "history":
             database = {name: inspector.read_bytes(f"{CHROMIUM_PROFILE}/{name}") for name in HISTORY_FILES}

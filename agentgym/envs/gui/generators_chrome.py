@@ -28,6 +28,7 @@ from __future__ import annotations
 import html
 import json
 import random
+from collections.abc import Sequence
 
 from agentgym.envs.gui.generators import HOME, SEEDS, _key, _type
 from agentgym.envs.gui.osworld import CHROMIUM_PROFILE
@@ -163,7 +164,7 @@ def _spec(
     return spec, files
 
 
-def _bookmarks_evaluator(present: list[tuple[str, str]], absent: list[str] = ()) -> dict:
+def _bookmarks_evaluator(present: list[tuple[str, str]], absent: Sequence[str] = ()) -> dict:
     return {
         "func": "check_bookmarks",
         "result": {"type": "bookmarks"},

@@ -221,14 +221,15 @@ def _chrome(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
         return _spec(task_id, instruction, [page], evaluator, steps)
     if kind == "dnt":
         instruction = "Turn on Chromium's 'Do Not Track' setting (send a Do Not Track request with browsing traffic)."
-        # The cookies page opens with the focus on its back arrow: six Tabs reach the Do Not Track toggle, whose
-        # confirmation dialog opens with the focus on Confirm.
+        # The cookies page opens with the focus on its back arrow: seven Tabs (past the help and filter buttons, the
+        # cookie radio group, its expand button and the related-sites toggle) reach the Do Not Track toggle, whose
+        # confirmation dialog opens with the focus on Confirm (Chromium 150's page, as the image has it).
         steps = [
             _key("ctrl+l"),
             _type("chrome://settings/cookies"),
             _key("Return"),
             "wait(2)",
-            _key(*["Tab"] * 6, "space"),
+            _key(*["Tab"] * 7, "space"),
             "wait(1)",
             _key("Return"),
         ]
@@ -241,14 +242,15 @@ def _chrome(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
     if kind == "startup":
         target = _url(others[0][0])
         instruction = f"Make Chromium open the page {target} when it starts (that page only)."
-        # The startup page opens with the focus on the settings search box: Tab to the side menu, Tab to the radio
-        # group, Down Down to "Open a specific page or set of pages", Tab to "Add a new page", its dialog's URL field.
+        # The startup page opens with the focus on the settings search box: Tab to the side menu, Tab to the "browser
+        # is managed" link (the image's policies), Tab to the radio group, Down Down to "Open a specific page or set of
+        # pages", Tab to "Add a new page", Return: its dialog, with the focus on the URL field.
         steps = [
             _key("ctrl+l"),
             _type("chrome://settings/onStartup"),
             _key("Return"),
             "wait(2)",
-            _key("Tab", "Tab", "Down", "Down"),
+            _key("Tab", "Tab", "Tab", "Down", "Down"),
             "wait(1)",
             _key("Tab", "Return"),
             "wait(1)",

@@ -244,7 +244,7 @@ def _chrome(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
         instruction = f"Make Chromium open the page {target} when it starts (that page only)."
         # The startup page opens with the focus on the settings search box: Tab to the side menu, Tab to the "browser
         # is managed" link (the image's policies), Tab to the radio group, Down Down to "Open a specific page or set of
-        # pages", Tab to "Add a new page", Return: its dialog, with the focus on the URL field.
+        # pages", Tab to "Add a new page", Return: its dialog.
         steps = [
             _key("ctrl+l"),
             _type("chrome://settings/onStartup"),
@@ -254,6 +254,7 @@ def _chrome(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
             "wait(1)",
             _key("Tab", "Return"),
             "wait(1)",
+            _key("Tab"),  # Chromium 150's dialog opens with nothing focused: Tab to its URL field
             _type(target),
             _key("Return"),
         ]

@@ -18,9 +18,10 @@ extension from the Web Store; sign-in and sync, which policy also turns off): ``
 Grading reads Chromium's own files: ``Bookmarks`` (JSON, with the checksum Chromium writes), ``Preferences``
 (JSON) and ``History`` (SQLite). Chromium writes them lazily (bookmarks a few seconds after a change,
 preferences within ten, history on its own timer), so each task's ``postconfig`` (OSWorld's: steps run
-before the evaluator) closes the browser gracefully first (:data:`CLOSE`: SIGTERM to the browser process,
-which makes it write every pending file and remove its processes; then wait until none is left), and the
-getters read the files after that: what the evaluator sees is what Chromium itself would load next.
+before the evaluator) closes the browser gracefully first (:data:`CLOSE`: its windows closed as their close
+buttons do, which runs its normal shutdown and writes every pending file; then a wait until no Chromium
+process is left), and the getters read the files after that: what the evaluator sees is what Chromium
+itself would load next.
 """
 
 from __future__ import annotations
@@ -60,15 +61,20 @@ CHROMIUM = [
     "--disable-component-update",
     "--start-maximized",
 ]
-#: The graceful close before grading: SIGTERM to the oldest ``chromium`` process (the browser; its children start
-#: after it), which shuts down as on closing its last window, writing pending bookmarks, preferences and history;
-#: then wait until no Chromium process is left (20 s at most: one that hangs, say on a page the agent made, is killed,
-#: and what it had not written is not graded). It exits 0 also when the agent had closed Chromium already.
+#: The graceful close before grading: every Chromium window is asked to close (``wmctrl -c``, as its close button
+#: does; with background mode off by policy the browser then exits), which runs Chromium's normal shutdown: the
+#: bookmark, preference and history stores write what they hold. (SIGTERM is not that: Chromium takes it as the end
+#: of the session and exits at once, and a bookmark removed a second before was seen missing from the file.) Then a
+#: wait until no live Chromium process is left (its helper reaps nothing: exited ones stay as zombies), 20 s at most:
+#: one that hangs (say on a page the agent made) is killed, and what it had not written is not graded. It exits 0
+#: also when the agent had closed Chromium already.
 CLOSE = [
     "sh",
     "-c",
-    "pkill -TERM -o -x chromium; i=0; while pgrep -x chromium >/dev/null && [ $i -lt 100 ]; do sleep 0.2; "
-    "i=$((i + 1)); done; pkill -KILL -x chromium; true",
+    "live() { ps -eo stat=,comm= | awk '$2 == \"chromium\" && $1 !~ /^Z/' | grep -q .; }; i=0; "
+    "while live && [ $i -lt 100 ]; do "
+    "for w in $(wmctrl -lx | awk 'tolower($3) ~ /chromium/ {print $1}'); do wmctrl -i -c $w; done; "
+    "sleep 0.2; i=$((i + 1)); done; live && pkill -KILL -x chromium; true",
 ]
 #: Requests Chromium cannot carry out here (the kind whose set-up they start from, then the requests): the desktop
 #: has no network, so the Web Store cannot be reached, and sign-in and sync are off (and need Google's servers).

@@ -107,7 +107,7 @@ ENVS = {
     "keychain": LearningEnv("KeyChain"),
     "calculator": LearningEnv("Calculator"),
     # Text worlds: the config lists the train and test tasks (a game each, generated at first use, or a variation);
-    # the demonstrator idles (TextGameEnv.idle_command) in place of a step that often; no self-check (its unseen
+    # the demonstrator idles (TextGameEnv.idle_command) before a step that often; no self-check (its unseen
     # train tasks would have to be listed and made too).
     "scienceworld": LearningEnv(
         "ScienceWorld",
@@ -484,7 +484,7 @@ def main() -> None:
         type=float,
         default=None,
         help="how often the demonstrator makes the env's scripted mistake (KeyChain: submits the key a pointer names "
-        "instead of looking it up; Calculator: evaluates a + b * c left to right; a text world: idles instead of a "
+        "instead of looking it up; Calculator: evaluates a + b * c left to right; a text world: idles before a "
         "step)",
     )
     parser.add_argument(

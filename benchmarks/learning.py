@@ -6,7 +6,7 @@ Learning (``--part learning``):
    of the train split (token-exact multi-turn sequences through the real agent loop); by default
    the env's start in :data:`ENVS` (``--sft-*``): on KeyChain and Calculator ``RL_DEMO_START``, an
    early-answering demonstrator whose habit RL has to unlearn; on ScienceWorld and TextWorld the
-   gold paths and walkthroughs with steps idled away (the config lists the train and test tasks).
+   gold paths and walkthroughs with idle commands before some steps (the config lists the train and test tasks).
 2. RL from that start with each variant of ``VARIANTS`` (``--runs``; default: tree GRPO, linear
    GRPO and SAO): a run config of examples/configs/<env>-*.yaml (``--env``) plus the variant's
    settings — linear GRPO, SAO, tree GRPO (uniform), TRACE allocation, reflect-then-retry, success

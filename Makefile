@@ -16,7 +16,7 @@ demo: setup
 test: setup
 	scripts/netns .venv/bin/python -m pytest -q -p no:cacheprovider --durations=30 -m "not sweep"
 
-# Whole catalogues through the real engines (every τ² task, every LibreOffice task): tens of minutes on two cores,
+# Whole catalogues through the real engines (every τ², desktop-app, RepoFix and web-app task): tens of minutes on two cores,
 # so not in `make test`; each has a sampled twin there.
 test-sweeps: setup
 	scripts/netns .venv/bin/python -m pytest -q -p no:cacheprovider --durations=30 -m sweep

@@ -6,7 +6,7 @@ Learning (``--part learning``):
    of the train split (token-exact multi-turn sequences through the real agent loop); by default
    the env's start in :data:`ENVS` (``--sft-*``): on KeyChain and Calculator ``RL_DEMO_START``, an
    early-answering demonstrator whose habit RL has to unlearn; on ScienceWorld and TextWorld the
-   gold paths and walkthroughs with steps idled away (the config lists the train and test tasks).
+   gold paths and walkthroughs with idle commands before some steps (the config lists the train and test tasks).
 2. RL from that start with each variant of ``VARIANTS`` (``--runs``; default: tree GRPO, linear
    GRPO and SAO): a run config of examples/configs/<env>-*.yaml (``--env``) plus the variant's
    settings — linear GRPO, SAO, tree GRPO (uniform), TRACE allocation, reflect-then-retry, success
@@ -107,7 +107,7 @@ ENVS = {
     "keychain": LearningEnv("KeyChain"),
     "calculator": LearningEnv("Calculator"),
     # Text worlds: the config lists the train and test tasks (a game each, generated at first use, or a variation);
-    # the demonstrator idles (TextGameEnv.idle_command) in place of a step that often; no self-check (its unseen
+    # the demonstrator idles (TextGameEnv.idle_command) before a step that often; no self-check (its unseen
     # train tasks would have to be listed and made too).
     "scienceworld": LearningEnv(
         "ScienceWorld",
@@ -484,7 +484,7 @@ def main() -> None:
         type=float,
         default=None,
         help="how often the demonstrator makes the env's scripted mistake (KeyChain: submits the key a pointer names "
-        "instead of looking it up; Calculator: evaluates a + b * c left to right; a text world: idles instead of a "
+        "instead of looking it up; Calculator: evaluates a + b * c left to right; a text world: idles before a "
         "step)",
     )
     parser.add_argument(

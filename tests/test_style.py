@@ -19,8 +19,8 @@ def test_ruff_is_clean(command):
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
 
 
-# Slow only when cold: the first run reads the types of torch, transformers and TRL (about a minute of
-# CPU); mypy's cache (.mypy_cache, one SQLite file) makes a later run take seconds.
+# Slow only when cold (about half a minute of CPU: the big ML libraries are not read, see pyproject.toml's mypy
+# overrides); mypy's cache (.mypy_cache, one SQLite file) makes a later run take seconds.
 @pytest.mark.slow
 def test_mypy_is_clean():
     if not MYPY.exists():

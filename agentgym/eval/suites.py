@@ -11,8 +11,8 @@ what a suite runs is defined once, by the env family. The built-in suites:
 * ``web-<app>`` for each self-hosted web app (``web.<app>-v0``, reported per task template) and
   ``miniwob`` (every MiniWoB++ task, one env each);
 * ``gui`` (``gui.desktop-v0``, reported per app) and ``desktop-apps`` (``gui.desktop-apps-v0``:
-  LibreOffice Calc, Writer and Impress, mousepad and xterm, reported per app; tasks on several apps
-  as ``multi_apps``);
+  LibreOffice Calc, Writer and Impress, GIMP, mousepad, xterm and Chromium, reported per app; tasks on
+  several apps as ``multi_apps``);
 * ``babyai`` (``text.babyai-v0``), ``scienceworld`` (``text.scienceworld-v0``), ``textworld``
   (``text.textworld-v0``) and ``textworld-express`` (``text.textworld-express-v0``), reported per
   split (train/dev/test): ``--tasks 'test/*'`` runs one split;

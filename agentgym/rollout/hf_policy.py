@@ -152,7 +152,7 @@ class HFPolicy(Policy):
         else:
             model = AutoModelForCausalLM.from_pretrained(model_path, local_files_only=True, dtype=dtype or "auto")
         self._setup(
-            model.to(device),  # type: ignore[arg-type]  # transformers' decorated .to() reads as taking a model
+            model.to(device),
             tokenizer,
             image_processor=image_processor,
             max_batch_size=max_batch_size,

@@ -97,13 +97,15 @@ APPS_REPOSITORY = "agentgym/desktop-apps"
 #: The real apps, installed by apt in the chroot (debootstrap's own resolver does not follow the
 #: alternatives and virtual packages these pull in). ``libreoffice-gtk3`` is where LibreOffice's
 #: AT-SPI bridge lives; ``python3-pyatspi`` walks the accessibility tree from inside the desktop; ``xterm``
-#: (with ``zip``/``unzip``) is the terminal of the OS tasks (:mod:`agentgym.envs.gui.generators_os`).
+#: (with ``zip``/``unzip``) is the terminal of the OS tasks (:mod:`agentgym.envs.gui.generators_os`); ``chromium``
+#: (Debian's, from the mirror's suite) is the browser of the Chromium tasks (:mod:`agentgym.envs.gui.generators_chrome`).
 APPS_PACKAGES = (
     "libreoffice-calc",
     "libreoffice-writer",
     "libreoffice-impress",
     "libreoffice-gtk3",
     "gimp",
+    "chromium",
     "mousepad",
     "pcmanfm",
     "xterm",
@@ -147,6 +149,25 @@ _LO_PROFILE = "/home/agent/.config/libreoffice/4/user"
 GIMP_SETTINGS = """(check-updates no)
 """
 _GIMP_PROFILE = "/home/agent/.config/GIMP/2.10"
+#: Chromium's managed policies (root's, which the agent cannot change): downloads refused, as the web envs refuse them
+#: (``DownloadRestrictions`` 3 blocks every download, "save page as" included); no sign-in, sync, default-browser,
+#: translate, password-saving or privacy-sandbox prompts, no metrics, no background mode (closing the window ends the
+#: browser, which writes its profile then) and no extension installs. No policy touches what the tasks change
+#: (bookmarks, history, font sizes). The desktop has no network at all (the container has none).
+CHROMIUM_POLICIES = {
+    "DownloadRestrictions": 3,
+    "BrowserSignin": 0,
+    "SyncDisabled": True,
+    "DefaultBrowserSettingEnabled": False,
+    "MetricsReportingEnabled": False,
+    "TranslateEnabled": False,
+    "PasswordManagerEnabled": False,
+    "PrivacySandboxPromptEnabled": False,
+    "PromotionalTabsEnabled": False,
+    "BackgroundModeEnabled": False,
+    "ExtensionInstallBlocklist": ["*"],
+}
+_CHROMIUM_POLICY_DIR = "/etc/chromium/policies/managed"
 # GTK 3 reads its settings from settings.ini, GTK 2 from ~/.gtkrc-2.0, and GIMP (GTK 2) from its profile's gtkrc.
 _GTK_SETTINGS = "gtk-cursor-blink = 0\\ngtk-enable-animations = 0\\n"
 # apt runs in the chroot with /proc mounted (postinst scripts read it); the LibreOffice profile is made
@@ -175,6 +196,10 @@ cat >> {_GIMP_PROFILE}/gimprc <<'RC'
 {GIMP_SETTINGS}RC
 printf '{_GTK_SETTINGS}' | tee /home/agent/.gtkrc-2.0 >> {_GIMP_PROFILE}/gtkrc
 chown -R 1000:1000 /home/agent/.config /home/agent/.gtkrc-2.0
+mkdir -p {_CHROMIUM_POLICY_DIR}
+cat > {_CHROMIUM_POLICY_DIR}/agentgym.json <<'JSON'
+{json.dumps(CHROMIUM_POLICIES, indent=1)}
+JSON
 rm -rf /tmp/* /tmp/.[!.]* && mkdir -p -m 1777 /tmp/.X11-unix
 """
 APPS_CHANGES = DESKTOP_CHANGES + ("ENV SAL_USE_VCLPLUGIN=gtk3",)
@@ -237,6 +262,7 @@ OPENBOX_CONFIG = """<?xml version="1.0" encoding="UTF-8"?>
     <application class="Gimp*"><maximized>yes</maximized></application>
     <application class="Mousepad"><maximized>yes</maximized></application>
     <application class="XTerm"><maximized>yes</maximized></application>
+    <application class="Chromium*"><maximized>yes</maximized></application>
   </applications>
 </openbox_config>
 """

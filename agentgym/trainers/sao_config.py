@@ -99,5 +99,5 @@ class SAOConfig(AgentgymConfig):
         if self.max_staleness < 0 or self.sync_every < 1 or self.producer_queue_size < 1:
             raise ValueError("max_staleness must be >= 0, sync_every and producer_queue_size >= 1")
         super().__post_init__()
-        if self.epsilon_high is None:
+        if self.epsilon_high is None:  # type: ignore[has-type]  # GRPOConfig is read untyped (mypy overrides)
             self.epsilon_high = self.epsilon

@@ -245,7 +245,7 @@ def scripted_warm_start(
     mistakes; the start is steep in the epochs: 1000 × 2 gave 13%, 1000 × 3 gave 69.5%.
     ``mistake_rate`` > 0 imitates a demonstrator with the env's scripted habit that often
     (KeyChain: answering with the key a pointer names; Calculator: evaluating ``a + b * c`` left to
-    right; a text world: :attr:`~agentgym.envs.text.TextGameEnv.idle_command` in place of a step),
+    right; a text world: :attr:`~agentgym.envs.text.TextGameEnv.idle_command` before a step),
     failed demonstrations included, so the start has a habit that RL can unlearn:
     sampling still takes the right path on the rest, and that is rewarded.
 

@@ -75,25 +75,26 @@ def test_split_tasks_names_a_split_in_generated_and_listed_catalogs():
         split_tasks(textworld, "test", 30, skip=1)
 
 
-def test_a_demonstration_that_misses_a_step_ends_with_its_script(tmp_path):
+def test_a_dawdling_demonstration_ends_at_max_turns_and_a_short_script_with_its_last_reply(tmp_path):
     from transformers import AutoTokenizer
 
     from agentgym.models import tiny_model_path
     from agentgym.registration import make_env_factory
 
-    config = load_config(CONFIGS / "textworld-tree_grpo.yaml", [SMALL["textworld"]])
+    config = load_config(CONFIGS / "textworld-tree_grpo.yaml", [SMALL["textworld"], "max_turns=8"])
     factory = make_env_factory(config["env_id"], config["env_kwargs"])
     env = factory()
     try:
         walkthrough = env.unwrapped.demonstration_replies("train/coin/0")
-        missed = env.unwrapped.demonstration_replies("train/coin/0", 1.0, random.Random(0))
+        dawdling = env.unwrapped.demonstration_replies("train/coin/0", 1.0, random.Random(0))
     finally:
         env.close()
-    assert missed == ["look"] * len(walkthrough)
+    assert dawdling == [reply for step in walkthrough for reply in ("look", step)]
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path())
-    loop = agent_config(config, greedy=True)  # 8 turns: more than the script's 5
-    [solved] = demonstrations(factory, ["train/coin/0"], lambda _: list(walkthrough), tokenizer, loop)
-    [failed] = demonstrations(factory, ["train/coin/0"], lambda _: list(missed), tokenizer, loop)
+    loop = agent_config(config, greedy=True)  # 8 turns: more than the walkthrough's 5, fewer than the dawdler's 10
+    scripts = iter([walkthrough, dawdling, walkthrough[:3]])
+    solved, dawdled, short = demonstrations(factory, ["train/coin/0"] * 3, lambda _: next(scripts), tokenizer, loop)
     assert solved.success and len(solved.turns) == len(walkthrough)
-    # The failed play stops after its last scripted reply: nothing the script did not say is trained on.
-    assert not failed.success and len(failed.turns) == len(missed)
+    assert not dawdled.success and len(dawdled.turns) == 8  # out of turns one move short
+    # A script that stops before the game ends stops its episode: nothing the script did not say is trained on.
+    assert not short.success and len(short.turns) == 3

@@ -125,7 +125,9 @@ def _recomputed(trainer, batch: dict) -> dict:
     return {**batch, "recomputed": recomputed[0], "other_pixels": shuffled[0]}
 
 
-@pytest.mark.slow
+# The same checks as on the desktop's screenshots, through Chromium: `make test-sweeps` (the example config's run
+# below trains on MiniWoB++ in `make test`).
+@pytest.mark.sweep
 @pytest.mark.browser
 @pytest.mark.parametrize("kind", ["tree_grpo", "sao"])
 def test_a_vlm_trains_on_miniwob_screenshots(kind, tmp_path):
@@ -138,22 +140,37 @@ def test_a_vlm_trains_on_desktop_screenshots(kind, tmp_path, desktop_image):
     _trains_with_pixels(kind, (DESKTOP[0], {"image": desktop_image}), tmp_path)
 
 
-@pytest.mark.slow
-@pytest.mark.browser
-def test_the_vlm_example_config_trains_through_the_cli(tmp_path):
-    """`agentgym train --config examples/configs/vlm_miniwob.yaml` as a user runs it: two steps on the tiny VLM."""
-    config = Path(__file__).resolve().parents[2] / "examples" / "configs" / "vlm_miniwob.yaml"
+def _trains_through_the_cli(config_name: str, tmp_path) -> list:
+    """`agentgym train --config examples/configs/<config_name>` as a user runs it (two steps of tree GRPO on the
+    tiny VLM, two trees a step); the trees it logged, every screenshot shown kept."""
+    config = Path(__file__).resolve().parents[2] / "examples" / "configs" / config_name
     agentgym_cli = Path(sys.executable).with_name("agentgym")
     result = subprocess.run(
         [str(agentgym_cli), "train", "--config", str(config), f"output_dir={tmp_path}", "report_to=none"],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     logged = [json.loads(line) for line in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
     assert len(logged) == 4  # two steps × two trees
     store = TrajectoryStore(tmp_path / "trajectories.jsonl")
-    for tree in store.read():
+    trees = list(store.read())
+    for tree in trees:
         hashes = {h for node in tree.nodes for h in node.turn.image_hashes}
         assert hashes and all(len(store.image(h)) > 0 for h in hashes)  # every screenshot shown is kept
+    return trees
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_the_vlm_example_config_trains_through_the_cli(tmp_path):
+    _trains_through_the_cli("vlm_miniwob.yaml", tmp_path)
+
+
+@pytest.mark.sweep  # minutes: a desktop with mousepad per tree, forks replaying the prefix
+def test_the_vlm_trains_on_a_real_desktop_app_with_forks(tmp_path, desktop_apps_image):
+    """examples/configs/vlm_desktop_apps.yaml: tree GRPO on mousepad's text-fix-0 in the desktop-apps image; every
+    tree branches mid-episode (a node with two children: the second continues in a fork of the live desktop)."""
+    trees = _trains_through_the_cli("vlm_desktop_apps.yaml", tmp_path)
+    assert all(any(len(node.children) > 1 for node in tree.nodes) for tree in trees)  # a second child is a fork

@@ -364,9 +364,11 @@ class DesktopEnv(AgentEnv):
 
     def _grade(self, answer: str | None) -> Verdict:
         """The verdict on the agent's claim, ``answer`` (``"done"`` or ``"fail"``): the task's checker on the saved files."""
-        claim, task = answer, self._task
+        claim, task, desktop = answer, self._task, self._live_desktop()
+        for step in task.postconfig:  # e.g. close Chromium, which then writes what it held in memory
+            self._setup_step(desktop, step)
         try:
-            problem = task.check(SandboxFiles(self._live_desktop()))
+            problem = task.check(SandboxFiles(desktop))
         except OSError as exc:  # the agent left its files unreadable: no evidence that the task was done
             problem = f"the files could not be checked ({exc})"
         if claim == "done":
@@ -438,10 +440,11 @@ def _apps_archive(config: SandboxConfig) -> bytes:
 
 
 class DesktopAppsEnv(DesktopEnv):
-    """OSWorld-format tasks on real apps (LibreOffice Calc, Writer and Impress, mousepad, GIMP) on the desktop-apps
-    image, observed through the screenshot and the AT-SPI accessibility tree (see :mod:`agentgym.envs.gui.osworld`
-    and :mod:`agentgym.envs.gui.generators`). Forks replay the action prefix: what the apps hold in memory
-    (an unsaved edit, the cursor, undo history) is not in a container commit."""
+    """OSWorld-format tasks on real apps (LibreOffice Calc, Writer and Impress, mousepad, GIMP, xterm, Chromium) on the
+    desktop-apps image, observed through the screenshot and the AT-SPI accessibility tree (see
+    :mod:`agentgym.envs.gui.osworld` and :mod:`agentgym.envs.gui.generators`). Forks replay the action prefix: what
+    the apps hold in memory (an unsaved edit, the cursor, undo history, Chromium's tabs and what it has not yet
+    written to its profile) is not in a container commit."""
 
     kind = "agentgym.gui.desktop-apps"
     real_apps = True

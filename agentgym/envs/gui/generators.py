@@ -37,8 +37,9 @@ within what the compression changes). Each app also has ``infeasible`` tasks (:d
 requests the app cannot carry out, whose reference solution is ``fail()``.
 
 OSWorld's "os" tasks (files in a terminal) and "multi_apps" tasks (data carried from one app into
-another) are made by :mod:`agentgym.envs.gui.generators_os`, through :func:`generate` too (families
-``os`` and ``multi``).
+another) are made by :mod:`agentgym.envs.gui.generators_os`, its "chrome" tasks (Chromium on local pages)
+by :mod:`agentgym.envs.gui.generators_chrome`, through :func:`generate` too (families ``os``, ``multi``
+and ``chrome``).
 """
 
 from __future__ import annotations
@@ -976,10 +977,12 @@ def _infeasible(app: str, number: int) -> tuple[dict, dict[str, bytes]]:
 
 def generate(app: str, kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
     """One task: its OSWorld-format spec and the bytes of the files it names (input and gold)."""
-    from agentgym.envs.gui import generators_os  # imported here: it builds on this module's helpers
+    from agentgym.envs.gui import generators_chrome, generators_os  # imported here: they build on this module's helpers
 
     if app in dict(generators_os.FAMILIES):
         return generators_os.generate(app, kind, seed)
+    if app == "chrome":
+        return generators_chrome.generate(kind, seed)
     if kind == "infeasible" and app in INFEASIBLE:
         return _infeasible(app, seed)
     if app == "calc" and kind in CALC_KINDS:
@@ -997,7 +1000,7 @@ def generate(app: str, kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
     raise ValueError(
         f"no generator {app}/{kind} (calc: {CALC_KINDS}; writer: {WRITER_KINDS}; impress: {IMPRESS_KINDS}; "
         f"odt: {ODT_KINDS}; text: {TEXT_KINDS}; gimp: {GIMP_KINDS}; and 'infeasible' for each; "
-        f"os: {generators_os.OS_KINDS}; multi: {generators_os.MULTI_KINDS})"
+        f"os: {generators_os.OS_KINDS}; multi: {generators_os.MULTI_KINDS}; chrome: {generators_chrome.CHROME_KINDS})"
     )
 
 
@@ -1027,8 +1030,9 @@ def generated_tasks(seeds: tuple[int, ...] = SEEDS) -> list[tuple[dict, dict[str
     """Every catalogued generator at every seed but the :data:`UNVERIFIED` kinds (30 Calc, 21 Writer on docx and 12
     on odt, 21 Impress, 12 text and 27 GIMP tasks with the default three seeds), and every catalogued family's
     infeasible tasks (9), then the OS and multi-app tasks of :mod:`agentgym.envs.gui.generators_os` (24 OS,
-    12 multi-app and 2 infeasible): 11 of 170 infeasible, 6.5% (OSWorld's share is about 8%)."""
-    from agentgym.envs.gui import generators_os
+    12 multi-app and 2 infeasible) and the Chromium tasks of :mod:`agentgym.envs.gui.generators_chrome` (21 and 2
+    infeasible): 13 of 193 infeasible, 6.7% (OSWorld's share is about 8%)."""
+    from agentgym.envs.gui import generators_chrome, generators_os
 
     return [
         *(
@@ -1045,4 +1049,5 @@ def generated_tasks(seeds: tuple[int, ...] = SEEDS) -> list[tuple[dict, dict[str
             for number in range(len(INFEASIBLE[app]) - 1)
         ),
         *generators_os.generated_tasks(seeds),
+        *generators_chrome.generated_tasks(seeds),
     ]

@@ -63,6 +63,26 @@ What OSWorld's namesakes compare, and where ours are stricter because the policy
   difference allowed, in levels of 0–255 over the RGBA channels; 0, the default, means exactly the
   same pixels): for a lossy format, or an edit that GIMP resamples differently from Pillow.
 
+Chromium's profile files (the getters ``bookmarks``, ``history`` and ``chrome_font_size`` of
+:mod:`agentgym.envs.gui.osworld`, read after the browser was closed gracefully):
+
+* ``check_bookmarks`` (agentgym's; OSWorld's ``is_expected_bookmarks`` checks only the bookmarks bar's
+  folder names or URLs): the ``Bookmarks`` file, whose checksum must be the one Chromium computes over
+  its ids, names and URLs (a file written by anything else fails), holds a bookmark with each
+  ``present`` rule's name and URL (and folder path, where the rule gives one), and none with an
+  ``absent`` URL.
+* ``check_history_deleted`` (OSWorld's, rule ``{"type": "keywords", "keywords": [...]}``): no URL in the
+  ``History`` database's ``urls`` table contains a keyword. Ours opens the database as SQLite does (its
+  journal or write-ahead log applied) and fails a file that is no History database; OSWorld's getter
+  returns None for one, on which its metric raises (a 0 too).
+* ``exact_match`` (OSWorld's, rule ``{"expected": value}``): the getter's value equals it (with the
+  ``enable_do_not_track`` getter: ``"true"`` only where ``Preferences`` sets it true).
+* ``check_chrome_prefs`` (agentgym's; rule ``{"prefs": {"dotted.path": value}}``): each preference in
+  ``Preferences`` has exactly that value (``session.startup_urls`` must be the list given, no other).
+* ``check_font_size`` (OSWorld's, rule ``{"type": "value", "value": n}`` or ``{"type": "range", "min",
+  "max"}``): ``webkit.webprefs.default_font_size`` in ``Preferences``, 16 (Chromium's default) where the
+  profile sets none.
+
 tests/envs/gui/test_osworld_fidelity.py checks each against OSWorld's namesake (desktop-env) on the
 same files; the differences above are pinned there.
 """
@@ -70,14 +90,19 @@ same files; the differences above are pinned there.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
+import json
 import math
 import posixpath
 import re
+import sqlite3
 import tarfile
+import tempfile
 import unicodedata
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from agentgym.envs.gui.apps import formula
@@ -85,8 +110,14 @@ from agentgym.extras import requires
 
 __all__ = [
     "METRICS",
+    "bookmarks_checksum",
+    "check_bookmarks",
+    "check_chrome_prefs",
     "check_file_tree",
+    "check_font_size",
+    "check_history_deleted",
     "check_include_exclude",
+    "chrome_preference",
     "compare_archive",
     "compare_docx_bold",
     "compare_docx_files",
@@ -97,6 +128,7 @@ __all__ = [
     "compare_pptx_files",
     "compare_table",
     "compare_text_file",
+    "exact_match",
 ]
 
 Metric = Callable[..., "str | None"]
@@ -727,6 +759,195 @@ def compare_image_list(
     return None
 
 
+# ---------------------------------------------------------------------------------------------- Chromium
+#: The roots of Chromium's Bookmarks file, in the order its checksum covers them.
+BOOKMARK_ROOTS = ("bookmark_bar", "other", "synced")
+
+
+def bookmarks_checksum(roots: Mapping[str, Any]) -> str:
+    """The checksum Chromium stores in its Bookmarks file (``BookmarkCodec``): MD5 over every node, depth first from
+    the roots in :data:`BOOKMARK_ROOTS`' order, of its id, its name (UTF-16LE) and ``url`` and its URL, or ``folder``
+    and then its children."""
+    digest = hashlib.md5(usedforsecurity=False)
+
+    def node(item: Mapping[str, Any]) -> None:
+        digest.update(str(item["id"]).encode())
+        digest.update(str(item["name"]).encode("utf-16-le"))
+        if item["type"] == "url":
+            digest.update(b"url")
+            digest.update(str(item["url"]).encode())
+        else:
+            digest.update(b"folder")
+            for child in item.get("children", ()):
+                node(child)
+
+    for root in BOOKMARK_ROOTS:
+        node(roots[root])
+    return digest.hexdigest()
+
+
+def _bookmark_urls(roots: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """Every bookmark as (folder path, name, URL), the folder path as Chromium names its folders ("Bookmarks bar/X")."""
+    found: list[tuple[str, str, str]] = []
+
+    def walk(item: Mapping[str, Any], folder: str) -> None:
+        if item["type"] == "url":
+            found.append((folder, item["name"], item["url"]))
+            return
+        inner = f"{folder}/{item['name']}" if folder else item["name"]
+        for child in item.get("children", ()):
+            walk(child, inner)
+
+    for root in BOOKMARK_ROOTS:
+        walk(roots[root], "")
+    return found
+
+
+def check_bookmarks(result: bytes | None, rules: dict) -> str | None:
+    """Chromium's Bookmarks file (the ``bookmarks`` getter) against ``rules``: ``present`` (``{"name", "url",
+    "folder"?}`` each: a bookmark with that name and URL, in that folder path where given) and ``absent`` (URLs no
+    bookmark may have). The file's checksum must be Chromium's (see the module docstring)."""
+    if result is None:
+        return "Chromium has no bookmarks file"
+    try:
+        data = json.loads(result)
+        roots = data["roots"]
+        checksum = bookmarks_checksum(roots)
+        bookmarks = _bookmark_urls(roots)
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        return f"the bookmarks file could not be read ({type(exc).__name__}: {exc})"
+    if data.get("checksum") != checksum:
+        return "the bookmarks file's checksum is not the one Chromium writes (the file was not written by Chromium)"
+    for want in rules.get("present", ()):
+        if not any(
+            name == want["name"] and url == want["url"] and want.get("folder", folder) == folder
+            for folder, name, url in bookmarks
+        ):
+            where = f" in {want['folder']}" if "folder" in want else ""
+            return f"no bookmark named {want['name']!r} for {want['url']}{where} (the bookmarks: {bookmarks[:10]})"
+    for url in rules.get("absent", ()):
+        if any(have == url for _, _, have in bookmarks):
+            return f"a bookmark for {url} is still there"
+    return None
+
+
+#: The most SQLite virtual-machine steps reading the History database may take (far more than a real profile needs).
+HISTORY_QUERY_STEPS = 50_000_000
+
+
+def history_urls(files: Mapping[str, bytes]) -> list[tuple[str, str, int]]:
+    """The ``urls`` table (url, title, last_visit_time: what OSWorld's ``history`` getter selects) of Chromium's History
+    database, given as its files (``History`` and any ``History-journal`` or ``History-wal``): they are written to a
+    private folder and opened by SQLite, which applies the journal or log as Chromium's next start would."""
+    with tempfile.TemporaryDirectory(prefix="agentgym-history-") as folder:
+        for name, data in files.items():
+            if name not in ("History", "History-journal", "History-wal"):
+                raise ValueError(f"{name!r} is not a file of the History database")
+            (Path(folder) / name).write_bytes(data)
+        database = sqlite3.connect(Path(folder) / "History")
+        steps = iter(range(HISTORY_QUERY_STEPS // 1000))
+        # A query over the agent's file ends within a bound (a "urls" view could be a query that never ends).
+        database.set_progress_handler(lambda: next(steps, None) is None, 1000)
+        try:
+            database.execute("PRAGMA trusted_schema = OFF")  # a view or trigger in the agent's file runs nothing
+            return database.execute("SELECT url, title, last_visit_time FROM urls").fetchall()
+        finally:
+            database.close()
+
+
+def check_history_deleted(result: Mapping[str, bytes] | None, rule: dict) -> str | None:
+    """No URL in Chromium's history (the ``history`` getter) contains one of ``rule``'s ``keywords``."""
+    if rule.get("type") != "keywords":
+        raise ValueError(f"check_history_deleted's rule type is 'keywords', not {rule.get('type')!r}")
+    if result is None:
+        return "Chromium has no History database"
+    try:
+        rows = history_urls(result)
+    except (sqlite3.Error, ValueError) as exc:
+        return f"the History database could not be read ({type(exc).__name__}: {exc})"
+    for keyword in rule["keywords"]:
+        if kept := [url for url, _, _ in rows if keyword in url]:
+            return f"the history still has {kept[:5]}"
+    return None
+
+
+_UNSET = object()
+
+
+def _lookup(preferences: Any, path: str) -> Any:
+    """The value at a dotted ``path`` in a parsed ``Preferences`` object, or ``_UNSET``."""
+    value = preferences
+    for part in path.split("."):
+        value = value.get(part, _UNSET) if isinstance(value, dict) else _UNSET
+        if value is _UNSET:
+            break
+    return value
+
+
+def _preferences(data: bytes) -> dict | None:
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def chrome_preference(preferences: bytes | None, path: str, default: Any = None) -> Any:
+    """The value at ``path`` (dotted: ``session.startup_urls``) in Chromium's ``Preferences`` file, ``default`` where it is
+    unset; None where the file is missing or not a JSON object."""
+    parsed = None if preferences is None else _preferences(preferences)
+    if parsed is None:
+        return None
+    value = _lookup(parsed, path)
+    return default if value is _UNSET else value
+
+
+def check_chrome_prefs(result: bytes | None, rules: dict) -> str | None:
+    """Each of ``rules["prefs"]`` (dotted path → value) has exactly that value, of that JSON type, in Chromium's
+    ``Preferences``."""
+    if result is None:
+        return "Chromium has no Preferences file"
+    preferences = _preferences(result)
+    if preferences is None:
+        return "the Preferences file could not be read (not a JSON object)"
+    for path, want in rules["prefs"].items():
+        got = _lookup(preferences, path)
+        if got is _UNSET:
+            return f"{path} is not set, expected {want!r}"
+        if type(got) is not type(want) or got != want:
+            return f"{path} is {got!r}, expected {want!r}"
+    return None
+
+
+def exact_match(result: Any, rules: dict) -> str | None:
+    """The getter's value is ``rules["expected"]`` (OSWorld's ``exact_match``)."""
+    if result != rules["expected"]:
+        return f"the value is {result!r}, expected {rules['expected']!r}"
+    return None
+
+
+#: Chromium's default font size (``webkit.webprefs.default_font_size`` where the profile sets none).
+DEFAULT_FONT_SIZE = 16
+
+
+def check_font_size(result: bytes | None, rule: dict) -> str | None:
+    """Chromium's default font size (its ``Preferences``, the ``chrome_font_size`` getter) is ``rule``'s ``value``, or
+    strictly between its ``min`` and ``max`` (``type``: ``value`` or ``range``, as OSWorld's)."""
+    if rule.get("type") not in ("value", "range"):
+        raise ValueError(f"check_font_size's rule type is 'value' or 'range', not {rule.get('type')!r}")
+    if result is None:
+        return "Chromium has no Preferences file"
+    try:
+        size = json.loads(result).get("webkit", {}).get("webprefs", {}).get("default_font_size", DEFAULT_FONT_SIZE)
+    except (ValueError, AttributeError) as exc:
+        return f"the Preferences file could not be read ({type(exc).__name__}: {exc})"
+    if rule["type"] == "value" and size != rule["value"]:
+        return f"the default font size is {size!r}, expected {rule['value']}"
+    if rule["type"] == "range" and not (isinstance(size, int | float) and rule["min"] < size < rule["max"]):
+        return f"the default font size is {size!r}, expected between {rule['min']} and {rule['max']}"
+    return None
+
+
 #: OSWorld's metric names → ours.
 METRICS: dict[str, Metric] = {
     "compare_table": compare_table,
@@ -741,4 +962,9 @@ METRICS: dict[str, Metric] = {
     "compare_text_file": compare_text_file,
     "compare_image_list": compare_image_list,
     "compare_pdf_text": compare_pdf_text,
+    "check_bookmarks": check_bookmarks,
+    "check_history_deleted": check_history_deleted,
+    "check_font_size": check_font_size,
+    "check_chrome_prefs": check_chrome_prefs,
+    "exact_match": exact_match,
 }

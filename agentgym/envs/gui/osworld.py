@@ -18,8 +18,10 @@ Set-up steps (``config``), as OSWorld names them:
   generators' bytes) or, for :func:`load_task_file`, a path relative to the JSON file.
 * ``open`` — ``path``: the app for the file's type opens it (LibreOffice for sheets, documents and
   slides, GIMP for images, mousepad for text); ``launch`` — ``command`` (a list or a string): that
-  program. A task has one or more of them: the apps start in the steps' order, and the last one has
-  the focus (the window manager switches windows with ``alt+Tab``).
+  program, and agentgym's optional ``ready_title``: the task starts once a window whose title contains
+  it has the focus (Chromium maps its window before the page's title is in it). A task has one or more
+  of them: the apps start in the steps' order, and the last one has the focus (the window manager
+  switches windows with ``alt+Tab``).
 * ``execute`` — ``command``: run as the agent's user after the app is up; ``sleep`` — ``seconds``;
   ``activate_window`` — ``window_name``. These run in order after the app has started.
 
@@ -28,7 +30,15 @@ The ``evaluator``: ``func`` (a name or a list; ``"infeasible"`` marks a task who
 (one each, or lists parallel to ``func``), and ``options`` (a dict, or a list parallel to ``func``).
 Getters: ``vm_file`` (``path`` on the desktop, read as the agent's user), ``local_file`` (``path``
 among the task's files), ``rule`` (``rules``, handed to the metric as is), and agentgym's ``vm_tree``
-(``path``: the folder's listing, for ``check_file_tree``). The metric functions are
+(``path``: the folder's listing, for ``check_file_tree``). Chromium's, as OSWorld names them, read its
+``Default`` profile (:data:`CHROMIUM_PROFILE`): ``bookmarks`` (the ``Bookmarks`` file's bytes),
+``chrome_font_size`` (the ``Preferences`` file's bytes), ``history`` (the ``History`` SQLite file with
+its ``-journal`` or ``-wal`` file where Chromium left one: name → bytes) and ``enable_do_not_track``
+(``"true"`` or ``"false"``, as OSWorld's, from ``Preferences``; None where the file is missing or not JSON);
+and agentgym's ``chrome_preferences`` (the ``Preferences`` file's bytes, for ``check_chrome_prefs``).
+The metrics parse the bytes. The evaluator's ``postconfig`` (OSWorld's: ``execute``, ``sleep``,
+``activate_window`` steps) runs when the agent says ``done()`` or ``fail()``, before the getters: the
+Chromium tasks close the browser gracefully there, so that what it keeps in memory reaches its files. The metric functions are
 :data:`agentgym.envs.gui.metrics.METRICS`; any other name is refused when the task loads.
 
 ``solution`` (agentgym's addition) is the reference solution: action strings in the env's call
@@ -44,13 +54,29 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from agentgym.envs.gui.metrics import METRICS
+from agentgym.envs.gui.metrics import METRICS, chrome_preference
 from agentgym.envs.gui.tasks import HOME, App, DesktopTask, Inspector
 
-__all__ = ["load_task", "load_task_file", "app_for"]
+__all__ = ["CHROMIUM_PROFILE", "load_task", "load_task_file", "app_for"]
 
 STEP_TYPES = ("download", "open", "launch", "execute", "sleep", "activate_window")
-GETTERS = ("vm_file", "local_file", "rule", "vm_tree")
+#: The steps an evaluator's ``postconfig`` may hold (run on the live desktop before grading).
+POSTCONFIG_TYPES = ("execute", "sleep", "activate_window")
+GETTERS = (
+    "vm_file",
+    "local_file",
+    "rule",
+    "vm_tree",
+    "bookmarks",
+    "chrome_font_size",
+    "history",
+    "enable_do_not_track",
+    "chrome_preferences",
+)
+#: Chromium's profile on the desktop (the ``Default`` profile of the user data folder the tasks launch it with).
+CHROMIUM_PROFILE = f"{HOME}/.config/chromium/Default"
+#: The files of Chromium's History database that SQLite reads together (a rollback journal or a write-ahead log).
+HISTORY_FILES = ("History", "History-journal", "History-wal")
 _OFFICE = {
     "xlsx": "calc",
     "ods": "calc",
@@ -131,7 +157,8 @@ def load_task(spec: Mapping[str, Any], files: Mapping[str, bytes]) -> DesktopTas
         elif kind == "launch":
             command = parameters["command"]
             argv = tuple(shlex.split(command) if isinstance(command, str) else command)
-            apps.append(App(posixpath.basename(argv[0]), argv, restores_state=False))
+            ready = parameters.get("ready_title")
+            apps.append(App(posixpath.basename(argv[0]), argv, restores_state=False, ready_title=ready))
         else:
             after.append({"type": kind, **parameters})
     if not apps:
@@ -141,6 +168,11 @@ def load_task(spec: Mapping[str, Any], files: Mapping[str, bytes]) -> DesktopTas
         raise refuse("no evaluator with a 'func'")
     feasible = evaluator["func"] != "infeasible"
     check = _checker(evaluator, files, refuse) if feasible else _nothing_to_check
+    postconfig = []
+    for step in evaluator.get("postconfig", ()):
+        if step.get("type") not in POSTCONFIG_TYPES:
+            raise refuse(f"a postconfig step {step.get('type')!r} (known: {', '.join(POSTCONFIG_TYPES)})")
+        postconfig.append({"type": step["type"], **step.get("parameters", {})})
     return DesktopTask(
         task_id,
         spec["instruction"],
@@ -151,6 +183,7 @@ def load_task(spec: Mapping[str, Any], files: Mapping[str, bytes]) -> DesktopTas
         feasible=feasible,
         setup=tuple(after),
         other_apps=tuple(apps[:-1]),
+        postconfig=tuple(postconfig),
     )
 
 
@@ -201,6 +234,17 @@ def _checker(
             return inspector.listing(getter["path"])
         if getter["type"] == "local_file":
             return files[getter["path"]]
+        if getter["type"] == "bookmarks":
+            return inspector.read_bytes(f"{CHROMIUM_PROFILE}/Bookmarks")
+        if getter["type"] in ("chrome_font_size", "chrome_preferences"):
+            return inspector.read_bytes(f"{CHROMIUM_PROFILE}/Preferences")
+        if getter["type"] == "enable_do_not_track":
+            preferences = inspector.read_bytes(f"{CHROMIUM_PROFILE}/Preferences")
+            value = chrome_preference(preferences, "enable_do_not_track", default=False)
+            return None if value is None else "true" if value is True else "false"
+        if getter["type"] == "history":
+            database = {name: inspector.read_bytes(f"{CHROMIUM_PROFILE}/{name}") for name in HISTORY_FILES}
+            return None if database["History"] is None else {k: v for k, v in database.items() if v is not None}
         return getter["rules"]
 
     def check(inspector: Inspector) -> str | None:

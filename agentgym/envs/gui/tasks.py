@@ -78,7 +78,8 @@ class DesktopTask:
     ``setup`` steps (OSWorld's ``execute``, ``sleep``, ``activate_window``: see
     :mod:`agentgym.envs.gui.osworld`) run in order once the app is up. ``other_apps`` (a task on several
     apps, as OSWorld's with several ``open`` steps) start before ``app``, in order; ``app`` starts last
-    and has the focus.
+    and has the focus. ``postconfig`` steps (OSWorld's evaluator's, the same kinds as ``setup``) run when the
+    agent ends the episode, before ``check`` (Chromium's tasks close the browser there, which writes its files).
 
     ``DesktopEnv.tasks()`` hands each out as an :class:`agentgym.Task` (category: the app) whose
     reference solution is ``solution``.
@@ -93,6 +94,7 @@ class DesktopTask:
     feasible: bool = True
     setup: tuple[dict, ...] = ()
     other_apps: tuple[App, ...] = ()
+    postconfig: tuple[dict, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------- xedit

@@ -76,7 +76,7 @@ class TextGameEnv(AgentEnv):
     allow_text_replies = True
     #: What a task id's name and number are (``<split>/<name>/<number>``): the keys of its task's metadata.
     task_fields: tuple[str, str] = ("name", "number")
-    #: A command that changes nothing: what a mistaken step of a demonstration plays instead.
+    #: A command that changes nothing: what a dawdling demonstrator plays before a step (:meth:`demonstration_replies`).
     idle_command = "look around"
     #: The longest command, in UTF-8 bytes, the engine is handed; a longer one is refused whole, never cut.
     max_command_bytes = 1000
@@ -101,12 +101,23 @@ class TextGameEnv(AgentEnv):
     def demonstration_replies(
         self, task_id: str, mistake_rate: float = 0.0, rng: random.Random | None = None
     ) -> list[str]:
-        """The engine's solution of a task; with ``mistake_rate`` > 0, each step is replaced that often by
-        :attr:`idle_command` (SFT warm starts call this)."""
+        """The engine's solution of a task; with ``mistake_rate`` > 0, :attr:`idle_command` is played before a step
+        that often (SFT warm starts call this).
+
+        The demonstrator dawdles, it never skips: every step of the solution is still played, from the state it was
+        made for, so each reply fits the observation it answers. (A step replaced by an idle command would leave the
+        rest of the solution answering states the game is not in — a TextWorld walkthrough's later moves walking
+        the wrong rooms — and teach the model that a reply does not depend on what it reads.) A dawdling play fails
+        only when it runs past the episode's ``max_turns``: the wasted turns are the habit RL can remove.
+        """
         if mistake_rate and rng is None:
             raise ValueError("a mistaken demonstration needs an rng to draw its mistakes from")
-        path = self._gold_path(task_id)()
-        return [(self.idle_command if mistake_rate and rng and rng.random() < mistake_rate else step) for step in path]
+        replies = []
+        for step in self._gold_path(task_id)():
+            if mistake_rate and rng is not None and rng.random() < mistake_rate:
+                replies.append(self.idle_command)
+            replies.append(step)
+        return replies
 
     # ------------------------------------------------------------------ AgentEnv hooks
     def tools(self) -> list[ToolSpec]:

@@ -12,9 +12,12 @@ split selects them too. The split is the task's category.
 * **Generation and cache**: a game is generated at its first use (a reset or its walkthrough),
   ~7–15 s each, into ``$AGENTGYM_CACHE/textworld`` (default ``~/.cache/agentgym/textworld``),
   keyed by the ``tw-make`` arguments; never at import or listing.
-* **Observation**: the engine's text (the first is the game's introduction and first room);
-  ``info["valid_actions"]`` holds TextWorld's admissible commands (``show_valid_actions=True``
-  appends them).
+* **Observation**: the engine's text (the first is the game's introduction and first room),
+  screen-free: without the z-machine's status line (``-= Room =-score/moves`` after the input
+  prompt, the upper window) and without TextWorld's ASCII-art title, the same ~900 characters
+  (631 of the tiny model's 812 tokens of a coin game's first observation) at the start of every
+  game; :func:`screen_free`. ``info["valid_actions"]`` holds TextWorld's admissible commands
+  (``show_valid_actions=True`` appends them).
 * **Actions**: the game's commands as text (``go north``, ``take coin``) or ``act(command)``; a
   command the game does not parse gets its own answer.
 * **Reward**: each step's change of the game's score over its maximum score, so an episode's
@@ -39,6 +42,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -58,7 +62,16 @@ with requires("text"):
     import textworld
     from jericho.jericho import INPUT_BUFFER_SIZE, UnsupportedGameWarning
 
-__all__ = ["GAME_KINDS", "SPLIT_SEEDS", "TextWorldEnv", "engine_pool", "game_file", "parse_task_id", "walkthrough"]
+__all__ = [
+    "GAME_KINDS",
+    "SPLIT_SEEDS",
+    "TextWorldEnv",
+    "engine_pool",
+    "game_file",
+    "parse_task_id",
+    "screen_free",
+    "walkthrough",
+]
 
 #: Game kind → its ``tw-make`` challenge and settings; ``{split}`` in an argument becomes the task's split
 #: as the challenge names it (:data:`CHALLENGE_SPLITS`), and an argument list under a split key is added for it.
@@ -92,6 +105,11 @@ FILE_VERBS = frozenset({"save", "restore", "script", "transcript", "unscript", "
 #: which move its quest tracker) and info tags (``<score>``). The game repeats what the agent says (``say``,
 #: ``answer``...) inside an event tag, so a command holding these could forge them; no game command has one.
 MARKUP = frozenset("[]<>")
+#: The z-machine's status line, which jericho's interpreter prints after the input prompt ``>`` at the end of every
+#: answer: the upper window (the room's name, then score/moves), screen rather than text.
+STATUS_LINE = re.compile(r"\s*>[ \t]*-= [^\n]*=-[^\n]*\Z")
+#: A line of TextWorld's ASCII-art title (or a blank line): no letters or digits, only the art's strokes.
+TITLE_LINE = re.compile(r"[ _|$\\/<>]*")
 
 
 def cache_dir() -> Path:
@@ -137,6 +155,14 @@ def walkthrough(split: str, kind: str, number: int) -> list[str]:
     path = game_file(split, kind, number).with_suffix(".json")
     with _LOAD_LOCK:
         return list(Game.load(str(path)).metadata["walkthrough"])
+
+
+def screen_free(text: str) -> str:
+    """The game's answer without the z-machine's status line and, on the first, without TextWorld's ASCII-art title."""
+    lines = STATUS_LINE.sub("", text).strip().split("\n")
+    while lines and TITLE_LINE.fullmatch(lines[0]):
+        lines.pop(0)
+    return "\n".join(lines)
 
 
 def _start() -> None:
@@ -208,7 +234,7 @@ class TextWorldEnv(TextGameEnv):
             self._load_game(task_id)
             self._state = self.engine.reset()
         self.commands, self._score = [], 0
-        return str(self._state.feedback).strip()
+        return screen_free(str(self._state.feedback))
 
     def _gold_path(self, task_id: str) -> partial[list[str]]:
         return partial(walkthrough, *parse_task_id(task_id))
@@ -236,7 +262,7 @@ class TextWorldEnv(TextGameEnv):
         self.commands.append(command)
         reward = (score - self._score) / self._state.max_score
         self._score = score
-        return Played(str(self._state.feedback).strip(), ended=bool(done), reward=reward)
+        return Played(screen_free(str(self._state.feedback)), ended=bool(done), reward=reward)
 
     def _grade(self, answer: str | None) -> Verdict:
         details = {"score": self._score, "max_score": self._state.max_score, "moves": len(self.commands)}

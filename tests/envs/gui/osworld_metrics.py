@@ -10,7 +10,8 @@ Run by test_osworld_fidelity.py with that venv's python, never imported by agent
 The metric modules are loaded one by one, past ``desktop_env.evaluators.metrics``'s ``__init__`` (which
 imports every module, Chrome's and Thunderbird's with their own libraries); ``easyocr`` (torch) is an empty
 module here: only ``docs.compare_image_text`` calls it, and no test compares that one. So are the HTML and PDF
-libraries ``chrome``'s module imports (only its ``compare_archive`` is compared).
+libraries ``chrome``'s module imports (its ``compare_archive``, ``check_font_size`` and ``check_history_deleted`` are
+compared, which use none of them).
 """
 
 import contextlib
@@ -23,7 +24,8 @@ import types
 
 sys.modules.setdefault("easyocr", types.ModuleType("easyocr"))
 # chrome's module imports HTML and PDF libraries at its top (bs4, PyMuPDF's fitz, borb, imagehash) that are not
-# in .venv-osworld: stand-ins, as only its compare_archive is run, which uses none of them.
+# in .venv-osworld: stand-ins, as only its compare_archive, check_font_size and check_history_deleted are run, which
+# use none of them.
 for name, attributes in {
     "bs4": ("BeautifulSoup", "Tag"),
     "fitz": (),

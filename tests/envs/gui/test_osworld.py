@@ -79,7 +79,7 @@ def test_the_generators_make_a_dozen_tasks_per_app_with_distinct_inputs():
     by_app = {}
     for task_id in catalog:
         by_app.setdefault(task_id.split("-")[0], []).append(task_id)
-    assert all(len(by_app[app]) >= 12 for app in ("calc", "writer", "impress", "text", "odt", "multi"))
+    assert all(len(by_app[app]) >= 12 for app in ("calc", "writer", "impress", "text", "odt", "multi", "chrome"))
     assert len(by_app["os"]) >= 24 and len(by_app["gimp"]) >= 24
     assert not [task_id for task_id in catalog if tuple(task_id.split("-")[:2]) in generators.UNVERIFIED]
     feasible = [task for task in catalog.values() if task.feasible]
@@ -93,6 +93,7 @@ def test_the_generators_make_a_dozen_tasks_per_app_with_distinct_inputs():
     assert sorted(task.id for task in infeasible) == sorted(
         [f"{app}-infeasible-{n}" for app in ("calc", "impress", "writer") for n in (0, 1)]
         + [f"{app}-infeasible-0" for app in ("gimp", "multi", "odt", "os", "text")]
+        + ["chrome-infeasible-0", "chrome-infeasible-1"]
     )
     assert all(task.solution == ("fail()",) for task in infeasible)
     assert 0.06 <= len(infeasible) / len(catalog) <= 0.1

@@ -19,6 +19,10 @@ same. Where ours is deliberately different the test pins the direction (``test_k
   the alpha channel: a fully transparent copy passes) and resizes another size to the gold's (LANCZOS: the
   right picture at twice the size does not come back exact, and fails both); ours compares RGBA, same size.
 
+Chromium's check_font_size, check_history_deleted and exact_match (Do Not Track) are compared on the values OSWorld's
+getters hand its metrics (the profile's webprefs dict; the History database's urls rows; "true" or "false"), from the
+same profile states.
+
 compare_table's ``charts`` is compared with OSWorld's ``chart`` rule (type and direction), its ``filters`` with OSWorld's
 ``filter`` rule (which compares the AutoFilter's XML and no hidden rows: pinned in that test); compare_docx_headers with
 OSWorld's ``has_page_numbers_in_footers`` on the page-number kind's files, where OSWorld's passes any digit in the
@@ -27,8 +31,10 @@ footer (a typed "1", a page count's field) and ours asks for the PAGE field alon
 compare_pptx_files runs with each task's options (the layout kind's ``layouts``: OSWorld's compares no layouts, but
 the shapes a layout places, so the two agree on that kind's files too).
 
-Not compared: compare_docx_headers on the header kind (OSWorld has no header metric), check_file_tree (OSWorld has
-no namesake), compare_docx_bold (OSWorld has no metric that reads which
+Not compared: compare_docx_headers on the header kind (OSWorld has no header metric), check_bookmarks (OSWorld's is_expected_bookmarks checks only the bookmarks bar's folder names or URLs, as
+a set, and reads no checksum: a bookmark renamed, or moved off the bar rather than deleted, is beyond its rules),
+check_chrome_prefs (OSWorld has no startup-pages getter but "is the new tab page the startup page"),
+check_file_tree (OSWorld has no namesake), compare_docx_bold (OSWorld has no metric that reads which
 paragraphs are bold; its docs metrics check fonts, italics at size 14, highlight, strike-through), compare_image_list
 with our options (``format``, ``tolerance``: the GIMP tasks ``scale`` and ``jpeg``; OSWorld's has none), and OSWorld's
 OCR metric
@@ -821,3 +827,72 @@ def test_known_differences(tmp_path):
         ("transparent", False, 1.0),
         ("typed number", False, 1.0),
     ]
+
+
+# ------------------------------------------------------------------------------------------ Chromium
+def osworld_font_getter(preferences: dict) -> dict:
+    """What OSWorld's ``chrome_font_size`` getter hands its metric: the profile's ``webkit.webprefs``, or its defaults."""
+    defaults = {"default_fixed_font_size": 13, "default_font_size": 16, "minimum_font_size": 13}
+    return preferences.get("webkit", {}).get("webprefs", defaults)
+
+
+def test_chromium_metrics_agree_with_osworlds(tmp_path):
+    """check_font_size, check_history_deleted and exact_match (Do Not Track, through our getter) on every Chromium
+    task's rule, against the profile states a play can
+    leave (done, untouched, the wrong slider, another size, one page's history left, a longer URL, another page's), each
+    given to OSWorld's metric as its getter hands it over (the webprefs dict; the urls rows). OSWorld's getters return
+    None for a History file that is not a database, and its metric then raises: a 0, as ours."""
+    from agentgym.envs.gui.osworld import CHROMIUM_PROFILE, load_task
+    from tests.envs.gui.test_generators_chrome import Profile, history
+
+    corpus = Corpus(tmp_path)
+    rng = random.Random(7)
+    for seed in generators.SEEDS:
+        spec, _ = generators.generate("chrome", "font", seed)
+        rule = spec["evaluator"]["expected"]["rules"]
+        size = rule["value"]
+        states = {
+            "done": {"webkit": {"webprefs": {"default_font_size": size, "default_fixed_font_size": 13}}},
+            "untouched": {"browser": {}},
+            "minimum slider": {"webkit": {"webprefs": {"minimum_font_size": size, "default_font_size": 16}}},
+            "another size": {"webkit": {"webprefs": {"default_font_size": rng.choice([9, 13, 30, size + 2])}}},
+        }
+        for label, prefs in states.items():
+            ours = metrics.check_font_size(json.dumps(prefs).encode(), rule)
+            args = [{"value": osworld_font_getter(prefs)}, {"value": rule}]
+            corpus.add(f"font {seed} {label}", ours, {"module": "chrome", "func": "check_font_size", "args": args})
+        spec, _ = generators.generate("chrome", "history", seed)
+        rule = spec["evaluator"]["expected"]["rules"]
+        visited = rule["keywords"]
+        states = {
+            "deleted": [],
+            "untouched": visited,
+            "one left": visited[1:],
+            "a longer URL": [visited[0] + "#top"],
+            "another page": ["file:///home/agent/pages/other.html", "chrome://settings/"],
+        }
+        for label, urls in states.items():
+            database = history(tmp_path, urls)
+            rows = [list(row) for row in metrics.history_urls(database)]
+            ours = metrics.check_history_deleted(database, rule)
+            args = [{"value": rows}, {"value": rule}]
+            corpus.add(
+                f"history {seed} {label}", ours, {"module": "chrome", "func": "check_history_deleted", "args": args}
+            )
+        ours = metrics.check_history_deleted({"History": b"not a database"}, rule)
+        args = [{"value": None}, {"value": rule}]
+        corpus.add(
+            f"history {seed} no database", ours, {"module": "chrome", "func": "check_history_deleted", "args": args}
+        )
+        spec, files = generators.generate("chrome", "dnt", seed)
+        rule, task = spec["evaluator"]["expected"]["rules"], load_task(spec, files)
+        for label, prefs in {
+            "on": {"enable_do_not_track": True},
+            "off": {"enable_do_not_track": False},
+            "unset": {},
+        }.items():
+            ours = task.check(Profile({f"{CHROMIUM_PROFILE}/Preferences": json.dumps(prefs).encode()}))
+            args = [{"value": "true" if prefs.get("enable_do_not_track", {}) else "false"}, {"value": rule}]
+            corpus.add(f"dnt {seed} {label}", ours, {"module": "general", "func": "exact_match", "args": args})
+    assert len(corpus.rows) == 39
+    assert corpus.disagreements() == []

@@ -1,7 +1,10 @@
-"""The real apps (LibreOffice Calc, Writer and Impress, mousepad, GIMP, xterm) in the desktop-apps image: reference solutions through the GUI,
-the accessibility tree, a policy that changes nothing, and fork == replay. The full sweep is marked sweep (`make test-sweeps`)."""
+"""The real apps (LibreOffice Calc, Writer and Impress, mousepad, GIMP, xterm, Chromium) in the desktop-apps image: reference solutions
+through the GUI, the accessibility tree, a policy that changes nothing, Chromium's refused downloads, and fork == replay. The full
+sweep is marked sweep (`make test-sweeps`)."""
 
+import base64
 import os
+import re
 import time
 
 import numpy as np
@@ -32,8 +35,13 @@ def _play(env, steps):
 
 def _solve(env, task_id):
     task = apps_catalog()[task_id]
+    if task.feasible and task.postconfig:
+        # The grade runs the postconfig first (Chromium closes and writes what it held): done() at the start scores 0.
+        env.reset(options={"task_id": task_id})
+        _, reward, _, _, info = env.step("done()")
+        assert reward == 0.0 and info["grade"]["problem"], info["grade"]
     observation, _ = env.reset(options={"task_id": task_id})
-    if task.feasible:
+    if task.feasible and not task.postconfig:
         assert task.check(SandboxFiles(env.desktop)) is not None  # the untouched start does not pass
     _, info = _play(env, task.solution)
     assert info["success"] and info["grade"]["problem"] is None, info["grade"]
@@ -42,9 +50,10 @@ def _solve(env, task_id):
 
 # One task of each family through its app: Writer (docx, odt), mousepad, GIMP (a command from its search), an
 # infeasible one (fail() is right), an archive made in the terminal, a sheet's total carried into a document (two
-# apps), a SUMIF summary (formulas the checker recomputes), and an Impress layout (Slide > Layout from the command
-# search, graded by LibreOffice's layout names; about 25 s). Calc, Writer and Impress are also solved by
-# tests/eval/test_gui_suite.py; the rest (GIMP's dialogs, Writer's table dialog) in the sweep.
+# apps), a SUMIF summary (formulas the checker recomputes), a bookmark renamed in Chromium (graded from its
+# Bookmarks file after a graceful close), and an Impress layout (Slide > Layout from the command search, graded by
+# LibreOffice's layout names; about 25 s). The first Impress task is also solved by tests/eval/test_gui_suite.py;
+# the rest (GIMP's dialogs, Writer's table dialog, Chromium's settings pages) in the sweep.
 @pytest.mark.parametrize(
     "task_id",
     [
@@ -56,6 +65,7 @@ def _solve(env, task_id):
         "os-targz-0",
         "multi-sheet-doc-0",
         "calc-sumif-0",
+        "chrome-rename-0",
         "impress-layout-0",
     ],
 )
@@ -104,10 +114,18 @@ def test_doing_nothing_scores_zero(apps_env):
     assert terminated and reward == 0.0 and info["grade"]["problem"]
 
 
-# Calc with an unsaved edit; and two apps (Writer behind mousepad), forked after alt+Tab there and back (46 s, two
-# desktops with both apps and a fork replaying them: in the sweep, `make test-sweeps`).
+# mousepad with an unsaved edit; Calc with one (a minute: two desktops with Calc and a fork replaying it); two apps
+# (Writer behind mousepad), forked after alt+Tab there and back (46 s); and Chromium with its bookmark editor open
+# (its state is in its memory until it writes its profile). A fork replays the action prefix whatever the app, so
+# the cheapest app stands for them in `make test`, the others in `make test-sweeps`.
 @pytest.mark.parametrize(
-    "task_id, prefix", [("calc-product-1", 2), pytest.param("multi-doc-text-0", 3, marks=pytest.mark.sweep)]
+    "task_id, prefix",
+    [
+        ("text-append-1", 2),
+        pytest.param("calc-product-1", 2, marks=pytest.mark.sweep),
+        pytest.param("multi-doc-text-0", 3, marks=pytest.mark.sweep),
+        pytest.param("chrome-rename-1", 2, marks=pytest.mark.sweep),
+    ],
 )
 def test_fork_equals_replay(desktop_apps_image, task_id, prefix):
     """A fork mid-episode, an unsaved edit or a window switch behind it: its next screens equal a replay's, and both solve."""
@@ -132,6 +150,40 @@ def test_fork_equals_replay(desktop_apps_image, task_id, prefix):
         for env in (original, replayed, fork):
             if env is not None:
                 env.close()
+
+
+def test_chromium_refuses_downloads(apps_env):
+    """A download (a data: URL of bytes, which Chromium would save to ~/Downloads) and "save page as" (ctrl+s, then
+    Return on whatever dialog opens): the managed policy refuses both, and no file is left anywhere the agent can write.
+    (At the start, the page's content is in the accessibility tree: --force-renderer-accessibility.)"""
+    observation, _ = apps_env.reset(options={"task_id": "chrome-bookmark-0"})
+    heading = re.search(r"<h1>(.*)</h1>", next(iter(apps_catalog()["chrome-bookmark-0"].files.values())).decode())[1]
+    tree = observation["text"].split("Accessibility tree (role, name, text, position, size):\n", 1)[1]
+    assert any(row.startswith("heading\t") and heading in row for row in tree.splitlines()), tree[:3000]
+    marker = "agentgym-download-" + "marker"  # the decoded bytes; the URL holds them in base64 only
+    payload = base64.b64encode(marker.encode() * 8).decode()
+    _play(
+        apps_env,
+        [
+            'key("ctrl+l")',
+            f"type('data:application/octet-stream;base64,{payload}')",
+            'key("Return")',
+            "wait(2)",
+            'key("ctrl+s")',
+            "wait(2)",
+            'key("Return")',
+            "wait(2)",
+        ],
+    )
+    code, out, err = apps_env.desktop.sandbox.run_argv(
+        [
+            "sh",
+            "-c",
+            f"grep -rl --binary-files=text {marker} /home/agent /tmp; ls -A /home/agent/Downloads; "
+            "find /home/agent /tmp \\( -name '*.crdownload' -o -name '*.html' \\) -not -path '/home/agent/pages/*' -print",
+        ]
+    )
+    assert out.decode().split() == [], (out, err)
 
 
 def test_a_frozen_app_costs_the_tree_walk_its_time_limit_and_no_more(apps_env):

@@ -4,6 +4,7 @@ A few small games only (each is generated once, ~7–15 s, then cached in $AGENT
 """
 
 import random
+import re
 from concurrent.futures import ThreadPoolExecutor
 from unittest import mock
 
@@ -22,6 +23,8 @@ from tests.helpers.text_worlds import play_agentgym, plays, random_walk  # noqa:
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.jericho.UnsupportedGameWarning")
 
 TASKS = ["test/coin/0", "dev/simple/0", "train/cooking/0"]
+#: The z-machine's status line as jericho prints it after the input prompt: ``>``, padding, ``-= Room =-score/moves``.
+STATUS = re.compile(r">\s+-= [^\n]+ =-\d+/\d+")
 
 
 @pytest.fixture
@@ -102,6 +105,26 @@ def test_observations_admissible_commands_and_the_games_answer_to_nonsense(env):
     assert (reward, terminated, truncated, info["error"]) == (0.0, False, False, None)
 
 
+def test_observations_are_the_games_text_without_its_title_art_and_status_line(env):
+    """Each observation is the text textworld's own environment gives, cut only at its ends: the ASCII-art title before
+    the first (the same in every game) and the z-machine's status line (``-= Room =-score/moves``) after each."""
+    task_id = TASKS[0]
+    gold = walkthrough(*parse_task_id(task_id))
+    observation, _ = env.reset(options={"task_id": task_id})
+    ours = [observation["text"]] + [env.step(action)[0]["text"] for action in gold]
+    game = textworld.start(str(game_file(*parse_task_id(task_id))), textworld.EnvInfos(**tw.INFOS))
+    try:
+        theirs = [game.reset().feedback] + [game.step(action)[0].feedback for action in gold]
+    finally:
+        game.close()
+    assert "$$$$" in theirs[0] and "$$" not in ours[0] and "-= " in ours[0]  # the room's own heading stays
+    for text, raw in zip(ours, theirs, strict=True):
+        start = raw.index(text)
+        before, after = raw[:start], raw[start + len(text) :]
+        assert not re.search("[A-Za-z0-9]", before) and STATUS.fullmatch(after.strip()), (text, raw)
+    assert "*** The End ***" in ours[-1]
+
+
 # ---------------------------------------------------------------------- exact branching
 def test_fork_mid_episode_then_continue_equals_replay_and_replays_nothing(env):
     task_id = TASKS[2]
@@ -180,15 +203,23 @@ def test_look_spam_and_printed_wins_score_nothing():
         env.close()
 
 
-def test_demonstrations_are_the_walkthrough_with_looks_at_the_mistake_rate():
-    env = TextWorldEnv(tasks=TASKS[2:])
-    gold = walkthrough(*parse_task_id(TASKS[2]))
-    assert env.demonstration_replies(TASKS[2]) == gold
-    noisy = env.demonstration_replies(TASKS[2], 0.5, random.Random(0))
-    assert len(noisy) == len(gold) and 0 < noisy.count("look") - gold.count("look") < len(gold)
-    assert all(step in (kept, "look") for step, kept in zip(noisy, gold, strict=True))
-    with pytest.raises(ValueError, match="needs an rng"):
-        env.demonstration_replies(TASKS[2], 0.5)
+def test_demonstrations_are_the_walkthrough_with_looks_before_steps_at_the_mistake_rate():
+    env = TextWorldEnv(tasks=TASKS[2:], max_turns=100)
+    try:
+        gold = walkthrough(*parse_task_id(TASKS[2]))
+        assert env.demonstration_replies(TASKS[2]) == gold
+        noisy = env.demonstration_replies(TASKS[2], 0.5, random.Random(0))
+        added = len(noisy) - len(gold)
+        assert 0 < added < len(gold) and noisy.count("look") - gold.count("look") == added
+        # Every step is still played, in order, from the state it was made for: the dawdling play still wins.
+        rest = iter(noisy)
+        assert all(any(step == reply for reply in rest) for step in gold)
+        results, info = play_agentgym(env, TASKS[2], noisy)
+        assert len(results) == len(noisy) and info["success"]
+        with pytest.raises(ValueError, match="needs an rng"):
+            env.demonstration_replies(TASKS[2], 0.5)
+    finally:
+        env.close()
 
 
 def test_interpreter_escapes_and_several_lines_are_refused_and_the_game_goes_on(env):

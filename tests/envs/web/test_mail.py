@@ -17,9 +17,9 @@ TASKS = app_tasks("mail")
 BY_TEMPLATE = defaultdict(list)
 for _task in TASKS.values():
     BY_TEMPLATE[_task.template].append(_task.id)
-#: The first and (marked slow, for `-m "not slow"`) the last instance of every template.
+#: The first instance of every template in `make test`; the last too in `make test-sweeps`.
 SOLVED = [ids[0] for ids in BY_TEMPLATE.values()] + [
-    pytest.param(ids[-1], marks=pytest.mark.slow) for ids in BY_TEMPLATE.values()
+    pytest.param(ids[-1], marks=pytest.mark.sweep) for ids in BY_TEMPLATE.values()
 ]
 FIRST = next(iter(TASKS))
 

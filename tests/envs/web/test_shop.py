@@ -22,9 +22,10 @@ TASKS = app_tasks("shop")
 BY_TEMPLATE = {}
 for _task in TASKS.values():
     BY_TEMPLATE.setdefault(_task.template, []).append(_task.id)
-# Every template's first instance; its last one too, marked slow (a reset opens a fresh browser context).
+# Every template's first instance in `make test`; its last one too in `make test-sweeps` (a reset opens a fresh
+# browser context).
 SAMPLED = [ids[0] for ids in BY_TEMPLATE.values()] + [
-    pytest.param(ids[-1], marks=pytest.mark.slow) for ids in BY_TEMPLATE.values() if len(ids) > 1
+    pytest.param(ids[-1], marks=pytest.mark.sweep) for ids in BY_TEMPLATE.values() if len(ids) > 1
 ]
 
 

@@ -23,7 +23,16 @@ NEEDS_DOCKER = {
 }
 
 
-@pytest.fixture(params=ENV_IDS)
+# The desktop-apps env's contract checks draw their task by seed, and seed 0 is now a two-app task (Calc and Impress):
+# a minute each, and the random replies were seen to fail once on `fail` (hypothesis: FlakyFailure) while a warm
+# desktop was left checked out at session end in one rehearsal; both under investigation (the closing note of stop
+# 44), so they run in `make test-sweeps` until then. test_real_apps.py plays that env's contract through its apps.
+SWEPT = {"agentgym/gui.desktop-apps-v0"}
+
+
+@pytest.fixture(
+    params=[pytest.param(env_id, marks=pytest.mark.sweep) if env_id in SWEPT else env_id for env_id in ENV_IDS]
+)
 def env(request):
     if request.param in NEEDS_DOCKER:
         request.getfixturevalue("docker_ready")

@@ -138,6 +138,11 @@ def bookmarks_file(bar: list[tuple[str, str]]) -> bytes:
     return json.dumps({"roots": roots, "version": 1}, indent=1).encode()
 
 
+def _open_settings(page: str) -> list[str]:
+    """The steps that open Chromium's settings page ``page`` from the omnibox and let it render."""
+    return [_key("ctrl+l"), _type(f"chrome://settings/{page}"), _key("Return"), "wait(2)"]
+
+
 def _spec(
     task_id: str,
     instruction: str,
@@ -212,10 +217,7 @@ def _chrome(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
         instruction = f"Change Chromium's default font size (Settings, Appearance, Customize fonts) to {size}."
         # The fonts page opens with the focus on its back arrow; Tab reaches the font-size slider.
         steps = [
-            _key("ctrl+l"),
-            _type("chrome://settings/fonts"),
-            _key("Return"),
-            "wait(2)",
+            *_open_settings("fonts"),
             _key("Tab"),
             _key(*["Right" if moves > 0 else "Left"] * abs(moves)),
         ]
@@ -231,10 +233,7 @@ def _chrome(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
         # cookie radio group, its expand button and the related-sites toggle) reach the Do Not Track toggle, whose
         # confirmation dialog opens with the focus on Confirm (Chromium 150's page, as the image has it).
         steps = [
-            _key("ctrl+l"),
-            _type("chrome://settings/cookies"),
-            _key("Return"),
-            "wait(2)",
+            *_open_settings("cookies"),
             _key(*["Tab"] * 7, "space"),
             "wait(1)",
             _key("Return"),
@@ -252,10 +251,7 @@ def _chrome(kind: str, seed: int) -> tuple[dict, dict[str, bytes]]:
         # is managed" link (the image's policies), Tab to the radio group, Down Down to "Open a specific page or set of
         # pages", Tab to "Add a new page", Return: its dialog.
         steps = [
-            _key("ctrl+l"),
-            _type("chrome://settings/onStartup"),
-            _key("Return"),
-            "wait(2)",
+            *_open_settings("onStartup"),
             _key("Tab", "Tab", "Tab", "Down", "Down"),
             "wait(1)",
             _key("Tab", "Return"),

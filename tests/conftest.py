@@ -116,7 +116,7 @@ def desktop_apps_image(docker_ready):
 
 
 def _assert_no_containers_left():
-    from agentgym.sandbox import engine, labels, pool
+    from agentgym.sandbox import cleanup, engine, labels, pool
 
     pool.default_pool().shutdown()  # idle warm containers are meant to live until exit
     # An env a test dropped without close() is closed by its finalizer when it is collected, and the
@@ -126,4 +126,5 @@ def _assert_no_containers_left():
     while (left := engine.api().containers(all=True, filters=labels.session_filter())) and time.monotonic() < deadline:
         time.sleep(0.5)
     described = [(c["Id"][:12], c["Image"], c["Labels"].get(labels.KIND), c["Status"]) for c in left]
-    assert not left, f"sandbox containers left by this test session: {described}"
+    failed = {cid[:12]: why for cid, why in cleanup.failed_removals().items()}
+    assert not left, f"sandbox containers left by this test session: {described}; removals that failed: {failed}"

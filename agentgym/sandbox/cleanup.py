@@ -25,6 +25,7 @@ from agentgym.extras import requires
 
 with requires("sandbox"):
     import docker.errors
+    import requests.exceptions
 
 from agentgym.sandbox import engine, labels
 
@@ -40,10 +41,13 @@ class _Tracked:
         self.images: dict[str, str] = {}  # snapshot image id -> the image it was committed on top of
         self.users: dict[str, int] = {}  # snapshot image id -> our containers and child snapshots using it
         self.released: set[str] = set()
+        self.failed: dict[str, str] = {}  # container id -> why its removal was given up on (remove_container)
 
 
 _tracked = _Tracked()
 _tracked_pid = os.getpid()
+# Tries per removal (0.5, 1 and 2 s apart) before giving up on what the engine keeps refusing.
+REMOVE_TRIES = 4
 _shutdown_hooks: weakref.WeakSet = weakref.WeakSet()  # objects with .shutdown(), e.g. warm pools
 _cleaning = False
 
@@ -78,20 +82,48 @@ def track_snapshot(image_id: str, parent: str) -> None:
 
 
 def remove_container(container_id: str) -> None:
-    """Force-remove a container (gone already is fine) and then free the images it alone kept alive."""
-    try:
-        engine.api().remove_container(container_id, force=True)
-    except docker.errors.NotFound:
-        pass
-    except docker.errors.APIError as exc:
-        # A container that stopped is being removed by the engine itself (auto_remove, see the leases).
-        if exc.status_code != 409 or "already in progress" not in str(exc):
-            raise
+    """Force-remove a container (gone already is fine) and then free the images it alone kept alive.
+
+    What a busy engine refuses for a while (a kill whose exit event came late, a mount still busy, a timeout) is
+    tried again, :data:`REMOVE_TRIES` times in all; then the error is raised and recorded
+    (:func:`failed_removals`), the container's lease is no longer renewed (it ends within one lease and the
+    engine removes it) and the exit sweep tries once more."""
+    for attempt in range(REMOVE_TRIES):
+        try:
+            engine.api().remove_container(container_id, force=True)
+            break
+        except docker.errors.NotFound:
+            break
+        except docker.errors.APIError as exc:
+            # A container that stopped is being removed by the engine itself (auto_remove, see the leases).
+            if exc.status_code == 409 and "already in progress" in str(exc):
+                break
+            if (exc.status_code is not None and exc.status_code < 500) or attempt == REMOVE_TRIES - 1:
+                _give_up(container_id, exc)
+                raise
+        except requests.exceptions.RequestException as exc:
+            if attempt == REMOVE_TRIES - 1:
+                _give_up(container_id, exc)
+                raise
+        time.sleep(0.5 * 2**attempt)
     with _lock:
         image = _state().containers.pop(container_id, None)
         _state().leases.pop(container_id, None)
+        _state().failed.pop(container_id, None)
     if image is not None:
         _drop_user(image)
+
+
+def _give_up(container_id: str, exc: Exception) -> None:
+    with _lock:
+        _state().leases.pop(container_id, None)
+        _state().failed[container_id] = f"{type(exc).__name__}: {exc}"
+
+
+def failed_removals() -> dict[str, str]:
+    """Containers whose removal this process gave up on (id -> the engine's last answer), until one succeeds."""
+    with _lock:
+        return dict(_state().failed)
 
 
 def release_image(image_id: str) -> None:

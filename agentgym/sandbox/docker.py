@@ -251,9 +251,11 @@ class DockerSandbox:
         sandbox._adopt(prepared)
         try:
             sandbox._receive(container_id, diff)
-        except (SandboxError, OSError):  # e.g. the pooled container died meanwhile
+        except BaseException as exc:
             sandbox.close(wait=False)
-            return None
+            if isinstance(exc, (SandboxError, OSError)):  # e.g. the pooled container died meanwhile
+                return None
+            raise
         return sandbox
 
     def _adopt(self, prepared: object) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -29,6 +31,7 @@ MAX_CONNECTIONS = 64
 API_TIMEOUT_S = 300
 BACKGROUND_WORKERS = 8
 
+log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _api: docker.APIClient | None = None
 _executor: ThreadPoolExecutor | None = None
@@ -61,9 +64,17 @@ def started() -> bool:
 
 
 def submit(fn: Callable, *args) -> Future:
-    """Run an engine call (a container start, a removal) in the background."""
+    """Run an engine call (a container start, a removal) in the background; a failure nobody asks the future for
+    is logged, not lost."""
     api()
-    return _executor.submit(fn, *args)
+    future = _executor.submit(fn, *args)
+    future.add_done_callback(functools.partial(_log_failure, fn))
+    return future
+
+
+def _log_failure(fn: Callable, future: Future) -> None:
+    if not future.cancelled() and (exc := future.exception()) is not None:
+        log.warning("background engine call %s failed: %s: %s", getattr(fn, "__name__", fn), type(exc).__name__, exc)
 
 
 def explain(exc: docker.errors.APIError) -> str:

@@ -10,6 +10,7 @@ container, a reset's or a fork's, does not pay for that either.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -123,7 +124,8 @@ class WarmPool:
         if worker is not None and worker is not threading.current_thread():
             worker.join(timeout=60)
         for container_id in idle:
-            cleanup.remove_container(container_id)
+            with contextlib.suppress(Exception):  # recorded (cleanup.failed_removals); its lease ends it
+                cleanup.remove_container(container_id)
 
     def __enter__(self) -> WarmPool:
         return self
@@ -170,8 +172,9 @@ class WarmPool:
                 self._starting[key] -= 1
                 if container_id is None:
                     self._ready.pop(key, None)  # stop retrying a failing image until it is asked for again
-                elif self._closed:
-                    cleanup.remove_container(container_id)  # at exit the executor takes no more work
+                elif self._closed:  # at exit the executor takes no more work
+                    with contextlib.suppress(Exception):  # recorded (cleanup.failed_removals); its lease ends it
+                        cleanup.remove_container(container_id)
                 elif key not in self._ready:  # evicted while it started
                     engine.submit(cleanup.remove_container, container_id)
                 else:
@@ -187,7 +190,8 @@ class WarmPool:
             start_container(container_id)
         except Exception:  # noqa: BLE001 - take() then finds none ready: the cold start reports the error
             if container_id is not None:
-                cleanup.remove_container(container_id)
+                with contextlib.suppress(Exception):  # recorded (cleanup.failed_removals); its lease ends it
+                    cleanup.remove_container(container_id)
             time.sleep(1.0)  # do not spin on an engine that keeps failing
             return None, None
         try:

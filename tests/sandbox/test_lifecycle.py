@@ -7,6 +7,7 @@ import sys
 import textwrap
 import time
 
+import docker.errors
 import pytest
 
 from agentgym.sandbox import cleanup, engine, images, labels
@@ -197,3 +198,52 @@ def test_a_lease_is_a_whole_number_of_seconds_of_at_least_three():
     for bad in (0, 2, 2.5, None):
         with pytest.raises(ValueError, match="lease must be"):
             SandboxConfig(lease=bad)
+
+
+class _RefusingEngine:
+    """The real engine client, except that its first ``refusals`` removals fail as a busy engine's do (HTTP 500:
+    "tried to kill container, but did not receive an exit event"). Simulated: the real engine cannot be made to
+    refuse on demand; the container itself is real and the real engine removes it in the end."""
+
+    def __init__(self, client, refusals: int):
+        self._client, self.refusals, self.calls = client, refusals, 0
+
+    def remove_container(self, container_id, **kwargs):
+        self.calls += 1
+        if self.calls <= self.refusals:
+            raise docker.errors.APIError("refused", response=_Response(500), explanation="no exit event")
+        return self._client.remove_container(container_id, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
+class _Response:
+    def __init__(self, status_code: int):
+        self.status_code, self.reason, self.url = status_code, "", ""
+
+
+def test_a_removal_the_engine_refuses_for_a_while_is_tried_again(docker_ready, monkeypatch):
+    box = DockerSandbox.create(docker_ready, warm=False)
+    box.exec("true")
+    refusing = _RefusingEngine(engine.api(), refusals=2)
+    monkeypatch.setattr(engine, "api", lambda: refusing)
+    box.close()
+    assert refusing.calls == 3 and not _exists(box.id)
+    assert box.id not in cleanup.failed_removals()
+
+
+def test_a_removal_given_up_on_is_recorded_and_its_lease_left_to_lapse(docker_ready, monkeypatch):
+    box = DockerSandbox.create(docker_ready, warm=False)
+    box.exec("true")
+    real = engine.api()
+    refusing = _RefusingEngine(real, refusals=cleanup.REMOVE_TRIES)
+    monkeypatch.setattr(engine, "api", lambda: refusing)
+    with pytest.raises(docker.errors.APIError):
+        cleanup.remove_container(box.id)
+    assert refusing.calls == cleanup.REMOVE_TRIES
+    assert "no exit event" in cleanup.failed_removals()[box.id]
+    assert box.id not in cleanup._state().leases  # no longer renewed: the lease ends it if nothing else does
+    monkeypatch.setattr(engine, "api", lambda: real)
+    cleanup.remove_container(box.id)  # the exit sweep's try, which the engine now takes
+    assert not _exists(box.id) and box.id not in cleanup.failed_removals()

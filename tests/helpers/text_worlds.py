@@ -1,8 +1,11 @@
 """Plays and checks the text-world tests share: an episode through agentgym, the random and mutated plays the
-agreement tests compare with each package's own engine, and the replay families' (ScienceWorld, TextWorldExpress)
-fork and pooled-engine checks."""
+agreement tests compare with each package's own engine, the dawdling-demonstration check (TextWorld,
+TextWorldExpress), and the replay families' (ScienceWorld, TextWorldExpress) fork and pooled-engine checks."""
+
+import random
 
 import gymnasium
+import pytest
 
 from agentgym.envs.text import jvm
 
@@ -46,6 +49,26 @@ def plays(gold, walk, rng):
         "swapped": swapped,
         "repeated": gold[: i + 1] + gold[i:],
     }
+
+
+def check_dawdling_demonstration(make_env, task_id, gold, idle):
+    """A demonstration of ``task_id`` is the ``gold`` path; with a mistake rate, ``idle`` commands before some of its
+    steps and nothing else (every step still played, in order, from the state it was made for), and that dawdling
+    play still wins; a mistake rate without an rng is refused."""
+    env = make_env(tasks=[task_id], max_turns=100)
+    try:
+        assert env.demonstration_replies(task_id) == gold
+        noisy = env.demonstration_replies(task_id, 0.5, random.Random(0))
+        added = len(noisy) - len(gold)
+        assert 0 < added < len(gold) and noisy.count(idle) - gold.count(idle) == added
+        rest = iter(noisy)
+        assert all(any(step == reply for reply in rest) for step in gold)
+        results, info = play_agentgym(env, task_id, noisy)
+        assert len(results) == len(noisy) and info["success"]
+        with pytest.raises(ValueError, match="needs an rng"):
+            env.demonstration_replies(task_id, 0.5)
+    finally:
+        env.close()
 
 
 def check_fork_equals_replay(env, task_id, gold, cut):

@@ -358,17 +358,22 @@ def _tables(data: bytes) -> list[list[list[str]]]:
     return [[[cell.text.strip() for cell in row.cells] for row in table.rows] for table in _document(data).tables]
 
 
-def compare_docx_tables(result: bytes | None, expected: bytes) -> str | None:
-    """The document's tables (count, shape, cell texts) equal the gold document's."""
-    if result is None:
-        return "the document was not saved where the task asked"
+def _compare_docx(result: bytes | None, expected: bytes, extract: Callable[[bytes], Any], what: str) -> str | None:
+    """None where ``extract`` (a docx's bytes to something comparable) gives the same for the result file as for
+    the gold one, else why not: the result is missing, unsaved or unreadable (``_read_docx``'s message), or
+    ``what`` differs."""
     _, problem = _read_docx(result)
     if problem:
         return problem
-    got, want = _tables(result), _tables(expected)
+    got, want = extract(result), extract(expected)
     if got != want:
-        return f"the document's tables are {got!r}, expected {want!r}"
+        return f"{what} are {got!r}, expected {want!r}"
     return None
+
+
+def compare_docx_tables(result: bytes | None, expected: bytes) -> str | None:
+    """The document's tables (count, shape, cell texts) equal the gold document's."""
+    return _compare_docx(result, expected, _tables, "the document's tables")
 
 
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
@@ -427,13 +432,7 @@ def _headers_footers(data: bytes) -> list[tuple[list[str], list[str]]]:
 
 def compare_docx_headers(result: bytes | None, expected: bytes) -> str | None:
     """The sections' page headers and footers (their paragraphs' texts, fields as fields) equal the gold document's."""
-    _, problem = _read_docx(result)
-    if problem:
-        return problem
-    got, want = _headers_footers(result), _headers_footers(expected)
-    if got != want:
-        return f"the (header, footer) paragraphs per section are {got!r}, expected {want!r}"
-    return None
+    return _compare_docx(result, expected, _headers_footers, "the (header, footer) paragraphs per section")
 
 
 def _bold(paragraph) -> bool:

@@ -98,11 +98,20 @@ class Corpus:
         self.rows.append((label, ours, case))
 
     def pair(self, label, metric, result: bytes | None, expected: bytes, suffix, module, func, options=None):
-        """A (result, gold) file pair, both metrics given paths (OSWorld's ``vm_file`` / ``local_file``)."""
+        """A (result, gold) file pair, both metrics given paths (OSWorld's ``vm_file`` / ``local_file``); returns
+        our metric's verdict."""
         args = [{"path": self.path(result, suffix)}, {"path": self.path(expected, suffix)}]
-        self.add(
-            label, metric(result, expected), {"module": module, "func": func, "args": args, "options": options or {}}
-        )
+        ours = metric(result, expected)
+        self.add(label, ours, {"module": module, "func": func, "args": args, "options": options or {}})
+        return ours
+
+    def table(self, label, result: bytes | None, expected: bytes, rule: dict | None = None, **options):
+        """A workbook pair: ours is compare_table with ``options`` (``styles``, ``charts``, ...), OSWorld's is its
+        compare_table with TABLE_RULES and ``rule`` (the OSWorld rule that checks what the option does); returns
+        our metric's verdict."""
+        rules = {"rules": [*TABLE_RULES["rules"], *([rule] if rule else [])]}
+        ours = functools.partial(metrics.compare_table, **options)
+        return self.pair(label, ours, result, expected, ".xlsx", "table", "compare_table", rules)
 
     def disagreements(self) -> list[tuple[str, bool, object]]:
         """(label, ours passes, OSWorld's score) for every file the two judge differently."""
@@ -168,16 +177,7 @@ def test_compare_table_agrees_with_osworlds(tmp_path):
             variants = {"gold": gold, "input": start, "empty": saved(empty), "zero bytes": b"", "missing": None}
             variants |= sheet_mutations(gold, rng)
             for name, data in variants.items():
-                corpus.pair(
-                    f"calc-{kind}-{seed} {name}",
-                    metrics.compare_table,
-                    data,
-                    gold,
-                    ".xlsx",
-                    "table",
-                    "compare_table",
-                    TABLE_RULES,
-                )
+                corpus.table(f"calc-{kind}-{seed} {name}", data, gold)
     assert len(corpus.rows) == 10 * 3 * len(generators.CALC_KINDS)
     assert corpus.disagreements() == []
 
@@ -224,23 +224,9 @@ def test_compare_table_styles_agree_with_osworlds_style_rule(tmp_path):
             start, gold = task_files(spec, files)
             variants = {"gold": gold, "input": start} | style_mutations(gold, random.Random(f"{kind}-{seed}"))
             for props in (["font_bold"], ["number_format"], ["font_bold", "number_format"]):
-                rules = {
-                    "rules": [
-                        *TABLE_RULES["rules"],
-                        {"type": "style", "sheet_idx0": "RI0", "sheet_idx1": "EI0", "props": props},
-                    ]
-                }
+                rule = {"type": "style", "sheet_idx0": "RI0", "sheet_idx1": "EI0", "props": props}
                 for name, data in variants.items():
-                    corpus.pair(
-                        f"calc-{kind}-{seed} {name} {props}",
-                        functools.partial(metrics.compare_table, styles=props),
-                        data,
-                        gold,
-                        ".xlsx",
-                        "table",
-                        "compare_table",
-                        rules,
-                    )
+                    corpus.table(f"calc-{kind}-{seed} {name} {props}", data, gold, rule, styles=props)
     verdicts = [ours is None for _, ours, _ in corpus.rows]
     assert verdicts.count(True) >= 20 and verdicts.count(False) >= 60  # both ways, many times
     assert corpus.disagreements() == []
@@ -298,16 +284,7 @@ def test_compare_table_charts_agree_with_osworlds_chart_rule(tmp_path):
         props = ["type"] if kind == "line" else ["type", "direction"]
         rule = {"type": "chart", "sheet_idx0": "RI0", "sheet_idx1": "EI0", "chart_props": props}
         for name, data in variants.items():
-            corpus.pair(
-                f"calc-chart-{seed} {name}",
-                functools.partial(metrics.compare_table, charts=True),
-                data,
-                gold,
-                ".xlsx",
-                "table",
-                "compare_table",
-                {"rules": [*TABLE_RULES["rules"], rule]},
-            )
+            corpus.table(f"calc-chart-{seed} {name}", data, gold, rule, charts=True)
     verdicts = [ours is None for _, ours, _ in corpus.rows]
     assert verdicts.count(True) == 6 and verdicts.count(False) >= 24
     assert corpus.disagreements() == []
@@ -364,12 +341,9 @@ def test_compare_table_filters_agree_with_osworlds_filter_rule(tmp_path):
         rule = {"type": "filter", "sheet_idx0": "RI0", "sheet_idx1": "EI0"}
         for name, (data, agree) in variants.items():
             label = f"calc-filter-{seed} {name}"
-            ours = functools.partial(metrics.compare_table, filters=True)
-            corpus.pair(
-                label, ours, data, gold, ".xlsx", "table", "compare_table", {"rules": [*TABLE_RULES["rules"], rule]}
-            )
+            ours = corpus.table(label, data, gold, rule, filters=True)
             if not agree:
-                known.append((label, ours(data, gold) is None, 0.0 if ours(data, gold) is None else 1.0))
+                known.append((label, ours is None, 0.0 if ours is None else 1.0))
     assert sorted(corpus.disagreements()) == sorted(known)
 
 
@@ -784,19 +758,8 @@ def test_known_differences(tmp_path):
     padded = saved(book)
     options = spec["evaluator"]["options"][0]
     # The gold file holds the right number typed, not a formula: OSWorld's passes it, ours (asked for a formula) not.
-    corpus.pair(
-        "typed number",
-        lambda r, e: metrics.compare_table(r, e, **options),
-        gold,
-        gold,
-        ".xlsx",
-        "table",
-        "compare_table",
-        TABLE_RULES,
-    )
-    corpus.pair(
-        "label with a space", metrics.compare_table, padded, gold, ".xlsx", "table", "compare_table", TABLE_RULES
-    )
+    corpus.table("typed number", gold, gold, **options)
+    corpus.table("label with a space", padded, gold)
     spec, files = generators.generate("writer", "append", 0)
     _, gold_doc = task_files(spec, files)
     texts = [p.text for p in docx.Document(io.BytesIO(gold_doc)).paragraphs]

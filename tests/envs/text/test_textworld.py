@@ -17,7 +17,7 @@ pytest.importorskip("jericho")
 from agentgym.envs.text import textworld as tw  # noqa: E402
 from agentgym.envs.text.textworld import TextWorldEnv, game_file, parse_task_id, walkthrough  # noqa: E402
 from agentgym.task import call_text  # noqa: E402
-from tests.helpers.text_worlds import play_agentgym, plays, random_walk  # noqa: E402
+from tests.helpers.text_worlds import check_dawdling_demonstration, play_agentgym, plays, random_walk  # noqa: E402
 
 # jericho warns that it cannot read the score of a game it does not know; TextWorld reads its own.
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.jericho.UnsupportedGameWarning")
@@ -204,22 +204,7 @@ def test_look_spam_and_printed_wins_score_nothing():
 
 
 def test_demonstrations_are_the_walkthrough_with_looks_before_steps_at_the_mistake_rate():
-    env = TextWorldEnv(tasks=TASKS[2:], max_turns=100)
-    try:
-        gold = walkthrough(*parse_task_id(TASKS[2]))
-        assert env.demonstration_replies(TASKS[2]) == gold
-        noisy = env.demonstration_replies(TASKS[2], 0.5, random.Random(0))
-        added = len(noisy) - len(gold)
-        assert 0 < added < len(gold) and noisy.count("look") - gold.count("look") == added
-        # Every step is still played, in order, from the state it was made for: the dawdling play still wins.
-        rest = iter(noisy)
-        assert all(any(step == reply for reply in rest) for step in gold)
-        results, info = play_agentgym(env, TASKS[2], noisy)
-        assert len(results) == len(noisy) and info["success"]
-        with pytest.raises(ValueError, match="needs an rng"):
-            env.demonstration_replies(TASKS[2], 0.5)
-    finally:
-        env.close()
+    check_dawdling_demonstration(TextWorldEnv, TASKS[2], walkthrough(*parse_task_id(TASKS[2])), "look")
 
 
 def test_interpreter_escapes_and_several_lines_are_refused_and_the_game_goes_on(env):

@@ -16,6 +16,7 @@ from agentgym.eval.suites import load_suite  # noqa: E402
 from agentgym.rollout.agent import AgentConfig  # noqa: E402
 from agentgym.task import call_text  # noqa: E402
 from tests.helpers.text_worlds import (  # noqa: E402
+    check_dawdling_demonstration,
     check_engines_are_reused,
     check_fork_equals_replay,
     kill_the_jvm_then_reset,
@@ -156,19 +157,7 @@ def test_look_spam_and_printed_wins_score_nothing():
 
 
 def test_demonstrations_are_the_gold_path_with_looks_before_steps_at_the_mistake_rate():
-    env = TextWorldExpressEnv(tasks=TASKS[:1], max_turns=100)
-    try:
-        gold = gold_path(*parse_task_id(TASKS[0]))
-        assert env.demonstration_replies(TASKS[0]) == gold
-        noisy = env.demonstration_replies(TASKS[0], 0.5, random.Random(0))
-        added = len(noisy) - len(gold)
-        assert 0 < added < len(gold) and noisy.count("look around") - gold.count("look around") == added
-        rest = iter(noisy)  # every step still played, in order: the dawdling play still wins
-        assert all(any(step == reply for reply in rest) for step in gold)
-        results, info = play_agentgym(env, TASKS[0], noisy)
-        assert len(results) == len(noisy) and info["success"]
-    finally:
-        env.close()
+    check_dawdling_demonstration(TextWorldExpressEnv, TASKS[0], gold_path(*parse_task_id(TASKS[0])), "look around")
 
 
 # ---------------------------------------------------------------------- eval suite

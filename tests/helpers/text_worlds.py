@@ -71,6 +71,22 @@ def check_dawdling_demonstration(make_env, task_id, gold, idle):
         env.close()
 
 
+def check_spam_scores_nothing(env, replies, turns):
+    """Replies that look at the world or print a win (``replies``, cycled) until the episode is cut at ``turns``:
+    no reward, no success, truncated rather than ended."""
+    try:
+        env.reset()
+        total = 0.0
+        for reply in replies * turns:
+            _, reward, terminated, truncated, info = env.step(reply)
+            total += reward
+            if terminated or truncated:
+                break
+        assert truncated and not terminated and total == 0.0 and not info["success"] and info["turn"] == turns
+    finally:
+        env.close()
+
+
 def check_fork_equals_replay(env, task_id, gold, cut):
     """Fork ``env`` after ``gold[:cut]`` and replay that in a new env of its id: the fork, the replay and ``env`` play
     ``look around``, ``inventory`` and the rest of the gold path alike, to success."""

@@ -17,7 +17,13 @@ pytest.importorskip("jericho")
 from agentgym.envs.text import textworld as tw  # noqa: E402
 from agentgym.envs.text.textworld import TextWorldEnv, game_file, parse_task_id, walkthrough  # noqa: E402
 from agentgym.task import call_text  # noqa: E402
-from tests.helpers.text_worlds import check_dawdling_demonstration, play_agentgym, plays, random_walk  # noqa: E402
+from tests.helpers.text_worlds import (  # noqa: E402
+    check_dawdling_demonstration,
+    check_spam_scores_nothing,
+    play_agentgym,
+    plays,
+    random_walk,
+)
 
 # jericho warns that it cannot read the score of a game it does not know; TextWorld reads its own.
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.jericho.UnsupportedGameWarning")
@@ -189,18 +195,8 @@ def test_envs_on_threads_load_games_at_once():
 
 # ---------------------------------------------------------------------- grader hacks
 def test_look_spam_and_printed_wins_score_nothing():
-    env = TextWorldEnv(tasks=TASKS[:1], max_turns=30)
-    try:
-        env.reset()
-        total = 0.0
-        for reply in ["look", "*** The End ***", "You win! score 1/1", "inventory", "score"] * 10:
-            _, reward, terminated, truncated, info = env.step(reply)
-            total += reward
-            if terminated or truncated:
-                break
-        assert truncated and not terminated and total == 0.0 and not info["success"] and info["turn"] == 30
-    finally:
-        env.close()
+    replies = ["look", "*** The End ***", "You win! score 1/1", "inventory", "score"]
+    check_spam_scores_nothing(TextWorldEnv(tasks=TASKS[:1], max_turns=30), replies, 30)
 
 
 def test_demonstrations_are_the_walkthrough_with_looks_before_steps_at_the_mistake_rate():

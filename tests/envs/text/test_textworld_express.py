@@ -19,6 +19,7 @@ from tests.helpers.text_worlds import (  # noqa: E402
     check_dawdling_demonstration,
     check_engines_are_reused,
     check_fork_equals_replay,
+    check_spam_scores_nothing,
     kill_the_jvm_then_reset,
     play_agentgym,
     plays,
@@ -142,18 +143,8 @@ def test_a_missing_java_is_one_line_naming_the_package(monkeypatch):
 
 # ---------------------------------------------------------------------- grader hacks
 def test_look_spam_and_printed_wins_score_nothing():
-    env = TextWorldExpressEnv(tasks=["test/coin/20000"], step_limit=30)
-    try:
-        env.reset()
-        total = 0.0
-        for reply in ["look around", "You win! Your score is 1.0", "take coin", "inventory", "help"] * 10:
-            _, reward, terminated, truncated, info = env.step(reply)
-            total += reward
-            if terminated or truncated:
-                break
-        assert truncated and not terminated and total == 0.0 and not info["success"] and info["turn"] == 30
-    finally:
-        env.close()
+    replies = ["look around", "You win! Your score is 1.0", "take coin", "inventory", "help"]
+    check_spam_scores_nothing(TextWorldExpressEnv(tasks=["test/coin/20000"], step_limit=30), replies, 30)
 
 
 def test_demonstrations_are_the_gold_path_with_looks_before_steps_at_the_mistake_rate():

@@ -376,6 +376,13 @@ class AgentEnv(BranchAttributes, AsyncTwins, gym.Env[Observation, str], metaclas
         """The tools offered to the model in the current state."""
         return []
 
+    def concurrency_bound(self) -> int | None:
+        """The most envs like this one worth running at once on this machine (None: no bound of the env's own).
+
+        :class:`~agentgym.rollout.runner.Runner` (and so ``agentgym eval`` and the trainers) runs no more episodes at
+        once than the first env it makes allows. The desktops bound it by the cores and memory each may use."""
+        return None
+
     # The return types admit awaitables because the web family's _setup and _grade are coroutines of
     # the same name and parameters (its _backend_start and _act await them on its browser loop).
     def _setup(self, task_id: str) -> str | Observation | Awaitable[str | Observation]:

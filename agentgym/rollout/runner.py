@@ -85,7 +85,8 @@ class RunnerConfig:
 
     Attributes:
         concurrency: the most episodes in flight at once (and the most envs open, wedged ones
-            being closed aside).
+            being closed aside); fewer where the env bounds it (:meth:`AgentEnv.concurrency_bound`:
+            the desktops, by the machine's cores and memory).
         episode_timeout: seconds an episode may run, summed over the calls it is worked on in
             (``None``: no limit).
         max_env_retries: how many times a task is retried on another env after an env failure.
@@ -185,6 +186,13 @@ class _Failed(Exception):
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+def _concurrency_bound(env: AgentEnv) -> int | None:
+    """The env's own bound on how many run at once (:meth:`AgentEnv.concurrency_bound`), through any wrappers; None
+    for an env without one (a remote env's proxy: its envs run elsewhere)."""
+    bound = getattr(getattr(env, "unwrapped", env), "concurrency_bound", None)
+    return bound() if callable(bound) else None
 
 
 class _Call:
@@ -339,8 +347,13 @@ class Runner:
         try:
             if progress is not None:
                 progress.start()
+            workers = min(self.config.concurrency, len(items))
+            if workers > 1:  # no more at once than the env allows (its concurrency_bound), learned from the first
+                env = await call.acquire()
+                call.release(env)
+                workers = min(workers, _concurrency_bound(env) or workers)
             async with asyncio.TaskGroup() as group:
-                for _ in range(min(self.config.concurrency, len(items))):
+                for _ in range(workers):
                     group.create_task(self._worker(call))
         except BaseException:
             for item in items:

@@ -15,6 +15,7 @@ from agentgym.extras import requires
 
 with requires("sandbox"):
     import docker.errors
+    import docker.utils
     import requests.exceptions
 
 from agentgym.sandbox import cleanup, disk, engine, labels
@@ -26,6 +27,7 @@ __all__ = [
     "ROOT_KEEPALIVE",
     "SandboxConfig",
     "container_running",
+    "containers_that_fit",
     "create_container",
     "lease_step",
     "start_container",
@@ -187,3 +189,16 @@ def container_running(container_id: str) -> bool:
         return bool(engine.api().inspect_container(container_id)["State"].get("Running"))
     except (docker.errors.APIError, requests.exceptions.RequestException):
         return False
+
+
+def containers_that_fit(config: SandboxConfig) -> int | None:
+    """How many containers of ``config`` the engine's machine runs at once with each using all that its limits allow
+    (the machine's cores over ``cpus``, its memory over ``mem_limit``), at least one; None when the engine does not
+    answer. The engine's machine, not this process's: with ``DOCKER_HOST`` they differ."""
+    try:
+        info = engine.api().info()
+    except (docker.errors.DockerException, requests.exceptions.RequestException, SandboxError):
+        return None
+    cores, memory = info.get("NCPU") or 1, info.get("MemTotal") or 0
+    by_memory = memory // docker.utils.parse_bytes(config.mem_limit) if config.mem_limit and memory else cores
+    return max(1, min(int(cores // config.cpus), by_memory))

@@ -139,6 +139,26 @@ async def test_all_tasks_finish_with_bounded_concurrency_and_reused_envs(tiny):
     assert stats.episodes_per_s > 0 and stats.tokens_per_s > 0 and not result.failures
 
 
+class Bounded(Tracked):
+    """An env that allows two of its kind at once (as a desktop does on a two-core machine)."""
+
+    def concurrency_bound(self):
+        return 2
+
+
+async def test_no_more_envs_run_at_once_than_the_env_allows():
+    agent = Agent(CounterSolver(latency=0.01), AgentConfig(sampling=SamplingParams(max_tokens=6)))
+    result = await Runner(agent, lambda: Bounded(max_turns=3), RunnerConfig(concurrency=8, progress=False)).run(
+        tasks(9)
+    )
+    assert len(result.records) == 9 and not result.failures
+    assert len(Tracked.instances) == Tracked.max_active == 2  # the probe env is one of the two, reused
+    result = await Runner(agent, lambda: Tracked(max_turns=3), RunnerConfig(concurrency=8, progress=False)).run(
+        tasks(9)
+    )
+    assert len(result.records) == 9 and Tracked.max_active > 2  # without a bound: the config's concurrency
+
+
 async def test_store_gets_every_record_and_progress_is_off_without_a_terminal(tmp_path):
     store = TrajectoryStore(tmp_path / "runs.jsonl")
     config = RunnerConfig(concurrency=3, store=store, progress=True)

@@ -247,3 +247,13 @@ def test_a_removal_given_up_on_is_recorded_and_its_lease_left_to_lapse(docker_re
     monkeypatch.setattr(engine, "api", lambda: real)
     cleanup.remove_container(box.id)  # the exit sweep's try, which the engine now takes
     assert not _exists(box.id) and box.id not in cleanup.failed_removals()
+
+
+def test_containers_that_fit_divide_the_engines_cores_and_memory(docker_ready):
+    from agentgym.sandbox.containers import containers_that_fit
+
+    info = engine.api().info()
+    cores, memory = info["NCPU"], info["MemTotal"]
+    assert containers_that_fit(SandboxConfig(cpus=cores / 2, mem_limit="1m")) == 2  # bound by the cores
+    assert containers_that_fit(SandboxConfig(cpus=0.01, mem_limit=str(memory // 3))) == 3  # by the memory
+    assert containers_that_fit(SandboxConfig(cpus=cores * 2, mem_limit="1m")) == 1  # never none

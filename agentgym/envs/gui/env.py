@@ -63,6 +63,7 @@ with requires("gui"):
     from agentgym.envs.gui.observation import describe
     from agentgym.envs.gui.tasks import APPS_DIR, HOME, DesktopTask
     from agentgym.sandbox.base import SandboxError
+    from agentgym.sandbox.containers import containers_that_fit
     from agentgym.sandbox.desktop import DesktopSandbox, DesktopState, Screen, desktop_config, tar_tree
     from agentgym.sandbox.docker import DockerSnapshot, SandboxConfig
     from agentgym.sandbox.portable import PortableSnapshot
@@ -256,6 +257,11 @@ class DesktopEnv(AgentEnv):
 
     def tools(self) -> list[ToolSpec]:
         return TOOLS
+
+    def concurrency_bound(self) -> int | None:
+        """As many desktops as the engine's machine holds with each using its whole CPU and memory limit (an app at
+        work takes about one core: docs/results.md measures steps per second with 1, 2 and 3 desktops at once)."""
+        return containers_that_fit(self.sandbox_config)
 
     @final
     def _backend_start(self, task_id: str) -> dict:

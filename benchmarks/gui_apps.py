@@ -4,12 +4,18 @@ Prints a Markdown table (docs/results.md's) and a JSON line; every ratio is meas
 
     .venv/bin/python benchmarks/gui_apps.py [--repeats 3] [--task calc-product-1 | gimp-mirror-0]
     .venv/bin/python benchmarks/gui_apps.py --launch [--image TAG] [--tasks ID ...] [--repeats 3]
+    .venv/bin/python benchmarks/gui_apps.py --concurrency 3 [--seconds 40] [--task calc-product-1]
 
 ``--launch`` times, per app, the start of the app on a task's file in a fresh desktop (a warm
 container with X, D-Bus and the window manager up, the task's files laid out): from the launch until
 the task's window has the focus and the screen has settled (what a reset waits for), with a limit of
 ``--limit`` seconds instead of a reset's 60, so that an image whose app starts slower still gets a
 number. ``--image`` measures another build of the image (an older recipe, say).
+
+``--concurrency N`` runs 1, 2, ... N desktops at once (threads, each on the task, stepping through the prefix's
+cycle for ``--seconds``, resets excluded) and prints each level's slowest and mean steps per second and the
+desktops' memory (the engine's figure for each container, at the end of the level): how many real-app desktops
+this machine runs at once, which :meth:`DesktopEnv.concurrency_bound` answers from the cores and memory.
 
 The task is a Calc one (``calc-product-1``) unless ``--task`` names another Calc or GIMP task; the
 prefix cycles through keyboard steps (they need not solve it): in Calc, steps that move the cell
@@ -22,7 +28,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -33,6 +43,7 @@ from agentgym.envs.gui import DesktopAppsEnv  # noqa: E402
 from agentgym.envs.gui.generators import generate  # noqa: E402
 from agentgym.envs.gui.osworld import load_task  # noqa: E402
 from agentgym.envs.gui.tasks import HOME  # noqa: E402
+from agentgym.sandbox import engine  # noqa: E402
 from agentgym.sandbox.desktop import DesktopSandbox, tar_tree  # noqa: E402
 
 TASK = "calc-product-1"
@@ -83,6 +94,35 @@ def launch_times(image: str | None, task_ids: list[str], repeats: int, limit: fl
     print(json.dumps(numbers))
 
 
+def concurrency(task_id: str, desktops: int, seconds: float) -> dict:
+    """``desktops`` envs stepping at once for ``seconds``: each one's steps per second, and their containers' memory."""
+    envs = [DesktopAppsEnv(max_turns=1_000_000) for _ in range(desktops)]  # the episode must not end mid-measurement
+    barrier, steps = threading.Barrier(desktops), prefix(task_id, len(CYCLES[task_id.split("-")[0]]))
+
+    def run(env) -> float:
+        env.reset(options={"task_id": task_id})
+        barrier.wait()
+        started, done = time.perf_counter(), 0
+        while time.perf_counter() - started < seconds:
+            play(env, [steps[done % len(steps)]])
+            done += 1
+        return done / (time.perf_counter() - started)
+
+    try:
+        with ThreadPoolExecutor(desktops) as pool:
+            rates = list(pool.map(run, envs))
+        memory = [engine.api().stats(env.desktop.sandbox.id, stream=False)["memory_stats"]["usage"] for env in envs]
+    finally:
+        for env in envs:
+            env.close()
+    return {
+        "desktops": desktops,
+        "min_steps_per_s": min(rates),
+        "mean_steps_per_s": statistics.mean(rates),
+        "max_memory_mib": max(memory) / 2**20,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -93,11 +133,28 @@ def main() -> None:
     parser.add_argument(
         "--tasks", nargs="+", default=list(LAUNCH_TASKS), help="--launch: the tasks whose apps to start"
     )
+    parser.add_argument("--concurrency", type=int, help="run 1..N desktops at once instead (steps per second, memory)")
+    parser.add_argument("--seconds", type=float, default=40.0, help="--concurrency: seconds each level steps")
     args = parser.parse_args()
     if args.task.split("-")[0] not in CYCLES:
         parser.error(f"--task must be a task of {sorted(CYCLES)}, not {args.task!r}")
     if args.launch:
         launch_times(args.image, args.tasks, args.repeats, args.limit)
+        return
+    if args.concurrency:
+        with DesktopAppsEnv() as env:
+            bound = env.concurrency_bound()
+        levels = [concurrency(args.task, n, args.seconds) for n in range(1, args.concurrency + 1)]
+        print(
+            f"| desktops at once ({args.task}; concurrency_bound here: {bound}) | slowest steps/s | mean steps/s "
+            "| memory per desktop, max MiB |\n|---:|---:|---:|---:|"
+        )
+        for level in levels:
+            print(
+                f"| {level['desktops']} | {level['min_steps_per_s']:.2f} | {level['mean_steps_per_s']:.2f} "
+                f"| {level['max_memory_mib']:.0f} |"
+            )
+        print(json.dumps({"concurrency_bound": bound, "levels": levels}))
         return
     rows, numbers = [], {}
     with DesktopAppsEnv() as env:

@@ -26,7 +26,7 @@ from tests.helpers.text_worlds import (  # noqa: E402
 )
 
 
-# Short gold paths keep the default run small; the slow sweep covers more task types.
+# Short gold paths keep the default run small; the sweep covers more task types.
 def first(split, task):
     """The id of the split's first variation of a task type."""
     return f"{split}/{task}/{sw.VARIATIONS[task][split][0]}"
@@ -34,8 +34,7 @@ def first(split, task):
 
 TASKS = [first("test", "find-living-thing"), first("dev", "identify-life-stages-1")]
 SWEEP = [
-    # boil's gold path is the longest here (about a minute of play each way): in the sweep only, for make test's time.
-    pytest.param(first("test", "boil"), marks=pytest.mark.sweep),
+    first("test", "boil"),  # the longest gold path here: about a minute of play each way
     first("test", "chemistry-mix"),
     pytest.param(
         first("dev", "power-component"),
@@ -105,7 +104,7 @@ def test_scores_agree_with_scienceworld_on_gold_random_and_mutated_plays(env, di
     check_agreement(env, direct, task_id)
 
 
-@pytest.mark.slow
+@pytest.mark.sweep  # two minutes on two cores: `make test-sweeps` (make test agrees on two task types, above)
 @pytest.mark.parametrize("task_id", SWEEP)
 def test_scores_agree_on_more_task_types(env, direct, task_id):
     check_agreement(env, direct, task_id)

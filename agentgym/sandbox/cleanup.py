@@ -94,15 +94,12 @@ def remove_container(container_id: str) -> None:
             break
         except docker.errors.NotFound:
             break
-        except docker.errors.APIError as exc:
+        except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
+            status = getattr(exc, "status_code", None)  # None for a timeout or a lost connection: tried again
             # A container that stopped is being removed by the engine itself (auto_remove, see the leases).
-            if exc.status_code == 409 and "already in progress" in str(exc):
+            if status == 409 and "already in progress" in str(exc):
                 break
-            if (exc.status_code is not None and exc.status_code < 500) or attempt == REMOVE_TRIES - 1:
-                _give_up(container_id, exc)
-                raise
-        except requests.exceptions.RequestException as exc:
-            if attempt == REMOVE_TRIES - 1:
+            if (status is not None and status < 500) or attempt == REMOVE_TRIES - 1:
                 _give_up(container_id, exc)
                 raise
         time.sleep(0.5 * 2**attempt)

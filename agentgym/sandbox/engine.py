@@ -64,8 +64,8 @@ def started() -> bool:
 
 
 def submit(fn: Callable, *args) -> Future:
-    """Run an engine call (a container start, a removal) in the background; a failure nobody asks the future for
-    is logged, not lost."""
+    """Run an engine call (a container start, a removal) in the background; every failure is logged, so that one
+    whose future nobody reads is not lost."""
     api()
     future = _executor.submit(fn, *args)
     future.add_done_callback(functools.partial(_log_failure, fn))

@@ -124,8 +124,7 @@ class WarmPool:
         if worker is not None and worker is not threading.current_thread():
             worker.join(timeout=60)
         for container_id in idle:
-            with contextlib.suppress(Exception):  # recorded (cleanup.failed_removals); its lease ends it
-                cleanup.remove_container(container_id)
+            _remove_quietly(container_id)
 
     def __enter__(self) -> WarmPool:
         return self
@@ -173,8 +172,7 @@ class WarmPool:
                 if container_id is None:
                     self._ready.pop(key, None)  # stop retrying a failing image until it is asked for again
                 elif self._closed:  # at exit the executor takes no more work
-                    with contextlib.suppress(Exception):  # recorded (cleanup.failed_removals); its lease ends it
-                        cleanup.remove_container(container_id)
+                    _remove_quietly(container_id)
                 elif key not in self._ready:  # evicted while it started
                     engine.submit(cleanup.remove_container, container_id)
                 else:
@@ -190,14 +188,20 @@ class WarmPool:
             start_container(container_id)
         except Exception:  # noqa: BLE001 - take() then finds none ready: the cold start reports the error
             if container_id is not None:
-                with contextlib.suppress(Exception):  # recorded (cleanup.failed_removals); its lease ends it
-                    cleanup.remove_container(container_id)
+                _remove_quietly(container_id)
             time.sleep(1.0)  # do not spin on an engine that keeps failing
             return None, None
         try:
             return container_id, _preparer(container_id, *key) if _preparer is not None else None
         except Exception:  # noqa: BLE001 - an unprepared container is still a good one: its taker prepares it
             return container_id, None
+
+
+def _remove_quietly(container_id: str) -> None:
+    """Remove a container where a failure must not stop the caller: it is recorded (cleanup.failed_removals), and the
+    container's lease ends it."""
+    with contextlib.suppress(Exception):
+        cleanup.remove_container(container_id)
 
 
 _default: WarmPool | None = None

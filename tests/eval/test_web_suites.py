@@ -18,8 +18,8 @@ def first_of_each_template(suite: Suite) -> Suite:
 
 
 # The apps' own tests run every template's solution; here the harness path is what is tested
-# (the oracle reading ids from chat messages), on every shop template and a few of the others.
-@pytest.mark.parametrize("app, templates", [("shop", None), ("mail", 6), ("wiki", 6)])
+# (the oracle reading ids from chat messages), on a few templates of each app.
+@pytest.mark.parametrize("app, templates", [("shop", 6), ("mail", 6), ("wiki", 6)])
 async def test_reference_solutions_score_100_percent(app, templates, tmp_path):
     suite = first_of_each_template(load_suite(f"web-{app}"))
     assert len(suite.tasks) >= 20  # one task of every template
@@ -49,7 +49,7 @@ async def test_random_clicker_matches_its_known_rate_on_miniwob(tmp_path):
             SuiteTask("agentgym/web.miniwob.click-test-v0", "click-test", "click-test"),
         ),
     )
-    samples = 60
+    samples = 30  # half a minute of Chromium on two cores; the interval below still excludes 0 and 1
     await evaluate(suite, RandomWebPolicy(), k=samples, max_turns=25, concurrency=6, out_dir=tmp_path, progress=False)
     results = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     rate = {
@@ -57,7 +57,7 @@ async def test_random_clicker_matches_its_known_rate_on_miniwob(tmp_path):
         for task in ("click-test-2", "click-test")
     }
     assert not any(r.get("error") for r in results)
-    # 99.9% binomial interval around 1/2 for 60 samples: +- 3.29 * sqrt(0.25 / 60) = +- 0.21.
+    # 99.9% binomial interval around 1/2 for 30 samples: +- 3.29 * sqrt(0.25 / 30) = +- 0.30.
     assert abs(rate["click-test-2"] - 0.5) <= 3.29 * math.sqrt(0.25 / samples), rate
     assert rate["click-test"] >= 0.95, rate
 

@@ -48,25 +48,14 @@ def _solve(env, task_id):
     return observation
 
 
-# One task of each family through its app: Writer (docx, odt), mousepad, GIMP (a command from its search), an
-# infeasible one (fail() is right), an archive made in the terminal, a sheet's total carried into a document (two
-# apps), a SUMIF summary (formulas the checker recomputes), a bookmark renamed in Chromium (graded from its
-# Bookmarks file after a graceful close). An Impress layout (Slide > Layout from the command search, graded by
-# LibreOffice's layout names) is solved by tests/eval/test_gui_suite.py; the rest (GIMP's dialogs, Writer's table
-# dialog, Chromium's settings pages) in the sweep.
+# One cheap task of each kind through its app: Writer (docx), Calc, mousepad, an infeasible one (fail() is right), an
+# archive made in the terminal, a bookmark renamed in Chromium (graded from its Bookmarks file after a graceful
+# close). GIMP is driven by the mirror hack test below and an Impress layout by tests/eval/test_gui_suite.py; the
+# longer solves (odt, GIMP's dialogs, a sheet's total carried into a document, SUMIF formulas, Writer's table
+# dialog, Chromium's settings pages: 20-70 s each on two cores) by the sweep's whole catalogue.
 @pytest.mark.parametrize(
     "task_id",
-    [
-        "writer-bold-0",
-        "odt-title-1",
-        "text-fix-0",
-        "gimp-mirror-0",
-        "text-infeasible-0",
-        "os-targz-0",
-        "multi-sheet-doc-0",
-        "calc-sumif-0",
-        "chrome-rename-0",
-    ],
+    ["writer-bold-0", "calc-bold-0", "text-fix-0", "text-infeasible-0", "os-targz-0", "chrome-rename-0"],
 )
 def test_reference_solution_through_the_gui(apps_env, task_id):
     _solve(apps_env, task_id)
@@ -185,10 +174,15 @@ def test_chromium_refuses_downloads(apps_env):
     assert out.decode().split() == [], (out, err)
 
 
+@pytest.mark.sweep  # half a minute; make test bounds the walk itself (the next test)
 def test_a_frozen_app_costs_the_tree_walk_its_time_limit_and_no_more(apps_env):
     """The agent's code (here `sandbox.exec` as its user, standing in for a LibreOffice macro) stops the app:
-    the walk, whose AT-SPI calls the app no longer answers, is cut at its limit and the step goes on."""
+    the walk, whose AT-SPI calls the app no longer answers, is cut at its limit and the step goes on. The bound is
+    set by a step of the same app answering, timed just before (a loaded machine slows both)."""
     apps_env.reset(options={"task_id": "calc-max-0"})
+    started = time.monotonic()
+    apps_env.step('key("Down")')
+    answering = time.monotonic() - started
     apps_env.desktop.sandbox.exec("pkill -STOP -f 'soffice[.]bin'")
     try:
         started = time.monotonic()
@@ -197,7 +191,7 @@ def test_a_frozen_app_costs_the_tree_walk_its_time_limit_and_no_more(apps_env):
     finally:
         apps_env.desktop.sandbox.exec("pkill -CONT -f 'soffice[.]bin'")
     assert "did not answer in time" in observation["text"] and not terminated and "env_error" not in info
-    assert took < deskctl.TREE_LIMIT_S + 20
+    assert took < deskctl.TREE_LIMIT_S + 2 * answering + 10, (took, answering)
 
 
 def test_the_walk_is_bounded_in_time_and_size(monkeypatch):

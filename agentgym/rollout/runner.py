@@ -349,8 +349,11 @@ class Runner:
                 progress.start()
             workers = min(self.config.concurrency, len(items))
             if workers > 1:  # no more at once than the env allows (its concurrency_bound), learned from the first
-                env = await call.acquire()
-                call.release(env)
+                # env: a paused episode's where one holds an env (a new one beside them could pass the bound)
+                env = next((item.episode.env for item in items if item.episode is not None), None)
+                if env is None:
+                    env = await call.acquire()
+                    call.release(env)
                 workers = min(workers, _concurrency_bound(env) or workers)
             async with asyncio.TaskGroup() as group:
                 for _ in range(workers):

@@ -159,6 +159,19 @@ async def test_no_more_envs_run_at_once_than_the_env_allows():
     assert len(result.records) == 9 and Tracked.max_active > 2  # without a bound: the config's concurrency
 
 
+async def test_a_resume_learns_the_bound_from_a_paused_episodes_env_without_making_one():
+    """Paused episodes holding their envs: the runner asks one of them for the bound. A probe env made beside them
+    would be started for nothing (a desktop: a minute of LibreOffice) and for a moment one over the bound."""
+    runner = Runner(Agent(CounterSolver(latency=0.01)), Tracked, RunnerConfig(concurrency=3, progress=False))
+    first = await runner.run(
+        [EpisodeRequest("reach-7"), EpisodeRequest("reach-30"), EpisodeRequest("reach-30")], target=1
+    )
+    assert [p.episode is not None for p in first.pending] == [True, True] and len(Tracked.instances) == 3
+    second = await runner.resume(first.pending)
+    assert len(second.records) == 2 and not second.failures
+    assert len(Tracked.instances) == 3  # the two paused episodes' envs and the finished one's (closed): none new
+
+
 async def test_store_gets_every_record_and_progress_is_off_without_a_terminal(tmp_path):
     store = TrajectoryStore(tmp_path / "runs.jsonl")
     config = RunnerConfig(concurrency=3, store=store, progress=True)

@@ -50,10 +50,7 @@ def _marks(item) -> set[str]:
 
 
 def _env_marks(value) -> set[str]:
-    """The marks of an env id's family (from its registered entry point), or none for any other value; a tuple is
-    read by its first item (``(env_id, kwargs)`` parameters)."""
-    if isinstance(value, tuple) and value:
-        value = value[0]
+    """The marks of an env id's family (from its registered entry point), or none for any other value."""
     spec = gymnasium.registry.get(value) if isinstance(value, str) else None
     entry_point = spec.entry_point if spec is not None and isinstance(spec.entry_point, str) else ""
     return next((marks for family, marks in ENV_FAMILY_MARKS.items() if entry_point.startswith(family)), set())

@@ -119,7 +119,9 @@ def _make_run(run_dir: Path) -> Path:
     return run_dir
 
 
-def _chromium_descendants() -> set[int]:
+def _chromium_trees() -> dict[int, int]:
+    """This process's Chromium descendants, each with the root of its browser's tree (its topmost Chromium
+    ancestor): a renderer that another browser starts later is told apart from ours by its root."""
     parents = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -129,13 +131,15 @@ def _chromium_descendants() -> set[int]:
             except OSError:
                 continue
             parents[int(entry.name)] = (int(stat.rsplit(")", 1)[1].split()[1]), b"chromium" in cmdline)
-    found = set()
+    found = {}
     for pid, (_, is_chromium) in parents.items():
-        ancestor = pid
+        ancestor, root = pid, None
         while ancestor in parents and ancestor != os.getpid():
+            if parents[ancestor][1]:
+                root = ancestor
             ancestor = parents[ancestor][0]
         if ancestor == os.getpid() and is_chromium:
-            found.add(pid)
+            found[pid] = root
     return found
 
 
@@ -156,7 +160,7 @@ async def test_report_renders_in_browser(tmp_path):
     )
 
     # Other tests' shared browser (agentgym.sandbox.browser.BrowserHost) may be running: only ours counts.
-    others = _chromium_descendants()
+    others = set(_chromium_trees().values())
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
@@ -165,7 +169,7 @@ async def test_report_renders_in_browser(tmp_path):
             page.on("request", lambda request: requests.append(request.url))
             page.on("pageerror", lambda error: page_errors.append(error))
             await page.goto(report.as_uri())
-            browser_pids = _chromium_descendants() - others
+            browser_pids = {pid for pid, root in _chromium_trees().items() if root not in others}
 
             # Summary: success rate (1 + .5 + 0)/3, pass@2 (1 + 1 + 0)/3, 13 turns over 6 episodes, 1/6 env errors.
             async def metric(key):

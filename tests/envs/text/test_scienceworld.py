@@ -32,9 +32,9 @@ def first(split, task):
     return f"{split}/{task}/{sw.VARIATIONS[task][split][0]}"
 
 
-TASKS = [first("test", "find-living-thing")]
+TASKS = [first("test", "find-living-thing"), first("dev", "identify-life-stages-1")]
 SWEEP = [
-    first("dev", "identify-life-stages-1"),  # half a minute
+    TASKS[1],  # half a minute
     first("test", "boil"),  # the longest gold path here: about a minute of play each way
     first("test", "chemistry-mix"),
     pytest.param(
@@ -100,7 +100,7 @@ def check_agreement(env, direct, task_id):
             assert score == 100 and info["success"]
 
 
-@pytest.mark.parametrize("task_id", TASKS)
+@pytest.mark.parametrize("task_id", TASKS[:1])
 def test_scores_agree_with_scienceworld_on_gold_random_and_mutated_plays(env, direct, task_id):
     check_agreement(env, direct, task_id)
 

@@ -317,7 +317,7 @@ def test_no_context_or_process_leak_over_many_episodes(notes_app):
     # spare renderer process of its own for the next navigation, which comes and goes: one over the
     # start is that, a leak would be one or more per episode (8 here).
     for _ in range(150):
-        if len(host.chromium_pids()) <= processes:
+        if len(host.chromium_pids()) <= processes + 1:
             break
         time.sleep(0.2)
     assert len(host.chromium_pids()) <= processes + 1, (processes, host.chromium_pids())

@@ -21,6 +21,20 @@ ENV_FAMILY_MARKS = {
 }
 
 
+# When each test started (epoch seconds, node id): a container left at the end is put down to the test that was
+# running when the engine created it (`docker inspect`'s Created), which the leak check's message names.
+_STARTED: list[tuple[float, str]] = []
+
+
+def pytest_runtest_logstart(nodeid, location):
+    _STARTED.append((time.time(), nodeid))
+
+
+def _test_running_at(epoch: float) -> str:
+    running = [nodeid for started, nodeid in _STARTED if started <= epoch]
+    return running[-1] if running else "(before the first test)"
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         marks = _marks(item)
@@ -125,6 +139,15 @@ def _assert_no_containers_left():
     deadline = time.monotonic() + 30
     while (left := engine.api().containers(all=True, filters=labels.session_filter())) and time.monotonic() < deadline:
         time.sleep(0.5)
-    described = [(c["Id"][:12], c["Image"], c["Labels"].get(labels.KIND), c["Status"]) for c in left]
+    described = [
+        (
+            c["Id"][:12],
+            c["Image"],
+            c["Labels"].get(labels.KIND),
+            c["Status"],
+            f"made in {_test_running_at(c['Created'])}",
+        )
+        for c in left
+    ]
     failed = {cid[:12]: why for cid, why in cleanup.failed_removals().items()}
     assert not left, f"sandbox containers left by this test session: {described}; removals that failed: {failed}"

@@ -462,9 +462,11 @@ class DesktopSandbox:
 
     def close(self, wait: bool = True) -> None:
         channel, self._channel = self._channel, None
-        if channel is not None:
-            channel.close()
-        self.sandbox.close(wait=wait)
+        try:
+            if channel is not None:
+                channel.close()
+        finally:  # the container goes whatever closing the helper's channel raised
+            self.sandbox.close(wait=wait)
 
     def __enter__(self) -> DesktopSandbox:
         return self

@@ -878,9 +878,11 @@ class DockerSandbox:
             if self._closed:
                 return
             self._closed = True
-        if self._server is not None:
-            self._server.close()
-        removal = engine.submit(_remove_when_started, self._container_id, self._starting)
+        try:
+            if self._server is not None:
+                self._server.close()
+        finally:  # the container goes whatever closing its channel raised: nothing else would remove it
+            removal = engine.submit(_remove_when_started, self._container_id, self._starting)
         if wait:
             removal.result()
 

@@ -158,19 +158,20 @@ def _assert_no_containers_left():
     # leave it behind). Stop 44's and stop 46's rehearsals met it; its cause is not found. It is removed and
     # reported as a warning, with the test that made it and what holds it; every other leftover still fails.
     quarantined = [
-        d
+        (c["Id"], d)
         for c, d in zip(left, described)
         if c["Labels"].get(labels.KIND) == labels.KIND_POOL and "desktop:" in c["Image"]
     ]
-    for d in quarantined:
-        cleanup.remove_container(next(c["Id"] for c in left if c["Id"].startswith(d[0])))
+    for container_id, d in quarantined:
+        cleanup.remove_container(container_id)
         warnings.warn(f"a warm desktop container outlived the test session (quarantined leak): {d}", stacklevel=1)
-    rest = [d for d in described if d not in quarantined]
+    removed = {d for _, d in quarantined}
+    rest = [d for d in described if d not in removed]
     assert not rest, f"sandbox containers left by this test session: {rest}; removals that failed: {failed}"
 
 
 def _live_sandboxes() -> dict[str, str]:
-    """Container id -> the live sandbox object that holds it (and whether it is closed), for the leak check's report."""
+    """Container id -> the live, unclosed sandbox object that holds it, for the leak check's report."""
     from agentgym.sandbox.docker import DockerSandbox
 
     return {

@@ -850,8 +850,6 @@ class DockerSandbox:
             if warm is not None:
                 self._container_id, self._starting, self._disk_used = warm._container_id, None, 0
                 self._server, warm._closed = warm._server, True  # its container and server are this sandbox's now
-                if old_server is not None:
-                    old_server.close()
             else:
                 replacement = create_container(
                     snapshot.ref, self.config, labels.KIND_SANDBOX, disk_used=snapshot.metadata.get("disk_used", 0)
@@ -860,7 +858,11 @@ class DockerSandbox:
                 self._disk_used = snapshot.metadata.get("disk_used", 0)
             self.image = snapshot.ref
             self._state = _snapshot_state(snapshot)
-        engine.submit(_remove_when_started, old_id, old_starting)
+        try:
+            if warm is not None and old_server is not None:
+                old_server.close()
+        finally:  # nothing else holds the old container now
+            engine.submit(_remove_when_started, old_id, old_starting)
 
     def fork(self, snapshot: SandboxSnapshot | None = None) -> DockerSandbox:
         """An independent sandbox at ``snapshot`` (default: this sandbox's state now); this one goes on unchanged."""

@@ -11,6 +11,7 @@ container, a reset's or a fork's, does not pay for that either.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -30,6 +31,7 @@ _Key = tuple[str, SandboxConfig]
 # (container id, image, config) -> what the taker adopts with the container (a started command server).
 Preparer = Callable[[str, str, SandboxConfig], object]
 _preparer: Preparer | None = None
+log = logging.getLogger(__name__)
 
 
 def set_preparer(prepare: Preparer | None) -> None:
@@ -54,6 +56,7 @@ class WarmPool:
         self.max_images = max_images
         self._ready: OrderedDict[_Key, deque[str]] = OrderedDict()  # least recently used first
         self._starting: Counter = Counter()
+        self._failing: set[_Key] = set()  # not refilled (its last start failed) until it is asked for again
         self._prepared: dict[str, object] = {}  # container id -> what the preparer made for it
         self._cond = threading.Condition()
         self._worker: threading.Thread | None = None
@@ -140,8 +143,11 @@ class WarmPool:
         """The ready queue for ``key``, now the most recently used; the least recent beyond max_images go."""
         ready = self._ready.setdefault(key, deque())
         self._ready.move_to_end(key)
+        self._failing.discard(key)
         while len(self._ready) > self.max_images:
-            for container_id in self._ready.popitem(last=False)[1]:
+            evicted, idle = self._ready.popitem(last=False)
+            self._failing.discard(evicted)
+            for container_id in idle:
                 self._prepared.pop(container_id, None)
                 engine.submit(cleanup.remove_container, container_id)
         return ready
@@ -154,7 +160,7 @@ class WarmPool:
 
     def _next_key(self) -> _Key | None:
         for key, ready in self._ready.items():
-            if len(ready) + self._starting[key] < self.size:
+            if key not in self._failing and len(ready) + self._starting[key] < self.size:
                 return key
         return None
 
@@ -170,7 +176,10 @@ class WarmPool:
             with self._cond:
                 self._starting[key] -= 1
                 if container_id is None:
-                    self._ready.pop(key, None)  # stop retrying a failing image until it is asked for again
+                    # Stop retrying a failing image until it is asked for again. Its ready containers stay: dropping
+                    # them here left them running, held by nothing, until the process exited.
+                    if key in self._ready:
+                        self._failing.add(key)
                 elif self._closed:  # at exit the executor takes no more work
                     _remove_quietly(container_id)
                 elif key not in self._ready:  # evicted while it started
@@ -186,7 +195,10 @@ class WarmPool:
         try:
             container_id = create_container(*key, labels.KIND_POOL)
             start_container(container_id)
-        except Exception:  # noqa: BLE001 - take() then finds none ready: the cold start reports the error
+        except Exception as exc:  # noqa: BLE001 - take() then finds none ready: the cold start reports the error
+            log.warning(
+                "the warm pool could not start a container of %s (it starts cold until asked again): %s", key[0], exc
+            )
             if container_id is not None:
                 _remove_quietly(container_id)
             time.sleep(1.0)  # do not spin on an engine that keeps failing

@@ -4,6 +4,7 @@ import io
 import os
 import stat
 import tarfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
@@ -105,6 +106,28 @@ def test_restore_lands_in_a_warm_container_and_rewinds(source, docker_ready):
         assert _in_warm_container(source, docker_ready)
         assert source.fs_hash(HASHED) == before
         assert source.exec("pwd; echo $V; cat x").stdout == "/workspace/d\n1\none\n"
+
+
+def test_a_restore_whose_old_channel_fails_to_close_still_removes_the_old_container(source, monkeypatch):
+    """The old container is nobody's once the sandbox moved to the warm one: closing its command server's
+    channel raising must not leave it running (held by nothing but the lease until the process exits)."""
+    source.exec("echo one > /workspace/x")
+    with held(source.snapshot()) as snap:
+        filled(source)
+        old_id = source.id
+        assert source._server is not None
+
+        def broken_close():
+            raise OSError("channel broke (test)")
+
+        monkeypatch.setattr(source._server, "close", broken_close)
+        with pytest.raises(OSError, match="channel broke"):
+            source.restore(snap)
+        assert source.id != old_id and source.exec("cat /workspace/x").stdout == "one\n"
+        deadline = time.monotonic() + 20
+        while engine.api().containers(all=True, filters={"id": old_id}) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not engine.api().containers(all=True, filters={"id": old_id})
 
 
 def test_a_snapshot_of_a_warm_fork_forks_warm_again_and_keeps_its_parent(source, docker_ready):

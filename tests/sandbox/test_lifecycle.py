@@ -113,6 +113,35 @@ def test_a_sandbox_from_a_warm_pool_is_fast_and_the_pool_refills(docker_ready):
     assert not [c for c in engine.api().containers(all=True) if c["Id"] in idle]  # shutdown removed them
 
 
+def test_a_failed_refill_keeps_the_ready_containers_and_shutdown_still_removes_them(docker_ready, monkeypatch, caplog):
+    """A start that fails (an engine error) stops the refills but must not drop the containers already
+    ready: dropped, they ran on, held by nothing, until the process exited (the leak the session checks met)."""
+    from agentgym.sandbox import pool as pool_module
+    from agentgym.sandbox.base import SandboxError
+
+    with WarmPool(size=2) as pool:
+        pool.prewarm(docker_ready, wait=True)
+        ready = set(pool._ready[(docker_ready, SandboxConfig())])
+
+        def engine_refuses(*args, **kwargs):
+            raise SandboxError("the engine refused (test)")
+
+        monkeypatch.setattr(pool_module, "create_container", engine_refuses)
+        box = DockerSandbox.create(docker_ready, pool=pool)  # takes one; the refill that follows fails
+        assert _wait_for(lambda: (docker_ready, SandboxConfig()) in pool._failing, timeout=10)
+        assert "could not start a container" in caplog.text and "the engine refused" in caplog.text
+        time.sleep(1.5)  # past the failed start's back-off: no refill is tried again meanwhile
+        assert pool.available(docker_ready) == 1 and pool._starting[(docker_ready, SandboxConfig())] == 0
+        box.close()
+        monkeypatch.undo()
+        second = DockerSandbox.create(docker_ready, pool=pool)  # asked again: refilled again
+        assert second.id in ready
+        assert _wait_for(lambda: pool.available(docker_ready) == 2)
+        second.close()
+        idle = {cid for queue in pool._ready.values() for cid in queue}
+    assert not [c for c in engine.api().containers(all=True) if c["Id"] in ready | idle]
+
+
 def test_create_uses_the_default_pool(docker_ready):
     DockerSandbox.create(docker_ready).close()  # first use: cold, and the pool starts filling
     assert _wait_for(lambda: default_pool().available(docker_ready) >= 1)

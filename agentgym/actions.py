@@ -29,25 +29,46 @@ import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-# CPython before 3.13 keeps the AST constructor's recursion depth in one per-interpreter counter
-# (gh-106905): two threads building ASTs at once (envs parsing replies in the runner's worker
-# threads) can corrupt it, and a valid reply then fails with "SystemError: AST constructor recursion
-# depth mismatch". Every AST build in agentgym takes this lock (here, registration's reading of env modules,
-# the desktop's spreadsheet formulas), so builds in one process never overlap.
-AST_LOCK = threading.Lock()
+from typing import Any, Literal, overload
 
 __all__ = [
     "ToolSpec",
     "ToolCall",
     "ParsedAction",
     "parse_action",
+    "parse_python",
     "validate_arguments",
     "format_error",
     "describe_tools",
     "tool_specs_from_openai",
 ]
+
+# CPython before 3.13 keeps the AST constructor's recursion depth in one per-interpreter counter
+# (gh-106905): two threads building ASTs at once (envs parsing replies in the runner's worker
+# threads) can corrupt it, and a valid source then fails with "SystemError: AST constructor recursion
+# depth mismatch". Every AST build in agentgym goes through parse_python, so ours never overlap; others' can
+# (on 3.11 formatting any traceback parses source: asyncio or a library logging an error in another thread), and
+# the counter starts afresh at every build, so a build that failed so is built again.
+_AST_LOCK = threading.Lock()
+_AST_TRIES = 5
+
+
+@overload
+def parse_python(source: str, mode: Literal["exec"] = "exec") -> ast.Module: ...
+@overload
+def parse_python(source: str, mode: Literal["eval"]) -> ast.Expression: ...
+def parse_python(source: str, mode: str = "exec") -> ast.AST:
+    """``ast.parse(source, mode=mode)``, safe beside other threads' AST builds (see above)."""
+    tries = 0
+    while True:
+        try:
+            with _AST_LOCK:
+                return ast.parse(source, mode=mode)
+        except SystemError as exc:
+            tries += 1
+            if "recursion depth mismatch" not in str(exc) or tries == _AST_TRIES:
+                raise
+
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
@@ -319,8 +340,7 @@ def _loads(text: str) -> tuple[Any, str | None]:
     except json.JSONDecodeError as exc:
         json_error = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
     try:
-        with AST_LOCK:
-            return ast.literal_eval(text), None
+        return ast.literal_eval(parse_python(text.lstrip(" \t"), "eval")), None
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None, json_error
 
@@ -416,8 +436,7 @@ def _matching_paren(text: str, open_index: int) -> int | None:
 
 def _call_from_source(spec: ToolSpec, source: str) -> ToolCall:
     try:
-        with AST_LOCK:
-            node = ast.parse(source.strip(), mode="eval").body
+        node = parse_python(source.strip(), "eval").body
         if not isinstance(node, ast.Call):
             raise SyntaxError("not a call")
         positional = [ast.literal_eval(arg) for arg in node.args]

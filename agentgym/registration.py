@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium
 
-from agentgym.actions import AST_LOCK
+from agentgym.actions import parse_python
 from agentgym.env_lists import BFCL_CATEGORIES, TAU2_DOMAINS, WEB_APPS
 
 if TYPE_CHECKING:
@@ -69,8 +69,7 @@ def _source(module: str) -> list[ast.stmt]:
             return []
         path = Path(spec.origin)
     source = path.read_text(encoding="utf-8")
-    with AST_LOCK:  # one AST build at a time in the process (CPython gh-106905, see agentgym.actions)
-        return ast.parse(source).body
+    return parse_python(source).body  # not ast.parse: CPython gh-106905, see agentgym.actions
 
 
 def _miniwob_tasks() -> list[str]:

@@ -1,14 +1,17 @@
 """Parsing model replies into tool calls: every supported format, every error path, and arbitrary text."""
 
+import ast
+import functools
 import json
 import sys
 import threading
 from types import SimpleNamespace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentgym.actions import ToolCall, ToolSpec, parse_action, validate_arguments
+from agentgym.actions import ToolCall, ToolSpec, parse_action, parse_python, validate_arguments
 
 BASH = ToolSpec(
     "bash",
@@ -186,6 +189,37 @@ def test_replies_parsed_in_many_threads_at_once_all_parse():
     finally:
         sys.setswitchinterval(interval)
     assert not errors, errors[:3]
+
+
+def test_a_parse_that_another_threads_ast_build_broke_is_parsed_again(monkeypatch):
+    """Builds outside agentgym (a traceback formatted in another thread parses source on CPython 3.11) cannot take
+    our lock; the counter they corrupt starts afresh at each build, so parse_python builds again (CI met this:
+    asyncio logged an unread task's traceback while this file's threads parsed replies)."""
+    real, calls = ast.parse, []
+
+    def overlapped(
+        source, *args, failures=2, message="AST constructor recursion depth mismatch (before=27, after=80)", **kwargs
+    ):
+        calls.append(source)
+        if len(calls) <= failures:
+            raise SystemError(message)
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", overlapped)
+    parsed = parse_action("put([1, 2])", [ToolSpec("put", "", {"type": "object", "properties": {"items": {}}})])
+    assert parsed.error is None and parsed.calls[0].arguments == {"items": [1, 2]} and len(calls) == 3
+
+    calls.clear()
+    monkeypatch.setattr(ast, "parse", functools.partial(overlapped, failures=100))
+    with pytest.raises(SystemError, match="mismatch"):
+        parse_python("x")
+    assert len(calls) == 5  # a bounded number of tries, then the error
+
+    calls.clear()
+    monkeypatch.setattr(ast, "parse", functools.partial(overlapped, message="some other interpreter error"))
+    with pytest.raises(SystemError, match="other"):
+        parse_python("x")
+    assert len(calls) == 1  # only the race's error is tried again
 
 
 def test_a_solution_step_that_is_a_function_is_an_error_that_says_how_to_play_it():

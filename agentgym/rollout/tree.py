@@ -318,8 +318,11 @@ class TreeRollout:
                 if not tasks:
                     return
                 done, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    task.result()  # a failed continuation fails the tree
+                # A failed continuation fails the tree. Every finished one's outcome is read first: one left unread
+                # is logged with its traceback when it is collected, at any moment and in any thread.
+                errors = [error for error in (task.exception() for task in done) if error is not None]
+                if errors:
+                    raise errors[0]
         finally:
             await _cancel(tasks)
 

@@ -60,7 +60,7 @@ with requires("bfcl"):
     from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
     from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
 
-from agentgym.actions import ParsedAction, ToolCall, ToolSpec, parse_action
+from agentgym.actions import ParsedAction, ToolCall, ToolSpec, parse_action, parse_python
 from agentgym.core import Outcome, Verdict, select_tasks
 from agentgym.env_lists import BFCL_CATEGORIES
 from agentgym.envs.tool.env import ToolEnv
@@ -267,7 +267,7 @@ def to_bfcl_call(name: str, arguments: Mapping[str, Any]) -> str:
 
 def from_bfcl_call(call: str, involved_classes: list[str]) -> ToolCall:
     """A ground-truth call string as a ToolCall, positional arguments bound to their parameter names."""
-    node = cast(ast.Call, ast.parse(call, mode="eval").body)
+    node = cast(ast.Call, parse_python(call, "eval").body)
     name = cast(ast.Name, node.func).id
     args = [ast.literal_eval(arg) for arg in node.args]
     kwargs = {keyword.arg: ast.literal_eval(keyword.value) for keyword in node.keywords}

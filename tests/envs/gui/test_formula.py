@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from agentgym.actions import AST_LOCK
+from agentgym.actions import _AST_LOCK
 from agentgym.envs.gui.apps import formula
 
 CELLS = {
@@ -63,7 +63,7 @@ def test_a_formula_waits_for_the_ast_lock_replies_are_parsed_under():
     # the same lock as agentgym.actions' and waits while another build holds it.
     done = threading.Event()
     worker = threading.Thread(target=lambda: (formula.evaluate(CELLS, "B3"), done.set()))
-    with AST_LOCK:
+    with _AST_LOCK:
         worker.start()
         assert not done.wait(0.3), "the formula was parsed while another thread held the AST lock"
     worker.join(5)

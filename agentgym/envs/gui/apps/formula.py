@@ -1,23 +1,21 @@
 """Spreadsheet cell values: numbers, text and formulas (``=SUM(B1:B4)``, ``=A1*2+C3``, ``=SUMIF(A2:A5,D2,B2:B5)``), shared by the Sheet app and the task checkers.
 
-Plain Python with no imports beyond the standard library (and agentgym's AST lock where it exists),
+Plain Python with no imports beyond the standard library (and agentgym's thread-safe ``parse_python`` where it exists),
 because it runs both inside the desktop container (the app shows a focused cell's value) and on the
 host (checkers evaluate the saved CSV the same way, so a formula and the number it computes are
 equally right).
 """
 
 import ast
-import contextlib
 import re
 from collections.abc import Callable
 
-AST_LOCK: contextlib.AbstractContextManager[object]
 try:
-    # On the host checkers parse formulas in the runner's worker threads, beside replies being parsed:
-    # every AST build in the process takes the one lock (CPython gh-106905, see agentgym.actions).
-    from agentgym.actions import AST_LOCK
+    # On the host checkers parse formulas in the runner's worker threads, beside replies being parsed: every AST
+    # build in the process goes through parse_python (CPython gh-106905, see agentgym.actions).
+    from agentgym.actions import parse_python
 except ImportError:  # inside the desktop container: no agentgym package, and the Sheet app has one thread
-    AST_LOCK = contextlib.nullcontext()
+    parse_python = ast.parse  # type: ignore[assignment]  # the same parse, with no other thread to wait for
 
 COLUMNS = "ABCDE"
 ROWS = 10
@@ -72,8 +70,7 @@ def _compute(cells, name, _seen, known):
     # "$" marks an absolute reference ($A$2), which evaluates as the relative one.
     expression = _RANGE.sub(lambda m: "[" + ",".join(_range_names(*m.groups())) + "]", raw[1:].upper().replace("$", ""))
     try:
-        with AST_LOCK:
-            tree = ast.parse(expression, mode="eval")
+        tree = parse_python(expression, mode="eval")
     except SyntaxError as exc:
         raise FormulaError(f"{name}: cannot read {raw!r}") from exc
     return _eval(tree.body, cells, seen, name, known)

@@ -14,14 +14,15 @@ Learning (``--part learning``):
    of wall time (``--budget time``), or until it has taken ``--env-steps`` env steps
    (``--budget env_steps``), or both, one after the other (``--budget both``; the env-step budget
    is then, per seed, the fewest env steps any variant took in its wall time).
-3. Measured: held-out success (``--heldout`` tasks of the env's held-out split: KeyChain's and
-   Calculator's ``heldout``, the text worlds' ``test``; greedy, and sampled at the training temperature) of the SFT start and of each trained model; the training-success
-   curve against env steps (tree GRPO's env steps to reach linear GRPO's final success, as a
-   fraction of linear's); tokens generated and env steps spent by each run; SAO's reward curve
-   and KL to its start over its updates. With ``--seeds``, every figure's mean and 95% interval
-   over the seeds (issue 34's table: ``--seeds 0,1,2 --budget both --runs all``). Targets:
-   +30 points held-out for both trainers; tree ≤ 70% of linear's env steps; SAO
-   without collapse over 300 updates.
+3. Measured: held-out success (``--heldout`` tasks of the env's held-out split: KeyChain's and Calculator's
+   ``heldout``, the text worlds' ``test``; greedy, and sampled at the training temperature) of the SFT start
+   and of each trained model; the training-success curve against env steps (tree GRPO's env steps to reach
+   linear GRPO's final success, as a fraction of linear's); tokens generated and env steps spent by each
+   run; SAO's reward curve and KL to its start over its updates; with ``--validation N``, each run validates
+   greedily on N tasks of the env's validation split and its best checkpoint's held-out success is reported
+   beside the last's. With ``--seeds``, every figure's mean and 95% interval over the seeds (issue 34's
+   table: ``--seeds 0,1,2 --budget both --runs all``). Targets: +30 points held-out for both trainers; tree
+   ≤ 70% of linear's env steps; SAO without collapse over 300 updates.
 
 Throughput (``--part throughput``): KeyChain with long-tailed lookup latency
 (``step_latency``), SAO's asynchronous producer/learner against the synchronous group pipeline
@@ -71,6 +72,7 @@ from agentgym.trainers.warm_start import (  # noqa: E402
     WarmStartFailed,
     held_out_success,
     scripted_warm_start,
+    split_tasks,
 )
 
 CONFIGS = ROOT / "examples" / "configs"
@@ -93,13 +95,15 @@ DEFAULT_RUNS = ["tree_grpo", "linear_grpo", "sao"]
 
 
 class LearningEnv(NamedTuple):
-    """An env the learning part runs on: its title, its held-out split and count, and its SFT start's defaults."""
+    """An env the learning part runs on: its title, its held-out split and count, its SFT start's defaults, and the
+    split ``--validation`` draws from (the held-out split's tasks after the evaluated ones, where it is the same)."""
 
     title: str
     heldout_split: str = "heldout"
     heldout: int = 100
     #: ``--sft-*`` defaults (:data:`RL_DEMO_START`'s keys).
     sft: dict = RL_DEMO_START
+    validation_split: str = "heldout"
 
 
 #: Envs with scripted demonstrations and a config per run: examples/configs/<env>-<run>.yaml.
@@ -114,12 +118,14 @@ ENVS = {
         "test",
         30,
         {"tasks": 120, "epochs": 20.0, "mistake_rate": 0.2, "min_start_success": 0.0, "max_rounds": 1},
+        "dev",
     ),
     "textworld": LearningEnv(
         "TextWorld",
         "test",
         30,
         {"tasks": 60, "epochs": 30.0, "mistake_rate": 0.2, "min_start_success": 0.0, "max_rounds": 1},
+        "dev",
     ),
 }
 
@@ -152,9 +158,30 @@ def sft_start(args, config: dict, out: Path) -> Path:
     )
 
 
+def validation_overrides(args, config: dict) -> list[str]:
+    """The run overrides that validate on ``--validation`` tasks of the env's validation split every
+    ``--validation-every`` steps (none without ``--validation``): the trainer keeps the best checkpoint.
+
+    The tasks are never the evaluated held-out ones: where the validation split is the held-out split
+    (KeyChain's, Calculator's ``heldout``), they are the ``--validation`` tasks after the first ``--heldout``.
+    """
+    if not args.validation:
+        return []
+    env = ENVS[args.env]
+    skip = args.heldout if env.validation_split == env.heldout_split else 0
+    _, ids = split_tasks(config, env.validation_split, args.validation, skip=skip)
+    return [
+        f"validation_tasks={json.dumps(ids)}",
+        f"validation_env_kwargs={json.dumps({'tasks': ids})}",
+        f"validation_every={args.validation_every}",
+    ]
+
+
 def run_variant(args, name: str, sft: Path, output_dir: Path, budget: list[str], results: dict) -> dict:
-    """One variant trained from the SFT start under ``budget`` (overrides); its held-out success, env steps and tokens."""
+    """One variant trained from the SFT start under ``budget`` (overrides); its held-out success, env steps and tokens,
+    and with ``--validation`` the held-out success of its best checkpoint on the validation tasks beside the last's."""
     config, settings = VARIANTS[name]
+    run_config = load_config(config_path(args.env, config))
     overrides = [
         f"model={sft}",
         f"output_dir={output_dir}",
@@ -164,12 +191,25 @@ def run_variant(args, name: str, sft: Path, output_dir: Path, budget: list[str],
         "save_steps=100000",
         *budget,
         *settings,
+        *validation_overrides(args, run_config),
         *[setting for run_name, setting in args.set if run_name == name],
     ]
     run = train_run(config_path(args.env, config), overrides)
-    run_config = load_config(config_path(args.env, config))
     split = ENVS[args.env].heldout_split
     run["heldout_success"] = held_out_success(run["output_dir"], run_config, args.heldout, split=split)
+    if args.validation:
+        best, last = run["validation"]["best"], run["validation"]["last"]
+        best_dir = Path(run["output_dir"]) / "best-checkpoint"
+        run["best"] = {
+            "step": best["step"],
+            "validation_success": best["success"],
+            "last_validation_success": last["success"],
+            # The last checkpoint is the best one when no earlier validation beat it: its figure is the last's.
+            "heldout_success": run["heldout_success"]
+            if best["step"] == last["step"]
+            else held_out_success(best_dir, run_config, args.heldout, split=split),
+        }
+    run.pop("validation")
     run["heldout_success_sampled"] = held_out_success(
         run["output_dir"], run_config, args.heldout, greedy=False, split=split
     )
@@ -177,6 +217,12 @@ def run_variant(args, name: str, sft: Path, output_dir: Path, budget: list[str],
     run["gain_points_sampled"] = 100 * (run["heldout_success_sampled"] - results["sft"]["heldout_success_sampled"])
     run["env_steps"] = max(log_series(run["log"], "rollout/env_steps_total"), default=0.0)
     run["generated_tokens"] = max(log_series(run["log"], "rollout/generated_tokens_total"), default=0.0)
+    if "best" in run:
+        print(
+            f"{name}: best on validation at step {run['best']['step']} ({run['best']['validation_success']:.3f}; "
+            f"the last {run['best']['last_validation_success']:.3f}): held-out {run['best']['heldout_success']:.3f}",
+            flush=True,
+        )
     print(
         f"{name} ({', '.join(budget)}): {run['steps']} steps in {run['wall_s']:.0f}s, {run['env_steps']:.0f} env steps, "
         f"{run['generated_tokens']:.0f} tokens; held-out success {run['heldout_success']:.3f} greedy "
@@ -343,7 +389,11 @@ SEED_SETTINGS = (
     "set",
     "budget",
     "env_steps",
+    "validation",
+    "validation_every",
 )
+#: The values of settings added since results were kept: a kept seed without one was run with its value.
+SEED_SETTING_DEFAULTS = {"validation": 0, "validation_every": 5}
 
 
 def over_seeds(args, out: Path) -> dict:
@@ -359,7 +409,10 @@ def over_seeds(args, out: Path) -> dict:
         seed_args = argparse.Namespace(**{**vars(args), "seed": seed})
         saved = out / f"seed-{seed}" / "results.json"
         settings = json.loads(json.dumps({k: v for k, v in vars(seed_args).items() if k in SEED_SETTINGS}))
-        if saved.exists() and (kept := json.loads(saved.read_text())).get("settings") == settings:
+        if (
+            saved.exists()
+            and {**SEED_SETTING_DEFAULTS, **(kept := json.loads(saved.read_text()))["settings"]} == settings
+        ):
             print(f"--- seed {seed}: kept from {saved} (the same settings)", flush=True)
             per_seed[seed] = kept["results"]
             continue
@@ -387,6 +440,8 @@ def over_seeds(args, out: Path) -> dict:
                     continue
                 for key in ("heldout_success", "gain_points", "gain_points_sampled", "env_steps", "generated_tokens"):
                     figures[f"{name}{budget}_{key}"] = [run[key] for run in runs]
+                if all("best" in run for run in runs):
+                    figures[f"{name}{budget}_best_heldout_success"] = [run["best"]["heldout_success"] for run in runs]
     fractions = [r["tree_vs_linear"]["fraction"] for r in ran if "tree_vs_linear" in r]
     if fractions:
         # A seed where tree never reached linear's final success counts as 1 (no saving), not as missing.
@@ -495,6 +550,17 @@ def main() -> None:
         "round of --sft-epochs (0: no check)",
     )
     parser.add_argument("--sft-max-rounds", type=int, default=None)
+    parser.add_argument(
+        "--validation",
+        type=int,
+        default=0,
+        help="learning: validate each run greedily on this many tasks of the env's validation split (the text "
+        "worlds' dev, else held-out tasks after --heldout's) and report its best checkpoint's held-out success "
+        "beside the last's (default: none)",
+    )
+    parser.add_argument(
+        "--validation-every", type=int, default=5, help="learning: steps between validations (default: %(default)s)"
+    )
     parser.add_argument("--steps", type=int, default=20, help="throughput: learner steps per pipeline")
     parser.add_argument("--latency", type=float, default=0.3, help="throughput: median seconds per lookup")
     parser.add_argument(

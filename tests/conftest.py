@@ -2,7 +2,9 @@
 
 import gc
 import sys
+import threading
 import time
+import traceback
 import warnings
 
 import gymnasium
@@ -32,24 +34,65 @@ def pytest_runtest_logstart(nodeid, location):
 
 
 # Warm-pool containers are made in the background, whenever the pool refills, so their maker says little: the test
-# that took one from the pool is recorded too (container id -> node id).
+# that took one from the pool is recorded too (container id -> node id), and what became of each container's sandbox
+# object (container id -> where it was made, and whether and where it was closed).
 _TAKEN: dict[str, str] = {}
+_WRAPPED: dict[str, list[str]] = {}
+
+
+def _running_test() -> str:
+    return _STARTED[-1][1] if _STARTED else "(before the first test)"
+
+
+def _callers() -> str:
+    """The agentgym and test frames that led here, innermost last (where a sandbox object was made)."""
+    frames = [
+        f"{frame.filename.rsplit('/', 2)[-1]}:{frame.lineno} {frame.name}"
+        for frame in traceback.extract_stack()[:-2]
+        if "/agentgym/" in frame.filename or "/tests/" in frame.filename
+    ]
+    return " < ".join(reversed(frames[-8:]))
 
 
 def pytest_configure(config):
     try:
+        from agentgym.sandbox.docker import DockerSandbox
         from agentgym.sandbox.pool import WarmPool
     except ImportError:  # no sandbox extra: no pool to watch
         return
-    take = WarmPool.take_prepared
+    take, init, close, restore = (
+        WarmPool.take_prepared,
+        DockerSandbox.__init__,
+        DockerSandbox.close,
+        DockerSandbox.restore,
+    )
 
-    def recorded(self, *args, **kwargs):
+    def recorded_take(self, *args, **kwargs):
         taken = take(self, *args, **kwargs)
         if taken is not None:
-            _TAKEN[taken[0]] = _STARTED[-1][1] if _STARTED else "(before the first test)"
+            _TAKEN[taken[0]] = _running_test()
         return taken
 
-    WarmPool.take_prepared = recorded
+    def recorded_init(self, container_id, *args, **kwargs):
+        init(self, container_id, *args, **kwargs)
+        _WRAPPED.setdefault(container_id, []).append(
+            f"a sandbox object made in {_running_test()} ({threading.current_thread().name}: {_callers()})"
+        )
+
+    def recorded_close(self, wait=True):
+        if not self._closed:
+            _WRAPPED.setdefault(self._container_id, []).append(f"closed in {_running_test()}")
+        close(self, wait)
+
+    def recorded_restore(self, snapshot):
+        old = self._container_id
+        restore(self, snapshot)
+        _WRAPPED.setdefault(self._container_id, []).append(
+            f"restored into the sandbox of {old[:12]} in {_running_test()}"
+        )
+
+    WarmPool.take_prepared = recorded_take
+    DockerSandbox.__init__, DockerSandbox.close, DockerSandbox.restore = recorded_init, recorded_close, recorded_restore
 
 
 def _test_running_at(epoch: float) -> str:
@@ -170,6 +213,7 @@ def _assert_no_containers_left():
             c["Status"],
             f"made in {_test_running_at(c['Created'])}",
             f"taken from the pool in {_TAKEN.get(c['Id'], '(not taken)')}",
+            "; ".join(_WRAPPED.get(c["Id"], ["no sandbox object made for it"])),
             holders.get(c["Id"], "held by no live sandbox object"),
         )
         for c in left

@@ -226,17 +226,22 @@ def test_all_failed_groups_get_branches_from_a_replayed_successs_prefixes(tmp_pa
 
 
 # ---------------------------------------------------------------- the learning benchmark's variants
-def test_every_learning_benchmark_variant_is_a_config_the_trainers_accept(tmp_path):
+def _learning_benchmark():
     import importlib.util
     from pathlib import Path
-
-    from agentgym.train import OWN_KEYS, TRAINERS, _load, load_config
 
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "learning.py"
     spec = importlib.util.spec_from_file_location("learning_benchmark", path)
     assert spec is not None and spec.loader is not None
     learning = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(learning)
+    return learning
+
+
+def test_every_learning_benchmark_variant_is_a_config_the_trainers_accept(tmp_path):
+    from agentgym.train import OWN_KEYS, TRAINERS, _load, load_config
+
+    learning = _learning_benchmark()
     assert {"linear_grpo", "sao", "tree_grpo", "trace", "reflect_retry", "replay", "median_pivot", "april"} <= set(
         learning.VARIANTS
     )
@@ -250,3 +255,51 @@ def test_every_learning_benchmark_variant_is_a_config_the_trainers_accept(tmp_pa
             for setting in settings:  # the variant's switch is on
                 key, value = setting.split("=")
                 assert str(getattr(args, key)).lower() == value, (env, name, key)
+
+
+def test_the_learning_benchmark_validates_on_tasks_it_does_not_evaluate_on(tmp_path):
+    """``--validation``: an env's validation tasks are never its evaluated held-out ones, and the trainers take them."""
+    import argparse
+
+    from agentgym.train import OWN_KEYS, TRAINERS, _load, load_config
+    from agentgym.trainers.warm_start import split_tasks
+
+    learning = _learning_benchmark()
+    for env, expected in {
+        "keychain": ["heldout-100", "heldout-101"],  # the held-out split after the 100 evaluated
+        "calculator": ["heldout-100", "heldout-101"],
+        "textworld": ["dev/coin/0", "dev/coin/1"],
+        "scienceworld": ["dev/lifespan-longest-lived/62", "dev/lifespan-longest-lived/63"],
+    }.items():
+        run = argparse.Namespace(env=env, validation=2, validation_every=3, heldout=learning.ENVS[env].heldout)
+        config = load_config(learning.config_path(env, "sao"))
+        overrides = learning.validation_overrides(run, config)
+        _, evaluated = split_tasks(config, learning.ENVS[env].heldout_split, run.heldout)
+        accepted = load_config(learning.config_path(env, "sao"), [*overrides, f"output_dir={tmp_path}"])
+        assert accepted["validation_tasks"] == expected and not set(expected) & set(evaluated)
+        assert accepted["validation_env_kwargs"] == {"tasks": accepted["validation_tasks"]}
+        args = _load(TRAINERS["sao"][1])(**{k: v for k, v in accepted.items() if k not in OWN_KEYS}, use_cpu=True)
+        assert args.validation_every == 3 and len(args.validation_tasks) == 2
+    assert learning.validation_overrides(argparse.Namespace(validation=0), {}) == []
+
+
+@pytest.mark.slow
+def test_a_learning_benchmark_run_reports_its_best_checkpoint_on_validation_beside_the_last(tmp_path):
+    """Two SAO steps on KeyChain validated after each: the best checkpoint's held-out success is measured from
+    ``best-checkpoint`` (the untrained tiny model ties at 0, and a tie keeps the first step) and reported with both
+    validations."""
+    import argparse
+    import json
+
+    learning = _learning_benchmark()
+    args = argparse.Namespace(env="keychain", seed=0, heldout=2, validation=2, validation_every=1, set=[])
+    start = {"sft": {"heldout_success": 0.0, "heldout_success_sampled": 0.0}}
+    budget = ["max_steps=2", "per_device_train_batch_size=2", "rollout_concurrency=2", "log_kl_to_start=false"]
+    run = learning.run_variant(args, "sao", tiny_model_path(), tmp_path / "sao", budget, start)
+    validations = json.loads((tmp_path / "sao" / "validation.json").read_text())
+    assert [entry["step"] for entry in validations["history"]] == [1, 2]
+    best = validations["best"]
+    assert run["best"]["step"] == best["step"] and run["best"]["validation_success"] == best["success"]
+    assert run["best"]["last_validation_success"] == validations["last"]["success"]
+    assert 0.0 <= run["best"]["heldout_success"] <= 1.0 and "validation" not in run
+    assert (tmp_path / "sao" / "best-checkpoint" / "config.json").exists()

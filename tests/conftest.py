@@ -38,6 +38,8 @@ def pytest_runtest_logstart(nodeid, location):
 # object (container id -> where it was made, and whether and where it was closed).
 _TAKEN: dict[str, str] = {}
 _WRAPPED: dict[str, list[str]] = {}
+# Sandboxes the garbage collector found unclosed (their finalizer removed the container): container id -> the test.
+_UNCLOSED: dict[str, str] = {}
 
 
 def _running_test() -> str:
@@ -56,6 +58,7 @@ def _callers() -> str:
 
 def pytest_configure(config):
     try:
+        from agentgym.sandbox import docker as docker_sandbox
         from agentgym.sandbox.docker import DockerSandbox
         from agentgym.sandbox.pool import WarmPool
     except ImportError:  # no sandbox extra: no pool to watch
@@ -83,6 +86,15 @@ def pytest_configure(config):
         if not self._closed:
             _WRAPPED.setdefault(self._container_id, []).append(f"closed in {_running_test()}")
         close(self, wait)
+
+    remove_unclosed = docker_sandbox._remove_unclosed
+
+    def recorded_remove_unclosed(held):
+        _UNCLOSED[held.container_id] = _running_test()
+        _WRAPPED.setdefault(held.container_id, []).append(f"its sandbox collected unclosed in {_running_test()}")
+        remove_unclosed(held)
+
+    docker_sandbox._remove_unclosed = recorded_remove_unclosed
 
     def recorded_restore(self, snapshot):
         old = self._container_id
@@ -222,8 +234,11 @@ def _assert_no_containers_left():
     # Quarantined, not fixed (stop 46): now and then one warm-pool container of the toy desktop image is still
     # running at the end (still leased by this process, so the exit sweep removes it: a user's process does not
     # leave it behind). Stop 47's rehearsal named its taker: tests/envs/gui/test_env.py::test_forced_replay_mode (a
-    # replay-mode fork), held by no object afterwards; the cause in that path is not found yet. It is removed and
-    # reported as a warning, with the tests that made and took it and what holds it; every other leftover still fails.
+    # replay-mode fork), held by no object afterwards; reading that path found every desktop closed, and 8 runs of
+    # test_env.py alone did not leak. Since stop 48 a sandbox object collected unclosed removes its container (which
+    # ends this leak if that was its cause), and the report says what became of each sandbox object over the
+    # container (made where, closed or collected unclosed where). It is removed and reported as a warning, with
+    # that history; every other leftover still fails.
     quarantined = [
         (c["Id"], d)
         for c, d in zip(left, described)
@@ -234,6 +249,15 @@ def _assert_no_containers_left():
         warnings.warn(f"a warm desktop container outlived the test session (quarantined leak): {d}", stacklevel=1)
     removed = {d for _, d in quarantined}
     rest = [d for d in described if d not in removed]
+    # A sandbox the collector found unclosed had its container removed then (no leftover), but some code path dropped
+    # it without close(): named, with where it was made (test_lifecycle.py drops some on purpose).
+    dropped = {
+        cid[:12]: [f"collected in {test}", *_WRAPPED.get(cid, [])[:1]]
+        for cid, test in _UNCLOSED.items()
+        if "dropped_without_close" not in test
+    }
+    if dropped:
+        warnings.warn(f"sandboxes garbage-collected without close(): {dropped}", stacklevel=1)
     assert not rest, f"sandbox containers left by this test session: {rest}; removals that failed: {failed}"
 
 

@@ -43,11 +43,14 @@ import hashlib
 import io
 import os
 import posixpath
+import queue
 import secrets
 import socket
 import tarfile
 import threading
 import time
+import warnings
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -95,6 +98,52 @@ def _remove_when_started(container_id: str, starting: Future | None) -> None:
     if starting is not None:
         starting.exception()  # a failed start still leaves a container to remove
     cleanup.remove_container(container_id)
+
+
+@dataclass
+class _Held:
+    """The container a sandbox holds now (:meth:`DockerSandbox.restore` replaces it), as its finalizer sees it."""
+
+    container_id: str
+    starting: Future | None
+    pid: int = field(default_factory=os.getpid)
+
+
+# Containers of sandboxes collected unclosed, for the reaper thread to remove. A finalizer runs wherever the collector
+# ran, maybe inside a lock the removal would take (the executor's): it only puts here, which is reentrant-safe.
+_unclosed: queue.SimpleQueue[_Held] = queue.SimpleQueue()
+_reaper_pid: int | None = None
+_reaper_lock = threading.Lock()
+
+
+def _start_reaper() -> None:
+    """The thread that removes what :func:`_remove_unclosed` queues, one per process; started with the first sandbox
+    (never from a finalizer: starting a thread takes locks)."""
+    global _reaper_pid
+    if _reaper_pid != os.getpid():
+        with _reaper_lock:
+            if _reaper_pid != os.getpid():
+                threading.Thread(target=_reap, daemon=True, name="agentgym-unclosed").start()
+                _reaper_pid = os.getpid()
+
+
+def _reap() -> None:
+    while True:
+        held = _unclosed.get()
+        engine.submit(_remove_when_started, held.container_id, held.starting)
+
+
+def _remove_unclosed(held: _Held) -> None:
+    """A sandbox was garbage-collected without close(): its container goes now rather than when the process exits
+    (a training run that drops sandboxes would pile them up), with a ResourceWarning, as an unclosed file gets."""
+    if held.pid != os.getpid():  # a forked child collecting its parent's objects: the parent's containers stay
+        return
+    _unclosed.put(held)
+    warnings.warn(
+        f"a DockerSandbox was garbage-collected without close(); its container {held.container_id[:12]} is removed",
+        ResourceWarning,
+        stacklevel=1,
+    )
 
 
 def _snapshot_state(snapshot: SandboxSnapshot) -> shell.ShellState:
@@ -146,7 +195,12 @@ class DockerSandbox:
         self.config = config
         # Where warm containers for this sandbox's forks come from, and the image they run (see fs_diff).
         self._pool, self._start_image = pool, start
-        self._container_id = container_id
+        self._held = _Held(container_id, starting)
+        # Closing detaches it; a sandbox dropped unclosed has its container removed when it is collected. Not at
+        # exit: the exit sweep removes every container this process holds, in one pass.
+        self._finalizer = weakref.finalize(self, _remove_unclosed, self._held)
+        self._finalizer.atexit = False
+        _start_reaper()
         self._starting = starting
         self._state = state or shell.ShellState(config.working_dir)
         self._disk_used = disk_used  # what the image's snapshot layers hold, written by this sandbox's ancestors
@@ -289,6 +343,10 @@ class DockerSandbox:
     @property
     def id(self) -> str:
         return self._container_id
+
+    @property
+    def _container_id(self) -> str:
+        return self._held.container_id
 
     @property
     def cwd(self) -> str:
@@ -848,13 +906,16 @@ class DockerSandbox:
             old_id, old_starting, old_server = self._container_id, self._starting, self._server
             warm = self._warm_sandbox(snapshot, self.config)
             if warm is not None:
-                self._container_id, self._starting, self._disk_used = warm._container_id, None, 0
+                self._starting, self._disk_used = None, 0
+                self._held.container_id, self._held.starting = warm._container_id, None
                 self._server, warm._closed = warm._server, True  # its container and server are this sandbox's now
+                warm._finalizer.detach()
             else:
                 replacement = create_container(
                     snapshot.ref, self.config, labels.KIND_SANDBOX, disk_used=snapshot.metadata.get("disk_used", 0)
                 )
-                self._container_id, self._starting = replacement, engine.submit(start_container, replacement)
+                self._starting = engine.submit(start_container, replacement)
+                self._held.container_id, self._held.starting = replacement, self._starting
                 self._disk_used = snapshot.metadata.get("disk_used", 0)
             self.image = snapshot.ref
             self._state = _snapshot_state(snapshot)
@@ -880,6 +941,7 @@ class DockerSandbox:
             if self._closed:
                 return
             self._closed = True
+        self._finalizer.detach()
         try:
             if self._server is not None:
                 self._server.close()
@@ -901,7 +963,8 @@ class DockerSandbox:
 
 def _start_command_server(container_id: str, image: str, config: SandboxConfig) -> object:
     """The warm pool's preparer: a pooled container's command server, started before anyone takes it."""
-    sandbox = DockerSandbox(container_id, image, config)  # not closed: closing would remove the container
+    sandbox = DockerSandbox(container_id, image, config)
+    sandbox._finalizer.detach()  # never closed: the container stays in the pool for its taker
     return sandbox._server if sandbox.start_command_server() else None
 
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 
 import docker.errors
 import pytest
@@ -142,6 +143,63 @@ def test_a_failed_refill_keeps_the_ready_containers_and_shutdown_still_removes_t
     assert not [c for c in engine.api().containers(all=True) if c["Id"] in ready | idle]
 
 
+def _gone(container_id: str) -> bool:
+    try:
+        engine.api().inspect_container(container_id)
+    except docker.errors.NotFound:
+        return True
+    return False
+
+
+def test_a_sandbox_dropped_without_close_has_its_container_removed_when_collected(docker_ready):
+    """An unclosed sandbox kept its container until the process exited (the exit sweep): a run that drops sandboxes
+    would pile them up. Collected, it removes its container (the one it holds now: a restore replaced the first),
+    with a ResourceWarning; a closed sandbox, a container handed to another sandbox, and the pool's own throwaway
+    sandbox objects (its command-server preparer) are left alone."""
+    import gc
+
+    box = DockerSandbox.create(docker_ready, warm=False)
+    box.exec("echo one > /workspace/x")
+    snapshot = box.snapshot()
+    first = box.id
+    box.restore(snapshot)  # a new container; the first goes
+    held = box.id
+    assert held != first
+    with pytest.warns(ResourceWarning, match=f"garbage-collected without close.*{held[:12]}"):
+        del box
+        gc.collect()
+    assert _wait_for(lambda: _gone(held) and _gone(first), timeout=30)
+    snapshot.release()
+
+    with WarmPool(size=1) as pool:
+        pool.prewarm(docker_ready, wait=True)
+        gc.collect()  # the preparer's sandbox object for the pooled container is long unreferenced
+        (pooled,) = pool._ready[(docker_ready, SandboxConfig())]
+        closed = DockerSandbox.create(docker_ready, pool=pool)
+        assert closed.id == pooled and closed.exec("echo up").stdout == "up\n"
+        closed.close()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ResourceWarning)
+            del closed
+            gc.collect()
+
+    with WarmPool(size=1) as pool:
+        pool.prewarm(docker_ready, wait=True)
+        box = DockerSandbox.create(docker_ready, pool=pool)
+        box.exec("echo two > /workspace/y")
+        assert _wait_for(lambda: pool.available(docker_ready) == 1)
+        (warm,) = pool._ready[(docker_ready, SandboxConfig())]
+        snapshot = box.snapshot()
+        box.restore(snapshot)  # into the warm container, through a sandbox object of its own that is dropped
+        assert box.id == warm
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ResourceWarning)
+            gc.collect()
+        assert box.exec("cat /workspace/y").stdout == "two\n"
+        box.close()
+        snapshot.release()
+
+
 def test_create_uses_the_default_pool(docker_ready):
     DockerSandbox.create(docker_ready).close()  # first use: cold, and the pool starts filling
     assert _wait_for(lambda: default_pool().available(docker_ready) >= 1)
@@ -276,6 +334,7 @@ def test_a_removal_given_up_on_is_recorded_and_its_lease_left_to_lapse(docker_re
     monkeypatch.setattr(engine, "api", lambda: real)
     cleanup.remove_container(box.id)  # the exit sweep's try, which the engine now takes
     assert not _exists(box.id) and box.id not in cleanup.failed_removals()
+    box.close()  # the container is gone: closing finds nothing to remove
 
 
 def test_containers_that_fit_divide_the_engines_cores_and_memory(docker_ready):

@@ -16,7 +16,7 @@ __all__ = ["log_series", "mean_interval", "smooth", "train_run", "training_curve
 
 
 def train_run(config_path: str | Path, overrides: Sequence[str] = ()) -> dict:
-    """One ``agentgym.train`` run in this process: its log history, wall time, steps, output directory and validations."""
+    """One ``agentgym.train`` run in this process: its log history, wall time, steps, output dir and validations."""
     from agentgym.train import build_trainer, load_config
 
     trainer = build_trainer(load_config(config_path, list(overrides)))
@@ -30,7 +30,7 @@ def train_run(config_path: str | Path, overrides: Sequence[str] = ()) -> dict:
         "wall_s": wall,
         "steps": trainer.state.global_step,
         "output_dir": trainer.args.output_dir,
-        "validation": trainer.validation,  # the best and last {step, success} (None without validation_tasks)
+        "validation": trainer.validation,  # best, last ({step, success}; None without validation_tasks) and history
     }
 
 

@@ -201,7 +201,6 @@ class DockerSandbox:
         self._finalizer = weakref.finalize(self, _remove_unclosed, self._held)
         self._finalizer.atexit = False
         _start_reaper()
-        self._starting = starting
         self._state = state or shell.ShellState(config.working_dir)
         self._disk_used = disk_used  # what the image's snapshot layers hold, written by this sandbox's ancestors
         self._meter: disk.DiskMeter | None = None
@@ -344,9 +343,22 @@ class DockerSandbox:
     def id(self) -> str:
         return self._container_id
 
+    # The container and its start live in _held, which the finalizer shares; a restore replaces both.
     @property
     def _container_id(self) -> str:
         return self._held.container_id
+
+    @_container_id.setter
+    def _container_id(self, container_id: str) -> None:
+        self._held.container_id = container_id
+
+    @property
+    def _starting(self) -> Future | None:
+        return self._held.starting
+
+    @_starting.setter
+    def _starting(self, starting: Future | None) -> None:
+        self._held.starting = starting
 
     @property
     def cwd(self) -> str:
@@ -906,16 +918,14 @@ class DockerSandbox:
             old_id, old_starting, old_server = self._container_id, self._starting, self._server
             warm = self._warm_sandbox(snapshot, self.config)
             if warm is not None:
-                self._starting, self._disk_used = None, 0
-                self._held.container_id, self._held.starting = warm._container_id, None
+                self._container_id, self._starting, self._disk_used = warm._container_id, None, 0
                 self._server, warm._closed = warm._server, True  # its container and server are this sandbox's now
                 warm._finalizer.detach()
             else:
                 replacement = create_container(
                     snapshot.ref, self.config, labels.KIND_SANDBOX, disk_used=snapshot.metadata.get("disk_used", 0)
                 )
-                self._starting = engine.submit(start_container, replacement)
-                self._held.container_id, self._held.starting = replacement, self._starting
+                self._container_id, self._starting = replacement, engine.submit(start_container, replacement)
                 self._disk_used = snapshot.metadata.get("disk_used", 0)
             self.image = snapshot.ref
             self._state = _snapshot_state(snapshot)

@@ -143,14 +143,6 @@ def test_a_failed_refill_keeps_the_ready_containers_and_shutdown_still_removes_t
     assert not [c for c in engine.api().containers(all=True) if c["Id"] in ready | idle]
 
 
-def _gone(container_id: str) -> bool:
-    try:
-        engine.api().inspect_container(container_id)
-    except docker.errors.NotFound:
-        return True
-    return False
-
-
 def test_a_sandbox_dropped_without_close_has_its_container_removed_when_collected(docker_ready):
     """An unclosed sandbox kept its container until the process exited (the exit sweep): a run that drops sandboxes
     would pile them up. Collected, it removes its container (the one it holds now: a restore replaced the first),
@@ -168,7 +160,7 @@ def test_a_sandbox_dropped_without_close_has_its_container_removed_when_collecte
     with pytest.warns(ResourceWarning, match=f"garbage-collected without close.*{held[:12]}"):
         del box
         gc.collect()
-    assert _wait_for(lambda: _gone(held) and _gone(first), timeout=30)
+    assert _wait_for(lambda: not _exists(held) and not _exists(first), timeout=30)
     snapshot.release()
 
     with WarmPool(size=1) as pool:

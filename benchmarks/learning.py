@@ -177,11 +177,30 @@ def validation_overrides(args, config: dict) -> list[str]:
     ]
 
 
+#: A finished run's results and settings, in its output dir: a rerun of its seed with the same settings reuses it, so
+#: a seed's table (16 runs, some 2 hours on 2 cores) survives a crash or a stop part-way.
+RUN_RECORD = "benchmark-run.json"
+
+
+def run_settings(args, name: str, budget: list[str]) -> dict:
+    """What one variant's run depends on: the seed's settings but the other runs' (``--runs``, ``--budget``,
+    ``--env-steps``: its own budget is given) and the ``--set`` overrides of other runs."""
+    own = {"runs", "budget", "env_steps", "set"}
+    settings = {k: v for k, v in vars(args).items() if k in SEED_SETTINGS and k not in own}
+    settings |= {"set": [setting for run_name, setting in args.set if run_name == name], "run_budget": budget}
+    return json.loads(json.dumps(settings))
+
+
 def run_variant(args, name: str, sft: Path, output_dir: Path, budget: list[str], results: dict) -> dict:
     """One variant trained from the SFT start under ``budget`` (overrides); its held-out success, env steps and tokens,
     and with ``--validation`` the held-out success of its best checkpoint on the validation tasks beside the last's."""
     config, settings = VARIANTS[name]
     run_config = load_config(config_path(args.env, config))
+    kept_file = output_dir / RUN_RECORD
+    kept_settings = run_settings(args, name, budget)
+    if kept_file.exists() and (kept := json.loads(kept_file.read_text()))["settings"] == kept_settings:
+        print(f"{name} ({', '.join(budget)}): kept from {kept_file} (the same settings)", flush=True)
+        return kept["run"]
     overrides = [
         f"model={sft}",
         f"output_dir={output_dir}",
@@ -230,6 +249,7 @@ def run_variant(args, name: str, sft: Path, output_dir: Path, budget: list[str],
         f"({run['gain_points_sampled']:+.1f})",
         flush=True,
     )
+    kept_file.write_text(json.dumps({"settings": kept_settings, "run": run}, default=str))
     return run
 
 
@@ -400,7 +420,8 @@ def over_seeds(args, out: Path) -> dict:
     """:func:`learning` once per seed (each with its own SFT start, shared by its runs), then each figure's mean and 95% interval.
 
     Each seed's results are kept in ``out/seed-N/results.json`` with the settings: a rerun with the
-    same settings (after a crash, or with more seeds) reuses them. A seed whose SFT start fails its
+    same settings (after a crash, or with more seeds) reuses them, as :func:`run_variant` does each finished run's
+    (:data:`RUN_RECORD`) within a seed that did not finish. A seed whose SFT start fails its
     self-check (:class:`WarmStartFailed`) is recorded as such and left out of the figures, which say
     how many seeds they cover; the other seeds still run.
     """

@@ -7,6 +7,8 @@ resumed there, their earlier turns keeping the policy version that sampled them.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agentgym.models import tiny_model_path
@@ -284,15 +286,18 @@ def test_the_learning_benchmark_validates_on_tasks_it_does_not_evaluate_on(tmp_p
 
 
 @pytest.mark.slow
-def test_a_learning_benchmark_run_reports_its_best_checkpoint_on_validation_beside_the_last(tmp_path):
+def test_a_learning_benchmark_run_reports_its_best_checkpoint_on_validation_beside_the_last(tmp_path, monkeypatch):
     """Two SAO steps on KeyChain validated after each: the best checkpoint's held-out success is measured from
     ``best-checkpoint`` (the untrained tiny model ties at 0, and a tie keeps the first step) and reported with both
-    validations."""
+    validations. The finished run is kept in its output dir (a seed's 16 runs take hours: a crash part-way loses one
+    run, not the seed) and reused while its settings are the same, not when its budget, its own ``--set`` or the seed
+    changes (another run's ``--set`` does not matter)."""
     import argparse
-    import json
 
     learning = _learning_benchmark()
-    args = argparse.Namespace(env="keychain", seed=0, heldout=2, validation=2, validation_every=1, set=[])
+    args = argparse.Namespace(
+        env="keychain", seed=0, heldout=2, validation=2, validation_every=1, set=[("linear_grpo", "seed=3")]
+    )
     start = {"sft": {"heldout_success": 0.0, "heldout_success_sampled": 0.0}}
     budget = ["max_steps=2", "per_device_train_batch_size=2", "rollout_concurrency=2", "log_kl_to_start=false"]
     run = learning.run_variant(args, "sao", tiny_model_path(), tmp_path / "sao", budget, start)
@@ -303,3 +308,23 @@ def test_a_learning_benchmark_run_reports_its_best_checkpoint_on_validation_besi
     assert run["best"]["last_validation_success"] == validations["last"]["success"]
     assert 0.0 <= run["best"]["heldout_success"] <= 1.0 and "validation" not in run
     assert (tmp_path / "sao" / "best-checkpoint" / "config.json").exists()
+
+    def trains(*_args, **_kwargs):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(learning, "train_run", trains)
+    other_set = argparse.Namespace(**{**vars(args), "set": [("linear_grpo", "seed=4")]})
+    kept = learning.run_variant(other_set, "sao", tiny_model_path(), tmp_path / "sao", budget, start)
+    assert {key: kept[key] for key in ("steps", "heldout_success", "best")} == {
+        "steps": 2,
+        "heldout_success": run["heldout_success"],
+        "best": run["best"],
+    }
+    for changed, changed_budget in (
+        ({"seed": 1}, budget),
+        ({"set": [("sao", "learning_rate=1e-5")]}, budget),
+        ({}, ["max_steps=3", *budget[1:]]),
+    ):
+        changed_args = argparse.Namespace(**{**vars(args), **changed})
+        with pytest.raises(AssertionError, match="trained again"):
+            learning.run_variant(changed_args, "sao", tiny_model_path(), tmp_path / "sao", changed_budget, start)

@@ -463,6 +463,17 @@ def over_seeds(args, out: Path) -> dict:
                     figures[f"{name}{budget}_{key}"] = [run[key] for run in runs]
                 if all("best" in run for run in runs):
                     figures[f"{name}{budget}_best_heldout_success"] = [run["best"]["heldout_success"] for run in runs]
+                linear = [r.get("linear_grpo") for r in ran]
+                if (name != "linear_grpo" or budget) and all(linear):
+                    # Paired with linear GRPO's timed run of the same seed (the same start): the targets are
+                    # a gain over it at equal wall time, and its held-out success reached in at most half its env
+                    # steps (an equal-env-steps run at or above it, with its env steps as a share of linear's).
+                    figures[f"{name}{budget}_vs_linear_points"] = [
+                        100 * (run["heldout_success"] - base["heldout_success"]) for run, base in zip(runs, linear)
+                    ]
+                    figures[f"{name}{budget}_env_steps_share_of_linear"] = [
+                        run["env_steps"] / base["env_steps"] for run, base in zip(runs, linear)
+                    ]
     fractions = [r["tree_vs_linear"]["fraction"] for r in ran if "tree_vs_linear" in r]
     if fractions:
         # A seed where tree never reached linear's final success counts as 1 (no saving), not as missing.
@@ -489,16 +500,21 @@ def variant_table(summary: dict, runs: list[str]) -> str:
         return f"{scale * entry['mean']:.{digits}f}{interval}"
 
     lines = [
-        "| variant | budget | held-out success, greedy (%) | gain over the start (points) | env steps | tokens generated |",
-        "|---|---|---|---|---|---|",
+        "| variant | budget | held-out success, greedy (%) | gain over the start (points) | vs linear GRPO's timed run "
+        "(points) | env steps | env steps, % of linear GRPO's timed run | tokens generated |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name in runs:
         for budget, label in (("", "equal wall time"), ("@env_steps", "equal env steps")):
             if f"{name}{budget}_heldout_success" not in summary:
                 continue
+            paired = f"{name}{budget}_vs_linear_points" in summary
             lines.append(
                 f"| {name} | {label} | {cell(f'{name}{budget}_heldout_success', 100)} | "
-                f"{cell(f'{name}{budget}_gain_points')} | {cell(f'{name}{budget}_env_steps', digits=0)} | "
+                f"{cell(f'{name}{budget}_gain_points')} | "
+                f"{cell(f'{name}{budget}_vs_linear_points') if paired else '—'} | "
+                f"{cell(f'{name}{budget}_env_steps', digits=0)} | "
+                f"{cell(f'{name}{budget}_env_steps_share_of_linear', 100, 0) if paired else '—'} | "
                 f"{cell(f'{name}{budget}_generated_tokens', digits=0)} |"
             )
     return "\n".join(lines)

@@ -285,6 +285,56 @@ def test_the_learning_benchmark_validates_on_tasks_it_does_not_evaluate_on(tmp_p
     assert learning.validation_overrides(argparse.Namespace(validation=0), {}) == []
 
 
+def test_the_learning_benchmark_pairs_each_variant_with_linear_grpos_timed_run_of_its_seed(tmp_path):
+    """Kept seed results (no training) summarised on hand-computed numbers: each variant's held-out success minus
+    linear GRPO's timed run of the same seed, and its env steps as a share of that run's, at both budgets."""
+    import argparse
+
+    learning = _learning_benchmark()
+    args = argparse.Namespace(
+        **{
+            **dict.fromkeys(learning.SEED_SETTINGS),
+            **{"runs": ["linear_grpo", "trace"], "budget": "both", "set": [], "validation": 0, "validation_every": 5},
+        }
+    )
+
+    def run(success: float, env_steps: int) -> dict:
+        return {"heldout_success": success, "gain_points": 0.0, "gain_points_sampled": 0.0, "env_steps": env_steps}
+
+    for seed, (linear, trace, linear_at, trace_at) in {
+        0: (run(0.5, 1000), run(0.6, 500), run(0.45, 500), run(0.6, 500)),
+        1: (run(0.6, 1000), run(0.6, 600), run(0.5, 600), run(0.55, 600)),
+    }.items():
+        seed_args = {**vars(args), "seed": seed}
+        settings = {key: value for key, value in seed_args.items() if key in learning.SEED_SETTINGS}
+        results = {
+            "sft": {"heldout_success": 0.2},
+            "linear_grpo": {**linear, "generated_tokens": 100.0},
+            "trace": {**trace, "generated_tokens": 50.0},
+            "equal_env_steps": {
+                "linear_grpo": {**linear_at, "generated_tokens": 50.0},
+                "trace": {**trace_at, "generated_tokens": 50.0},
+            },
+        }
+        (tmp_path / f"seed-{seed}").mkdir()
+        (tmp_path / f"seed-{seed}" / "results.json").write_text(json.dumps({"settings": settings, "results": results}))
+    args.seeds = [0, 1]
+    summary = learning.over_seeds(args, tmp_path)["summary"]
+    # t(0.975, 1 degree of freedom) = 12.7062: half-width 12.7062 * sd / sqrt(2)
+    assert summary["trace_vs_linear_points"]["values"] == pytest.approx([10.0, 0.0])
+    assert summary["trace_vs_linear_points"]["ci95"] == pytest.approx([5 - 63.531, 5 + 63.531], abs=1e-3)
+    assert summary["trace_env_steps_share_of_linear"]["values"] == pytest.approx([0.5, 0.6])
+    assert summary["trace@env_steps_vs_linear_points"]["values"] == pytest.approx([10.0, -5.0])
+    assert summary["linear_grpo@env_steps_vs_linear_points"]["values"] == pytest.approx([-5.0, -10.0])
+    assert "linear_grpo_vs_linear_points" not in summary  # itself
+    table = learning.variant_table(summary, ["linear_grpo", "trace"]).splitlines()
+    assert table[2].startswith("| linear_grpo | equal wall time | 55.0 [-8.5, 118.5] | 0.0 [0.0, 0.0] | — |")
+    assert table[4] == (
+        "| trace | equal wall time | 60.0 [60.0, 60.0] | 0.0 [0.0, 0.0] | 5.0 [-58.5, 68.5] | 550 [-85, 1185] "
+        "| 55 [-9, 119] | 50 [50, 50] |"
+    )
+
+
 @pytest.mark.slow
 def test_a_learning_benchmark_run_reports_its_best_checkpoint_on_validation_beside_the_last(tmp_path, monkeypatch):
     """Two SAO steps on KeyChain validated after each: the best checkpoint's held-out success is measured from

@@ -86,6 +86,11 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "tree_grpo": ("tree_grpo", ("tree_strategy=uniform",)),
     "trace": ("tree_grpo", ("tree_strategy=contrast", "task_allocation=trace")),
     "reflect_retry": ("linear_grpo", ("reflect_retry=true", "pivotal_credit=true")),
+    # The same restart from the (grader's) failure turn without the reflection: what the language adds.
+    "failure_retry": (
+        "linear_grpo",
+        ("reflect_retry=true", "reflect_diagnose=false", "reflect_locate=grader", "pivotal_credit=true"),
+    ),
     "replay": ("linear_grpo", ("success_replay=true",)),
     "median_pivot": ("linear_grpo", ("median_pivot=true", "advantage_baseline=median")),
     "april": ("linear_grpo", ("partial_rollouts=true",)),

@@ -13,12 +13,14 @@ success (and without an env error):
    ``error``, else the last turn (the answer the grader rejected). An unusable answer from the
    first two falls back to the grader's.
 3. **Retry**: a fork at the snapshot *before* the failure turn (no replay), the reflection added
-   to its context as a user message, run to its end.
+   to its context as a user message, run to its end. With ``ReflectConfig(diagnose=False)`` there
+   is no diagnosis and no note: the retry restarts from the failure turn in the policy's own
+   context (on-policy), which separates what the restart point gives from what the language does.
 
 The result is a :class:`~agentgym.rollout.trajectory.RolloutTree`: the failed path, and the retry
 branching off it at the fork (a root of its own when the failure was the first turn).
-``tree.metadata["reflection"]`` holds the diagnosis, the failure and fork turns, the located-by
-source and the two leaves. **The retry's turns are stored without the reflection**: its tokens
+``tree.metadata["reflection"]`` holds the diagnosis (None without one), the failure and fork turns,
+the located-by source and the two leaves. **The retry's turns are stored without the reflection**: its tokens
 are removed from their prompts (:func:`strip_span`), which is what a trainer trains on — the
 policy must learn to act well without being told how. Their ``logprobs`` stay those of the
 policy that sampled them *with* the reflection in context, so a trainer must treat the retry as
@@ -125,15 +127,21 @@ class ReflectConfig:
         locate: how the failure turn is found: one of :data:`LOCATORS` (see the module docstring).
         max_tokens: the diagnosis's length.
         temperature: the diagnosis's sampling temperature.
+        diagnose: False retries from the failure turn *without* a reflection (R³L's restart without its language):
+            no diagnosis is asked for, and the retry acts in the context the policy always acts in, so its turns
+            are on-policy. ``locate`` must then be ``"grader"`` or ``"predictor"``.
     """
 
     locate: str = "diagnosis"
     max_tokens: int = 64
     temperature: float = 0.7
+    diagnose: bool = True
 
     def __post_init__(self):
         if self.locate not in LOCATORS:
             raise ValueError(f"locate must be one of {LOCATORS}, got {self.locate!r}")
+        if not self.diagnose and self.locate == "diagnosis":
+            raise ValueError("without a diagnosis the failure turn is located by 'grader' or 'predictor'")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
 
@@ -184,16 +192,17 @@ class ReflectRetry:
             self._teach(episode)
             if episode.success or episode.error:
                 return tree
-            diagnosis = await self._diagnose(episode)
-            failure, source = self._locate(episode.turns, diagnosis)
+            diagnosis = await self._diagnose(episode) if self.config.diagnose else None
+            failure, source = self._locate(episode.turns, diagnosis or "")
             fork = failure - 1  # turns kept before the retry
             retry = await checkpoints[fork].fork()
-            span, note = self.agent.add_note(retry, NOTE.format(diagnosis=diagnosis.strip()))
+            if diagnosis is not None:
+                span, note = self.agent.add_note(retry, NOTE.format(diagnosis=diagnosis.strip()))
             while not retry.done:
                 await self.agent.step(retry)
             parent = nodes[fork - 1] if fork else None
             for turn in retry.turns[fork:]:
-                parent = tree.add(parent, strip_span(turn, span, note)).id
+                parent = tree.add(parent, turn if diagnosis is None else strip_span(turn, span, note)).id
             self._teach(retry)
             tree.leaf_success[parent] = retry.success
             if retry.error:
@@ -207,7 +216,7 @@ class ReflectRetry:
                 "located_by": source,
                 "failed_leaf": node,
                 "retry_leaf": parent,
-                "reviewer": self.reviewer.name,
+                "reviewer": self.reviewer.name if diagnosis is not None else None,
             }
             return tree
         finally:

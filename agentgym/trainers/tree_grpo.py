@@ -184,7 +184,9 @@ class TreeGRPOTrainer(AgentgymTrainer):
             reviewer = HFPolicy.from_model(model, tokenizer, name="reviewer", seed=args.seed)
         if args.reflect_locate == "predictor" and self.predictor is None:
             self.predictor = SuccessPredictor()
-        config = ReflectConfig(locate=args.reflect_locate, max_tokens=args.reflect_max_tokens)
+        config = ReflectConfig(
+            locate=args.reflect_locate, max_tokens=args.reflect_max_tokens, diagnose=args.reflect_diagnose
+        )
         return ReflectRetry(self.agent, config, reviewer, self.predictor)
 
     def _allocate(self, task_ids: list[str]) -> list[int]:
@@ -372,7 +374,7 @@ class TreeGRPOTrainer(AgentgymTrainer):
                     rows += made
                     # an older policy's trained turns: a partial rollout's carried ones (a branch's prefix gets no loss)
                     stale = any(turn.policy_version < version for turn, tr in zip(t.turns, train) if tr)
-                    off_policy = bool(t.metadata.get("retry") or t.metadata.get("replayed") or stale)
+                    off_policy = bool(t.metadata.get("off_policy_retry") or t.metadata.get("replayed") or stale)
                     self.off_policy_rows += [off_policy] * len(made)
         if not rows:
             raise RuntimeError("no usable rollouts in this batch: every episode failed (see the trajectory store)")
@@ -546,7 +548,11 @@ def _reflected_paths(records: list) -> list[Trajectory]:
         for path in record.paths():
             if reflection is not None:
                 path.metadata["fork_turn"] = reflection["fork_turn"]
-                path.metadata["retry"] = path.metadata["leaf"] == reflection["retry_leaf"]
+                # Sampled with the reflection in its context and trained without it: off-policy (a retry without a
+                # diagnosis acted in the policy's own context).
+                path.metadata["off_policy_retry"] = (
+                    path.metadata["leaf"] == reflection["retry_leaf"] and reflection["diagnosis"] is not None
+                )
             paths.append(path)
     return paths
 

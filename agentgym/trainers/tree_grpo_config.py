@@ -89,6 +89,14 @@ class TreeGRPOConfig(AgentgymConfig):
         default=None, metadata={"help": "A model directory whose policy diagnoses failures (None: the policy itself)."}
     )
     reflect_max_tokens: int = field(default=64, metadata={"help": "The diagnosis's length in tokens."})
+    reflect_diagnose: bool = field(
+        default=True,
+        metadata={
+            "help": "With reflect_retry: False retries from the failure turn without a reflection (no diagnosis, no note "
+            "in the retry's context, so the retry is on-policy and not weighted); reflect_locate must then be grader "
+            "or predictor. Separates what the restart point gives from what the language does."
+        },
+    )
     pivotal_credit: bool = field(
         default=False,
         metadata={
@@ -164,6 +172,8 @@ class TreeGRPOConfig(AgentgymConfig):
             raise ValueError("reflect_retry is for tree=False: a retry branches off one linear episode")
         if self.reflect_locate not in LOCATORS:
             raise ValueError(f"reflect_locate must be one of {LOCATORS}, got {self.reflect_locate!r}")
+        if not self.reflect_diagnose and self.reflect_locate == "diagnosis":
+            raise ValueError("reflect_diagnose=False locates the failure turn by reflect_locate: grader or predictor")
         if self.pivotal_credit and not self.reflect_retry:
             raise ValueError("pivotal_credit needs reflect_retry (its fork point)")
         if self.tree and self.positive_weight != 1:

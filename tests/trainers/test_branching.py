@@ -261,7 +261,42 @@ def test_reflect_retry_forks_before_the_failure_turn_and_stores_the_retry_withou
     assert tree.leaf_success[reflection["retry_leaf"]] == retry.success
 
 
-def test_reflect_retry_training_adds_weighted_retries_with_pivotal_credit(tmp_path):
+def test_a_retry_without_a_diagnosis_restarts_from_the_failure_turn_in_the_policys_own_context():
+    """``diagnose=False``: no reviewer is asked, and the retry's first turn has exactly the failed turn's prompt."""
+    import asyncio
+
+    from agentgym.envs.tool.keychain import KeyChainEnv
+    from agentgym.rollout.reflect import ReflectConfig, ReflectRetry
+
+    class Mute:
+        name = "mute"
+
+        async def generate(self, *_args, **_kwargs):
+            raise AssertionError("a diagnosis was asked for")
+
+        chat = generate
+
+    with pytest.raises(ValueError, match="grader' or 'predictor"):
+        ReflectConfig(diagnose=False)
+    agent = _keychain_agent()
+    env = KeyChainEnv()
+    try:
+        job = ReflectRetry(agent, ReflectConfig(locate="grader", diagnose=False), reviewer=Mute())
+        tree = asyncio.run(job.run(env, env.unwrapped.task_ids()[0]))
+    finally:
+        env.close()
+    failed, retry = tree.paths()
+    reflection = tree.metadata["reflection"]
+    assert reflection["diagnosis"] is None and reflection["reviewer"] is None and reflection["located_by"] == "grader"
+    fork = reflection["fork_turn"]
+    assert retry.turns[fork].prompt_ids == failed.turns[fork].prompt_ids  # the same context: no note
+    assert tree.leaf_success[reflection["retry_leaf"]] == retry.success
+
+
+@pytest.mark.parametrize("diagnose", [True, False], ids=["reflection", "no-diagnosis"])
+def test_reflect_retry_training_adds_weighted_retries_with_pivotal_credit(tmp_path, diagnose):
+    """Retries join their groups with Pivotal Credit; a retry sampled with the reflection and trained without it is
+    weighted off-policy, a retry without a diagnosis (the policy's own context) is not."""
     trainer = _tree_trainer(
         tmp_path,
         env_id="agentgym.envs.tool.keychain:KeyChainEnv",
@@ -270,6 +305,7 @@ def test_reflect_retry_training_adds_weighted_retries_with_pivotal_credit(tmp_pa
         reflect_retry=True,
         reflect_locate="grader",
         reflect_max_tokens=8,
+        reflect_diagnose=diagnose,
         pivotal_credit=True,
         positive_weight=2.0,
     )
@@ -286,12 +322,17 @@ def test_reflect_retry_training_adds_weighted_retries_with_pivotal_credit(tmp_pa
     for (_, records), ((rows, _), flags) in zip(calls, kept_rows):
         reflected = [r for r in records if "reflection" in r.metadata]
         assert reflected  # the random model fails: every failure is retried
-        assert sum(flags) >= len(reflected)  # each retry gives at least one row, flagged off-policy
+        # each retry with a reflection gives at least one row, flagged off-policy; without one, none is
+        assert sum(flags) >= len(reflected) if diagnose else not any(flags)
         forks = {r.metadata["reflection"]["fork_turn"] for r in reflected}
         if forks != {0}:  # with a fork after turn 1, the turns before it get no loss in either path
             assert any(not any(row.loss_mask) for row in rows)
     logged = [h for h in trainer.state.log_history if "reflect/retries" in h]
-    assert logged and all(h["reflect/retries"] >= 1 and h["off_policy/weight_mean"] > 0 for h in logged)
+    assert logged and all(h["reflect/retries"] >= 1 for h in logged)
+    if diagnose:
+        assert all(h["off_policy/weight_mean"] > 0 for h in logged)
+    else:
+        assert not any("off_policy/weight_mean" in h for h in logged)
 
 
 # ---------------------------------------------------------------- success replay (RLEP)

@@ -244,9 +244,17 @@ def test_every_learning_benchmark_variant_is_a_config_the_trainers_accept(tmp_pa
     from agentgym.train import OWN_KEYS, TRAINERS, _load, load_config
 
     learning = _learning_benchmark()
-    assert {"linear_grpo", "sao", "tree_grpo", "trace", "reflect_retry", "replay", "median_pivot", "april"} <= set(
-        learning.VARIANTS
-    )
+    assert {
+        "linear_grpo",
+        "sao",
+        "tree_grpo",
+        "trace",
+        "reflect_retry",
+        "failure_retry",
+        "replay",
+        "median_pivot",
+        "april",
+    } <= set(learning.VARIANTS)
     for env in learning.ENVS:
         for name, (_, settings) in learning.VARIANTS.items():
             config = load_config(

@@ -36,6 +36,7 @@ sites on origins of its own, and the captured URLs move to them as they do for e
 from __future__ import annotations
 
 import abc
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ from agentgym.actions import ParsedAction, ToolCall, ToolSpec, format_error
 from agentgym.core import AgentEnv, Outcome, Verdict
 from agentgym.envs.web.actions import TERMINAL_ACTIONS, ActionError, perform, web_tools
 from agentgym.envs.web.observation import CAPTURE_DOM_JS, OBSERVE_JS, RESTORE_DOM_JS, PageView, decode_png, draw_marks
-from agentgym.sandbox.browser import BrowserHost, BrowserSession, origin_of
+from agentgym.sandbox.browser import BrowserCrashedError, BrowserHost, BrowserSession, origin_of
 
 __all__ = ["WebEnv", "Verdict"]
 
@@ -217,6 +218,7 @@ class WebEnv(AgentEnv):
 
     async def _start_fresh(self, task_id: str) -> None:
         session = self.session
+        recycled = False
         if (
             session is not None
             and not session.crashed
@@ -224,8 +226,11 @@ class WebEnv(AgentEnv):
             and session.allowed_origins == {origin_of(origin) for origin in self._origins()}
             and session.schemes == self._navigation_schemes()
         ):
-            await session.recycle()  # a fresh context would cost a renderer process start
-        else:
+            # A fresh context would cost a renderer process start; a browser that died under it needs one.
+            with contextlib.suppress(BrowserCrashedError):
+                await session.recycle()
+                recycled = True
+        if not recycled:
             await self._close_session()
             self.session = await self._host.open_session(
                 self._origins(), viewport=self.screen_size, aliases=self._aliases(), schemes=self._navigation_schemes()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import logging
 import os
 import threading
@@ -250,8 +251,13 @@ class BrowserHost:
         for session in spares:
             await session._shut()
 
-    async def _new_session(self, viewport: tuple[int, int], storage_state: dict | None) -> BrowserSession:
-        """A new context (with its own gate, reaching nothing until :meth:`BrowserSession.assign`) on the shared browser."""
+    async def _new_session(
+        self, viewport: tuple[int, int], storage_state: dict | None, relaunch: bool = True
+    ) -> BrowserSession:
+        """A new context (with its own gate, reaching nothing until :meth:`BrowserSession.assign`) on the shared browser.
+
+        A browser that exited before its exit was reported (:meth:`notice_exit`) is replaced once.
+        """
         browser = await self._ensure_browser()
         gate = NetworkGate([], frame_sources=[])
         proxy = await gate.start()
@@ -269,8 +275,10 @@ class BrowserHost:
                 accept_downloads=False,
                 proxy={"server": proxy},
             )
-        except BaseException:
+        except BaseException as exc:
             await gate.close()
+            if relaunch and isinstance(exc, Exception) and await self.notice_exit():
+                return await self._new_session(viewport, storage_state, relaunch=False)
             raise
         session = BrowserSession(self, context, [], gate=gate, viewport=viewport)
         try:
@@ -381,11 +389,43 @@ class BrowserHost:
                 "AGENTGYM_CHROMIUM_SANDBOX=0 to run without it, knowing that pages then run unconfined."
             ) from None
 
-    def _on_disconnected(self, _browser: Any) -> None:
+    def _on_disconnected(self, browser: Any) -> None:
+        """The browser exited: its sessions and spares are crashed, and the next session launches another.
+
+        Once per browser: one found dead by :meth:`notice_exit` reports its exit again later, when a fresh
+        browser (whose sessions are sound) may already run.
+        """
+        if browser is not self._browser:
+            return
         spares, self._spares = [s for group in self._spares.values() for s in group], {}
         for session in list(self._sessions) + spares:
             session._mark_crashed("the browser process exited")
         self._browser = None
+
+    async def notice_exit(self) -> bool:
+        """Whether the browser has exited, asked of it by a round trip; if it has, handled as its exit report is.
+
+        Playwright reports a browser's exit asynchronously: an action can fail on a killed browser
+        before the report arrives, and without this check the next episode would reuse its sessions.
+        An error answer (a closed target) means exited; a browser too busy to answer in 10 s is left
+        alone, since treating it as exited would crash every live session on it.
+        """
+        browser = self._browser
+        if browser is None:
+            return True
+        try:
+            cdp = await browser.new_browser_cdp_session()
+            try:
+                await asyncio.wait_for(cdp.send("Browser.getVersion"), 10)
+            finally:
+                with contextlib.suppress(Exception):
+                    await cdp.detach()
+        except TimeoutError:
+            return False
+        except Exception:
+            self._on_disconnected(browser)
+            return True
+        return False
 
     def close(self) -> None:
         """Close every session, the browser and Playwright, and stop the loop thread; idempotent."""

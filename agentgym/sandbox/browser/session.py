@@ -133,6 +133,14 @@ class BrowserSession:
         with an empty history, cookies and every kind of storage of the allowed origins cleared.
         """
         self.check_alive()
+        try:
+            await self._recycle()
+        except Exception as exc:
+            if await self.host.notice_exit():  # it died under us, its exit not yet reported
+                raise BrowserCrashedError("the browser process exited") from exc
+            raise
+
+    async def _recycle(self) -> None:
         self._deferred.clear()
         for page in self.pages[1:]:
             await page.close()

@@ -245,10 +245,16 @@ def test_restore_rewinds_the_same_env(notes_env):
     assert "gone" not in act(notes_env, "noop()")[0]["text"]
 
 
-def test_browser_crash_is_an_env_error_and_reset_recovers(notes_env):
+@pytest.mark.parametrize("reported", [True, False], ids=["exit-reported", "exit-not-yet-reported"])
+def test_browser_crash_is_an_env_error_and_reset_recovers(notes_env, reported):
+    """Killed Chromium: the step is an env error and the next reset runs on a fresh browser, also when Playwright has
+    not yet reported the exit when the reset comes (withheld here; a race seen in a CI rehearsal, where the reset
+    tried to reuse the dead browser's context)."""
     host = notes_env._host
     notes_env.reset(options={"task_id": "add/0"})
     launches = host.launches
+    if not reported:
+        host._browser.remove_listener("disconnected", host._on_disconnected)
     pids = host.chromium_pids()
     assert pids
     for pid in pids:

@@ -183,7 +183,7 @@ def validation_overrides(args, config: dict) -> list[str]:
 
 
 #: A finished run's results and settings, in its output dir: a rerun of its seed with the same settings reuses it, so
-#: a seed's table (16 runs, some 2 hours on 2 cores) survives a crash or a stop part-way.
+#: a seed's table (18 runs, about 90 minutes on 2 cores) survives a crash or a stop part-way.
 RUN_RECORD = "benchmark-run.json"
 
 
@@ -457,6 +457,7 @@ def over_seeds(args, out: Path) -> dict:
     figures: dict[str, list[float]] = {}
     if ran:  # a mean needs at least one seed
         figures["sft_heldout_success"] = [r["sft"]["heldout_success"] for r in ran]
+        linear = [r.get("linear_grpo") for r in ran]
         for name in args.runs:
             for budget, runs in (
                 ("", [r.get(name) for r in ran]),
@@ -468,7 +469,6 @@ def over_seeds(args, out: Path) -> dict:
                     figures[f"{name}{budget}_{key}"] = [run[key] for run in runs]
                 if all("best" in run for run in runs):
                     figures[f"{name}{budget}_best_heldout_success"] = [run["best"]["heldout_success"] for run in runs]
-                linear = [r.get("linear_grpo") for r in ran]
                 if (name != "linear_grpo" or budget) and all(linear):
                     # Paired with linear GRPO's timed run of the same seed (the same start): the targets are
                     # a gain over it at equal wall time, and its held-out success reached in at most half its env

@@ -12,8 +12,12 @@ Learning (``--part learning``):
    settings — linear GRPO, SAO, tree GRPO (uniform), TRACE allocation, reflect-then-retry, success
    replay, MC-GRPO's median pivot, APRIL's partial rollouts (issue 34) — each for ``--minutes``
    of wall time (``--budget time``), or until it has taken ``--env-steps`` env steps
-   (``--budget env_steps``), or both, one after the other (``--budget both``; the env-step budget
-   is then, per seed, the fewest env steps any variant took in its wall time).
+   (``--budget env_steps``), or both (``--budget both``; the env-step budget is then, per seed, the fewest env
+   steps any variant took in its wall time). With both, each timed run saves its policy every ``SNAPSHOT_EVERY``
+   env steps (``env_step_snapshots``; the budget is rounded down to a multiple of it) and a variant's
+   equal-env-steps figures are those of its snapshot at the budget: the policy an ``env_step_budget`` run of the
+   same seed stops with, without a second run (``--env-steps-from runs``: a second run per variant, as before
+   2026-12-07; a variant whose timed run has no snapshot at the budget gets one either way).
 3. Measured: held-out success (``--heldout`` tasks of the env's held-out split: KeyChain's and Calculator's
    ``heldout``, the text worlds' ``test``; greedy, and sampled at the training temperature) of the SFT start
    and of each trained model; the training-success curve against env steps (tree GRPO's env steps to reach
@@ -66,6 +70,7 @@ from training_runs import (  # noqa: E402
 )
 
 from agentgym.train import load_config  # noqa: E402
+from agentgym.trainers.rollouts import ENV_STEP_SNAPSHOTS, SNAPSHOT_RECORD  # noqa: E402
 from agentgym.trainers.warm_start import (  # noqa: E402
     RL_DEMO_START,
     WARM_START_RECORD,
@@ -96,6 +101,10 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "april": ("linear_grpo", ("partial_rollouts=true",)),
 }
 RUNS = tuple(VARIANTS)
+#: Env steps between a timed run's policy snapshots (``--budget both``): the equal-env-steps budget is a multiple of
+#: it. A KeyChain step takes ~70 env steps, so nearly every step is kept (~1 MB each for the tiny model); all but the
+#: budget's snapshot are deleted once it is evaluated.
+SNAPSHOT_EVERY = 100
 DEFAULT_RUNS = ["tree_grpo", "linear_grpo", "sao"]
 
 
@@ -189,8 +198,8 @@ RUN_RECORD = "benchmark-run.json"
 
 def run_settings(args, name: str, budget: list[str]) -> dict:
     """What one variant's run depends on: the seed's settings but the other runs' (``--runs``, ``--budget``,
-    ``--env-steps``: its own budget is given) and the ``--set`` overrides of other runs."""
-    own = {"runs", "budget", "env_steps", "set"}
+    ``--env-steps``, ``--env-steps-from``: its own budget is given) and the ``--set`` overrides of other runs."""
+    own = {"runs", "budget", "env_steps", "env_steps_from", "set"}
     settings = {k: v for k, v in vars(args).items() if k in SEED_SETTINGS and k not in own}
     settings |= {"set": [setting for run_name, setting in args.set if run_name == name], "run_budget": budget}
     return json.loads(json.dumps(settings))
@@ -258,6 +267,56 @@ def run_variant(args, name: str, sft: Path, output_dir: Path, budget: list[str],
     return run
 
 
+def equal_env_steps_budget(timed_env_steps: list[float], every: int, given: int | None = None) -> int:
+    """The equal-env-steps budget: ``given``, else the fewest env steps a timed run took rounded down to a multiple
+    of ``every`` (the snapshots' spacing; the fewest itself when that is under ``every``)."""
+    if given:
+        return given
+    fewest = int(min(timed_env_steps))
+    return fewest // every * every or fewest
+
+
+def snapshot_variant(args, name: str, timed_dir: Path, output_dir: Path, budget: int, results: dict) -> dict | None:
+    """A variant at ``budget`` env steps from its timed run's snapshot there (``timed_dir/env-steps/<budget>``): its
+    held-out success, and the step, env steps and tokens at the snapshot; None when the timed run has none.
+
+    Kept in ``output_dir`` (:data:`RUN_RECORD`) like a run, with the timed run's settings and the budget."""
+    snapshot = timed_dir / ENV_STEP_SNAPSHOTS / str(budget)
+    kept_file = output_dir / RUN_RECORD
+    kept_settings = run_settings(args, name, [f"env_step_snapshot={budget}"])
+    if kept_file.exists() and (kept := json.loads(kept_file.read_text()))["settings"] == kept_settings:
+        print(f"{name} (at {budget} env steps): kept from {kept_file} (the same settings)", flush=True)
+        return kept["run"]
+    if not (snapshot / SNAPSHOT_RECORD).exists():
+        return None
+    record = json.loads((snapshot / SNAPSHOT_RECORD).read_text())
+    run_config = load_config(config_path(args.env, VARIANTS[name][0]))
+    split = ENVS[args.env].heldout_split
+    run = {
+        "snapshot": str(snapshot),
+        "steps": record["step"],
+        "env_steps": float(record["env_steps"]),
+        "generated_tokens": float(record["generated_tokens"]),
+        "heldout_success": held_out_success(snapshot, run_config, args.heldout, split=split),
+        "heldout_success_sampled": held_out_success(snapshot, run_config, args.heldout, greedy=False, split=split),
+    }
+    run["gain_points"] = 100 * (run["heldout_success"] - results["sft"]["heldout_success"])
+    run["gain_points_sampled"] = 100 * (run["heldout_success_sampled"] - results["sft"]["heldout_success_sampled"])
+    print(
+        f"{name} (at {budget} env steps, its timed run's snapshot): step {run['steps']}, {run['env_steps']:.0f} env "
+        f"steps, {run['generated_tokens']:.0f} tokens; held-out success {run['heldout_success']:.3f} greedy "
+        f"({run['gain_points']:+.1f} points), {run['heldout_success_sampled']:.3f} at the training temperature "
+        f"({run['gain_points_sampled']:+.1f})",
+        flush=True,
+    )
+    output_dir.mkdir(parents=True, exist_ok=True)
+    kept_file.write_text(json.dumps({"settings": kept_settings, "run": run}))
+    for other in (timed_dir / ENV_STEP_SNAPSHOTS).iterdir():  # evaluated: the others go (~1 MB each, ~100 a run)
+        if other != snapshot:
+            shutil.rmtree(other)
+    return run
+
+
 def learning(args, out: Path) -> dict:
     config = load_config(config_path(args.env, "tree_grpo"))
     sft = sft_start(args, config, out)
@@ -284,15 +343,21 @@ def learning(args, out: Path) -> dict:
         f"({len(results['sft']['rounds'])} round(s) of {args.sft_epochs:g} epochs)",
         flush=True,
     )
+    snapshots = args.budget == "both" and args.env_steps_from == "snapshots"
+    every = args.env_steps or (SNAPSHOT_EVERY if snapshots else 1)
     for name in args.runs:
         if args.budget in ("time", "both"):
-            results[name] = run_variant(args, name, sft, out / name, [f"time_budget_s={args.minutes * 60}"], results)
+            timed = [f"time_budget_s={args.minutes * 60}", *([f"env_step_snapshots={every}"] if snapshots else [])]
+            results[name] = run_variant(args, name, sft, out / name, timed, results)
     if args.budget in ("env_steps", "both"):
-        # Equal env steps: the given budget, or the fewest any variant took in its wall time.
-        budget = args.env_steps or int(min(results[name]["env_steps"] for name in args.runs))
+        if args.budget == "env_steps":
+            budget = args.env_steps
+        else:  # the given budget, or the fewest env steps any variant took in its wall time
+            budget = equal_env_steps_budget([results[name]["env_steps"] for name in args.runs], every, args.env_steps)
         results["equal_env_steps"] = {"env_steps": budget}
         for name in args.runs:
-            results["equal_env_steps"][name] = run_variant(
+            at = snapshot_variant(args, name, out / name, out / f"{name}-steps", budget, results) if snapshots else None
+            results["equal_env_steps"][name] = at or run_variant(
                 args, name, sft, out / f"{name}-steps", [f"env_step_budget={budget}"], results
             )
     timed = args.runs if args.budget in ("time", "both") else []
@@ -333,7 +398,7 @@ def learning(args, out: Path) -> dict:
     for run in [results[name] for name in timed] + [
         results["equal_env_steps"][name] for name in args.runs if "equal_env_steps" in results
     ]:
-        run.pop("log")  # the full histories stay in each run's trainer_state.json
+        run.pop("log", None)  # the full histories stay in each run's trainer_state.json (a snapshot has none)
     return results
 
 
@@ -414,11 +479,12 @@ SEED_SETTINGS = (
     "set",
     "budget",
     "env_steps",
+    "env_steps_from",
     "validation",
     "validation_every",
 )
 #: The values of settings added since results were kept: a kept seed without one was run with its value.
-SEED_SETTING_DEFAULTS = {"validation": 0, "validation_every": 5}
+SEED_SETTING_DEFAULTS = {"validation": 0, "validation_every": 5, "env_steps_from": "runs"}
 
 
 def over_seeds(args, out: Path) -> dict:
@@ -567,6 +633,13 @@ def main() -> None:
         type=int,
         default=None,
         help="learning: the env-step budget (default with --budget both: the fewest any variant took in --minutes)",
+    )
+    parser.add_argument(
+        "--env-steps-from",
+        choices=["snapshots", "runs"],
+        default="snapshots",
+        help="learning, --budget both: each variant's equal-env-steps policy is its timed run's snapshot at the "
+        "budget, or a second run stopped there (default: %(default)s)",
     )
     parser.add_argument(
         "--heldout", type=int, default=None, help="held-out tasks to evaluate (default: the env's, in ENVS)"

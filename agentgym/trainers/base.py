@@ -56,6 +56,7 @@ from agentgym.trainers.base_config import AgentgymConfig
 from agentgym.trainers.lora import adapter_config, is_adapted
 from agentgym.trainers.rollouts import (
     EnvStepBudget,
+    EnvStepSnapshots,
     TimeBudget,
     image_inputs,
     policy_copy,
@@ -200,6 +201,8 @@ class AgentgymTrainer(GRPOTrainer):
         self.generated_tokens = 0  # tokens they sampled
         if args.env_step_budget:
             self.add_callback(EnvStepBudget(self, args.env_step_budget))
+        if args.env_step_snapshots:
+            self.add_callback(EnvStepSnapshots(self, args.env_step_snapshots))
         self.validation: dict = {"best": None, "last": None, "history": []}
         if args.validation_tasks:
             self.add_callback(Validation(self))

@@ -80,6 +80,14 @@ class RolloutArguments:
             "is saved at the stop): runs compared at equal env steps."
         },
     )
+    env_step_snapshots: int | None = field(
+        default=None,
+        metadata={
+            "help": "Save the policy's weights to <output_dir>/env-steps/<m> (with snapshot.json: step, env steps, "
+            "tokens) the first time the env steps reach each multiple m of this: what an env_step_budget=m run of "
+            "the same seed would stop with, so one run gives every equal-env-steps comparison up to its length."
+        },
+    )
     report_rollout_metrics: bool = field(
         default=True,
         metadata={"help": "Log success rate, env error rate and episode shape with the trainer's metrics."},
@@ -247,6 +255,8 @@ class AgentgymConfig(GRPOConfig, RolloutArguments):
 
         if self.env_step_budget is not None and self.env_step_budget < 1:
             raise ValueError(f"env_step_budget must be at least 1 (or None), got {self.env_step_budget}")
+        if self.env_step_snapshots is not None and self.env_step_snapshots < 1:
+            raise ValueError(f"env_step_snapshots must be at least 1 (or None), got {self.env_step_snapshots}")
         if self.importance_weight_cap is not None and self.importance_weight_cap < 1:
             raise ValueError(f"importance_weight_cap must be at least 1 (or None), got {self.importance_weight_cap}")
         if self.validation_every < 1:

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,8 +43,11 @@ from agentgym.rollout.vision import VisionChatFormat
 from agentgym.trainers.lora import is_adapted, merged_weights
 
 __all__ = [
+    "ENV_STEP_SNAPSHOTS",
     "EnvStepBudget",
+    "EnvStepSnapshots",
     "Row",
+    "SNAPSHOT_RECORD",
     "TimeBudget",
     "collate",
     "image_inputs",
@@ -184,6 +189,46 @@ class EnvStepBudget(TrainerCallback):
         if self.trainer.env_steps >= self.steps:
             control.should_training_stop = True
             control.should_save = True
+        return control
+
+
+#: Where :class:`EnvStepSnapshots` keeps the policy at each mark: ``<output_dir>/env-steps/<mark>``.
+ENV_STEP_SNAPSHOTS = "env-steps"
+#: Each snapshot's record: the step, env steps and tokens generated when it was taken.
+SNAPSHOT_RECORD = "snapshot.json"
+
+
+class EnvStepSnapshots(TrainerCallback):
+    """Saves the policy's weights the first time the trainer's ``env_steps`` reach each multiple of ``every``.
+
+    The snapshot at mark ``m`` (``<output_dir>/env-steps/<m>``, with :data:`SNAPSHOT_RECORD`) is taken at the end of
+    the first step at or past ``m`` env steps: the policy an ``env_step_budget=m`` run of the same seed stops with
+    (the learning-rate schedule follows ``max_steps``, not the budget), so one run gives every equal-env-steps
+    comparison up to its length. A resumed run keeps the snapshots already there; a mark passed within one step
+    shares that step's snapshot with the marks before it (each gets its own directory, so a lookup by mark works).
+    """
+
+    def __init__(self, trainer, every: int):
+        self.trainer = trainer
+        self.every = every
+
+    def on_step_end(self, args, state, control, **kwargs):
+        trainer = self.trainer
+        root = os.path.join(args.output_dir, ENV_STEP_SNAPSHOTS)
+        for mark in range(self.every, trainer.env_steps + 1, self.every):
+            path = os.path.join(root, str(mark))
+            if os.path.exists(os.path.join(path, SNAPSHOT_RECORD)):
+                continue
+            trainer.save_model(path)
+            if trainer.accelerator.is_main_process:
+                record = {
+                    "mark": mark,
+                    "step": state.global_step,
+                    "env_steps": trainer.env_steps,
+                    "generated_tokens": trainer.generated_tokens,
+                }
+                with open(os.path.join(path, SNAPSHOT_RECORD), "w") as file:  # last: a snapshot without it is partial
+                    json.dump(record, file)
         return control
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from agentgym.models import tiny_model_path
 from agentgym.rollout.runner import EpisodeRequest
@@ -386,3 +387,97 @@ def test_a_learning_benchmark_run_reports_its_best_checkpoint_on_validation_besi
         changed_args = argparse.Namespace(**{**vars(args), **changed})
         with pytest.raises(AssertionError, match="trained again"):
             learning.run_variant(changed_args, "sao", tiny_model_path(), tmp_path / "sao", changed_budget, start)
+
+
+def test_an_env_step_budget_stops_at_the_first_step_past_it_and_snapshots_keep_each_marks_policy(tmp_path):
+    """Linear GRPO on CapitalEnv (one-turn episodes) with ``env_step_budget=10`` and ``env_step_snapshots=3``: the
+    run stops at the end of the first step at or past 10 env steps, and each mark m = 3, 6, 9, ... up to its env
+    steps holds the weights the policy had at the end of the first step at or past m, with that step's figures:
+    what an ``env_step_budget=m`` run would stop with."""
+    from safetensors.torch import load_file
+    from transformers import TrainerCallback
+
+    from agentgym.trainers.rollouts import ENV_STEP_SNAPSHOTS, SNAPSHOT_RECORD
+
+    trainer = tree_grpo_trainer(
+        tmp_path,
+        env_id="tests.helpers.capital:CapitalEnv",
+        max_turn_tokens=1,
+        rollout_concurrency=8,
+        tree=False,
+        num_generations=2,
+        per_device_train_batch_size=2,
+        max_steps=50,
+        env_step_budget=10,
+        env_step_snapshots=3,
+    )
+    ends: list[tuple[int, int, int, dict]] = []  # (step, env steps, tokens, weights) at each step's end
+
+    class Keep(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            weights = {k: v.detach().clone() for k, v in trainer.rollout_model.state_dict().items()}
+            ends.append((state.global_step, trainer.env_steps, trainer.generated_tokens, weights))
+
+    trainer.add_callback(Keep())
+    trainer.train()
+    assert [env_steps >= 10 for _, env_steps, _, _ in ends] == [False] * (len(ends) - 1) + [True]
+    assert trainer.state.global_step == ends[-1][0] < 50
+    marks = sorted(int(p.name) for p in (tmp_path / ENV_STEP_SNAPSHOTS).iterdir())
+    assert marks == list(range(3, ends[-1][1] + 1, 3))
+    for mark in marks:
+        step, env_steps, tokens, weights = next(end for end in ends if end[1] >= mark)
+        snapshot = tmp_path / ENV_STEP_SNAPSHOTS / str(mark)
+        record = json.loads((snapshot / SNAPSHOT_RECORD).read_text())
+        assert record == {"mark": mark, "step": step, "env_steps": env_steps, "generated_tokens": tokens}
+        saved = load_file(snapshot / "model.safetensors")
+        assert saved and all(torch.equal(saved[key], weights[key]) for key in saved)
+    # the policy moved between the first and the last step, so equal weights above are the right step's, not any
+    first, last = ends[0][3], ends[-1][3]
+    assert any(not torch.equal(first[key], last[key]) for key in first)
+
+    from agentgym.trainers.tree_grpo_config import TreeGRPOConfig
+
+    with pytest.raises(ValueError, match="env_step_snapshots must be at least 1"):
+        TreeGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", env_step_snapshots=0)
+
+
+def test_the_learning_benchmark_takes_a_variants_equal_env_steps_figures_from_its_timed_runs_snapshot(
+    tmp_path, monkeypatch
+):
+    """The budget is the fewest env steps a timed run took, rounded down to the snapshots' spacing (or the given
+    one); the variant's figures at it come from its timed run's snapshot there (the untrained tiny model standing
+    in for one), are kept like a run's, and the timed run's other snapshots are deleted; no snapshot there: None (the
+    caller trains a run to the budget instead)."""
+    import argparse
+    import shutil
+
+    from agentgym.trainers.rollouts import ENV_STEP_SNAPSHOTS, SNAPSHOT_RECORD
+
+    learning = _learning_benchmark()
+    assert learning.equal_env_steps_budget([5508.0, 7012.0, 10141.0], 100) == 5500
+    assert learning.equal_env_steps_budget([5508.0, 7012.0], 1) == 5508  # --env-steps-from runs: the fewest
+    assert learning.equal_env_steps_budget([70.0, 90.0], 100) == 70  # under one spacing: the fewest itself
+    assert learning.equal_env_steps_budget([5508.0], 100, given=4000) == 4000
+    timed = tmp_path / "linear_grpo"
+    for mark, step in ((400, 6), (500, 7)):
+        shutil.copytree(tiny_model_path(), timed / ENV_STEP_SNAPSHOTS / str(mark))
+        record = {"mark": mark, "step": step, "env_steps": mark + 20, "generated_tokens": 10 * mark}
+        (timed / ENV_STEP_SNAPSHOTS / str(mark) / SNAPSHOT_RECORD).write_text(json.dumps(record))
+    args = argparse.Namespace(env="keychain", seed=0, heldout=2, set=[], env_steps_from="snapshots")
+    start = {"sft": {"heldout_success": 0.5, "heldout_success_sampled": 0.25}}
+    run = learning.snapshot_variant(args, "linear_grpo", timed, tmp_path / "linear_grpo-steps", 500, start)
+    assert {key: run[key] for key in ("steps", "env_steps", "generated_tokens")} == {
+        "steps": 7,
+        "env_steps": 520.0,
+        "generated_tokens": 5000.0,
+    }
+    assert run["gain_points"] == pytest.approx(100 * (run["heldout_success"] - 0.5))
+    assert run["gain_points_sampled"] == pytest.approx(100 * (run["heldout_success_sampled"] - 0.25))
+    assert sorted(p.name for p in (timed / ENV_STEP_SNAPSHOTS).iterdir()) == ["500"]
+
+    def evaluates(*_args, **_kwargs):
+        raise AssertionError("evaluated again")
+
+    monkeypatch.setattr(learning, "held_out_success", evaluates)
+    assert learning.snapshot_variant(args, "linear_grpo", timed, tmp_path / "linear_grpo-steps", 500, start) == run
+    assert learning.snapshot_variant(args, "linear_grpo", timed, tmp_path / "linear_grpo-steps", 600, start) is None

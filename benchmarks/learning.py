@@ -205,6 +205,20 @@ def run_settings(args, name: str, budget: list[str]) -> dict:
     return json.loads(json.dumps(settings))
 
 
+def kept_run(kept_file: Path, settings: dict, label: str) -> dict | None:
+    """The run kept in ``kept_file`` (:data:`RUN_RECORD`) if it was made with ``settings``, else None."""
+    if kept_file.exists() and (kept := json.loads(kept_file.read_text()))["settings"] == settings:
+        print(f"{label}: kept from {kept_file} (the same settings)", flush=True)
+        return kept["run"]
+    return None
+
+
+def add_gains(run: dict, start: dict) -> None:
+    """The run's held-out gains over the SFT ``start``, greedy and sampled, in points."""
+    run["gain_points"] = 100 * (run["heldout_success"] - start["heldout_success"])
+    run["gain_points_sampled"] = 100 * (run["heldout_success_sampled"] - start["heldout_success_sampled"])
+
+
 def run_variant(args, name: str, sft: Path, output_dir: Path, budget: list[str], results: dict) -> dict:
     """One variant trained from the SFT start under ``budget`` (overrides); its held-out success, env steps and tokens,
     and with ``--validation`` the held-out success of its best checkpoint on the validation tasks beside the last's."""
@@ -212,9 +226,8 @@ def run_variant(args, name: str, sft: Path, output_dir: Path, budget: list[str],
     run_config = load_config(config_path(args.env, config))
     kept_file = output_dir / RUN_RECORD
     kept_settings = run_settings(args, name, budget)
-    if kept_file.exists() and (kept := json.loads(kept_file.read_text()))["settings"] == kept_settings:
-        print(f"{name} ({', '.join(budget)}): kept from {kept_file} (the same settings)", flush=True)
-        return kept["run"]
+    if (kept := kept_run(kept_file, kept_settings, f"{name} ({', '.join(budget)})")) is not None:
+        return kept
     overrides = [
         f"model={sft}",
         f"output_dir={output_dir}",
@@ -246,8 +259,7 @@ def run_variant(args, name: str, sft: Path, output_dir: Path, budget: list[str],
     run["heldout_success_sampled"] = held_out_success(
         run["output_dir"], run_config, args.heldout, greedy=False, split=split
     )
-    run["gain_points"] = 100 * (run["heldout_success"] - results["sft"]["heldout_success"])
-    run["gain_points_sampled"] = 100 * (run["heldout_success_sampled"] - results["sft"]["heldout_success_sampled"])
+    add_gains(run, results["sft"])
     run["env_steps"] = max(log_series(run["log"], "rollout/env_steps_total"), default=0.0)
     run["generated_tokens"] = max(log_series(run["log"], "rollout/generated_tokens_total"), default=0.0)
     if "best" in run:
@@ -284,9 +296,8 @@ def snapshot_variant(args, name: str, timed_dir: Path, output_dir: Path, budget:
     snapshot = timed_dir / ENV_STEP_SNAPSHOTS / str(budget)
     kept_file = output_dir / RUN_RECORD
     kept_settings = run_settings(args, name, [f"env_step_snapshot={budget}"])
-    if kept_file.exists() and (kept := json.loads(kept_file.read_text()))["settings"] == kept_settings:
-        print(f"{name} (at {budget} env steps): kept from {kept_file} (the same settings)", flush=True)
-        return kept["run"]
+    if (kept := kept_run(kept_file, kept_settings, f"{name} (at {budget} env steps)")) is not None:
+        return kept
     if not (snapshot / SNAPSHOT_RECORD).exists():
         return None
     record = json.loads((snapshot / SNAPSHOT_RECORD).read_text())
@@ -300,8 +311,7 @@ def snapshot_variant(args, name: str, timed_dir: Path, output_dir: Path, budget:
         "heldout_success": held_out_success(snapshot, run_config, args.heldout, split=split),
         "heldout_success_sampled": held_out_success(snapshot, run_config, args.heldout, greedy=False, split=split),
     }
-    run["gain_points"] = 100 * (run["heldout_success"] - results["sft"]["heldout_success"])
-    run["gain_points_sampled"] = 100 * (run["heldout_success_sampled"] - results["sft"]["heldout_success_sampled"])
+    add_gains(run, results["sft"])
     print(
         f"{name} (at {budget} env steps, its timed run's snapshot): step {run['steps']}, {run['env_steps']:.0f} env "
         f"steps, {run['generated_tokens']:.0f} tokens; held-out success {run['heldout_success']:.3f} greedy "

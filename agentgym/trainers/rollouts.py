@@ -211,13 +211,15 @@ class EnvStepSnapshots(TrainerCallback):
     def __init__(self, trainer, every: int):
         self.trainer = trainer
         self.every = every
+        self.done = 0  # the highest mark handled: each step looks only at the marks it passed
 
     def on_step_end(self, args, state, control, **kwargs):
         trainer = self.trainer
         root = os.path.join(args.output_dir, ENV_STEP_SNAPSHOTS)
-        for mark in range(self.every, trainer.env_steps + 1, self.every):
+        for mark in range(self.done + self.every, trainer.env_steps + 1, self.every):
+            self.done = mark
             path = os.path.join(root, str(mark))
-            if os.path.exists(os.path.join(path, SNAPSHOT_RECORD)):
+            if os.path.exists(os.path.join(path, SNAPSHOT_RECORD)):  # a resumed run's
                 continue
             trainer.save_model(path)
             if trainer.accelerator.is_main_process:

@@ -26,3 +26,15 @@ def sao_trainer(tmp_path, **settings):
         output_dir=str(tmp_path), **{"save_strategy": "no", "report_to": "none", "use_cpu": True, **settings}
     )
     return SAOTrainer(str(tiny_model_path()), args)
+
+
+def capital_tree_trainer(tmp_path, **settings):
+    """Linear TreeGRPO on CapitalEnv (one-turn, one-token replies; mixed outcomes), two tasks a step, two steps."""
+    settings = {
+        "env_id": "tests.helpers.capital:CapitalEnv",
+        "max_turn_tokens": 1,
+        "rollout_concurrency": 8,
+        **settings,
+    }
+    settings = {"tree": False, "num_generations": 2, "per_device_train_batch_size": 2, "max_steps": 2, **settings}
+    return tree_grpo_trainer(tmp_path, **settings)

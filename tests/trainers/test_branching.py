@@ -23,15 +23,9 @@ from agentgym.trainers.advantages import (
     pivotal_trainable,
 )
 from agentgym.trainers.allocation import TaskOutcomes, allocate_budget, mixed_outcome_gain, task_sampling_weights
-from tests.helpers.trainers import sao_trainer, tree_grpo_trainer
+from tests.helpers.trainers import capital_tree_trainer, sao_trainer
 
 CAPITAL = "tests.helpers.capital:CapitalEnv"
-
-
-def _tree_trainer(tmp_path, **settings):
-    settings = {"env_id": CAPITAL, "max_turn_tokens": 1, "rollout_concurrency": 8, **settings}
-    settings = {"tree": False, "num_generations": 2, "per_device_train_batch_size": 2, "max_steps": 2, **settings}
-    return tree_grpo_trainer(tmp_path, **settings)
 
 
 def _sao_trainer(tmp_path, **settings):
@@ -78,7 +72,7 @@ def test_median_pivot_config_needs_linear_median_and_an_odd_group(tmp_path):
 
 
 def test_median_pivot_training_samples_g_plus_one_and_trains_g(tmp_path):
-    trainer = _tree_trainer(tmp_path, median_pivot=True, advantage_baseline="median", num_generations=2)
+    trainer = capital_tree_trainer(tmp_path, median_pivot=True, advantage_baseline="median", num_generations=2)
     batches = _keep_batches(trainer)
     trainer.train()
     assert trainer.state.global_step == 2
@@ -142,7 +136,7 @@ def _failing(trainer, tasks, times=50):
 
 
 def test_trace_splits_a_linear_steps_episodes_by_task(tmp_path):
-    trainer = _tree_trainer(
+    trainer = capital_tree_trainer(
         tmp_path, task_allocation="trace", allocation_decay=1.0, num_generations=4, per_device_train_batch_size=4
     )
     _failing(trainer, [f"shout-{i}" for i in range(4)])  # these four look hopeless, the other four unseen
@@ -157,7 +151,7 @@ def test_trace_splits_a_linear_steps_episodes_by_task(tmp_path):
 
 
 def test_trace_splits_a_tree_steps_leaves_by_task(tmp_path):
-    trainer = _tree_trainer(
+    trainer = capital_tree_trainer(
         tmp_path, tree=True, tree_strategy="contrast", tree_max_leaves=4, task_allocation="trace", allocation_decay=1.0
     )
     _failing(trainer, ["shout-0", "shout-1", "shout-2", "shout-3"])
@@ -168,7 +162,7 @@ def test_trace_splits_a_tree_steps_leaves_by_task(tmp_path):
         assert sum(budgets) == 2 * 4 and min(budgets) >= 2  # the step's 8 leaves, each tree at least its 2 roots
         assert all(len(tree.leaves) <= b for tree, b in zip(trees, budgets))
     with pytest.raises(ValueError, match="tree_strategy: contrast"):
-        _tree_trainer(tmp_path / "bad", tree=True, tree_max_leaves=4, task_allocation="trace")
+        capital_tree_trainer(tmp_path / "bad", tree=True, tree_max_leaves=4, task_allocation="trace")
 
 
 def test_sao_trace_samples_tasks_by_outcome_variance(tmp_path):
@@ -297,7 +291,7 @@ def test_a_retry_without_a_diagnosis_restarts_from_the_failure_turn_in_the_polic
 def test_reflect_retry_training_adds_weighted_retries_with_pivotal_credit(tmp_path, diagnose):
     """Retries join their groups with Pivotal Credit; a retry sampled with the reflection and trained without it is
     weighted off-policy, a retry without a diagnosis (the policy's own context) is not."""
-    trainer = _tree_trainer(
+    trainer = capital_tree_trainer(
         tmp_path,
         env_id="agentgym.envs.tool.keychain:KeyChainEnv",
         max_turn_tokens=8,
@@ -378,7 +372,7 @@ def _scripted_success(trainer, task):
 
 
 def test_success_replay_fills_all_failed_groups_in_linear_grpo(tmp_path):
-    trainer = _tree_trainer(tmp_path, success_replay=True)
+    trainer = capital_tree_trainer(tmp_path, success_replay=True)
     for i in range(8):
         trainer.success_replay.add(_scripted_success(trainer, f"shout-{i}"))
     trainer.train()
@@ -388,7 +382,7 @@ def test_success_replay_fills_all_failed_groups_in_linear_grpo(tmp_path):
         if h["replay/mixed"]:  # a replayed success gave its all-failed group a gradient, weighted off-policy
             assert h["groups/zero_variance_frac"] < 1 and h["off_policy/weight_mean"] > 0
     with pytest.raises(ValueError, match="success_replay is for tree=False"):
-        _tree_trainer(tmp_path / "bad", tree=True, success_replay=True)
+        capital_tree_trainer(tmp_path / "bad", tree=True, success_replay=True)
 
 
 def test_sao_mixes_replayed_successes_under_the_decoupled_objective(tmp_path):
@@ -406,7 +400,7 @@ def test_sao_mixes_replayed_successes_under_the_decoupled_objective(tmp_path):
 def test_the_best_checkpoint_on_validation_is_kept_beside_the_last(tmp_path):
     import json
 
-    trainer = _tree_trainer(tmp_path, validation_tasks=["shout-0", "shout-1", "shout-2"], validation_every=1)
+    trainer = capital_tree_trainer(tmp_path, validation_tasks=["shout-0", "shout-1", "shout-2"], validation_every=1)
     trainer.train()
     report = json.loads((tmp_path / "validation.json").read_text())
     assert [e["step"] for e in report["history"]] == [1, 2]  # every step; the end (step 2) is not run twice
@@ -417,7 +411,7 @@ def test_the_best_checkpoint_on_validation_is_kept_beside_the_last(tmp_path):
     )
     assert (tmp_path / "best-checkpoint" / "config.json").exists()
     with pytest.raises(ValueError, match="validation_tasks is empty"):
-        _tree_trainer(tmp_path / "bad", validation_tasks=[])
+        capital_tree_trainer(tmp_path / "bad", validation_tasks=[])
 
 
 def test_sao_keeps_its_best_checkpoint_on_validation_too(tmp_path):

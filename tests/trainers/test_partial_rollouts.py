@@ -16,7 +16,7 @@ from agentgym.models import tiny_model_path
 from agentgym.rollout.runner import EpisodeRequest
 from agentgym.rollout.trajectory import Trajectory
 from agentgym.trainers.partial import PartialGroups, episodes_to_complete, extra_groups
-from tests.helpers.trainers import tree_grpo_trainer
+from tests.helpers.trainers import capital_tree_trainer, tree_grpo_trainer
 
 STAIRS = "tests.helpers.stairs:StairsEnv"
 
@@ -399,18 +399,7 @@ def test_an_env_step_budget_stops_at_the_first_step_past_it_and_snapshots_keep_e
 
     from agentgym.trainers.rollouts import ENV_STEP_SNAPSHOTS, SNAPSHOT_RECORD
 
-    trainer = tree_grpo_trainer(
-        tmp_path,
-        env_id="tests.helpers.capital:CapitalEnv",
-        max_turn_tokens=1,
-        rollout_concurrency=8,
-        tree=False,
-        num_generations=2,
-        per_device_train_batch_size=2,
-        max_steps=50,
-        env_step_budget=10,
-        env_step_snapshots=3,
-    )
+    trainer = capital_tree_trainer(tmp_path, max_steps=50, env_step_budget=10, env_step_snapshots=3)
     ends: list[tuple[int, int, int, dict]] = []  # (step, env steps, tokens, weights) at each step's end
 
     class Keep(TrainerCallback):

@@ -22,6 +22,7 @@ import ctypes
 import json
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -148,7 +149,7 @@ def start_session_bus():
         os.remove(SESSION_BUS)
     address = f"unix:path={SESSION_BUS}"
     spawn("dbus", ["dbus-daemon", "--session", "--nofork", "--nopidfile", f"--address={address}"])
-    wait_for(lambda: os.path.exists(SESSION_BUS), "the session bus")
+    wait_for(lambda: accepts(SESSION_BUS), "the session bus")
     os.environ["DBUS_SESSION_BUS_ADDRESS"] = address
     # AT-SPI's bridges stay off until a client says one listens (GNOME does this for screen readers).
     run(
@@ -165,6 +166,17 @@ def start_session_bus():
         ],
         timeout=30,
     )
+
+
+def accepts(path):
+    """Whether a Unix socket at ``path`` takes connections: the daemon binds (creating the file) before it
+    listens, and a client in between is refused."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        try:
+            client.connect(path)
+        except OSError:
+            return False
+    return True
 
 
 def accessibility_tree(width, height):

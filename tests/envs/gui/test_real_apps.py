@@ -5,6 +5,7 @@ sweep is marked sweep (`make test-sweeps`)."""
 import base64
 import os
 import re
+import socket
 import time
 
 import numpy as np
@@ -205,6 +206,18 @@ def test_the_walk_is_bounded_in_time_and_size(monkeypatch):
     assert len(deskctl.accessibility_tree(1024, 768)) <= deskctl.TREE_CHARS + 4096
     monkeypatch.setattr(deskctl, "TREE_SCRIPT", ["raise SystemExit('no bus')"])
     assert deskctl.accessibility_tree(1024, 768).startswith("(the accessibility tree could not be read: no bus")
+
+
+def test_the_session_bus_is_awaited_until_it_listens_not_until_its_socket_exists(tmp_path):
+    """dbus-daemon binds its socket (the file appears) before it listens; a client in between is refused (CI
+    once failed a desktop start on it). The window is staged with a real socket bound and not yet listening."""
+    path = str(tmp_path / "bus")
+    assert not deskctl.accepts(path)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(path)
+        assert os.path.exists(path) and not deskctl.accepts(path)
+        server.listen()
+        assert deskctl.accepts(path)
 
 
 def test_a_capture_that_meets_a_closing_window_is_taken_again(tmp_path, monkeypatch):

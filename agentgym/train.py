@@ -172,7 +172,9 @@ def build_trainer(config: dict):
             f"the config's `trainer` must be one of {', '.join(sorted(TRAINERS))}"
             + ("; it sets none" if kind is None else f", got {kind!r}")
         )
-    trainer_cls, config_cls = (_load(t) for t in TRAINERS[kind])
+    # The config class first: a config error is said before the trainer's modules (most of TRL's import) load.
+    trainer_target, config_target = TRAINERS[kind]
+    config_cls = _load(config_target)
     _check_keys(config, config_cls, kind)
     if not config.get("output_dir"):
         raise ConfigError("the config sets no output_dir (where checkpoints, logs and the model go)")
@@ -185,6 +187,7 @@ def build_trainer(config: dict):
         raise ConfigError(" ".join(str(exc).split())) from None
     if warm_start:
         model = str(_warm_start(model, warm_start, args))
+    trainer_cls = _load(trainer_target)
     # TensorBoard's default folder is new per start (a date and host name); one fixed folder keeps
     # a resumed run's curves with the first run's. An explicit TENSORBOARD_LOGGING_DIR still wins.
     with _environment(

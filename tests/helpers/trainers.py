@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from agentgym.models import tiny_model_path
 
+#: A one-turn env whose one-token replies are rewarded for a capital letter (tests/helpers/capital.py).
+CAPITAL = "tests.helpers.capital:CapitalEnv"
+
 
 def tree_grpo_trainer(tmp_path, **settings):
     """A ``TreeGRPOTrainer`` with ``settings`` (the env, the tasks, the sizes) and no KL term, seed 0."""
@@ -30,11 +33,16 @@ def sao_trainer(tmp_path, **settings):
 
 def capital_tree_trainer(tmp_path, **settings):
     """Linear TreeGRPO on CapitalEnv (one-turn, one-token replies; mixed outcomes), two tasks a step, two steps."""
-    settings = {
-        "env_id": "tests.helpers.capital:CapitalEnv",
-        "max_turn_tokens": 1,
-        "rollout_concurrency": 8,
-        **settings,
-    }
-    settings = {"tree": False, "num_generations": 2, "per_device_train_batch_size": 2, "max_steps": 2, **settings}
-    return tree_grpo_trainer(tmp_path, **settings)
+    return tree_grpo_trainer(
+        tmp_path,
+        **{
+            "env_id": CAPITAL,
+            "max_turn_tokens": 1,
+            "rollout_concurrency": 8,
+            "tree": False,
+            "num_generations": 2,
+            "per_device_train_batch_size": 2,
+            "max_steps": 2,
+            **settings,
+        },
+    )

@@ -23,9 +23,7 @@ from agentgym.trainers.advantages import (
     pivotal_trainable,
 )
 from agentgym.trainers.allocation import TaskOutcomes, allocate_budget, mixed_outcome_gain, task_sampling_weights
-from tests.helpers.trainers import capital_tree_trainer, sao_trainer
-
-CAPITAL = "tests.helpers.capital:CapitalEnv"
+from tests.helpers.trainers import CAPITAL, capital_tree_trainer, sao_trainer
 
 
 def _sao_trainer(tmp_path, **settings):

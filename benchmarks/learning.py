@@ -567,8 +567,13 @@ def over_seeds(args, out: Path) -> dict:
     if failed:
         print(f"starts that failed their check (not in the figures above): seeds {failed}", flush=True)
     table = variant_table(summary, args.runs)
-    print(table, flush=True)
-    return {"seeds": per_seed, "summary": summary, "starts_failed": failed, "table": table}
+    by_seed = seed_table({seed: r for seed, r in per_seed.items() if "start_failed" not in r}, summary, args.runs)
+    print(table, by_seed, sep="\n\n", flush=True)
+    return {"seeds": per_seed, "summary": summary, "starts_failed": failed, "table": table, "seed_table": by_seed}
+
+
+#: The two budgets of ``--budget both``: the suffix of their figures in :func:`over_seeds`'s summary, and a label.
+BUDGETS = (("", "equal wall time"), ("@env_steps", "equal env steps"))
 
 
 def variant_table(summary: dict, runs: list[str]) -> str:
@@ -586,7 +591,7 @@ def variant_table(summary: dict, runs: list[str]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for name in runs:
-        for budget, label in (("", "equal wall time"), ("@env_steps", "equal env steps")):
+        for budget, label in BUDGETS:
             if f"{name}{budget}_heldout_success" not in summary:
                 continue
             paired = f"{name}{budget}_vs_linear_points" in summary
@@ -598,6 +603,56 @@ def variant_table(summary: dict, runs: list[str]) -> str:
                 f"{cell(f'{name}{budget}_env_steps_share_of_linear', 100, 0) if paired else '—'} | "
                 f"{cell(f'{name}{budget}_generated_tokens', digits=0)} |"
             )
+    return "\n".join(lines)
+
+
+def signed(value: float, digits: int = 0) -> str:
+    """``value`` with its sign, a typographic minus and none on zero: the results page's points (+2, −4, 0)."""
+    text = f"{value:+.{digits}f}"
+    return text[1:] if float(text) == 0 else text.replace("-", "\u2212")
+
+
+def seed_table(per_seed: dict[int, dict], summary: dict, runs: list[str]) -> str:
+    """Each variant at both budgets with every seed's figures side by side, as a Markdown table (the results page's).
+
+    Per seed (``per_seed``: a seed's :func:`learning` results, in :func:`over_seeds`'s order): greedy held-out success,
+    the points over linear GRPO's timed run of that seed with their mean and 95% interval (from ``summary``), env
+    steps and their share of that run's, tokens generated, and learner steps (an asynchronous trainer's are updates)."""
+    seeds = " / ".join(map(str, per_seed))
+    lines = [
+        f"| variant | budget | held-out success, greedy (%): seed {seeds} | vs linear GRPO's timed run (points): seed "
+        f"{seeds} | mean vs linear [95% interval] | env steps: seed {seeds} | env steps, % of linear's timed run | "
+        f"tokens generated (k): seed {seeds} | steps: seed {seeds} |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def each(figures) -> str:
+        return " / ".join(figures)
+
+    for name in runs:
+        for budget, label in BUDGETS:
+            at = [r.get(name) if not budget else r.get("equal_env_steps", {}).get(name) for r in per_seed.values()]
+            if not all(at):
+                continue
+            cells = [name, label, each(f"{100 * run['heldout_success']:.3g}" for run in at)]
+            if (paired := f"{name}{budget}_vs_linear_points") in summary:
+                low, high = summary[paired]["ci95"]
+                interval = "" if low != low else f" [{signed(low, 1)}, {signed(high, 1)}]"  # NaN: one seed
+                shares = summary[f"{name}{budget}_env_steps_share_of_linear"]["values"]
+                cells += [
+                    each(signed(points, 1).removesuffix(".0") for points in summary[paired]["values"]),
+                    signed(summary[paired]["mean"], 1) + interval,
+                ]
+            else:  # linear GRPO's timed run: the baseline itself
+                shares = None
+                cells += ["—", "—"]
+            cells += [
+                each(f"{run['env_steps']:.0f}" for run in at),
+                each(f"{100 * share:.0f}" for share in shares) if shares else "—",
+                each(f"{run['generated_tokens'] / 1000:.1f}" for run in at),
+                each(str(run["steps"]) for run in at) + (" updates" if VARIANTS[name][0] == "sao" else ""),
+            ]
+            lines.append(f"| {' | '.join(cells)} |")
     return "\n".join(lines)
 
 

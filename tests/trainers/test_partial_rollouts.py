@@ -296,7 +296,8 @@ def test_the_learning_benchmark_validates_on_tasks_it_does_not_evaluate_on(tmp_p
 
 def test_the_learning_benchmark_pairs_each_variant_with_linear_grpos_timed_run_of_its_seed(tmp_path):
     """Kept seed results (no training) summarised on hand-computed numbers: each variant's held-out success minus
-    linear GRPO's timed run of the same seed, and its env steps as a share of that run's, at both budgets."""
+    linear GRPO's timed run of the same seed, and its env steps as a share of that run's, at both budgets; the
+    means table and the table of every seed side by side (in the order the seeds were given)."""
     import argparse
 
     learning = _learning_benchmark()
@@ -308,7 +309,13 @@ def test_the_learning_benchmark_pairs_each_variant_with_linear_grpos_timed_run_o
     )
 
     def run(success: float, env_steps: int) -> dict:
-        return {"heldout_success": success, "gain_points": 0.0, "gain_points_sampled": 0.0, "env_steps": env_steps}
+        return {
+            "heldout_success": success,
+            "gain_points": 0.0,
+            "gain_points_sampled": 0.0,
+            "env_steps": env_steps,
+            "steps": env_steps // 10,
+        }
 
     for seed, (linear, trace, linear_at, trace_at) in {
         0: (run(0.5, 1000), run(0.6, 500), run(0.45, 500), run(0.6, 500)),
@@ -327,20 +334,33 @@ def test_the_learning_benchmark_pairs_each_variant_with_linear_grpos_timed_run_o
         }
         (tmp_path / f"seed-{seed}").mkdir()
         (tmp_path / f"seed-{seed}" / "results.json").write_text(json.dumps({"settings": settings, "results": results}))
-    args.seeds = [0, 1]
-    summary = learning.over_seeds(args, tmp_path)["summary"]
+    args.seeds = [1, 0]
+    summarised = learning.over_seeds(args, tmp_path)
+    summary = summarised["summary"]
     # t(0.975, 1 degree of freedom) = 12.7062: half-width 12.7062 * sd / sqrt(2)
-    assert summary["trace_vs_linear_points"]["values"] == pytest.approx([10.0, 0.0])
+    assert summary["trace_vs_linear_points"]["values"] == pytest.approx([0.0, 10.0])
     assert summary["trace_vs_linear_points"]["ci95"] == pytest.approx([5 - 63.531, 5 + 63.531], abs=1e-3)
-    assert summary["trace_env_steps_share_of_linear"]["values"] == pytest.approx([0.5, 0.6])
-    assert summary["trace@env_steps_vs_linear_points"]["values"] == pytest.approx([10.0, -5.0])
-    assert summary["linear_grpo@env_steps_vs_linear_points"]["values"] == pytest.approx([-5.0, -10.0])
+    assert summary["trace_env_steps_share_of_linear"]["values"] == pytest.approx([0.6, 0.5])
+    assert summary["trace@env_steps_vs_linear_points"]["values"] == pytest.approx([-5.0, 10.0])
+    assert summary["linear_grpo@env_steps_vs_linear_points"]["values"] == pytest.approx([-10.0, -5.0])
     assert "linear_grpo_vs_linear_points" not in summary  # itself
     table = learning.variant_table(summary, ["linear_grpo", "trace"]).splitlines()
     assert table[2].startswith("| linear_grpo | equal wall time | 55.0 [-8.5, 118.5] | 0.0 [0.0, 0.0] | — |")
     assert table[4] == (
         "| trace | equal wall time | 60.0 [60.0, 60.0] | 0.0 [0.0, 0.0] | 5.0 [-58.5, 68.5] | 550 [-85, 1185] "
         "| 55 [-9, 119] | 50 [50, 50] |"
+    )
+    by_seed = summarised["seed_table"].splitlines()
+    assert by_seed[0].startswith("| variant | budget | held-out success, greedy (%): seed 1 / 0 |")
+    assert by_seed[2] == "| linear_grpo | equal wall time | 60 / 50 | — | — | 1000 / 1000 | — | 0.1 / 0.1 | 100 / 100 |"
+    # −7.5 ± 12.7062 * 3.5355 / sqrt(2) = −7.5 ± 31.77
+    assert by_seed[3] == (
+        "| linear_grpo | equal env steps | 50 / 45 | \u221210 / \u22125 | \u22127.5 [\u221239.3, +24.3] | 600 / 500 "
+        "| 60 / 50 | 0.1 / 0.1 | 60 / 50 |"
+    )
+    assert by_seed[4] == (
+        "| trace | equal wall time | 60 / 60 | 0 / +10 | +5.0 [\u221258.5, +68.5] | 600 / 500 | 60 / 50 | 0.1 / 0.1 "
+        "| 60 / 50 |"
     )
 
 

@@ -20,7 +20,8 @@ Learning (``--part learning``):
    2026-12-07; a variant whose timed run has no snapshot at the budget gets one either way).
 3. Measured: held-out success (``--heldout`` tasks of the env's held-out split: KeyChain's and Calculator's
    ``heldout``, the text worlds' ``test``; greedy, and sampled at the training temperature) of the SFT start
-   and of each trained model; the training-success curve against env steps (tree GRPO's env steps to reach
+   and of each trained model, with each task's greedy result and, where the tasks have several categories
+   (Calculator's operator patterns), each category's success; the training-success curve against env steps (tree GRPO's env steps to reach
    linear GRPO's final success, as a fraction of linear's); tokens generated and env steps spent by each
    run; SAO's reward curve and KL to its start over its updates; with ``--validation N``, each run validates
    greedily on N tasks of the env's validation split and its best checkpoint's held-out success is reported
@@ -51,6 +52,7 @@ With ``--seeds``, one seed per invocation (``--seeds 0``, then ``--seeds 1`` ...
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shutil
 import sys
@@ -76,8 +78,10 @@ from agentgym.trainers.warm_start import (  # noqa: E402
     WARM_START_RECORD,
     WarmStartFailed,
     held_out_success,
+    held_out_tasks,
     scripted_warm_start,
     split_tasks,
+    task_categories,
 )
 
 CONFIGS = ROOT / "examples" / "configs"
@@ -213,6 +217,39 @@ def kept_run(kept_file: Path, settings: dict, label: str) -> dict | None:
     return None
 
 
+def by_category(successes: dict[str, float], categories: dict[str, str]) -> dict[str, float]:
+    """The mean success of each category's tasks (``successes``: each task's, ``categories``: each task's category)."""
+    grouped: dict[str, list[float]] = {}
+    for task_id, success in successes.items():
+        grouped.setdefault(categories[task_id], []).append(success)
+    return {category: sum(values) / len(values) for category, values in sorted(grouped.items())}
+
+
+@functools.cache
+def heldout_categories(env: str, count: int) -> dict[str, str]:
+    """The category of each of the env's first ``count`` held-out tasks (the same tasks for every config of the env)."""
+    config = load_config(config_path(env, "linear_grpo"))
+    return task_categories(config, split_tasks(config, ENVS[env].heldout_split, count)[1])
+
+
+def heldout(args, model: str | Path, config: dict) -> dict:
+    """``model``'s held-out figures: greedy success, with each task's and, where the env's tasks have more than one
+    category (Calculator's operator patterns), each category's; and its success at the training temperature."""
+    split = ENVS[args.env].heldout_split
+    tasks = held_out_tasks(model, config, args.heldout, split=split)
+    figures = {"heldout_success": sum(tasks.values()) / len(tasks), "heldout_by_task": tasks}
+    if len(set((categories := heldout_categories(args.env, args.heldout)).values())) > 1:
+        figures["heldout_by_category"] = by_category(tasks, categories)
+    figures["heldout_success_sampled"] = held_out_success(model, config, args.heldout, greedy=False, split=split)
+    return figures
+
+
+def categories_text(figures: dict) -> str:
+    """The greedy held-out success of each category in :func:`heldout`'s ``figures``, for a log line ("" if none)."""
+    by = figures.get("heldout_by_category", {})
+    return "; greedy by category: " + ", ".join(f"{c} {v:.2f}" for c, v in by.items()) if by else ""
+
+
 def add_gains(run: dict, start: dict) -> None:
     """The run's held-out gains over the SFT ``start``, greedy and sampled, in points."""
     run["gain_points"] = 100 * (run["heldout_success"] - start["heldout_success"])
@@ -242,7 +279,7 @@ def run_variant(args, name: str, sft: Path, output_dir: Path, budget: list[str],
     ]
     run = train_run(config_path(args.env, config), overrides)
     split = ENVS[args.env].heldout_split
-    run["heldout_success"] = held_out_success(run["output_dir"], run_config, args.heldout, split=split)
+    run |= heldout(args, run["output_dir"], run_config)
     if args.validation:
         best, last = run["validation"]["best"], run["validation"]["last"]
         best_dir = Path(run["output_dir"]) / "best-checkpoint"
@@ -256,9 +293,6 @@ def run_variant(args, name: str, sft: Path, output_dir: Path, budget: list[str],
             else held_out_success(best_dir, run_config, args.heldout, split=split),
         }
     run.pop("validation")
-    run["heldout_success_sampled"] = held_out_success(
-        run["output_dir"], run_config, args.heldout, greedy=False, split=split
-    )
     add_gains(run, results["sft"])
     run["env_steps"] = max(log_series(run["log"], "rollout/env_steps_total"), default=0.0)
     run["generated_tokens"] = max(log_series(run["log"], "rollout/generated_tokens_total"), default=0.0)
@@ -272,7 +306,7 @@ def run_variant(args, name: str, sft: Path, output_dir: Path, budget: list[str],
         f"{name} ({', '.join(budget)}): {run['steps']} steps in {run['wall_s']:.0f}s, {run['env_steps']:.0f} env steps, "
         f"{run['generated_tokens']:.0f} tokens; held-out success {run['heldout_success']:.3f} greedy "
         f"({run['gain_points']:+.1f} points), {run['heldout_success_sampled']:.3f} at the training temperature "
-        f"({run['gain_points_sampled']:+.1f})",
+        f"({run['gain_points_sampled']:+.1f}){categories_text(run)}",
         flush=True,
     )
     kept_file.write_text(json.dumps({"settings": kept_settings, "run": run}, default=str))
@@ -302,21 +336,19 @@ def snapshot_variant(args, name: str, timed_dir: Path, output_dir: Path, budget:
         return None
     record = json.loads((snapshot / SNAPSHOT_RECORD).read_text())
     run_config = load_config(config_path(args.env, VARIANTS[name][0]))
-    split = ENVS[args.env].heldout_split
     run = {
         "snapshot": str(snapshot),
         "steps": record["step"],
         "env_steps": float(record["env_steps"]),
         "generated_tokens": float(record["generated_tokens"]),
-        "heldout_success": held_out_success(snapshot, run_config, args.heldout, split=split),
-        "heldout_success_sampled": held_out_success(snapshot, run_config, args.heldout, greedy=False, split=split),
+        **heldout(args, snapshot, run_config),
     }
     add_gains(run, results["sft"])
     print(
         f"{name} (at {budget} env steps, its timed run's snapshot): step {run['steps']}, {run['env_steps']:.0f} env "
         f"steps, {run['generated_tokens']:.0f} tokens; held-out success {run['heldout_success']:.3f} greedy "
         f"({run['gain_points']:+.1f} points), {run['heldout_success_sampled']:.3f} at the training temperature "
-        f"({run['gain_points_sampled']:+.1f})",
+        f"({run['gain_points_sampled']:+.1f}){categories_text(run)}",
         flush=True,
     )
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -337,8 +369,7 @@ def learning(args, out: Path) -> dict:
         "heldout_tasks": args.heldout,
         "heldout_split": split,
         "sft": {
-            "heldout_success": held_out_success(sft, config, args.heldout, split=split),
-            "heldout_success_sampled": held_out_success(sft, config, args.heldout, greedy=False, split=split),
+            **heldout(args, sft, config),
             "tasks": args.sft_tasks,
             "epochs": args.sft_epochs,
             "learning_rate": args.sft_lr,
@@ -350,7 +381,7 @@ def learning(args, out: Path) -> dict:
     print(
         f"SFT start: held-out success {results['sft']['heldout_success']:.3f} greedy, "
         f"{results['sft']['heldout_success_sampled']:.3f} at the training temperature "
-        f"({len(results['sft']['rounds'])} round(s) of {args.sft_epochs:g} epochs)",
+        f"({len(results['sft']['rounds'])} round(s) of {args.sft_epochs:g} epochs){categories_text(results['sft'])}",
         flush=True,
     )
     snapshots = args.budget == "both" and args.env_steps_from == "snapshots"

@@ -10,7 +10,7 @@ ScienceWorld and TextWorld, whose demonstrations are their gold paths and walkth
 (``examples/configs/scienceworld-*.yaml``, ``textworld-*.yaml``): :func:`scripted_warm_start`
 is what a training config's ``warm_start:`` section runs (:mod:`agentgym.train`), and
 :func:`held_out_success` measures a model on the env's held-out split, as ``make demo`` and
-``benchmarks/learning.py`` do. :func:`split_tasks` names a split's tasks in both kinds of catalog.
+``benchmarks/learning.py`` do (:func:`held_out_tasks`: each task's success, :func:`task_categories`: their categories). :func:`split_tasks` names a split's tasks in both kinds of catalog.
 """
 
 from __future__ import annotations
@@ -42,10 +42,12 @@ __all__ = [
     "demonstration_dataset",
     "demonstrations",
     "held_out_success",
+    "held_out_tasks",
     "scripted_warm_start",
     "sft_warm_start",
     "split_tasks",
     "success_rate",
+    "task_categories",
 ]
 
 #: The start ``make demo`` and ``benchmarks/learning.py`` train from: the tiny model imitating a
@@ -157,16 +159,16 @@ def sft_warm_start(
     return Path(output_dir)
 
 
-def success_rate(
+def _episodes(
     model,
     env_factory: Callable[[], AgentEnv],
     task_ids: Sequence[str],
     agent_config: AgentConfig,
     concurrency: int = 16,
-) -> float:
-    """The fraction of ``task_ids`` solved by ``model`` (a directory or an :class:`HFPolicy`) with ``agent_config``'s sampling."""
+) -> list[Trajectory]:
+    """One episode of each of ``task_ids`` by ``model`` (a directory or an :class:`HFPolicy`) with ``agent_config``'s sampling."""
 
-    async def run() -> float:
+    async def run() -> list[Trajectory]:
         policy = model if isinstance(model, HFPolicy) else HFPolicy(model, device="cpu", max_batch_size=concurrency)
         try:
             runner = Runner(
@@ -177,9 +179,21 @@ def success_rate(
             if policy is not model:
                 await policy.aclose()
         # Without a tree job every record is a Trajectory.
-        return math.fsum(cast(Trajectory, r).success for r in result.records) / len(task_ids)
+        return [cast(Trajectory, record) for record in result.records]
 
     return asyncio.run(run())
+
+
+def success_rate(
+    model,
+    env_factory: Callable[[], AgentEnv],
+    task_ids: Sequence[str],
+    agent_config: AgentConfig,
+    concurrency: int = 16,
+) -> float:
+    """The fraction of ``task_ids`` solved by ``model`` (a directory or an :class:`HFPolicy`) with ``agent_config``'s sampling."""
+    played = _episodes(model, env_factory, task_ids, agent_config, concurrency)
+    return math.fsum(trajectory.success for trajectory in played) / len(task_ids)
 
 
 def agent_config(config: dict, greedy: bool):
@@ -359,12 +373,30 @@ def _losses(model_dir: Path) -> dict:
     return {"first_loss": losses[0], "final_loss": losses[-1]}
 
 
+def held_out_tasks(
+    model: str | Path, config: dict, count: int = 100, greedy: bool = True, split: str = "heldout"
+) -> dict[str, float]:
+    """Each of the first ``count`` tasks' success by ``model`` on the config's env's held-out ``split`` (KeyChain's
+    and Calculator's ``heldout``, the text worlds' ``test``), greedy or at the config's temperature."""
+    env_kwargs, heldout = split_tasks(config, split, count)  # distinct ids
+    played = _episodes(
+        model, make_env_factory(config["env_id"], env_kwargs), heldout, agent_config(config, greedy=greedy)
+    )
+    return {trajectory.task_id: float(trajectory.success) for trajectory in played}
+
+
 def held_out_success(
     model: str | Path, config: dict, count: int = 100, greedy: bool = True, split: str = "heldout"
 ) -> float:
-    """Success of ``model`` on the first ``count`` tasks of the config's env's held-out ``split`` (KeyChain's and
-    Calculator's ``heldout``, the text worlds' ``test``), greedy or at the config's temperature."""
-    env_kwargs, heldout = split_tasks(config, split, count)
-    return success_rate(
-        model, make_env_factory(config["env_id"], env_kwargs), heldout, agent_config(config, greedy=greedy)
-    )
+    """The fraction of :func:`held_out_tasks` that ``model`` solves."""
+    return math.fsum(held_out_tasks(model, config, count, greedy, split).values()) / count
+
+
+def task_categories(config: dict, task_ids: Sequence[str]) -> dict[str, str]:
+    """Each of ``task_ids``' category (:attr:`Task.category <agentgym.task.Task.category>`) in the config's env."""
+    env = make_env_factory(config["env_id"], {**config["env_kwargs"], "tasks": list(task_ids)})()
+    try:
+        categories = {task.id: task.category for task in env.unwrapped.tasks()}
+    finally:
+        env.close()
+    return {task_id: categories[task_id] for task_id in task_ids}

@@ -294,6 +294,40 @@ def test_the_learning_benchmark_validates_on_tasks_it_does_not_evaluate_on(tmp_p
     assert learning.validation_overrides(argparse.Namespace(validation=0), {}) == []
 
 
+def test_the_learning_benchmark_reports_held_out_success_per_task_and_per_category():
+    """Calculator's categories are its operator patterns: each category's success is the mean of its tasks' (hand
+    numbers), and a real evaluation (the untrained tiny model on 8 held-out tasks) reports each task's success with
+    its category, the greedy success their mean."""
+    import argparse
+
+    from agentgym.train import load_config
+    from agentgym.trainers.warm_start import split_tasks
+
+    learning = _learning_benchmark()
+    categories = {"t1": "a + b * c", "t2": "a + b * c", "t3": "a * b + c", "t4": "a + b * c"}
+    successes = {"t1": 1.0, "t2": 0.0, "t3": 0.0, "t4": 1.0}
+    assert learning.by_category(successes, categories) == {"a * b + c": 0.0, "a + b * c": pytest.approx(2 / 3)}
+
+    args = argparse.Namespace(env="calculator", heldout=8)
+    config = load_config(learning.config_path("calculator", "linear_grpo"))
+    figures = learning.heldout(args, tiny_model_path(), config)
+    ids = split_tasks(config, "heldout", 8)[1]
+    assert list(figures["heldout_by_task"]) == ids
+    assert figures["heldout_success"] == pytest.approx(sum(figures["heldout_by_task"].values()) / 8)
+    patterns = learning.heldout_categories("calculator", 8)
+    assert set(patterns.values()) <= {"a + b * c", "a * b + c", "a + b + c", "a * b * c"}
+    assert len(set(patterns.values())) > 1
+    assert figures["heldout_by_category"] == learning.by_category(figures["heldout_by_task"], patterns)
+    assert 0.0 <= figures["heldout_success_sampled"] <= 1.0
+    # KeyChain's tasks have one category (their split): no breakdown
+    keychain = learning.heldout(
+        argparse.Namespace(env="keychain", heldout=2),
+        tiny_model_path(),
+        load_config(learning.config_path("keychain", "sao")),
+    )
+    assert "heldout_by_category" not in keychain and len(keychain["heldout_by_task"]) == 2
+
+
 def test_the_learning_benchmark_pairs_each_variant_with_linear_grpos_timed_run_of_its_seed(tmp_path):
     """Kept seed results (no training) summarised on hand-computed numbers: each variant's held-out success minus
     linear GRPO's timed run of the same seed, and its env steps as a share of that run's, at both budgets; the
@@ -487,6 +521,6 @@ def test_the_learning_benchmark_takes_a_variants_equal_env_steps_figures_from_it
     def evaluates(*_args, **_kwargs):
         raise AssertionError("evaluated again")
 
-    monkeypatch.setattr(learning, "held_out_success", evaluates)
+    monkeypatch.setattr(learning, "heldout", evaluates)
     assert learning.snapshot_variant(args, "linear_grpo", timed, tmp_path / "linear_grpo-steps", 500, start) == run
     assert learning.snapshot_variant(args, "linear_grpo", timed, tmp_path / "linear_grpo-steps", 600, start) is None

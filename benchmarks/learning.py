@@ -40,7 +40,9 @@ Everything goes to ``--out``: results.json, learning_curve.svg, and each run's d
 (TensorBoard events, trajectory store, trainer_state.json). Seeds: ``--seed`` for SFT, the
 trainers and the task order; sampling during rollouts is not seeded (HFPolicy draws fresh seeds).
 With ``--seeds``, one seed per invocation (``--seeds 0``, then ``--seeds 1`` ... with the same
-``--out``) and a last ``--seeds 0,1,2`` that finds them all kept gives the figures over the seeds.
+``--out``) and a last ``--seeds 0,1,2`` that finds them all kept gives the figures over the seeds. The seeds
+behind the docs' results page are kept in ``benchmarks/results/<name>/seed-N/results.json`` (without the run
+directories): ``--out benchmarks/results/<name>`` with the same settings prints their tables again without training.
 
     .venv/bin/python benchmarks/learning.py                      # everything, about 1.5 h on 2 cores
     .venv/bin/python benchmarks/learning.py --part learning --seeds 0,1,2   # means and 95% intervals, ~3 h

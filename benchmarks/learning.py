@@ -667,7 +667,9 @@ def seed_table(per_seed: dict[int, dict], summary: dict, runs: list[str]) -> str
             at = [r.get(name) if not budget else r.get("equal_env_steps", {}).get(name) for r in per_seed.values()]
             if not all(at):
                 continue
-            cells = [name, label, each(f"{100 * run['heldout_success']:.3g}" for run in at)]
+            # One decimal where the held-out count is not 100 (a text world's 30 games: 6.7), none where it is whole.
+            success = (f"{100 * run['heldout_success']:.1f}".removesuffix(".0") for run in at)
+            cells = [name, label, each(success)]
             if (paired := f"{name}{budget}_vs_linear_points") in summary:
                 low, high = summary[paired]["ci95"]
                 interval = "" if low != low else f" [{signed(low, 1)}, {signed(high, 1)}]"  # NaN: one seed

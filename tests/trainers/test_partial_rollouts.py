@@ -352,7 +352,7 @@ def test_the_learning_benchmark_pairs_each_variant_with_linear_grpos_timed_run_o
         }
 
     for seed, (linear, trace, linear_at, trace_at) in {
-        0: (run(0.5, 1000), run(0.6, 500), run(0.45, 500), run(0.6, 500)),
+        0: (run(0.5, 1000), run(0.6, 500), run(14 / 30, 500), run(0.6, 500)),  # a text world's 30 games
         1: (run(0.6, 1000), run(0.6, 600), run(0.5, 600), run(0.55, 600)),
     }.items():
         seed_args = {**vars(args), "seed": seed}
@@ -376,7 +376,7 @@ def test_the_learning_benchmark_pairs_each_variant_with_linear_grpos_timed_run_o
     assert summary["trace_vs_linear_points"]["ci95"] == pytest.approx([5 - 63.531, 5 + 63.531], abs=1e-3)
     assert summary["trace_env_steps_share_of_linear"]["values"] == pytest.approx([0.6, 0.5])
     assert summary["trace@env_steps_vs_linear_points"]["values"] == pytest.approx([-5.0, 10.0])
-    assert summary["linear_grpo@env_steps_vs_linear_points"]["values"] == pytest.approx([-10.0, -5.0])
+    assert summary["linear_grpo@env_steps_vs_linear_points"]["values"] == pytest.approx([-10.0, -10 / 3])
     assert "linear_grpo_vs_linear_points" not in summary  # itself
     table = learning.variant_table(summary, ["linear_grpo", "trace"]).splitlines()
     assert table[2].startswith("| linear_grpo | equal wall time | 55.0 [-8.5, 118.5] | 0.0 [0.0, 0.0] | — |")
@@ -387,9 +387,9 @@ def test_the_learning_benchmark_pairs_each_variant_with_linear_grpos_timed_run_o
     by_seed = summarised["seed_table"].splitlines()
     assert by_seed[0].startswith("| variant | budget | held-out success, greedy (%): seed 1 / 0 |")
     assert by_seed[2] == "| linear_grpo | equal wall time | 60 / 50 | — | — | 1000 / 1000 | — | 0.1 / 0.1 | 100 / 100 |"
-    # −7.5 ± 12.7062 * 3.5355 / sqrt(2) = −7.5 ± 31.77
+    # −6.667 ± 12.7062 * 4.7140 / sqrt(2) = −6.667 ± 42.354; a share of 30 games keeps one decimal (46.7)
     assert by_seed[3] == (
-        "| linear_grpo | equal env steps | 50 / 45 | \u221210 / \u22125 | \u22127.5 [\u221239.3, +24.3] | 600 / 500 "
+        "| linear_grpo | equal env steps | 50 / 46.7 | \u221210 / \u22123.3 | \u22126.7 [\u221249.0, +35.7] | 600 / 500 "
         "| 60 / 50 | 0.1 / 0.1 | 60 / 50 |"
     )
     assert by_seed[4] == (

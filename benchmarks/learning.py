@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import json
 import shutil
 import sys
@@ -246,6 +247,24 @@ def heldout(args, model: str | Path, config: dict) -> dict:
     return figures
 
 
+def start_heldout(args, sft: Path, config: dict) -> dict:
+    """The SFT start's :func:`heldout` figures, measured once and kept beside its weights (:data:`RUN_RECORD`).
+
+    Every run's gains are over these figures, and the sampled one is a new draw each time it is measured: a rerun
+    of a seed that stopped part-way must compare its new runs with the figures its kept runs were compared with.
+    They are kept for these weights only (a start built again is measured again)."""
+    weights = hashlib.sha256()
+    for file in sorted(sft.glob("*.safetensors")):
+        weights.update(file.read_bytes())
+    kept_file = sft / RUN_RECORD
+    settings = {"weights": weights.hexdigest(), "env": args.env, "heldout": args.heldout}
+    if (kept := kept_run(kept_file, settings, "SFT start's held-out figures")) is not None:
+        return kept
+    figures = heldout(args, sft, config)
+    kept_file.write_text(json.dumps({"settings": settings, "run": figures}))
+    return figures
+
+
 def categories_text(figures: dict) -> str:
     """The greedy held-out success of each category in :func:`heldout`'s ``figures``, for a log line ("" if none)."""
     by = figures.get("heldout_by_category", {})
@@ -266,6 +285,7 @@ def run_variant(args, name: str, sft: Path, output_dir: Path, budget: list[str],
     kept_file = output_dir / RUN_RECORD
     kept_settings = run_settings(args, name, budget)
     if (kept := kept_run(kept_file, kept_settings, f"{name} ({', '.join(budget)})")) is not None:
+        add_gains(kept, results["sft"])  # over this seed's start figures, whichever run measured them
         return kept
     overrides = [
         f"model={sft}",
@@ -333,6 +353,7 @@ def snapshot_variant(args, name: str, timed_dir: Path, output_dir: Path, budget:
     kept_file = output_dir / RUN_RECORD
     kept_settings = run_settings(args, name, [f"env_step_snapshot={budget}"])
     if (kept := kept_run(kept_file, kept_settings, f"{name} (at {budget} env steps)")) is not None:
+        add_gains(kept, results["sft"])
         return kept
     if not (snapshot / SNAPSHOT_RECORD).exists():
         return None
@@ -371,7 +392,7 @@ def learning(args, out: Path) -> dict:
         "heldout_tasks": args.heldout,
         "heldout_split": split,
         "sft": {
-            **heldout(args, sft, config),
+            **start_heldout(args, sft, config),
             "tasks": args.sft_tasks,
             "epochs": args.sft_epochs,
             "learning_rate": args.sft_lr,

@@ -433,6 +433,9 @@ def test_a_learning_benchmark_run_reports_its_best_checkpoint_on_validation_besi
         "heldout_success": run["heldout_success"],
         "best": run["best"],
     }
+    other_start = {"sft": {"heldout_success": 1.0, "heldout_success_sampled": 0.0}}
+    regained = learning.run_variant(other_set, "sao", tiny_model_path(), tmp_path / "sao", budget, other_start)
+    assert regained["gain_points"] == pytest.approx(100 * (run["heldout_success"] - 1.0))
     for changed, changed_budget in (
         ({"seed": 1}, budget),
         ({"set": [("sao", "learning_rate=1e-5")]}, budget),
@@ -524,3 +527,41 @@ def test_the_learning_benchmark_takes_a_variants_equal_env_steps_figures_from_it
     monkeypatch.setattr(learning, "heldout", evaluates)
     assert learning.snapshot_variant(args, "linear_grpo", timed, tmp_path / "linear_grpo-steps", 500, start) == run
     assert learning.snapshot_variant(args, "linear_grpo", timed, tmp_path / "linear_grpo-steps", 600, start) is None
+    # Kept figures are compared with the start they are given now (a rerun's, should its figures differ).
+    other_start = {"sft": {"heldout_success": 0.0, "heldout_success_sampled": 1.0}}
+    kept = learning.snapshot_variant(args, "linear_grpo", timed, tmp_path / "linear_grpo-steps", 500, other_start)
+    assert kept["gain_points"] == pytest.approx(100 * run["heldout_success"])
+    assert kept["gain_points_sampled"] == pytest.approx(100 * (run["heldout_success_sampled"] - 1.0))
+
+
+def test_the_learning_benchmark_measures_a_start_once_and_keeps_its_figures_for_its_weights(tmp_path, monkeypatch):
+    """A seed's runs are all compared with one measurement of its start (the sampled success is a new draw each
+    time): the figures are kept beside the start's weights and reused by a rerun, and measured again for other
+    weights or another held-out count."""
+    import argparse
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from agentgym.train import load_config
+
+    learning = _learning_benchmark()
+    start = tmp_path / "sft"
+    shutil.copytree(tiny_model_path(), start)
+    args = argparse.Namespace(env="keychain", heldout=2)
+    config = load_config(learning.config_path("keychain", "sao"))
+    figures = learning.start_heldout(args, start, config)
+    assert len(figures["heldout_by_task"]) == 2 and 0.0 <= figures["heldout_success_sampled"] <= 1.0
+
+    def evaluates(*_args, **_kwargs):
+        raise AssertionError("evaluated again")
+
+    monkeypatch.setattr(learning, "heldout", evaluates)
+    assert learning.start_heldout(args, start, config) == figures
+    with pytest.raises(AssertionError, match="evaluated again"):
+        learning.start_heldout(argparse.Namespace(env="keychain", heldout=3), start, config)
+    weights = load_file(start / "model.safetensors")
+    name = next(iter(weights))
+    save_file({**weights, name: weights[name] + 1}, start / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(AssertionError, match="evaluated again"):
+        learning.start_heldout(args, start, config)

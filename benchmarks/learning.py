@@ -105,6 +105,8 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "replay": ("linear_grpo", ("success_replay=true",)),
     "median_pivot": ("linear_grpo", ("median_pivot=true", "advantage_baseline=median")),
+    # The median baseline alone (G episodes, none left out): what the baseline does without MC-GRPO's extra sample.
+    "median_baseline": ("linear_grpo", ("advantage_baseline=median",)),
     "april": ("linear_grpo", ("partial_rollouts=true",)),
 }
 RUNS = tuple(VARIANTS)

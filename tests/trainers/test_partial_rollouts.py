@@ -254,6 +254,7 @@ def test_every_learning_benchmark_variant_is_a_config_the_trainers_accept(tmp_pa
         "failure_retry",
         "replay",
         "median_pivot",
+        "median_baseline",
         "april",
     } <= set(learning.VARIANTS)
     for env in learning.ENVS:

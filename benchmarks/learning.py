@@ -222,6 +222,12 @@ def kept_run(kept_file: Path, settings: dict, label: str) -> dict | None:
     return None
 
 
+def keep_run(kept_file: Path, settings: dict, run: dict) -> None:
+    """Keep ``run`` in ``kept_file`` (:data:`RUN_RECORD`) with the ``settings`` :func:`kept_run` reuses it for."""
+    kept_file.parent.mkdir(parents=True, exist_ok=True)
+    kept_file.write_text(json.dumps({"settings": settings, "run": run}, default=str))
+
+
 def by_category(successes: dict[str, float], categories: dict[str, str]) -> dict[str, float]:
     """The mean success of each category's tasks (``successes``: each task's, ``categories``: each task's category)."""
     grouped: dict[str, list[float]] = {}
@@ -263,7 +269,7 @@ def start_heldout(args, sft: Path, config: dict) -> dict:
     if (kept := kept_run(kept_file, settings, "SFT start's held-out figures")) is not None:
         return kept
     figures = heldout(args, sft, config)
-    kept_file.write_text(json.dumps({"settings": settings, "run": figures}))
+    keep_run(kept_file, settings, figures)
     return figures
 
 
@@ -333,7 +339,7 @@ def run_variant(args, name: str, sft: Path, output_dir: Path, budget: list[str],
         f"({run['gain_points_sampled']:+.1f}){categories_text(run)}",
         flush=True,
     )
-    kept_file.write_text(json.dumps({"settings": kept_settings, "run": run}, default=str))
+    keep_run(kept_file, kept_settings, run)
     return run
 
 
@@ -376,8 +382,7 @@ def snapshot_variant(args, name: str, timed_dir: Path, output_dir: Path, budget:
         f"({run['gain_points_sampled']:+.1f}){categories_text(run)}",
         flush=True,
     )
-    output_dir.mkdir(parents=True, exist_ok=True)
-    kept_file.write_text(json.dumps({"settings": kept_settings, "run": run}))
+    keep_run(kept_file, kept_settings, run)
     for other in (timed_dir / ENV_STEP_SNAPSHOTS).iterdir():  # evaluated: the others go (~1 MB each, ~100 a run)
         if other != snapshot:
             shutil.rmtree(other)
